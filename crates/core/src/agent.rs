@@ -1,0 +1,365 @@
+//! The agent seam: a live agent driving one session, the factory that creates
+//! and resumes agents, and the handle that owns one. Everything the subagent
+//! runtime needs from an agent loop is here, so it works with any loop that
+//! implements these traits. Nothing here performs I/O.
+
+use std::any::Any;
+use std::collections::BTreeMap;
+use std::fmt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use tokio::sync::{broadcast, watch};
+use tokio_util::sync::CancellationToken;
+
+use crate::id::{MessageId, SessionId};
+use crate::message::{InboxTarget, UserMessage};
+use crate::options::{AgentOptions, Composition};
+use crate::session::{SessionEvent, SessionHeader};
+use crate::store::StoreError;
+use crate::tool::Tool;
+
+/// One activation of a session as a live agent. Each publication of an agent
+/// in an [`AgentRegistry`](crate::registry::AgentRegistry) gets a fresh epoch;
+/// a session resumed later is the same session under a new epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct Epoch(pub u64);
+
+/// A reference to one exact live agent: its session id AND the epoch it was
+/// live in. It is live only while the registry holds that same epoch; kept
+/// from an earlier epoch it is stale, though the session id matches.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct AgentRef {
+    /// The session.
+    pub id: SessionId,
+    /// The activation.
+    pub epoch: Epoch,
+}
+
+impl fmt::Display for AgentRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}@{}", self.id, self.epoch.0)
+    }
+}
+
+/// Whether an agent's driver is active.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AgentStatus {
+    /// No turn is running.
+    Idle,
+    /// A turn (or a run of consecutive turns) is being driven.
+    Running,
+}
+
+/// Why an agent's current activity was cancelled.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CancelCause {
+    /// The user (or a trusted host for the user) interrupted.
+    User,
+    /// The agent's creator stopped it.
+    Parent,
+    /// A hook or policy stopped it, for the reason given.
+    Hook(String),
+    /// The agent is being disposed.
+    Disposed,
+}
+
+/// Options for [`Agent::cancel`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct CancelOptions {
+    /// Keep pending inbox items, parked until a waking send arrives.
+    /// Otherwise they are discarded (an `inbox/discarded` event).
+    pub keep_inbox: bool,
+}
+
+/// An inbox item arrived; observers see this without consuming the item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct InboxArrival {
+    /// The accepted message's id.
+    pub message_id: MessageId,
+    /// Its list.
+    pub target: InboxTarget,
+    /// Whether it may wake the agent.
+    pub wake: bool,
+    /// The source's kind tag (`user`, `agent-message`, `subagent-settled`, ...).
+    pub source_kind: String,
+    /// The sender the source names, if any.
+    pub sender: Option<SessionId>,
+}
+
+/// Why an agent operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AgentError {
+    /// The store failed.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A live agent already holds this session.
+    #[error("session `{0}` already has a live agent")]
+    AlreadyLive(SessionId),
+    /// The operation was cancelled before it took effect.
+    #[error("cancelled before the agent was published")]
+    Cancelled,
+    /// The agent has been disposed.
+    #[error("agent `{0}` has been disposed")]
+    Disposed(SessionId),
+    /// The composition could not be built (unknown preset or tool, bad template).
+    #[error("cannot compose agent: {0}")]
+    Composition(String),
+    /// The input cannot be accepted (images for a text-only model, say).
+    #[error("input rejected: {0}")]
+    InvalidInput(String),
+    /// A seed that is not a contiguous, balanced prefix from seq 0.
+    #[error("invalid seed: {0}")]
+    InvalidSeed(String),
+    /// An extension event reused a built-in type.
+    #[error("event type `{0}` is reserved")]
+    ReservedEventType(String),
+}
+
+impl AgentError {
+    /// A stable code for the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Store(err) => err.code(),
+            Self::AlreadyLive(_) => "ALREADY_LIVE",
+            Self::Cancelled => "CANCELLED",
+            Self::Disposed(_) => "DISPOSED",
+            Self::Composition(_) => "COMPOSITION",
+            Self::InvalidInput(_) => "INVALID_INPUT",
+            Self::InvalidSeed(_) => "INVALID_SEED",
+            Self::ReservedEventType(_) => "RESERVED_EVENT_TYPE",
+        }
+    }
+}
+
+/// A live agent driving one session.
+///
+/// Every method is cheap and non-blocking except the `async` ones, which
+/// return once their effect is durable (`send`) or observed (`wait_idle`).
+#[async_trait]
+pub trait Agent: Send + Sync + 'static {
+    /// The session id (the agent's identity).
+    fn id(&self) -> &SessionId;
+
+    /// The activation epoch this agent object belongs to.
+    fn epoch(&self) -> Epoch;
+
+    /// The exact reference to this activation.
+    fn reference(&self) -> AgentRef {
+        AgentRef {
+            id: self.id().clone(),
+            epoch: self.epoch(),
+        }
+    }
+
+    /// The session header (lineage, depth, composition).
+    fn header(&self) -> &SessionHeader;
+
+    /// The options model requests use (composition merged over the host's).
+    fn options(&self) -> AgentOptions;
+
+    /// The composition the agent runs with.
+    fn composition(&self) -> &Composition {
+        &self.header().composition
+    }
+
+    /// The current working directory.
+    fn cwd(&self) -> PathBuf;
+
+    /// Whether the agent's model accepts images.
+    fn accepts_images(&self) -> bool;
+
+    /// The current status.
+    fn status(&self) -> AgentStatus;
+
+    /// A receiver that sees every status transition.
+    fn watch_status(&self) -> watch::Receiver<AgentStatus>;
+
+    /// Accept `message` into the inbox list `target`, waking the driver when
+    /// `wake` is set. Returns once the `inbox/accepted` event is written: the
+    /// id is a durable receipt.
+    ///
+    /// # Errors
+    /// The agent is disposed, the input is not acceptable, or the store failed.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it completes may still accept the message.
+    async fn send(
+        &self,
+        message: UserMessage,
+        target: InboxTarget,
+        wake: bool,
+    ) -> Result<MessageId, AgentError>;
+
+    /// Queue a follow-up turn and wake: `send(message, NextTurn, true)`.
+    ///
+    /// # Errors
+    /// As [`Agent::send`].
+    async fn followup(&self, message: UserMessage) -> Result<MessageId, AgentError> {
+        self.send(message, InboxTarget::NextTurn, true).await
+    }
+
+    /// Steer the running turn at its next step, or start a turn when idle:
+    /// `send(message, NextStep, true)`.
+    ///
+    /// # Errors
+    /// As [`Agent::send`].
+    async fn steer(&self, message: UserMessage) -> Result<MessageId, AgentError> {
+        self.send(message, InboxTarget::NextStep, true).await
+    }
+
+    /// Add context for the next step without waking: `send(message, NextStep, false)`.
+    ///
+    /// # Errors
+    /// As [`Agent::send`].
+    async fn inject(&self, message: UserMessage) -> Result<MessageId, AgentError> {
+        self.send(message, InboxTarget::NextStep, false).await
+    }
+
+    /// Cancel the current activity. Claimed work is never requeued; pending
+    /// items are discarded, or parked until a waking send with
+    /// [`CancelOptions::keep_inbox`]. With nothing running this is a no-op.
+    fn cancel(&self, cause: CancelCause, options: CancelOptions);
+
+    /// Resolve once no turn is running or about to run.
+    async fn wait_idle(&self);
+
+    /// See every inbox arrival from now on.
+    fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival>;
+
+    /// The ids of pending (accepted, unclaimed, not discarded) messages, in
+    /// delivery order: next-step items first, then next-turn items.
+    fn pending(&self) -> Vec<MessageId>;
+
+    /// A copy of the session's events so far.
+    fn events(&self) -> Vec<SessionEvent>;
+
+    /// Append an extension event (a type defined outside core) to the log.
+    /// Returns its seq once written.
+    ///
+    /// # Errors
+    /// [`AgentError::ReservedEventType`] for a built-in type, or a store failure.
+    async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError>;
+
+    /// The concrete agent, for hosts that know it.
+    fn as_any(&self) -> &dyn Any;
+}
+
+impl fmt::Debug for dyn Agent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Agent({})", self.reference())
+    }
+}
+
+/// Per-agent additions made before the agent is published: tools only this
+/// agent gets (a structured-output capture tool, say) and template variables.
+#[derive(Clone, Default)]
+pub struct AgentSetup {
+    /// Extra tools, visible whatever the tool restriction says.
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// Extra persona template variables.
+    pub vars: BTreeMap<String, String>,
+}
+
+impl fmt::Debug for AgentSetup {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let names: Vec<&str> = self.tools.iter().map(|tool| tool.name()).collect();
+        f.debug_struct("AgentSetup")
+            .field("tools", &names)
+            .field("vars", &self.vars)
+            .finish()
+    }
+}
+
+/// Everything needed to create a fresh agent.
+#[derive(Debug, Clone)]
+pub struct CreateAgent {
+    /// The header to write (its id is the new agent's identity).
+    pub header: SessionHeader,
+    /// Events to start the log with (a fork's completed-turn prefix), seqs
+    /// from 0; `header.seed_len` is set from it.
+    pub seed: Vec<SessionEvent>,
+    /// Per-agent additions.
+    pub setup: AgentSetup,
+    /// Cancels creation until the agent is published; ignored afterwards.
+    pub cancel: CancellationToken,
+}
+
+/// Everything needed to resume a persisted agent.
+#[derive(Debug, Clone)]
+pub struct ResumeAgent {
+    /// The session to resume.
+    pub id: SessionId,
+    /// Per-agent additions (not persisted: give them again on every resume).
+    pub setup: AgentSetup,
+    /// Cancels the resume until the agent is published; ignored afterwards.
+    pub cancel: CancellationToken,
+}
+
+/// Disposal of an owned agent.
+#[async_trait]
+pub trait Dispose: Send + Sync {
+    /// Stop the agent, wait for its driver to exit, and unpublish it.
+    /// Idempotent.
+    async fn dispose(&self);
+}
+
+/// An owned live agent: the holder alone can dispose it. Dropping the handle
+/// does not dispose the agent.
+#[derive(Clone)]
+pub struct AgentHandle {
+    agent: Arc<dyn Agent>,
+    disposer: Arc<dyn Dispose>,
+}
+
+impl AgentHandle {
+    /// Pair an agent with its disposer.
+    pub fn new(agent: Arc<dyn Agent>, disposer: Arc<dyn Dispose>) -> Self {
+        Self { agent, disposer }
+    }
+
+    /// The agent.
+    pub fn agent(&self) -> &Arc<dyn Agent> {
+        &self.agent
+    }
+
+    /// Dispose the agent (idempotent).
+    pub async fn dispose(&self) {
+        self.disposer.dispose().await;
+    }
+}
+
+impl fmt::Debug for AgentHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "AgentHandle({})", self.agent.reference())
+    }
+}
+
+/// Creates and resumes agents; the seam between the subagent runtime and an
+/// agent loop.
+#[async_trait]
+pub trait AgentFactory: Send + Sync + 'static {
+    /// Create a fresh agent and its log, and publish it in the registry.
+    /// If `spec.cancel` fires or any step fails before publication, nothing
+    /// is left behind: no log, no registry entry, no task.
+    ///
+    /// # Errors
+    /// [`AgentError::Cancelled`], a composition or seed error, or a store failure.
+    async fn create(&self, spec: CreateAgent) -> Result<AgentHandle, AgentError>;
+
+    /// Resume a persisted agent under a new epoch. Pending inbox items
+    /// (accepted minus claimed minus discarded) are restored; if any may
+    /// wake, a turn starts after publication. A turn that was in flight when
+    /// the log stopped is closed as `aborted`.
+    ///
+    /// # Errors
+    /// [`AgentError::AlreadyLive`], [`AgentError::Cancelled`], or a store failure.
+    async fn resume(&self, spec: ResumeAgent) -> Result<AgentHandle, AgentError>;
+
+    /// The registry agents are published in.
+    fn registry(&self) -> &crate::registry::AgentRegistry;
+}

@@ -1,0 +1,211 @@
+//! Identifiers: the session id that names an agent, its log and its file, and
+//! the ids of inbox messages and tool calls. A [`SessionId`] is validated
+//! before it can exist, so that no id can ever name a path outside a store's
+//! directory; this module must never accept an id it would not be safe to use
+//! as a file name.
+
+use std::fmt;
+use std::sync::Arc;
+
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+use crate::error::CoreError;
+
+/// The longest session id accepted, in bytes.
+pub const MAX_SESSION_ID_LEN: usize = 128;
+
+/// The identity shared by a live agent, its session and its durable log.
+///
+/// A session id is 1 to [`MAX_SESSION_ID_LEN`] bytes of ASCII letters, digits,
+/// `-`, `_` and `.`, and does not start with `.`: it can never be `..`, hold a
+/// path separator or name a hidden file, so a store may use it as a file name
+/// as it is. Cloning is cheap (a shared string).
+#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct SessionId(Arc<str>);
+
+impl SessionId {
+    /// Validate `id` and wrap it.
+    ///
+    /// # Errors
+    /// [`CoreError::InvalidSessionId`] saying which rule the text breaks.
+    pub fn new(id: impl AsRef<str>) -> Result<Self, CoreError> {
+        let id = id.as_ref();
+        validate_session_id(id)?;
+        Ok(Self(Arc::from(id)))
+    }
+
+    /// Mint a fresh random id (`s-` followed by 32 hex digits).
+    pub fn generate() -> Self {
+        Self(Arc::from(format!("s-{}", uuid::Uuid::new_v4().simple())))
+    }
+
+    /// The id as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+fn validate_session_id(id: &str) -> Result<(), CoreError> {
+    let reason = if id.is_empty() {
+        Some("it is empty")
+    } else if id.len() > MAX_SESSION_ID_LEN {
+        Some("it is longer than 128 bytes")
+    } else if id.starts_with('.') {
+        Some("it starts with `.`")
+    } else if !id
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+    {
+        Some("only ASCII letters, digits, `-`, `_` and `.` are allowed")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(CoreError::InvalidSessionId {
+            id: id.chars().take(MAX_SESSION_ID_LEN + 8).collect(),
+            reason,
+        }),
+    }
+}
+
+impl fmt::Display for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for SessionId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "SessionId({})", self.0)
+    }
+}
+
+impl AsRef<str> for SessionId {
+    fn as_ref(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::str::FromStr for SessionId {
+    type Err = CoreError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::new(s)
+    }
+}
+
+impl Serialize for SessionId {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.0)
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionId {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
+        Self::new(text).map_err(serde::de::Error::custom)
+    }
+}
+
+macro_rules! opaque_id {
+    ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
+        $(#[$doc])*
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[serde(transparent)]
+        pub struct $name(Arc<str>);
+
+        impl $name {
+            /// Wrap an existing id (any non-empty text; ids minted elsewhere are kept as they are).
+            pub fn new(id: impl Into<Arc<str>>) -> Self {
+                Self(id.into())
+            }
+
+            /// Mint a fresh random id.
+            pub fn generate() -> Self {
+                Self(Arc::from(format!(concat!($prefix, "{}"), uuid::Uuid::new_v4().simple())))
+            }
+
+            /// The id as text.
+            pub fn as_str(&self) -> &str {
+                &self.0
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(&self.0)
+            }
+        }
+
+        impl fmt::Debug for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                write!(f, concat!(stringify!($name), "({})"), self.0)
+            }
+        }
+    };
+}
+
+opaque_id!(
+    /// The durable identity of one inbox message: accepted, claimed and
+    /// discarded events name it, and it is the receipt a sender gets.
+    MessageId,
+    "m-"
+);
+
+opaque_id!(
+    /// Correlates a model's tool call with its result.
+    CallId,
+    "c-"
+);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accepts_ordinary_ids() {
+        for ok in ["a", "s-0123abcd", "lead", "A.b_c-9", &"x".repeat(128)] {
+            assert_eq!(
+                SessionId::new(ok).map(|id| id.to_string()).ok(),
+                Some(ok.to_string())
+            );
+        }
+    }
+
+    #[test]
+    fn rejects_ids_that_could_escape_a_directory() {
+        let long = "x".repeat(129);
+        for (bad, why) in [
+            ("", "empty"),
+            ("..", "starts with"),
+            (".hidden", "starts with"),
+            ("a/b", "only ASCII"),
+            ("a\\b", "only ASCII"),
+            ("a b", "only ASCII"),
+            ("é", "only ASCII"),
+            ("a\0b", "only ASCII"),
+            (long.as_str(), "longer"),
+        ] {
+            let err = SessionId::new(bad).expect_err(bad);
+            assert_eq!(err.code(), "INVALID_SESSION_ID");
+            assert!(err.to_string().contains(why), "{bad:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn deserialising_validates() {
+        assert!(serde_json::from_str::<SessionId>("\"../etc\"").is_err());
+        let id: SessionId = serde_json::from_str("\"child-1\"").unwrap();
+        assert_eq!(id.as_str(), "child-1");
+        assert_eq!(serde_json::to_string(&id).unwrap(), "\"child-1\"");
+    }
+
+    #[test]
+    fn generated_ids_are_valid_and_distinct() {
+        let a = SessionId::generate();
+        let b = SessionId::generate();
+        assert_ne!(a, b);
+        assert!(SessionId::new(a.as_str()).is_ok());
+        assert_ne!(MessageId::generate(), MessageId::generate());
+    }
+}

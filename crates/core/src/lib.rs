@@ -1,0 +1,47 @@
+//! `dsh-core` holds the vocabulary and the seams of the dsh agent harness:
+//! session and message ids, content blocks, message sources, the session
+//! header and its events, stop reasons, agent options and compositions, and
+//! the traits an agent loop, a model client, a tool and a session store
+//! implement, plus the live-agent registry, projections over a log, an
+//! observation bus and the JSON-schema subset used for structured output.
+//! It performs no I/O and spawns no task: everything that touches a disk, a
+//! network or a clock beyond reading the time lives in the crates that
+//! implement these seams (`dsh-harness` is the reference one).
+
+pub mod agent;
+pub mod content;
+pub mod error;
+pub mod id;
+pub mod message;
+pub mod model;
+pub mod observe;
+pub mod options;
+pub mod projection;
+pub mod registry;
+pub mod schema;
+pub mod session;
+pub mod stop;
+pub mod store;
+pub mod tool;
+
+pub use agent::{
+    Agent, AgentError, AgentFactory, AgentHandle, AgentRef, AgentSetup, AgentStatus, CancelCause,
+    CancelOptions, CreateAgent, Dispose, Epoch, InboxArrival, ResumeAgent,
+};
+pub use content::ContentBlock;
+pub use error::CoreError;
+pub use id::{CallId, MessageId, SessionId};
+pub use message::{InboxTarget, Message, MessageSource, ToolCall, Usage, UserMessage};
+pub use model::{
+    FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelStream,
+    ToolSpec,
+};
+pub use options::{AgentOptions, Composition, Preset, PresetCatalog, ToolRestriction};
+pub use registry::{AgentRegistry, RegistryEvent};
+pub use session::{EventPayload, SessionEvent, SessionHeader};
+pub use stop::StopReason;
+pub use store::{Durability, LoadedSession, SessionLog, SessionStore, StoreError, TornTail};
+pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
+
+/// The cancellation token used across the workspace.
+pub use tokio_util::sync::CancellationToken;

@@ -1,0 +1,279 @@
+//! Messages: identified inbox input with the source that supplied it, the
+//! role-based conversation a model sees, tool calls and usage. The
+//! [`MessageSource`] set is open: kinds this crate does not define (a team
+//! message, say) round-trip as [`MessageSource::Other`] with every field kept.
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::{Map, Value};
+
+use crate::content::ContentBlock;
+use crate::id::{CallId, MessageId, SessionId};
+use crate::stop::StopReason;
+
+/// Who or what supplied an inbox message. Durable: it is written with the
+/// message and shapes how a transcript attributes it.
+#[derive(Debug, Clone, PartialEq)]
+pub enum MessageSource {
+    /// The user, or a trusted host acting for the user.
+    User,
+    /// Content another agent chose to send (the `relay` form).
+    AgentMessage {
+        /// Session id of the agent whose tool call produced the message.
+        sender_session_id: SessionId,
+    },
+    /// The runtime's own account of a child settling (the `notice` form);
+    /// deliberately not an agent message: the child did not write it.
+    SubagentSettled {
+        /// One line saying how the child ended.
+        summary: String,
+        /// The exact stop reason; absent only on historical notices.
+        stop_reason: Option<StopReason>,
+        /// Session id of the child that settled.
+        sender_session_id: SessionId,
+    },
+    /// A kind defined elsewhere; `fields` holds everything but `kind`.
+    Other {
+        /// The kind tag, for example `team-message`.
+        kind: String,
+        /// The remaining fields, kept verbatim.
+        fields: Map<String, Value>,
+    },
+}
+
+impl MessageSource {
+    /// The `kind` tag as written to the log.
+    pub fn kind(&self) -> &str {
+        match self {
+            Self::User => "user",
+            Self::AgentMessage { .. } => "agent-message",
+            Self::SubagentSettled { .. } => "subagent-settled",
+            Self::Other { kind, .. } => kind,
+        }
+    }
+
+    /// The session id of the agent or child this message is attributed to, if any.
+    pub fn sender(&self) -> Option<&SessionId> {
+        match self {
+            Self::AgentMessage { sender_session_id } => Some(sender_session_id),
+            Self::SubagentSettled {
+                sender_session_id, ..
+            } => Some(sender_session_id),
+            Self::User | Self::Other { .. } => None,
+        }
+    }
+}
+
+impl Serialize for MessageSource {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut map = Map::new();
+        map.insert("kind".into(), Value::from(self.kind()));
+        match self {
+            Self::User => {}
+            Self::AgentMessage { sender_session_id } => {
+                map.insert("form".into(), "relay".into());
+                map.insert(
+                    "sender_session_id".into(),
+                    sender_session_id.as_str().into(),
+                );
+            }
+            Self::SubagentSettled {
+                summary,
+                stop_reason,
+                sender_session_id,
+            } => {
+                map.insert("form".into(), "notice".into());
+                map.insert("summary".into(), summary.as_str().into());
+                if let Some(reason) = stop_reason {
+                    map.insert("stop_reason".into(), reason.as_str().into());
+                }
+                map.insert(
+                    "sender_session_id".into(),
+                    sender_session_id.as_str().into(),
+                );
+            }
+            Self::Other { fields, .. } => {
+                for (key, value) in fields {
+                    if key != "kind" {
+                        map.insert(key.clone(), value.clone());
+                    }
+                }
+            }
+        }
+        map.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for MessageSource {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let mut map = Map::deserialize(deserializer)?;
+        let kind = match map.remove("kind") {
+            Some(Value::String(kind)) => kind,
+            _ => return Err(D::Error::missing_field("kind")),
+        };
+        let sender = |map: &mut Map<String, Value>| -> Result<SessionId, D::Error> {
+            let value = map
+                .remove("sender_session_id")
+                .ok_or_else(|| D::Error::missing_field("sender_session_id"))?;
+            SessionId::deserialize(value).map_err(D::Error::custom)
+        };
+        Ok(match kind.as_str() {
+            "user" => Self::User,
+            "agent-message" => Self::AgentMessage {
+                sender_session_id: sender(&mut map)?,
+            },
+            "subagent-settled" => Self::SubagentSettled {
+                summary: match map.remove("summary") {
+                    Some(Value::String(summary)) => summary,
+                    _ => return Err(D::Error::missing_field("summary")),
+                },
+                stop_reason: match map.remove("stop_reason") {
+                    Some(Value::String(reason)) => Some(StopReason::new(reason)),
+                    None | Some(Value::Null) => None,
+                    Some(_) => return Err(D::Error::custom("`stop_reason` must be a string")),
+                },
+                sender_session_id: sender(&mut map)?,
+            },
+            _ => Self::Other { kind, fields: map },
+        })
+    }
+}
+
+/// One identified piece of input for an agent's inbox.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserMessage {
+    /// The message's durable identity.
+    pub id: MessageId,
+    /// What the message says.
+    pub content: Vec<ContentBlock>,
+    /// Who supplied it.
+    pub source: MessageSource,
+}
+
+impl UserMessage {
+    /// A message with a fresh id.
+    pub fn new(content: Vec<ContentBlock>, source: MessageSource) -> Self {
+        Self {
+            id: MessageId::generate(),
+            content,
+            source,
+        }
+    }
+
+    /// A user-authored text message with a fresh id.
+    pub fn user_text(text: impl Into<String>) -> Self {
+        Self::new(vec![ContentBlock::text(text)], MessageSource::User)
+    }
+}
+
+/// Which of the two ordered inbox lists a message joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum InboxTarget {
+    /// Queue: the message opens (or joins the start of) a later turn.
+    NextTurn,
+    /// Steer: the message enters the running turn at its next step boundary.
+    NextStep,
+}
+
+/// A tool call requested by the model.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ToolCall {
+    /// Correlates the call with its result.
+    pub call_id: CallId,
+    /// The tool's registered name.
+    pub name: String,
+    /// The arguments as the model wrote them.
+    pub input: Value,
+}
+
+/// Token usage reported for one model request.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Usage {
+    /// Prompt tokens.
+    pub input_tokens: u64,
+    /// Completion tokens.
+    pub output_tokens: u64,
+}
+
+impl std::ops::AddAssign for Usage {
+    fn add_assign(&mut self, other: Self) {
+        self.input_tokens += other.input_tokens;
+        self.output_tokens += other.output_tokens;
+    }
+}
+
+/// One message of the conversation a model is shown.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Message {
+    /// Input from the user or another source, attributed.
+    User {
+        /// What it says.
+        content: Vec<ContentBlock>,
+        /// Who supplied it.
+        source: MessageSource,
+    },
+    /// What the model said and the tools it called.
+    Assistant {
+        /// The assistant's text.
+        content: Vec<ContentBlock>,
+        /// The calls it made, in order.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        tool_calls: Vec<ToolCall>,
+    },
+    /// The result of one tool call.
+    Tool {
+        /// The call this answers.
+        call_id: CallId,
+        /// The result content.
+        content: Vec<ContentBlock>,
+        /// Whether the result reports a failure.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        is_error: bool,
+    },
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sources_round_trip_including_unknown_kinds() {
+        let sender = SessionId::new("child-1").unwrap();
+        let sources = [
+            MessageSource::User,
+            MessageSource::AgentMessage {
+                sender_session_id: sender.clone(),
+            },
+            MessageSource::SubagentSettled {
+                summary: "child-1 completed".into(),
+                stop_reason: Some(StopReason::COMPLETED),
+                sender_session_id: sender,
+            },
+            serde_json::from_str(r#"{"kind":"team-message","team":"t1","from":"a"}"#).unwrap(),
+        ];
+        for source in sources {
+            let json = serde_json::to_string(&source).unwrap();
+            let back: MessageSource = serde_json::from_str(&json).unwrap();
+            assert_eq!(back, source, "{json}");
+        }
+        let other: MessageSource =
+            serde_json::from_str(r#"{"kind":"team-message","team":"t1"}"#).unwrap();
+        assert_eq!(other.kind(), "team-message");
+        assert_eq!(
+            serde_json::to_string(&other).unwrap(),
+            r#"{"kind":"team-message","team":"t1"}"#
+        );
+    }
+
+    #[test]
+    fn a_relay_without_its_sender_is_rejected() {
+        let err = serde_json::from_str::<MessageSource>(r#"{"kind":"agent-message"}"#);
+        assert!(err.unwrap_err().to_string().contains("sender_session_id"));
+        let bad_id = serde_json::from_str::<MessageSource>(
+            r#"{"kind":"agent-message","sender_session_id":"../x"}"#,
+        );
+        assert!(bad_id.is_err());
+    }
+}

@@ -1,0 +1,195 @@
+//! Agent options and compositions: which model route an agent uses, and the
+//! named presets (persona, tool set, model route) an agent is composed from.
+//! Plain data with merge rules; recorded in the session header so that a
+//! resume restores exactly what the agent ran with.
+
+use std::collections::BTreeSet;
+
+use serde::{Deserialize, Serialize};
+
+/// Per-agent model options. Every field is optional; a missing field is
+/// inherited by [`AgentOptions::merged_over`].
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AgentOptions {
+    /// The model provider route (a name the host maps to a model client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provider: Option<String>,
+    /// The model id, interpreted by the provider.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    /// Reasoning effort (`low`, `medium`, `high`, or a provider's own word).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reasoning_effort: Option<String>,
+    /// Cap on output tokens for each model request; must be positive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_output_tokens: Option<u32>,
+}
+
+impl AgentOptions {
+    /// These options with every missing field taken from `base`: `self` wins.
+    #[must_use]
+    pub fn merged_over(&self, base: &AgentOptions) -> AgentOptions {
+        AgentOptions {
+            provider: self.provider.clone().or_else(|| base.provider.clone()),
+            model: self.model.clone().or_else(|| base.model.clone()),
+            reasoning_effort: self
+                .reasoning_effort
+                .clone()
+                .or_else(|| base.reasoning_effort.clone()),
+            max_output_tokens: self.max_output_tokens.or(base.max_output_tokens),
+        }
+    }
+
+    /// Whether no field is set.
+    pub fn is_empty(&self) -> bool {
+        *self == AgentOptions::default()
+    }
+}
+
+/// A restriction of the tools an agent may see and run. A restricted tool
+/// vanishes from the model-visible list and refuses to execute; naming a tool
+/// that does not exist is an error where the restriction is applied.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case", deny_unknown_fields)]
+pub enum ToolRestriction {
+    /// Only these tools.
+    Allow(BTreeSet<String>),
+    /// Every tool but these.
+    Deny(BTreeSet<String>),
+}
+
+impl ToolRestriction {
+    /// An allow-list.
+    pub fn allow<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
+        Self::Allow(names.into_iter().map(Into::into).collect())
+    }
+
+    /// A deny-list.
+    pub fn deny<I: IntoIterator<Item = S>, S: Into<String>>(names: I) -> Self {
+        Self::Deny(names.into_iter().map(Into::into).collect())
+    }
+
+    /// Whether the restriction lets `name` through.
+    pub fn permits(&self, name: &str) -> bool {
+        match self {
+            Self::Allow(names) => names.contains(name),
+            Self::Deny(names) => !names.contains(name),
+        }
+    }
+
+    /// The names the restriction mentions.
+    pub fn names(&self) -> &BTreeSet<String> {
+        match self {
+            Self::Allow(names) | Self::Deny(names) => names,
+        }
+    }
+}
+
+/// A named composition: a persona, a tool set and a model route that agents
+/// can be created from. Data only; a host keeps its presets in a
+/// [`PresetCatalog`].
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Preset {
+    /// The preset's id, recorded in the header of every agent composed from it.
+    pub id: String,
+    /// The persona template (strict `{{var}}` interpolation); `None` keeps the host's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persona: Option<String>,
+    /// The names of the host tools this preset exposes; `None` means all of them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<BTreeSet<String>>,
+    /// The model route.
+    #[serde(default, skip_serializing_if = "AgentOptions::is_empty")]
+    pub options: AgentOptions,
+}
+
+/// The presets a host offers, by id.
+#[derive(Debug, Clone, Default)]
+pub struct PresetCatalog {
+    presets: std::collections::BTreeMap<String, Preset>,
+}
+
+impl PresetCatalog {
+    /// An empty catalog.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add or replace a preset.
+    #[must_use]
+    pub fn with(mut self, preset: Preset) -> Self {
+        self.presets.insert(preset.id.clone(), preset);
+        self
+    }
+
+    /// The preset with this id.
+    pub fn get(&self, id: &str) -> Option<&Preset> {
+        self.presets.get(id)
+    }
+
+    /// Every preset, by id.
+    pub fn iter(&self) -> impl Iterator<Item = &Preset> {
+        self.presets.values()
+    }
+}
+
+/// What an agent is composed of: the preset it joined (if any) and the
+/// per-agent settings applied on top of it. Recorded in the session header
+/// and restored on resume.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Composition {
+    /// The preset id; `None` is the host's base composition.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub preset: Option<String>,
+    /// A persona that shadows the preset's or host's for this agent alone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub persona: Option<String>,
+    /// A tool restriction applied on top of the preset's tool set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tools: Option<ToolRestriction>,
+    /// Option overrides applied over the preset's route.
+    #[serde(default, skip_serializing_if = "AgentOptions::is_empty")]
+    pub options: AgentOptions,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn merge_prefers_the_override_and_fills_gaps_from_the_base() {
+        let base = AgentOptions {
+            provider: Some("openai".into()),
+            model: Some("base".into()),
+            reasoning_effort: None,
+            max_output_tokens: Some(100),
+        };
+        let over = AgentOptions {
+            model: Some("child".into()),
+            reasoning_effort: Some("high".into()),
+            ..AgentOptions::default()
+        };
+        let merged = over.merged_over(&base);
+        assert_eq!(merged.provider.as_deref(), Some("openai"));
+        assert_eq!(merged.model.as_deref(), Some("child"));
+        assert_eq!(merged.reasoning_effort.as_deref(), Some("high"));
+        assert_eq!(merged.max_output_tokens, Some(100));
+    }
+
+    #[test]
+    fn restrictions_permit_and_round_trip() {
+        let allow = ToolRestriction::allow(["read"]);
+        assert!(allow.permits("read") && !allow.permits("write"));
+        let deny = ToolRestriction::deny(["write"]);
+        assert!(deny.permits("read") && !deny.permits("write"));
+        let json = serde_json::to_string(&deny).unwrap();
+        assert_eq!(json, r#"{"deny":["write"]}"#);
+        assert_eq!(
+            serde_json::from_str::<ToolRestriction>(&json).unwrap(),
+            deny
+        );
+    }
+}

@@ -1,0 +1,248 @@
+//! Projections: named, replayable folds over a session log. A projection
+//! sees the header and then each event in order and builds a state from
+//! nothing else, so replaying the same log always yields the same state. Two
+//! folds every agent loop needs live here: the model-visible transcript and
+//! the pending inbox.
+
+use std::collections::{BTreeMap, HashMap};
+
+use crate::id::MessageId;
+use crate::message::{InboxTarget, Message, UserMessage};
+use crate::session::{EventPayload, SessionEvent, SessionHeader};
+
+/// A named fold over a session log.
+pub trait Projection {
+    /// The state it builds.
+    type State;
+
+    /// A stable name (for catalogues and diagnostics).
+    fn name(&self) -> &'static str;
+
+    /// The state before any event.
+    fn init(&self, header: &SessionHeader) -> Self::State;
+
+    /// Fold one event into the state.
+    fn apply(&self, state: &mut Self::State, event: &SessionEvent);
+}
+
+/// Fold a whole log.
+pub fn replay<P: Projection>(
+    projection: &P,
+    header: &SessionHeader,
+    events: &[SessionEvent],
+) -> P::State {
+    let mut state = projection.init(header);
+    for event in events {
+        projection.apply(&mut state, event);
+    }
+    state
+}
+
+/// The conversation a model is shown, derived from the log: user messages,
+/// assistant messages with their tool calls, and tool results.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TranscriptProjection;
+
+impl Projection for TranscriptProjection {
+    type State = Vec<Message>;
+
+    fn name(&self) -> &'static str {
+        "transcript"
+    }
+
+    fn init(&self, _header: &SessionHeader) -> Self::State {
+        Vec::new()
+    }
+
+    fn apply(&self, messages: &mut Self::State, event: &SessionEvent) {
+        match &event.payload {
+            EventPayload::UserMessage(entry) => messages.push(Message::User {
+                content: entry.message.content.clone(),
+                source: entry.message.source.clone(),
+            }),
+            EventPayload::AssistantMessage(entry) => messages.push(Message::Assistant {
+                content: entry.content.clone(),
+                tool_calls: Vec::new(),
+            }),
+            EventPayload::ToolCall(call) => match messages.last_mut() {
+                Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call.clone()),
+                _ => messages.push(Message::Assistant {
+                    content: Vec::new(),
+                    tool_calls: vec![call.clone()],
+                }),
+            },
+            EventPayload::ToolResult(result) => messages.push(Message::Tool {
+                call_id: result.call_id.clone(),
+                content: result.content.clone(),
+                is_error: result.is_error,
+            }),
+            _ => {}
+        }
+    }
+}
+
+/// One pending inbox item.
+#[derive(Debug, Clone, PartialEq)]
+pub struct PendingItem {
+    /// The message.
+    pub message: UserMessage,
+    /// Its list.
+    pub target: InboxTarget,
+    /// Whether it may wake the agent.
+    pub wake: bool,
+}
+
+/// The pending inbox: accepted minus claimed minus discarded, in acceptance order.
+#[derive(Debug, Clone, Default)]
+pub struct PendingInbox {
+    items: BTreeMap<u64, PendingItem>,
+    index: HashMap<MessageId, u64>,
+}
+
+impl PendingInbox {
+    /// Pending items in acceptance order.
+    pub fn items(&self) -> impl Iterator<Item = &PendingItem> {
+        self.items.values()
+    }
+
+    /// How many items are pending.
+    pub fn len(&self) -> usize {
+        self.items.len()
+    }
+
+    /// Whether nothing is pending.
+    pub fn is_empty(&self) -> bool {
+        self.items.is_empty()
+    }
+
+    /// Take every pending item out, in acceptance order.
+    pub fn into_items(self) -> Vec<PendingItem> {
+        self.items.into_values().collect()
+    }
+}
+
+/// Folds the pending inbox, the set a resume must still deliver.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PendingInboxProjection;
+
+impl Projection for PendingInboxProjection {
+    type State = PendingInbox;
+
+    fn name(&self) -> &'static str {
+        "pending-inbox"
+    }
+
+    fn init(&self, _header: &SessionHeader) -> Self::State {
+        PendingInbox::default()
+    }
+
+    fn apply(&self, state: &mut Self::State, event: &SessionEvent) {
+        match &event.payload {
+            EventPayload::InboxAccepted(accepted) => {
+                state.index.insert(accepted.message.id.clone(), event.seq);
+                state.items.insert(
+                    event.seq,
+                    PendingItem {
+                        message: accepted.message.clone(),
+                        target: accepted.target,
+                        wake: accepted.wake,
+                    },
+                );
+            }
+            EventPayload::InboxClaimed(ids) | EventPayload::InboxDiscarded(ids) => {
+                for id in &ids.message_ids {
+                    if let Some(seq) = state.index.remove(id) {
+                        state.items.remove(&seq);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::content::ContentBlock;
+    use crate::id::{CallId, SessionId};
+    use crate::message::{MessageSource, ToolCall};
+    use crate::session::{AssistantEntry, InboxAccepted, InboxIds, ToolResultEntry, UserEntry};
+
+    fn log(payloads: Vec<EventPayload>) -> Vec<SessionEvent> {
+        payloads
+            .into_iter()
+            .enumerate()
+            .map(|(seq, payload)| SessionEvent {
+                seq: seq as u64,
+                time: 0,
+                payload,
+            })
+            .collect()
+    }
+
+    fn accepted(id: &str, target: InboxTarget) -> EventPayload {
+        EventPayload::InboxAccepted(InboxAccepted {
+            message: UserMessage {
+                id: MessageId::new(id),
+                content: vec![ContentBlock::text(id)],
+                source: MessageSource::User,
+            },
+            target,
+            wake: true,
+        })
+    }
+
+    #[test]
+    fn pending_is_accepted_minus_claimed_minus_discarded() {
+        let header = SessionHeader::new(SessionId::new("s").unwrap(), "/");
+        let events = log(vec![
+            accepted("a", InboxTarget::NextTurn),
+            accepted("b", InboxTarget::NextStep),
+            accepted("c", InboxTarget::NextTurn),
+            accepted("d", InboxTarget::NextTurn),
+            EventPayload::InboxClaimed(InboxIds {
+                message_ids: vec![MessageId::new("a")],
+            }),
+            EventPayload::InboxDiscarded(InboxIds {
+                message_ids: vec![MessageId::new("c")],
+            }),
+        ]);
+        let pending = replay(&PendingInboxProjection, &header, &events);
+        let ids: Vec<&str> = pending
+            .items()
+            .map(|item| item.message.id.as_str())
+            .collect();
+        assert_eq!(ids, ["b", "d"]);
+    }
+
+    #[test]
+    fn transcript_attaches_tool_calls_to_their_assistant_message() {
+        let header = SessionHeader::new(SessionId::new("s").unwrap(), "/");
+        let call = ToolCall {
+            call_id: CallId::new("c1"),
+            name: "read".into(),
+            input: serde_json::json!({}),
+        };
+        let events = log(vec![
+            EventPayload::UserMessage(UserEntry {
+                message: UserMessage::user_text("hi"),
+            }),
+            EventPayload::AssistantMessage(AssistantEntry {
+                content: vec![ContentBlock::text("let me look")],
+            }),
+            EventPayload::ToolCall(call.clone()),
+            EventPayload::ToolResult(ToolResultEntry {
+                call_id: CallId::new("c1"),
+                name: "read".into(),
+                content: vec![ContentBlock::text("data")],
+                is_error: false,
+            }),
+        ]);
+        let messages = replay(&TranscriptProjection, &header, &events);
+        assert_eq!(messages.len(), 3);
+        assert!(
+            matches!(&messages[1], Message::Assistant { tool_calls, .. } if tool_calls == &vec![call])
+        );
+    }
+}

@@ -1,0 +1,420 @@
+//! The durable session vocabulary: the header that opens every log and the
+//! events that follow it. A log is the single source of truth for an agent;
+//! every other view (the transcript, the pending inbox, a catalog) is a fold
+//! over these events. The JSON shape here is a contract with every later
+//! release: change it only by adding optional fields or new event types.
+
+use std::borrow::Cow;
+use std::path::PathBuf;
+
+use serde::de::Error as _;
+use serde::ser::SerializeStruct;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+use serde_json::value::RawValue;
+
+use crate::content::ContentBlock;
+use crate::id::{CallId, MessageId, SessionId};
+use crate::message::{InboxTarget, ToolCall, Usage, UserMessage};
+use crate::options::Composition;
+use crate::stop::StopReason;
+
+/// The version of the durable format this crate writes.
+pub const FORMAT_VERSION: u32 = 1;
+
+/// The first line of every session log.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionHeader {
+    /// Durable format version ([`FORMAT_VERSION`]).
+    pub format: u32,
+    /// The session's identity.
+    pub id: SessionId,
+    /// The session that created this one, for a child.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parent_session: Option<SessionId>,
+    /// The project this session belongs to (a child keeps its parent's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub origin: Option<String>,
+    /// Delegation depth: 0 for a root, parent + 1 for a child.
+    #[serde(default)]
+    pub delegation_depth: u32,
+    /// The working directory the session started in.
+    pub cwd: PathBuf,
+    /// How many events at the start of the log are a seed copied from another
+    /// log (a fork's inherited prefix) rather than this session's own.
+    #[serde(default)]
+    pub seed_len: u64,
+    /// Creation time, milliseconds since the Unix epoch.
+    pub created_at: u64,
+    /// The composition the agent runs with, restored on resume.
+    #[serde(default)]
+    pub composition: Composition,
+    /// Open metadata for other crates; unknown keys are kept.
+    #[serde(default, skip_serializing_if = "serde_json::Map::is_empty")]
+    pub extensions: serde_json::Map<String, Value>,
+}
+
+impl SessionHeader {
+    /// A root-session header with the current time.
+    pub fn new(id: SessionId, cwd: impl Into<PathBuf>) -> Self {
+        Self {
+            format: FORMAT_VERSION,
+            id,
+            parent_session: None,
+            origin: None,
+            delegation_depth: 0,
+            cwd: cwd.into(),
+            seed_len: 0,
+            created_at: now_millis(),
+            composition: Composition::default(),
+            extensions: serde_json::Map::new(),
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch, by the system clock.
+pub fn now_millis() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| {
+            u64::try_from(elapsed.as_millis()).unwrap_or(u64::MAX)
+        })
+}
+
+/// One entry of a session log: a contiguous sequence number from 0, a time,
+/// and a typed payload. On disk: `{"seq":..,"time":..,"type":..,"payload":{..}}`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SessionEvent {
+    /// Position in the log; the first event is 0 and there are no gaps.
+    pub seq: u64,
+    /// When it was appended, milliseconds since the Unix epoch.
+    pub time: u64,
+    /// What happened.
+    pub payload: EventPayload,
+}
+
+/// Input opened a turn.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnStart {
+    /// Turn number within the session, from 0.
+    pub turn: u64,
+}
+
+/// A turn ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnEnd {
+    /// The turn that ended.
+    pub turn: u64,
+    /// Why.
+    pub stop_reason: StopReason,
+    /// Facts about a non-completed end (a model error's kind, say); never
+    /// tool inputs, file contents or credentials.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<String>,
+}
+
+/// A step (one model request and the tools it called) began.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StepStart {
+    /// The turn it belongs to.
+    pub turn: u64,
+    /// Step number within the turn, from 0.
+    pub step: u64,
+}
+
+/// A message was accepted into the inbox. Written before acceptance is
+/// acknowledged to the sender.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboxAccepted {
+    /// The message.
+    pub message: UserMessage,
+    /// Which list it joined.
+    pub target: InboxTarget,
+    /// Whether it may wake the agent.
+    pub wake: bool,
+}
+
+/// Messages left the inbox: claimed by a turn, or discarded.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxIds {
+    /// The messages, in order.
+    pub message_ids: Vec<MessageId>,
+}
+
+/// A model-visible user-role message entered the conversation.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct UserEntry {
+    /// The message as claimed from the inbox.
+    pub message: UserMessage,
+}
+
+/// The model's text for one step.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AssistantEntry {
+    /// What it said (may be empty when it only called tools).
+    pub content: Vec<ContentBlock>,
+}
+
+/// The result of one tool call.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ToolResultEntry {
+    /// The call this answers.
+    pub call_id: CallId,
+    /// The tool's name.
+    pub name: String,
+    /// What the model is shown.
+    pub content: Vec<ContentBlock>,
+    /// Whether it reports a failure.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub is_error: bool,
+}
+
+/// What a session event records. Open: [`EventPayload::Extension`] carries
+/// event types defined by other crates (a subagent catalog entry, a team
+/// message), kept verbatim.
+#[derive(Debug, Clone, PartialEq)]
+pub enum EventPayload {
+    /// `turn/start`
+    TurnStart(TurnStart),
+    /// `turn/end`
+    TurnEnd(TurnEnd),
+    /// `step/start`
+    StepStart(StepStart),
+    /// `inbox/accepted`
+    InboxAccepted(InboxAccepted),
+    /// `inbox/claimed`
+    InboxClaimed(InboxIds),
+    /// `inbox/discarded`
+    InboxDiscarded(InboxIds),
+    /// `user/message`
+    UserMessage(UserEntry),
+    /// `assistant/message`
+    AssistantMessage(AssistantEntry),
+    /// `tool/call`
+    ToolCall(ToolCall),
+    /// `tool/result`
+    ToolResult(ToolResultEntry),
+    /// `usage`
+    Usage(Usage),
+    /// Any other type, defined by another crate.
+    Extension {
+        /// The event type, `namespace/name` by convention.
+        kind: String,
+        /// Its payload.
+        payload: Value,
+    },
+}
+
+impl EventPayload {
+    /// The `type` tag written to the log.
+    pub fn kind(&self) -> &str {
+        match self {
+            Self::TurnStart(_) => "turn/start",
+            Self::TurnEnd(_) => "turn/end",
+            Self::StepStart(_) => "step/start",
+            Self::InboxAccepted(_) => "inbox/accepted",
+            Self::InboxClaimed(_) => "inbox/claimed",
+            Self::InboxDiscarded(_) => "inbox/discarded",
+            Self::UserMessage(_) => "user/message",
+            Self::AssistantMessage(_) => "assistant/message",
+            Self::ToolCall(_) => "tool/call",
+            Self::ToolResult(_) => "tool/result",
+            Self::Usage(_) => "usage",
+            Self::Extension { kind, .. } => kind,
+        }
+    }
+
+    /// Whether `kind` names one of the types this crate defines (an
+    /// extension must not reuse them).
+    pub fn is_builtin_kind(kind: &str) -> bool {
+        matches!(
+            kind,
+            "turn/start"
+                | "turn/end"
+                | "step/start"
+                | "inbox/accepted"
+                | "inbox/claimed"
+                | "inbox/discarded"
+                | "user/message"
+                | "assistant/message"
+                | "tool/call"
+                | "tool/result"
+                | "usage"
+        )
+    }
+
+    fn from_raw(kind: &str, payload: &str) -> serde_json::Result<Self> {
+        use serde_json::from_str as parse;
+        Ok(match kind {
+            "turn/start" => Self::TurnStart(parse(payload)?),
+            "turn/end" => Self::TurnEnd(parse(payload)?),
+            "step/start" => Self::StepStart(parse(payload)?),
+            "inbox/accepted" => Self::InboxAccepted(parse(payload)?),
+            "inbox/claimed" => Self::InboxClaimed(parse(payload)?),
+            "inbox/discarded" => Self::InboxDiscarded(parse(payload)?),
+            "user/message" => Self::UserMessage(parse(payload)?),
+            "assistant/message" => Self::AssistantMessage(parse(payload)?),
+            "tool/call" => Self::ToolCall(parse(payload)?),
+            "tool/result" => Self::ToolResult(parse(payload)?),
+            "usage" => Self::Usage(parse(payload)?),
+            other => Self::Extension {
+                kind: other.to_owned(),
+                payload: parse(payload)?,
+            },
+        })
+    }
+}
+
+impl SessionEvent {
+    /// Parse one log line. Faster than going through [`serde_json::Value`]:
+    /// the payload is parsed once, straight into its type.
+    ///
+    /// # Errors
+    /// The line is not a well-formed event.
+    pub fn from_json_line(line: &str) -> serde_json::Result<Self> {
+        #[derive(Deserialize)]
+        struct Borrowed<'a> {
+            seq: u64,
+            time: u64,
+            #[serde(rename = "type", borrow)]
+            kind: Cow<'a, str>,
+            #[serde(borrow)]
+            payload: &'a RawValue,
+        }
+        let raw: Borrowed<'_> = serde_json::from_str(line)?;
+        Ok(Self {
+            seq: raw.seq,
+            time: raw.time,
+            payload: EventPayload::from_raw(&raw.kind, raw.payload.get())?,
+        })
+    }
+
+    /// Serialise as one log line (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        // Serialising plain data into a String cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+
+    /// Whether this event closes a turn.
+    pub fn is_turn_end(&self) -> bool {
+        matches!(self.payload, EventPayload::TurnEnd(_))
+    }
+}
+
+impl Serialize for SessionEvent {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        let mut s = serializer.serialize_struct("SessionEvent", 4)?;
+        s.serialize_field("seq", &self.seq)?;
+        s.serialize_field("time", &self.time)?;
+        s.serialize_field("type", self.payload.kind())?;
+        match &self.payload {
+            EventPayload::TurnStart(p) => s.serialize_field("payload", p)?,
+            EventPayload::TurnEnd(p) => s.serialize_field("payload", p)?,
+            EventPayload::StepStart(p) => s.serialize_field("payload", p)?,
+            EventPayload::InboxAccepted(p) => s.serialize_field("payload", p)?,
+            EventPayload::InboxClaimed(p) | EventPayload::InboxDiscarded(p) => {
+                s.serialize_field("payload", p)?;
+            }
+            EventPayload::UserMessage(p) => s.serialize_field("payload", p)?,
+            EventPayload::AssistantMessage(p) => s.serialize_field("payload", p)?,
+            EventPayload::ToolCall(p) => s.serialize_field("payload", p)?,
+            EventPayload::ToolResult(p) => s.serialize_field("payload", p)?,
+            EventPayload::Usage(p) => s.serialize_field("payload", p)?,
+            EventPayload::Extension { payload, .. } => s.serialize_field("payload", payload)?,
+        }
+        s.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for SessionEvent {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        struct Owned {
+            seq: u64,
+            time: u64,
+            #[serde(rename = "type")]
+            kind: String,
+            payload: Value,
+        }
+        let raw = Owned::deserialize(deserializer)?;
+        let payload = serde_json::to_string(&raw.payload).map_err(D::Error::custom)?;
+        Ok(Self {
+            seq: raw.seq,
+            time: raw.time,
+            payload: EventPayload::from_raw(&raw.kind, &payload).map_err(D::Error::custom)?,
+        })
+    }
+}
+
+/// The balanced completed-turn prefix of a log: every event up to and
+/// including the last `turn/end`, or nothing when no turn has completed. An
+/// in-flight turn is excluded, so the prefix replays cleanly as a seed.
+pub fn completed_turn_prefix(events: &[SessionEvent]) -> &[SessionEvent] {
+    match events.iter().rposition(SessionEvent::is_turn_end) {
+        Some(last) => &events[..=last],
+        None => &[],
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::message::MessageSource;
+
+    fn event(seq: u64, payload: EventPayload) -> SessionEvent {
+        SessionEvent {
+            seq,
+            time: 1_700_000_000_000 + seq,
+            payload,
+        }
+    }
+
+    #[test]
+    fn both_parsers_agree_and_round_trip() {
+        let events = [
+            event(0, EventPayload::TurnStart(TurnStart { turn: 0 })),
+            event(
+                1,
+                EventPayload::InboxAccepted(InboxAccepted {
+                    message: UserMessage {
+                        id: MessageId::new("m-1"),
+                        content: vec![ContentBlock::text("hi")],
+                        source: MessageSource::User,
+                    },
+                    target: InboxTarget::NextTurn,
+                    wake: true,
+                }),
+            ),
+            event(
+                2,
+                EventPayload::Extension {
+                    kind: "subagent/child".into(),
+                    payload: serde_json::json!({"name": "a"}),
+                },
+            ),
+        ];
+        for ev in events {
+            let line = ev.to_json_line();
+            assert_eq!(SessionEvent::from_json_line(&line).unwrap(), ev);
+            assert_eq!(serde_json::from_str::<SessionEvent>(&line).unwrap(), ev);
+        }
+    }
+
+    #[test]
+    fn prefix_stops_at_the_last_turn_end() {
+        let end = |seq| {
+            event(
+                seq,
+                EventPayload::TurnEnd(TurnEnd {
+                    turn: 0,
+                    stop_reason: StopReason::COMPLETED,
+                    diagnostic: None,
+                }),
+            )
+        };
+        let start = |seq| event(seq, EventPayload::TurnStart(TurnStart { turn: 0 }));
+        let log = vec![start(0), end(1), start(2), end(3), start(4)];
+        assert_eq!(completed_turn_prefix(&log).len(), 4);
+        assert!(completed_turn_prefix(&log[..1]).is_empty());
+    }
+}

@@ -1,0 +1,87 @@
+//! The stop-reason vocabulary: why a turn or a run ended. It is an open set,
+//! a string newtype with the known reasons as constants, so a backend can add
+//! its own without a change here; consumers branch on the known ones and
+//! treat anything else as failure.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+/// Why a turn or a run ended. Compare with the constants; an unknown value is
+/// a failure for every consumer that does not know it.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct StopReason(Cow<'static, str>);
+
+impl StopReason {
+    /// The work finished normally.
+    pub const COMPLETED: Self = Self(Cow::Borrowed("completed"));
+    /// Cancelled by a signal, an interrupt or disposal.
+    pub const ABORTED: Self = Self(Cow::Borrowed("aborted"));
+    /// A model, transport or tool-infrastructure failure.
+    pub const ERROR: Self = Self(Cow::Borrowed("error"));
+    /// The model hit its output-token ceiling before finishing.
+    pub const MAX_TOKENS: Self = Self(Cow::Borrowed("max-tokens"));
+    /// The model declined the task.
+    pub const REFUSAL: Self = Self(Cow::Borrowed("refusal"));
+
+    /// A reason by name; known names compare equal to their constants.
+    pub fn new(reason: impl Into<Cow<'static, str>>) -> Self {
+        Self(reason.into())
+    }
+
+    /// The reason as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+
+    /// Whether this is [`StopReason::COMPLETED`], the only success.
+    pub fn is_completed(&self) -> bool {
+        *self == Self::COMPLETED
+    }
+
+    /// Whether this is one of the five reasons this crate defines.
+    pub fn is_known(&self) -> bool {
+        [
+            Self::COMPLETED,
+            Self::ABORTED,
+            Self::ERROR,
+            Self::MAX_TOKENS,
+            Self::REFUSAL,
+        ]
+        .contains(self)
+    }
+}
+
+impl fmt::Display for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for StopReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "StopReason({})", self.0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn known_reasons_round_trip_and_unknown_ones_are_failures() {
+        let parsed: StopReason = serde_json::from_str("\"max-tokens\"").unwrap();
+        assert_eq!(parsed, StopReason::MAX_TOKENS);
+        assert!(parsed.is_known());
+        let custom: StopReason = serde_json::from_str("\"rate-limited\"").unwrap();
+        assert!(!custom.is_known());
+        assert!(!custom.is_completed());
+        assert_eq!(custom, StopReason::new("rate-limited"));
+        assert_eq!(
+            serde_json::to_string(&StopReason::ABORTED).unwrap(),
+            "\"aborted\""
+        );
+    }
+}

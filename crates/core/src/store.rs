@@ -1,0 +1,188 @@
+//! The session store seam: where logs live. A store creates a log from a
+//! header and an optional seed, opens it for appending (one writer at a time),
+//! and loads it read-only for anyone else. Implementations decide the medium;
+//! they must never reorder, skip or invent events.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+use crate::id::SessionId;
+use crate::session::{SessionEvent, SessionHeader};
+
+/// When a durable store forces written events to stable storage (fsync).
+///
+/// It decides only *when* fsync runs, never *whether* an event is written:
+/// every append is handed to the operating system before it returns, so a
+/// crashed process loses nothing it acknowledged. What fsync adds is survival
+/// of a machine or power failure.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Durability {
+    /// Never fsync; the OS writes back when it likes. Fastest.
+    None,
+    /// Fsync at turn boundaries (a checkpoint) and when a log is created.
+    /// The default: a power failure loses at most the turn in flight.
+    #[default]
+    TurnBoundary,
+    /// Fsync after every append. Slowest: one disk flush per append.
+    EveryEvent,
+}
+
+/// A torn last line found and cut off when a log was opened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TornTail {
+    /// The file that held it.
+    pub path: PathBuf,
+    /// Its 1-based line number.
+    pub line: u64,
+    /// How many bytes were cut (or would be, for a read-only load).
+    pub bytes: u64,
+}
+
+/// A log as read from a store.
+#[derive(Debug, Clone)]
+pub struct LoadedSession {
+    /// The header.
+    pub header: SessionHeader,
+    /// Every event, contiguous from seq 0.
+    pub events: Vec<SessionEvent>,
+    /// The torn last line that was (when opening) or would be (when loading) cut.
+    pub torn_tail: Option<TornTail>,
+}
+
+/// Why a store operation failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum StoreError {
+    /// No log with this id.
+    #[error("session `{0}` does not exist")]
+    NotFound(SessionId),
+    /// A log with this id already exists.
+    #[error("session `{0}` already exists")]
+    Exists(SessionId),
+    /// Another writer holds the log.
+    #[error("session `{0}` is open for writing elsewhere")]
+    Busy(SessionId),
+    /// A line that is not the torn last one could not be read.
+    #[error("{}:{line}: corrupt session log: {message}", path.display())]
+    Corrupt {
+        /// The file.
+        path: PathBuf,
+        /// 1-based line number.
+        line: u64,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// Events given to append or create were not contiguous with the log.
+    #[error("session `{id}`: expected event seq {expected}, got {got}")]
+    OutOfSequence {
+        /// The session.
+        id: SessionId,
+        /// The seq the log needs next.
+        expected: u64,
+        /// The seq offered.
+        got: u64,
+    },
+    /// The medium failed.
+    #[error("{}: {source}", path.display())]
+    Io {
+        /// The path involved.
+        path: PathBuf,
+        /// The OS error.
+        #[source]
+        source: Arc<std::io::Error>,
+    },
+}
+
+impl StoreError {
+    /// A stable code for the error.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::NotFound(_) => "SESSION_NOT_FOUND",
+            Self::Exists(_) => "SESSION_EXISTS",
+            Self::Busy(_) => "SESSION_BUSY",
+            Self::Corrupt { .. } => "SESSION_CORRUPT",
+            Self::OutOfSequence { .. } => "OUT_OF_SEQUENCE",
+            Self::Io { .. } => "STORE_IO",
+        }
+    }
+}
+
+/// The append handle of one open log. Only one exists per log at a time;
+/// dropping it releases the log.
+#[async_trait]
+pub trait SessionLog: Send + Sync {
+    /// Append events, whose seqs must continue the log. Returns once they are
+    /// written (and synced, under [`Durability::EveryEvent`]).
+    ///
+    /// # Errors
+    /// [`StoreError::OutOfSequence`] or an I/O failure; on failure nothing of
+    /// the batch counts as written and the handle must not be used further.
+    async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError>;
+
+    /// A turn boundary: under [`Durability::TurnBoundary`], sync to stable storage.
+    ///
+    /// # Errors
+    /// An I/O failure.
+    async fn checkpoint(&self) -> Result<(), StoreError>;
+}
+
+/// Where session logs live.
+#[async_trait]
+pub trait SessionStore: Send + Sync + 'static {
+    /// Create a log holding `header` and then `seed` (seqs from 0), and open
+    /// it for appending. Either the whole log exists afterwards or none of it.
+    ///
+    /// # Errors
+    /// [`StoreError::Exists`], [`StoreError::OutOfSequence`], or an I/O failure.
+    async fn create(
+        &self,
+        header: &SessionHeader,
+        seed: &[SessionEvent],
+    ) -> Result<Arc<dyn SessionLog>, StoreError>;
+
+    /// Open an existing log for appending, cutting a torn last line (reported
+    /// in [`LoadedSession::torn_tail`]).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::Busy`], [`StoreError::Corrupt`], or I/O.
+    async fn open(
+        &self,
+        id: &SessionId,
+    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError>;
+
+    /// Read a log without opening it for writing; a torn last line is left in
+    /// place and ignored (a writer may be mid-append).
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::Corrupt`], or I/O.
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError>;
+
+    /// Read only the header.
+    ///
+    /// # Errors
+    /// As [`SessionStore::load`].
+    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
+        Ok(self.load(id).await?.header)
+    }
+
+    /// Whether a log exists.
+    ///
+    /// # Errors
+    /// An I/O failure.
+    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError>;
+
+    /// The ids of every log, sorted.
+    ///
+    /// # Errors
+    /// An I/O failure.
+    async fn list(&self) -> Result<Vec<SessionId>, StoreError>;
+
+    /// Delete a log that no writer holds.
+    ///
+    /// # Errors
+    /// [`StoreError::NotFound`], [`StoreError::Busy`], or I/O.
+    async fn remove(&self, id: &SessionId) -> Result<(), StoreError>;
+}
