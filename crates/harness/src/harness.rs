@@ -1,0 +1,446 @@
+//! The harness: the reference [`AgentFactory`]. It owns what every agent of a
+//! host shares (the session store, the live-agent registry, the model routes,
+//! the host tools, the presets, the system prompt and the task tracker every
+//! driver runs on) and composes each agent from it. Creation is a
+//! transaction: nothing is left behind when it fails or is cancelled before
+//! publication.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dsh_core::projection::{PendingInboxProjection, TranscriptProjection, replay};
+use dsh_core::session::{TurnEnd, completed_turn_prefix};
+use dsh_core::{
+    AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, Composition,
+    CreateAgent, EventPayload, Model, PresetCatalog, ResumeAgent, SessionEvent, SessionHeader,
+    SessionStore, StopReason, Tool,
+};
+use tokio_util::task::TaskTracker;
+
+use crate::agent::{LoopAgent, Restored};
+use crate::prompt::SystemPrompt;
+use crate::tools::{ScopedTools, ToolRegistry, ToolRegistryError};
+
+/// The models a host can route to, by provider name.
+#[derive(Clone, Default)]
+pub struct ModelRoutes {
+    routes: BTreeMap<String, Arc<dyn Model>>,
+    default: Option<String>,
+}
+
+impl std::fmt::Debug for ModelRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ModelRoutes")
+            .field("routes", &self.routes.keys().collect::<Vec<_>>())
+            .field("default", &self.default)
+            .finish()
+    }
+}
+
+impl ModelRoutes {
+    /// No routes.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Add a route; the first one added is the default.
+    #[must_use]
+    pub fn route(mut self, provider: impl Into<String>, model: Arc<dyn Model>) -> Self {
+        let provider = provider.into();
+        self.default.get_or_insert_with(|| provider.clone());
+        self.routes.insert(provider, model);
+        self
+    }
+
+    /// Make `provider` the route used when an agent names none.
+    #[must_use]
+    pub fn default_route(mut self, provider: impl Into<String>) -> Self {
+        self.default = Some(provider.into());
+        self
+    }
+
+    /// The model for `provider`, or the default route's for `None`.
+    pub fn resolve(&self, provider: Option<&str>) -> Option<&Arc<dyn Model>> {
+        self.routes.get(provider.or(self.default.as_deref())?)
+    }
+
+    /// The default provider name.
+    pub fn default_provider(&self) -> Option<&str> {
+        self.default.as_deref()
+    }
+}
+
+/// What an agent is built from once its composition is resolved.
+pub(crate) struct Composed {
+    pub(crate) model: Arc<dyn Model>,
+    pub(crate) options: AgentOptions,
+    pub(crate) tools: ScopedTools,
+    pub(crate) system: String,
+}
+
+/// Shared state of one harness.
+pub(crate) struct Shared {
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) registry: AgentRegistry,
+    pub(crate) tasks: TaskTracker,
+    models: ModelRoutes,
+    tools: ToolRegistry,
+    presets: PresetCatalog,
+    prompt: SystemPrompt,
+    defaults: AgentOptions,
+}
+
+impl Shared {
+    /// Resolve a composition into a model, options, tools and a rendered
+    /// system prompt; every failure here is a composition error, raised
+    /// before anything is written.
+    pub(crate) fn compose(
+        &self,
+        composition: &Composition,
+        setup: &AgentSetup,
+    ) -> Result<Composed, AgentError> {
+        let preset = match &composition.preset {
+            Some(id) => Some(
+                self.presets
+                    .get(id)
+                    .ok_or_else(|| AgentError::Composition(format!("unknown preset `{id}`")))?,
+            ),
+            None => None,
+        };
+        let route = preset.map(|p| p.options.clone()).unwrap_or_default();
+        let options = composition
+            .options
+            .merged_over(&route)
+            .merged_over(&self.defaults);
+        if options.max_output_tokens == Some(0) {
+            return Err(AgentError::Composition(
+                "max_output_tokens must be positive".into(),
+            ));
+        }
+        let model = self
+            .models
+            .resolve(options.provider.as_deref())
+            .cloned()
+            .ok_or_else(|| {
+                AgentError::Composition(match &options.provider {
+                    Some(provider) => format!("no model route named `{provider}`"),
+                    None => "no model route is configured".into(),
+                })
+            })?;
+        let tools = ScopedTools::compose(
+            &self.tools,
+            preset.and_then(|p| p.tools.as_ref()),
+            composition.tools.as_ref(),
+            &setup.tools,
+        )
+        .map_err(|err: ToolRegistryError| AgentError::Composition(err.to_string()))?;
+        let persona = composition
+            .persona
+            .as_deref()
+            .or_else(|| preset.and_then(|p| p.persona.as_deref()));
+        let system = self
+            .prompt
+            .render(persona, &setup.vars)
+            .map_err(|err| AgentError::Composition(err.to_string()))?;
+        Ok(Composed {
+            model,
+            options,
+            tools,
+            system,
+        })
+    }
+}
+
+/// Builds a [`Harness`].
+pub struct HarnessBuilder {
+    store: Arc<dyn SessionStore>,
+    registry: AgentRegistry,
+    models: ModelRoutes,
+    tools: ToolRegistry,
+    presets: PresetCatalog,
+    prompt: SystemPrompt,
+    defaults: AgentOptions,
+}
+
+impl HarnessBuilder {
+    /// Share an existing registry (several factories publishing into one runtime).
+    #[must_use]
+    pub fn registry(mut self, registry: AgentRegistry) -> Self {
+        self.registry = registry;
+        self
+    }
+
+    /// The model routes.
+    #[must_use]
+    pub fn models(mut self, models: ModelRoutes) -> Self {
+        self.models = models;
+        self
+    }
+
+    /// Route every agent to one model (provider name `default`).
+    #[must_use]
+    pub fn model(self, model: Arc<dyn Model>) -> Self {
+        self.models(ModelRoutes::new().route("default", model))
+    }
+
+    /// Add a host tool.
+    ///
+    /// # Errors
+    /// A duplicate name or an invalid input schema.
+    pub fn tool(mut self, tool: Arc<dyn Tool>) -> Result<Self, ToolRegistryError> {
+        self.tools.register(tool)?;
+        Ok(self)
+    }
+
+    /// The presets agents may be composed from.
+    #[must_use]
+    pub fn presets(mut self, presets: PresetCatalog) -> Self {
+        self.presets = presets;
+        self
+    }
+
+    /// The system prompt (its persona section is shadowed per agent).
+    #[must_use]
+    pub fn prompt(mut self, prompt: SystemPrompt) -> Self {
+        self.prompt = prompt;
+        self
+    }
+
+    /// Options every agent starts from (compositions override them).
+    #[must_use]
+    pub fn defaults(mut self, defaults: AgentOptions) -> Self {
+        self.defaults = defaults;
+        self
+    }
+
+    /// Finish.
+    ///
+    /// # Errors
+    /// A prompt template that uses an unknown variable.
+    pub fn build(self) -> Result<Harness, crate::prompt::PromptError> {
+        self.prompt.validate()?;
+        Ok(Harness {
+            shared: Arc::new(Shared {
+                store: self.store,
+                registry: self.registry,
+                tasks: TaskTracker::new(),
+                models: self.models,
+                tools: self.tools,
+                presets: self.presets,
+                prompt: self.prompt,
+                defaults: self.defaults,
+            }),
+        })
+    }
+}
+
+/// The reference agent factory. Cheap to clone.
+#[derive(Clone)]
+pub struct Harness {
+    shared: Arc<Shared>,
+}
+
+impl std::fmt::Debug for Harness {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Harness")
+            .field("registry", &self.shared.registry)
+            .field("models", &self.shared.models)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Harness {
+    /// Start building a harness over `store`.
+    pub fn builder(store: Arc<dyn SessionStore>) -> HarnessBuilder {
+        HarnessBuilder {
+            store,
+            registry: AgentRegistry::new(),
+            models: ModelRoutes::new(),
+            tools: ToolRegistry::new(),
+            presets: PresetCatalog::new(),
+            prompt: SystemPrompt::new(),
+            defaults: AgentOptions::default(),
+        }
+    }
+
+    /// The session store.
+    pub fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.shared.store
+    }
+
+    /// The tracker every driver task runs on; `tasks().len()` counts live tasks.
+    pub fn tasks(&self) -> &TaskTracker {
+        &self.shared.tasks
+    }
+
+    /// Dispose every live agent this harness published and wait for every task.
+    pub async fn shutdown(&self) {
+        for reference in self.shared.registry.list() {
+            if let Some(agent) = self.shared.registry.resolve(&reference)
+                && let Some(agent) = agent.as_any().downcast_ref::<LoopAgent>()
+            {
+                agent.dispose().await;
+            }
+        }
+        self.shared.tasks.close();
+        self.shared.tasks.wait().await;
+        self.shared.tasks.reopen();
+    }
+}
+
+fn check_seed(seed: &[SessionEvent]) -> Result<(), AgentError> {
+    if let Some((index, event)) = seed
+        .iter()
+        .enumerate()
+        .find(|(index, event)| event.seq != *index as u64)
+    {
+        return Err(AgentError::InvalidSeed(format!(
+            "event {index} has seq {}; a seed is contiguous from 0",
+            event.seq
+        )));
+    }
+    if completed_turn_prefix(seed).len() != seed.len() {
+        return Err(AgentError::InvalidSeed(
+            "a seed must end with a completed turn".into(),
+        ));
+    }
+    Ok(())
+}
+
+#[async_trait]
+impl AgentFactory for Harness {
+    async fn create(&self, spec: CreateAgent) -> Result<AgentHandle, AgentError> {
+        let CreateAgent {
+            mut header,
+            seed,
+            setup,
+            cancel,
+        } = spec;
+        check_seed(&seed)?;
+        header.seed_len = seed.len() as u64;
+        let composed = self.shared.compose(&header.composition, &setup)?;
+        if cancel.is_cancelled() {
+            return Err(AgentError::Cancelled);
+        }
+        if self.shared.registry.get(&header.id).is_some() {
+            return Err(AgentError::AlreadyLive(header.id));
+        }
+        let log = self.shared.store.create(&header, &seed).await?;
+        let transcript = replay(&TranscriptProjection, &header, &seed);
+        let restored = Restored {
+            turns: count_turns(&seed),
+            pending: Vec::new(),
+            transcript,
+            events: seed,
+        };
+        let id = header.id.clone();
+        let agent = LoopAgent::new(self.shared.clone(), header, composed, log, restored);
+        if cancel.is_cancelled() {
+            return Err(self.roll_back(agent, AgentError::Cancelled).await);
+        }
+        match agent.publish() {
+            Ok(handle) => Ok(handle),
+            Err(err) => {
+                tracing::debug!(session = %id, "creation rolled back: {err}");
+                Err(self.roll_back(agent, err).await)
+            }
+        }
+    }
+
+    async fn resume(&self, spec: ResumeAgent) -> Result<AgentHandle, AgentError> {
+        let ResumeAgent { id, setup, cancel } = spec;
+        if cancel.is_cancelled() {
+            return Err(AgentError::Cancelled);
+        }
+        if self.shared.registry.get(&id).is_some() {
+            return Err(AgentError::AlreadyLive(id));
+        }
+        let (loaded, log) = self.shared.store.open(&id).await?;
+        let header: SessionHeader = loaded.header;
+        let composed = self.shared.compose(&header.composition, &setup)?;
+        let mut events = loaded.events;
+        if let Some(turn) = open_turn(&events) {
+            let close = SessionEvent {
+                seq: events.len() as u64,
+                time: dsh_core::session::now_millis(),
+                payload: EventPayload::TurnEnd(TurnEnd {
+                    turn,
+                    stop_reason: StopReason::ABORTED,
+                    diagnostic: Some("the session stopped while this turn was running".into()),
+                }),
+            };
+            log.append(std::slice::from_ref(&close)).await?;
+            events.push(close);
+        }
+        let restored = Restored {
+            turns: count_turns(&events),
+            // Input pending in a seed belongs to the log it was copied from.
+            pending: replay(
+                &PendingInboxProjection,
+                &header,
+                own_events(&header, &events),
+            )
+            .into_items(),
+            transcript: replay(&TranscriptProjection, &header, &events),
+            events,
+        };
+        let agent = LoopAgent::new(self.shared.clone(), header, composed, log, restored);
+        if cancel.is_cancelled() {
+            agent.release_log().await;
+            return Err(AgentError::Cancelled);
+        }
+        match agent.publish() {
+            Ok(handle) => {
+                agent.wake_restored();
+                Ok(handle)
+            }
+            Err(err) => {
+                agent.release_log().await;
+                Err(err)
+            }
+        }
+    }
+
+    fn registry(&self) -> &AgentRegistry {
+        &self.shared.registry
+    }
+}
+
+impl Harness {
+    /// Undo a creation that will not be published: release and delete the log.
+    async fn roll_back(&self, agent: Arc<LoopAgent>, err: AgentError) -> AgentError {
+        let id = agent.header_id();
+        agent.release_log().await;
+        drop(agent);
+        if let Err(remove) = self.shared.store.remove(&id).await {
+            tracing::error!(session = %id, "could not remove an unpublished session: {remove}");
+        }
+        err
+    }
+}
+
+/// The events this session wrote itself, after any seed.
+fn own_events<'a>(header: &SessionHeader, events: &'a [SessionEvent]) -> &'a [SessionEvent] {
+    let seed = usize::try_from(header.seed_len).unwrap_or(usize::MAX);
+    events.get(seed..).unwrap_or_default()
+}
+
+fn count_turns(events: &[SessionEvent]) -> u64 {
+    events
+        .iter()
+        .filter(|event| matches!(event.payload, EventPayload::TurnStart(_)))
+        .count() as u64
+}
+
+/// The turn that was started and never ended, if any.
+fn open_turn(events: &[SessionEvent]) -> Option<u64> {
+    for event in events.iter().rev() {
+        match &event.payload {
+            EventPayload::TurnEnd(_) => return None,
+            EventPayload::TurnStart(start) => return Some(start.turn),
+            _ => {}
+        }
+    }
+    None
+}

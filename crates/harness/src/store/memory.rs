@@ -1,0 +1,171 @@
+//! The in-memory session store: the [`SessionStore`] contract without a disk,
+//! for tests, benchmarks and ephemeral hosts. Each log is a header and a
+//! vector of events behind one shared mutex; it never touches the file system
+//! and never hands out a second writer for a log.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use dsh_core::{
+    LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
+};
+
+use super::check_contiguous;
+
+/// One log held in memory.
+#[derive(Debug)]
+struct Entry {
+    header: SessionHeader,
+    events: Vec<SessionEvent>,
+    /// Whether a [`MemoryLog`] currently holds the log.
+    writer: bool,
+}
+
+type Logs = Arc<Mutex<BTreeMap<SessionId, Entry>>>;
+
+fn lock(logs: &Mutex<BTreeMap<SessionId, Entry>>) -> MutexGuard<'_, BTreeMap<SessionId, Entry>> {
+    // Every critical section leaves the map consistent, so a panic elsewhere
+    // while holding the lock does not invalidate it.
+    logs.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// A [`SessionStore`] that keeps every log in memory. Clones share the same
+/// logs; nothing survives the last clone.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    logs: Logs,
+}
+
+impl MemoryStore {
+    /// An empty store.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+/// The append handle of one log in a [`MemoryStore`]; dropping it releases
+/// the log.
+#[derive(Debug)]
+pub struct MemoryLog {
+    id: SessionId,
+    logs: Logs,
+}
+
+impl Drop for MemoryLog {
+    fn drop(&mut self) {
+        if let Some(entry) = lock(&self.logs).get_mut(&self.id) {
+            entry.writer = false;
+        }
+    }
+}
+
+#[async_trait]
+impl SessionLog for MemoryLog {
+    async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
+        let mut logs = lock(&self.logs);
+        // The entry cannot vanish while this handle holds it (remove refuses a
+        // held log), but answer sensibly rather than panic if it did.
+        let entry = logs
+            .get_mut(&self.id)
+            .ok_or_else(|| StoreError::NotFound(self.id.clone()))?;
+        check_contiguous(&self.id, entry.events.len() as u64, events)?;
+        entry.events.extend_from_slice(events);
+        Ok(())
+    }
+
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl SessionStore for MemoryStore {
+    async fn create(
+        &self,
+        header: &SessionHeader,
+        seed: &[SessionEvent],
+    ) -> Result<Arc<dyn SessionLog>, StoreError> {
+        let id = header.id.clone();
+        check_contiguous(&id, 0, seed)?;
+        let mut logs = lock(&self.logs);
+        if logs.contains_key(&id) {
+            return Err(StoreError::Exists(id));
+        }
+        logs.insert(
+            id.clone(),
+            Entry {
+                header: header.clone(),
+                events: seed.to_vec(),
+                writer: true,
+            },
+        );
+        Ok(Arc::new(MemoryLog {
+            id,
+            logs: Arc::clone(&self.logs),
+        }))
+    }
+
+    async fn open(
+        &self,
+        id: &SessionId,
+    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
+        let mut logs = lock(&self.logs);
+        let entry = logs
+            .get_mut(id)
+            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        if entry.writer {
+            return Err(StoreError::Busy(id.clone()));
+        }
+        entry.writer = true;
+        let loaded = LoadedSession {
+            header: entry.header.clone(),
+            events: entry.events.clone(),
+            torn_tail: None,
+        };
+        let log = MemoryLog {
+            id: id.clone(),
+            logs: Arc::clone(&self.logs),
+        };
+        Ok((loaded, Arc::new(log)))
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
+        let logs = lock(&self.logs);
+        let entry = logs
+            .get(id)
+            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        Ok(LoadedSession {
+            header: entry.header.clone(),
+            events: entry.events.clone(),
+            torn_tail: None,
+        })
+    }
+
+    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
+        lock(&self.logs)
+            .get(id)
+            .map(|entry| entry.header.clone())
+            .ok_or_else(|| StoreError::NotFound(id.clone()))
+    }
+
+    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
+        Ok(lock(&self.logs).contains_key(id))
+    }
+
+    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        Ok(lock(&self.logs).keys().cloned().collect())
+    }
+
+    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        let mut logs = lock(&self.logs);
+        match logs.get(id) {
+            None => Err(StoreError::NotFound(id.clone())),
+            Some(entry) if entry.writer => Err(StoreError::Busy(id.clone())),
+            Some(_) => {
+                logs.remove(id);
+                Ok(())
+            }
+        }
+    }
+}

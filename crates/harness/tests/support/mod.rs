@@ -1,0 +1,130 @@
+//! Fixtures shared by the harness integration tests: tools that record their
+//! calls, a harness builder over either store, and log queries.
+
+#![allow(dead_code, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use dsh_core::{
+    Agent, AgentHandle, CancellationToken, CreateAgent, EventPayload, SessionEvent, SessionHeader,
+    SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
+};
+use dsh_harness::{Harness, ScriptedModel};
+use serde_json::{Value, json};
+
+/// A tool that counts its executions and echoes its `text` argument.
+pub struct Echo {
+    pub name: &'static str,
+    pub calls: AtomicUsize,
+    pub end_turn: bool,
+}
+
+impl Echo {
+    pub fn new(name: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            calls: AtomicUsize::new(0),
+            end_turn: false,
+        })
+    }
+
+    pub fn ending_turn(name: &'static str) -> Arc<Self> {
+        Arc::new(Self {
+            name,
+            calls: AtomicUsize::new(0),
+            end_turn: true,
+        })
+    }
+
+    pub fn count(&self) -> usize {
+        self.calls.load(Ordering::SeqCst)
+    }
+}
+
+#[async_trait]
+impl Tool for Echo {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn description(&self) -> String {
+        format!("Echo `text` back ({}).", self.name)
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {"text": {"type": "string"}},
+            "required": ["text"],
+            "additionalProperties": false
+        })
+    }
+
+    async fn execute(&self, input: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let text = input["text"].as_str().unwrap_or_default();
+        Ok(ToolOutput {
+            end_turn: self.end_turn,
+            ..ToolOutput::text(format!("echo: {text}"))
+        })
+    }
+}
+
+pub fn id(text: &str) -> SessionId {
+    SessionId::new(text).unwrap()
+}
+
+pub fn harness(store: Arc<dyn SessionStore>, model: Arc<ScriptedModel>) -> Harness {
+    Harness::builder(store).model(model).build().unwrap()
+}
+
+pub fn create_spec(name: &str) -> CreateAgent {
+    CreateAgent {
+        header: SessionHeader::new(id(name), "/work/project"),
+        seed: Vec::new(),
+        setup: Default::default(),
+        cancel: CancellationToken::new(),
+    }
+}
+
+pub async fn create(harness: &Harness, name: &str) -> AgentHandle {
+    use dsh_core::AgentFactory;
+    harness.create(create_spec(name)).await.unwrap()
+}
+
+/// The event types of a log, in order.
+pub fn kinds(events: &[SessionEvent]) -> Vec<String> {
+    events.iter().map(|e| e.payload.kind().to_owned()).collect()
+}
+
+/// Every turn end's stop reason, in order.
+pub fn stop_reasons(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::TurnEnd(end) => Some(end.stop_reason.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Wait until the agent is idle and has no driver, bounded so a bug fails
+/// instead of hanging.
+pub async fn settle(agent: &Arc<dyn Agent>) {
+    tokio::time::timeout(std::time::Duration::from_secs(10), agent.wait_idle())
+        .await
+        .expect("agent did not become idle");
+}
+
+/// Yield until `condition` holds (no sleeping), failing after a bound.
+pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
+    for _ in 0..100_000 {
+        if condition() {
+            return;
+        }
+        tokio::task::yield_now().await;
+    }
+    panic!("timed out waiting until {what}");
+}

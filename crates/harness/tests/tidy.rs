@@ -1,0 +1,59 @@
+//! Workspace hygiene, checked by `cargo test`: every Rust file opens with a
+//! `//!` paragraph saying its role, and no `todo!`, `unimplemented!` or
+//! `dbg!` is left behind.
+
+use std::path::{Path, PathBuf};
+
+fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            if path
+                .file_name()
+                .is_some_and(|n| n == "target" || n == "snapshots")
+            {
+                continue;
+            }
+            rust_files(&path, out);
+        } else if path.extension().is_some_and(|e| e == "rs") {
+            out.push(path);
+        }
+    }
+}
+
+#[test]
+fn every_file_says_what_it_is_and_nothing_is_left_unfinished() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let mut files = Vec::new();
+    for dir in ["crates", "xtask"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    assert!(files.len() > 10, "found only {} files", files.len());
+    let mut problems = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap_or_default();
+        let first = text.lines().find(|l| !l.trim().is_empty()).unwrap_or("");
+        if !first.starts_with("//!") {
+            problems.push(format!(
+                "{}: does not open with a `//!` doc",
+                file.display()
+            ));
+        }
+        for (n, line) in text.lines().enumerate() {
+            let code = line.split("//").next().unwrap_or("");
+            for banned in ["todo!(", "unimplemented!(", "dbg!("] {
+                if code.contains(banned) && !file.ends_with("tidy.rs") {
+                    problems.push(format!(
+                        "{}:{}: `{banned}` left behind",
+                        file.display(),
+                        n + 1
+                    ));
+                }
+            }
+        }
+    }
+    assert!(problems.is_empty(), "{}", problems.join("\n"));
+}
