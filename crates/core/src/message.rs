@@ -104,37 +104,64 @@ impl Serialize for MessageSource {
     }
 }
 
+// One pass, no intermediate map: a source is parsed on every replayed
+// message, so this sits on the log's hot path.
 impl<'de> Deserialize<'de> for MessageSource {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let mut map = Map::deserialize(deserializer)?;
-        let kind = match map.remove("kind") {
-            Some(Value::String(kind)) => kind,
-            _ => return Err(D::Error::missing_field("kind")),
-        };
-        let sender = |map: &mut Map<String, Value>| -> Result<SessionId, D::Error> {
-            let value = map
+        deserializer.deserialize_map(SourceVisitor)
+    }
+}
+
+struct SourceVisitor;
+
+impl<'de> serde::de::Visitor<'de> for SourceVisitor {
+    type Value = MessageSource;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a message source object with a `kind`")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(
+        self,
+        mut map: A,
+    ) -> Result<MessageSource, A::Error> {
+        let mut kind: Option<String> = None;
+        let mut fields = Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            if key == "kind" {
+                kind = Some(map.next_value()?);
+            } else {
+                fields.insert(key, map.next_value()?);
+            }
+        }
+        let kind = kind.ok_or_else(|| A::Error::missing_field("kind"))?;
+        let sender = |fields: &mut Map<String, Value>| -> Result<SessionId, A::Error> {
+            let value = fields
                 .remove("sender_session_id")
-                .ok_or_else(|| D::Error::missing_field("sender_session_id"))?;
-            SessionId::deserialize(value).map_err(D::Error::custom)
+                .ok_or_else(|| A::Error::missing_field("sender_session_id"))?;
+            match value {
+                Value::String(id) => SessionId::new(id).map_err(A::Error::custom),
+                _ => Err(A::Error::custom("`sender_session_id` must be a string")),
+            }
         };
         Ok(match kind.as_str() {
-            "user" => Self::User,
-            "agent-message" => Self::AgentMessage {
-                sender_session_id: sender(&mut map)?,
+            "user" => MessageSource::User,
+            "agent-message" => MessageSource::AgentMessage {
+                sender_session_id: sender(&mut fields)?,
             },
-            "subagent-settled" => Self::SubagentSettled {
-                summary: match map.remove("summary") {
+            "subagent-settled" => MessageSource::SubagentSettled {
+                summary: match fields.remove("summary") {
                     Some(Value::String(summary)) => summary,
-                    _ => return Err(D::Error::missing_field("summary")),
+                    _ => return Err(A::Error::missing_field("summary")),
                 },
-                stop_reason: match map.remove("stop_reason") {
+                stop_reason: match fields.remove("stop_reason") {
                     Some(Value::String(reason)) => Some(StopReason::new(reason)),
                     None | Some(Value::Null) => None,
-                    Some(_) => return Err(D::Error::custom("`stop_reason` must be a string")),
+                    Some(_) => return Err(A::Error::custom("`stop_reason` must be a string")),
                 },
-                sender_session_id: sender(&mut map)?,
+                sender_session_id: sender(&mut fields)?,
             },
-            _ => Self::Other { kind, fields: map },
+            _ => MessageSource::Other { kind, fields },
         })
     }
 }

@@ -272,21 +272,10 @@ impl SessionEvent {
     /// # Errors
     /// The line is not a well-formed event.
     pub fn from_json_line(line: &str) -> serde_json::Result<Self> {
-        #[derive(Deserialize)]
-        struct Borrowed<'a> {
-            seq: u64,
-            time: u64,
-            #[serde(rename = "type", borrow)]
-            kind: Cow<'a, str>,
-            #[serde(borrow)]
-            payload: &'a RawValue,
-        }
-        let raw: Borrowed<'_> = serde_json::from_str(line)?;
-        Ok(Self {
-            seq: raw.seq,
-            time: raw.time,
-            payload: EventPayload::from_raw(&raw.kind, raw.payload.get())?,
-        })
+        let mut deserializer = serde_json::Deserializer::from_str(line);
+        let event = serde::Deserializer::deserialize_map(&mut deserializer, LineVisitor)?;
+        deserializer.end()?;
+        Ok(event)
     }
 
     /// Serialise as one log line (no trailing newline).
@@ -298,6 +287,120 @@ impl SessionEvent {
     /// Whether this event closes a turn.
     pub fn is_turn_end(&self) -> bool {
         matches!(self.payload, EventPayload::TurnEnd(_))
+    }
+}
+
+/// Parses a payload straight into the type its `type` tag names.
+struct PayloadSeed<'k>(&'k str);
+
+impl<'de> serde::de::DeserializeSeed<'de> for PayloadSeed<'_> {
+    type Value = EventPayload;
+
+    fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<EventPayload, D::Error> {
+        Ok(match self.0 {
+            "turn/start" => EventPayload::TurnStart(Deserialize::deserialize(d)?),
+            "turn/end" => EventPayload::TurnEnd(Deserialize::deserialize(d)?),
+            "step/start" => EventPayload::StepStart(Deserialize::deserialize(d)?),
+            "inbox/accepted" => EventPayload::InboxAccepted(Deserialize::deserialize(d)?),
+            "inbox/claimed" => EventPayload::InboxClaimed(Deserialize::deserialize(d)?),
+            "inbox/discarded" => EventPayload::InboxDiscarded(Deserialize::deserialize(d)?),
+            "user/message" => EventPayload::UserMessage(Deserialize::deserialize(d)?),
+            "assistant/message" => EventPayload::AssistantMessage(Deserialize::deserialize(d)?),
+            "tool/call" => EventPayload::ToolCall(Deserialize::deserialize(d)?),
+            "tool/result" => EventPayload::ToolResult(Deserialize::deserialize(d)?),
+            "usage" => EventPayload::Usage(Deserialize::deserialize(d)?),
+            other => EventPayload::Extension {
+                kind: other.to_owned(),
+                payload: Deserialize::deserialize(d)?,
+            },
+        })
+    }
+}
+
+/// The fields of an event line.
+#[derive(Deserialize)]
+#[serde(field_identifier, rename_all = "snake_case")]
+enum LineField {
+    Seq,
+    Time,
+    #[serde(rename = "type")]
+    Kind,
+    Payload,
+    #[serde(other)]
+    Unknown,
+}
+
+/// One pass over an event line. Lines this crate writes put `type` before
+/// `payload`, so the payload is parsed once, straight into its type; a line
+/// with the keys in another order is still read, through a borrowed raw
+/// payload.
+struct LineVisitor;
+
+impl<'de> serde::de::Visitor<'de> for LineVisitor {
+    type Value = SessionEvent;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("a session event object")
+    }
+
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<SessionEvent, A::Error> {
+        let mut seq = None;
+        let mut time = None;
+        let mut kind: Option<Cow<'de, str>> = None;
+        let mut payload = None;
+        let mut early_payload: Option<&'de RawValue> = None;
+        while let Some(field) = map.next_key::<LineField>()? {
+            match field {
+                LineField::Seq => seq = Some(map.next_value()?),
+                LineField::Time => time = Some(map.next_value()?),
+                LineField::Kind => kind = Some(map.next_value::<BorrowedStr<'de>>()?.0),
+                LineField::Payload => match &kind {
+                    Some(kind) => payload = Some(map.next_value_seed(PayloadSeed(kind))?),
+                    None => early_payload = Some(map.next_value()?),
+                },
+                LineField::Unknown => {
+                    map.next_value::<serde::de::IgnoredAny>()?;
+                }
+            }
+        }
+        let kind = kind.ok_or_else(|| A::Error::missing_field("type"))?;
+        let payload = match (payload, early_payload) {
+            (Some(payload), _) => payload,
+            (None, Some(raw)) => {
+                EventPayload::from_raw(&kind, raw.get()).map_err(A::Error::custom)?
+            }
+            (None, None) => return Err(A::Error::missing_field("payload")),
+        };
+        Ok(SessionEvent {
+            seq: seq.ok_or_else(|| A::Error::missing_field("seq"))?,
+            time: time.ok_or_else(|| A::Error::missing_field("time"))?,
+            payload,
+        })
+    }
+}
+
+/// A string borrowed from the input when it has no escapes.
+struct BorrowedStr<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for BorrowedStr<'de> {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = BorrowedStr<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E>(self, v: String) -> Result<Self::Value, E> {
+                Ok(BorrowedStr(Cow::Owned(v)))
+            }
+        }
+        d.deserialize_str(V)
     }
 }
 
@@ -397,6 +500,33 @@ mod tests {
             let line = ev.to_json_line();
             assert_eq!(SessionEvent::from_json_line(&line).unwrap(), ev);
             assert_eq!(serde_json::from_str::<SessionEvent>(&line).unwrap(), ev);
+        }
+    }
+
+    #[test]
+    fn lines_with_other_key_orders_and_unknown_keys_still_parse() {
+        let line = r#"{"payload":{"turn":3},"extra":[1,2],"type":"turn/start","time":5,"seq":7}"#;
+        let event = SessionEvent::from_json_line(line).unwrap();
+        assert_eq!(event.seq, 7);
+        assert_eq!(
+            event.payload,
+            EventPayload::TurnStart(TurnStart { turn: 3 })
+        );
+        let escaped = r#"{"seq":0,"time":0,"type":"x\/y","payload":null}"#;
+        assert_eq!(
+            SessionEvent::from_json_line(escaped)
+                .unwrap()
+                .payload
+                .kind(),
+            "x/y"
+        );
+        for bad in [
+            r#"{"seq":0,"time":0,"payload":{}}"#,
+            r#"{"seq":0,"time":0,"type":"turn/start"}"#,
+            r#"{"seq":0,"time":0,"type":"turn/start","payload":{"turn":"x"}}"#,
+            r#"{"seq":0,"time":0,"type":"usage","payload":{}} trailing"#,
+        ] {
+            assert!(SessionEvent::from_json_line(bad).is_err(), "{bad}");
         }
     }
 
