@@ -1,0 +1,228 @@
+//! The parent-owned catalog: every local child, and every external child
+//! delivered to its parent, is recorded in the PARENT's log at creation as a
+//! `subagent/child` event (identity, name, label, provider, mode; never
+//! execution state). The catalog is a fold of those events. Events a log
+//! inherited through a fork seed are the ancestor's facts, so the fold skips
+//! the seed: a fork child never lists its parent's children as its own.
+
+use std::collections::HashSet;
+use std::fmt;
+
+use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId};
+use serde::{Deserialize, Serialize};
+
+use crate::error::SubagentError;
+
+/// The event type of a catalog entry.
+pub const CATALOG_EVENT: &str = "subagent/child";
+
+/// How a cataloged child can be used. An open set: unknown modes are kept
+/// and reported as unsupported by listings.
+#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ChildMode(std::borrow::Cow<'static, str>);
+
+impl ChildMode {
+    /// A local child that can be messaged, resumed and traversed.
+    pub const CONTINUABLE: Self = Self(std::borrow::Cow::Borrowed("continuable"));
+    /// An external execution: a leaf that cannot be opened or messaged.
+    pub const EXTERNAL: Self = Self(std::borrow::Cow::Borrowed("external"));
+    /// A legacy one-shot child: traversed, not messaged.
+    pub const ONE_SHOT: Self = Self(std::borrow::Cow::Borrowed("one-shot"));
+    /// The descriptor is unavailable: discoverable, not continuable.
+    pub const UNKNOWN: Self = Self(std::borrow::Cow::Borrowed("unknown"));
+
+    /// The mode as text.
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for ChildMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "ChildMode({})", self.0)
+    }
+}
+
+impl fmt::Display for ChildMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// One child, as its parent recorded it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CatalogEntry {
+    /// The child's id (its session id for a local child).
+    pub child_id: SessionId,
+    /// Its name among its siblings, if it has one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    /// The short task label.
+    pub label: String,
+    /// The provider that made it.
+    pub provider: String,
+    /// How it can be used.
+    pub mode: ChildMode,
+}
+
+/// A parent's children in creation order.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Catalog {
+    entries: Vec<CatalogEntry>,
+}
+
+impl Catalog {
+    /// Entries in creation order.
+    pub fn entries(&self) -> &[CatalogEntry] {
+        &self.entries
+    }
+
+    /// The entry for a child id.
+    pub fn get(&self, child: &SessionId) -> Option<&CatalogEntry> {
+        self.entries.iter().find(|entry| &entry.child_id == child)
+    }
+
+    /// The entry with this name.
+    pub fn by_name(&self, name: &str) -> Option<&CatalogEntry> {
+        self.entries
+            .iter()
+            .find(|entry| entry.name.as_deref() == Some(name))
+    }
+
+    /// Every name in use.
+    pub fn names(&self) -> HashSet<String> {
+        self.entries.iter().filter_map(|e| e.name.clone()).collect()
+    }
+
+    /// How many children.
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    /// Whether there are none.
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+}
+
+/// Fold the catalog of `header`'s session from its events, skipping the seed.
+///
+/// # Errors
+/// [`SubagentError::CorruptCatalog`] for an unreadable entry,
+/// [`SubagentError::DuplicateName`] when two children share a name.
+pub fn fold_catalog(
+    header: &SessionHeader,
+    events: &[SessionEvent],
+) -> Result<Catalog, SubagentError> {
+    let mut catalog = Catalog::default();
+    let mut ids = HashSet::new();
+    let mut names = HashSet::new();
+    for event in events.iter().filter(|e| e.seq >= header.seed_len) {
+        let EventPayload::Extension { kind, payload } = &event.payload else {
+            continue;
+        };
+        if kind != CATALOG_EVENT {
+            continue;
+        }
+        let entry: CatalogEntry = serde_json::from_value(payload.clone()).map_err(|err| {
+            SubagentError::CorruptCatalog {
+                parent: header.id.clone(),
+                seq: event.seq,
+                message: err.to_string(),
+            }
+        })?;
+        if !ids.insert(entry.child_id.clone()) {
+            // A repeated child id adds nothing: the first record stands.
+            continue;
+        }
+        if let Some(name) = &entry.name
+            && !names.insert(name.clone())
+        {
+            return Err(SubagentError::DuplicateName {
+                parent: header.id.clone(),
+                name: name.clone(),
+            });
+        }
+        catalog.entries.push(entry);
+    }
+    Ok(catalog)
+}
+
+/// The payload of a catalog event for `entry`.
+pub fn catalog_payload(entry: &CatalogEntry) -> serde_json::Value {
+    serde_json::to_value(entry).unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(id: &str, name: Option<&str>) -> CatalogEntry {
+        CatalogEntry {
+            child_id: SessionId::new(id).unwrap(),
+            name: name.map(str::to_owned),
+            label: format!("task {id}"),
+            provider: "spawn".into(),
+            mode: ChildMode::CONTINUABLE,
+        }
+    }
+
+    fn events(entries: &[CatalogEntry]) -> Vec<SessionEvent> {
+        entries
+            .iter()
+            .enumerate()
+            .map(|(seq, e)| SessionEvent {
+                seq: seq as u64,
+                time: 0,
+                payload: EventPayload::Extension {
+                    kind: CATALOG_EVENT.into(),
+                    payload: catalog_payload(e),
+                },
+            })
+            .collect()
+    }
+
+    #[test]
+    fn the_fold_keeps_creation_order_skips_seeds_and_repeated_ids() {
+        let mut header = SessionHeader::new(SessionId::new("p").unwrap(), "/");
+        let log = events(&[
+            entry("a", Some("x")),
+            entry("b", None),
+            entry("a", Some("y")),
+            entry("c", Some("z")),
+        ]);
+        let catalog = fold_catalog(&header, &log).unwrap();
+        let ids: Vec<&str> = catalog
+            .entries()
+            .iter()
+            .map(|e| e.child_id.as_str())
+            .collect();
+        assert_eq!(ids, ["a", "b", "c"]);
+        header.seed_len = 3;
+        let catalog = fold_catalog(&header, &log).unwrap();
+        let ids: Vec<&str> = catalog
+            .entries()
+            .iter()
+            .map(|e| e.child_id.as_str())
+            .collect();
+        assert_eq!(ids, ["c"], "seeded facts are the ancestor's");
+    }
+
+    #[test]
+    fn a_repeated_sibling_name_fails_the_load() {
+        let header = SessionHeader::new(SessionId::new("p").unwrap(), "/");
+        let log = events(&[entry("a", Some("x")), entry("b", Some("x"))]);
+        let err = fold_catalog(&header, &log).unwrap_err();
+        assert_eq!(err.code(), "DUPLICATE_NAME");
+    }
+
+    #[test]
+    fn unknown_modes_are_kept() {
+        let header = SessionHeader::new(SessionId::new("p").unwrap(), "/");
+        let mut e = entry("a", None);
+        e.mode = serde_json::from_str("\"quantum\"").unwrap();
+        let catalog = fold_catalog(&header, &events(&[e])).unwrap();
+        assert_eq!(catalog.entries()[0].mode.as_str(), "quantum");
+    }
+}

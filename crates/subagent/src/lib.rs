@@ -1,0 +1,34 @@
+//! `dsh-subagent` is the runtime behind the delegation seam: a registry of
+//! named providers, capability checks made before any provider code runs,
+//! activations (a local continuable child created through the core
+//! [`AgentFactory`](dsh_core::AgentFactory), or an external run), the
+//! parent-owned durable catalog, agent names, results and settlement
+//! notices. It works with any implementation of the core traits; it never
+//! depends on a particular agent loop, store or provider.
+//!
+//! Ownership: before publication the caller's cancellation token governs a
+//! start and a failure leaves nothing behind; from publication on, the
+//! runtime owns each child, its token and its teardown, and callers reach it
+//! only through [`SubagentActivation::dispose`].
+
+pub mod capture;
+pub mod catalog;
+pub mod error;
+pub mod events;
+pub mod names;
+pub mod provider;
+pub mod request;
+pub mod result;
+pub mod runtime;
+
+pub use catalog::{Catalog, CatalogEntry, ChildMode, fold_catalog};
+pub use error::SubagentError;
+pub use events::{RunInfo, RunOutcome, SubagentEvent};
+pub use names::{NameReservations, ROOT_NAME, is_agent_name, validate_name};
+pub use provider::{
+    AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
+    ResolvedStartRequest, StartExternal, SubagentCapabilities, SubagentProvider, SubagentRun,
+};
+pub use request::{ActivationSpec, Delivery, StartRequest};
+pub use result::SubagentResult;
+pub use runtime::{MemberNames, RuntimeConfig, SubagentActivation, SubagentRuntime};

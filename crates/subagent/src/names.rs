@@ -1,0 +1,227 @@
+//! Agent names: the model-facing handles of children. A name is 1 to 32
+//! lower-case letters, digits and hyphens starting with a letter, never
+//! `lead` (the root's name), and unique among one parent's children. A
+//! reservation holds a name while a child is being created; releasing a
+//! reservation that no longer owns its entry (stale or repeated) is a no-op,
+//! so it can never drop a newer reservation of the same name.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use dsh_core::SessionId;
+
+use crate::error::SubagentError;
+
+/// The name of a tree's root.
+pub const ROOT_NAME: &str = "lead";
+
+/// The longest name, in bytes.
+pub const MAX_NAME_LEN: usize = 32;
+
+/// Check a requested name against the rules.
+///
+/// # Errors
+/// [`SubagentError::InvalidName`] saying which rule it breaks.
+pub fn validate_name(name: &str) -> Result<(), SubagentError> {
+    let reason = if name.is_empty() {
+        Some("a name needs at least one character")
+    } else if name.len() > MAX_NAME_LEN {
+        Some("a name has at most 32 characters")
+    } else if !name.starts_with(|c: char| c.is_ascii_lowercase()) {
+        Some("a name starts with a lower-case letter")
+    } else if !name
+        .bytes()
+        .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+    {
+        Some("a name uses only lower-case letters, digits and hyphens")
+    } else if name == ROOT_NAME {
+        Some("`lead` is the root's name")
+    } else {
+        None
+    };
+    match reason {
+        None => Ok(()),
+        Some(reason) => Err(SubagentError::InvalidName {
+            name: name.to_owned(),
+            reason,
+        }),
+    }
+}
+
+/// Whether `text` is a valid child name.
+pub fn is_agent_name(text: &str) -> bool {
+    validate_name(text).is_ok()
+}
+
+/// Names held by in-flight creations, per parent. Names already in a
+/// parent's catalog are checked by the caller against the catalog.
+#[derive(Debug, Clone, Default)]
+pub struct NameReservations {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug, Default)]
+struct Inner {
+    next: AtomicU64,
+    held: Mutex<HashMap<(SessionId, String), u64>>,
+}
+
+impl NameReservations {
+    /// No reservations.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn held(&self) -> MutexGuard<'_, HashMap<(SessionId, String), u64>> {
+        self.inner
+            .held
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Reserve `name` under `parent` unless it is held or in `taken` (the
+    /// names already in the parent's catalog).
+    ///
+    /// # Errors
+    /// [`SubagentError::NameTaken`].
+    pub fn reserve(
+        &self,
+        parent: &SessionId,
+        name: &str,
+        taken: &HashSet<String>,
+    ) -> Result<NameReservation, SubagentError> {
+        let mut held = self.held();
+        let key = (parent.clone(), name.to_owned());
+        if taken.contains(name) || held.contains_key(&key) {
+            return Err(SubagentError::NameTaken(name.to_owned()));
+        }
+        let token = self.inner.next.fetch_add(1, Ordering::Relaxed);
+        held.insert(key.clone(), token);
+        Ok(NameReservation {
+            owner: self.clone(),
+            key,
+            token,
+            released: false,
+        })
+    }
+
+    /// Reserve the first free `agent-N` (N from 1) under `parent`.
+    pub fn reserve_default(&self, parent: &SessionId, taken: &HashSet<String>) -> NameReservation {
+        let mut n = 1u64;
+        loop {
+            if let Ok(reservation) = self.reserve(parent, &format!("agent-{n}"), taken) {
+                return reservation;
+            }
+            n += 1;
+        }
+    }
+
+    /// How many names are held.
+    pub fn len(&self) -> usize {
+        self.held().len()
+    }
+
+    /// Whether no name is held.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+/// A held name. Dropping it releases the name unless it was committed (the
+/// child is in the catalog, which holds the name from then on).
+#[derive(Debug)]
+pub struct NameReservation {
+    owner: NameReservations,
+    key: (SessionId, String),
+    token: u64,
+    released: bool,
+}
+
+impl NameReservation {
+    /// The reserved name.
+    pub fn name(&self) -> &str {
+        &self.key.1
+    }
+
+    /// Release the name. Only the reservation that owns the entry removes
+    /// it; a stale or repeated release does nothing.
+    pub fn release(&mut self) {
+        if self.released {
+            return;
+        }
+        self.released = true;
+        let mut held = self.owner.held();
+        if held.get(&self.key) == Some(&self.token) {
+            held.remove(&self.key);
+        }
+    }
+}
+
+impl Drop for NameReservation {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_follow_the_rules() {
+        for ok in ["a", "reviewer", "agent-12", "x-1-y", &"a".repeat(32)] {
+            assert!(is_agent_name(ok), "{ok}");
+        }
+        for bad in [
+            "",
+            "lead",
+            "1abc",
+            "-a",
+            "Abc",
+            "a_b",
+            "a b",
+            "é",
+            &"a".repeat(33),
+        ] {
+            assert!(!is_agent_name(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn reservations_block_duplicates_and_stale_releases_cannot_drop_newer_ones() {
+        let names = NameReservations::new();
+        let parent = SessionId::new("p").unwrap();
+        let none = HashSet::new();
+        let mut first = names.reserve(&parent, "a", &none).unwrap();
+        assert_eq!(
+            names.reserve(&parent, "a", &none).unwrap_err().code(),
+            "NAME_TAKEN"
+        );
+        first.release();
+        let second = names.reserve(&parent, "a", &none).unwrap();
+        first.release(); // repeated release: must not drop `second`
+        drop(first);
+        assert_eq!(
+            names.reserve(&parent, "a", &none).unwrap_err().code(),
+            "NAME_TAKEN"
+        );
+        drop(second);
+        assert!(names.is_empty());
+        // Another parent has its own namespace.
+        let other = SessionId::new("q").unwrap();
+        let _a = names.reserve(&parent, "a", &none).unwrap();
+        let _b = names.reserve(&other, "a", &none).unwrap();
+    }
+
+    #[test]
+    fn defaults_take_the_first_free_number() {
+        let names = NameReservations::new();
+        let parent = SessionId::new("p").unwrap();
+        let taken: HashSet<String> = ["agent-1".to_owned(), "agent-3".to_owned()].into();
+        let a = names.reserve_default(&parent, &taken);
+        assert_eq!(a.name(), "agent-2");
+        let b = names.reserve_default(&parent, &taken);
+        assert_eq!(b.name(), "agent-4");
+    }
+}
