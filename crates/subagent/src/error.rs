@@ -24,8 +24,8 @@ pub enum SubagentError {
         /// The capability, by its flag name.
         capability: &'static str,
     },
-    /// The request itself is malformed (a schema outside the subset, an
-    /// unknown tool in the filter, an empty filter, a bad cwd).
+    /// The request itself is malformed (an unknown tool in the filter, a
+    /// persona with an unknown variable, an unknown preset, a bad cwd).
     #[error("invalid subagent request: {0}")]
     InvalidRequest(String),
     /// The child would be deeper than allowed.

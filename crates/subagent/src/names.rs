@@ -128,8 +128,7 @@ impl NameReservations {
     }
 }
 
-/// A held name. Dropping it releases the name unless it was committed (the
-/// child is in the catalog, which holds the name from then on).
+/// A held name. Dropping it releases the name unless it was committed.
 #[derive(Debug)]
 pub struct NameReservation {
     owner: NameReservations,
@@ -142,6 +141,14 @@ impl NameReservation {
     /// The reserved name.
     pub fn name(&self) -> &str {
         &self.key.1
+    }
+
+    /// Keep the name held for as long as the runtime lives: the child is in
+    /// its parent's catalog now. Holding it here too closes the window in
+    /// which a concurrent start that read the catalog before this child's
+    /// entry was written could pick the same name.
+    pub fn commit(mut self) {
+        self.released = true;
     }
 
     /// Release the name. Only the reservation that owns the entry removes
@@ -208,7 +215,17 @@ mod tests {
         );
         drop(second);
         assert!(names.is_empty());
+        // A committed name stays held.
+        names.reserve(&parent, "kept", &none).unwrap().commit();
+        assert_eq!(
+            names.reserve(&parent, "kept", &none).unwrap_err().code(),
+            "NAME_TAKEN"
+        );
+        assert_eq!(names.len(), 1);
+        let mut stale = names.reserve(&parent, "tmp", &none).unwrap();
+        stale.release();
         // Another parent has its own namespace.
+        drop(stale);
         let other = SessionId::new("q").unwrap();
         let _a = names.reserve(&parent, "a", &none).unwrap();
         let _b = names.reserve(&other, "a", &none).unwrap();

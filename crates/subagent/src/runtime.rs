@@ -32,7 +32,7 @@ use crate::provider::{
     ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider, SubagentRun,
 };
 use crate::request::{ActivationSpec, Delivery, StartRequest};
-use crate::result::{SubagentResult, final_output, last_stop, summary_line};
+use crate::result::{SubagentResult, bound_diagnostic, final_output, last_stop, summary_line};
 
 /// Runtime limits.
 #[derive(Debug, Clone, Copy)]
@@ -90,7 +90,9 @@ struct Activation {
     stop: CancellationToken,
     settled: watch::Sender<Settlement>,
     teardown: Mutex<Option<Result<(), SubagentError>>>,
-    _slot: CapacitySlot,
+    /// The tree's capacity slot, freed when the activation retires (before
+    /// its result settles, so a caller can start the next child at once).
+    slot: Mutex<Option<CapacitySlot>>,
 }
 
 impl Activation {
@@ -442,7 +444,7 @@ impl SubagentRuntime {
         depth: u32,
         root: SessionId,
         slot: CapacitySlot,
-        mut reservation: NameReservation,
+        reservation: NameReservation,
     ) -> Result<SubagentActivation, SubagentError> {
         let ActivationSpec {
             label,
@@ -489,7 +491,10 @@ impl SubagentRuntime {
                 seed: prepared.seed,
                 setup,
                 cancel: cancel.clone(),
-            }) => created.map_err(SubagentError::from),
+            }) => created.map_err(|err| match err {
+                dsh_core::AgentError::Composition(message) => SubagentError::InvalidRequest(message),
+                other => SubagentError::from(other),
+            }),
         };
         let handle = match created {
             Ok(handle) => handle,
@@ -517,7 +522,7 @@ impl SubagentRuntime {
             self.discard(&child_id, Some(&handle)).await;
             return Err(err.into());
         }
-        reservation.release();
+        reservation.commit();
         let path = self.full_name(parent.id(), &name);
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
@@ -545,7 +550,7 @@ impl SubagentRuntime {
             stop: CancellationToken::new(),
             settled: watch::Sender::new(None),
             teardown: Mutex::new(None),
-            _slot: slot,
+            slot: Mutex::new(Some(slot)),
         });
         self.inner.events.emit(&SubagentEvent::Start(info));
         let prompt = UserMessage::new(
@@ -572,7 +577,7 @@ impl SubagentRuntime {
         cwd: PathBuf,
         root: SessionId,
         slot: CapacitySlot,
-        mut reservation: NameReservation,
+        reservation: NameReservation,
     ) -> Result<SubagentActivation, SubagentError> {
         let Some(external) = provider.external() else {
             return Err(SubagentError::NoProvider(provider.name().to_owned()));
@@ -620,8 +625,8 @@ impl SubagentRuntime {
                 let _ = run.dispose().await;
                 return Err(err.into());
             }
+            reservation.commit();
         }
-        reservation.release();
         let path = match spec.delivery {
             Delivery::Parent => self.full_name(parent.id(), &name),
             Delivery::Caller => None,
@@ -646,7 +651,7 @@ impl SubagentRuntime {
             stop: CancellationToken::new(),
             settled: watch::Sender::new(None),
             teardown: Mutex::new(None),
-            _slot: slot,
+            slot: Mutex::new(Some(slot)),
         });
         self.inner.events.emit(&SubagentEvent::Start(info));
         self.spawn_monitor(activation.clone());
@@ -714,6 +719,9 @@ impl SubagentRuntime {
 
     /// Watch one activation until it ends, then notify, tear down and settle.
     async fn monitor(&self, activation: Arc<Activation>) {
+        // An external run stopped early is disposed once, here; its outcome
+        // is the teardown's.
+        let mut early_teardown = None;
         let result = match &activation.execution {
             Execution::Local {
                 handle,
@@ -722,10 +730,7 @@ impl SubagentRuntime {
             } => {
                 let stopped = self.await_quiescence(&activation, handle.agent()).await;
                 if stopped {
-                    handle
-                        .agent()
-                        .cancel(CancelCause::Disposed, CancelOptions { keep_inbox: true });
-                    handle.agent().wait_idle().await;
+                    self.stop_tree(&activation, handle.agent()).await;
                 }
                 Ok(local_result(
                     handle.agent().as_ref(),
@@ -735,24 +740,30 @@ impl SubagentRuntime {
                 ))
             }
             Execution::External { run } => {
-                tokio::select! {
+                let result = tokio::select! {
                     result = run.result() => result,
                     () = activation.stop.cancelled() => {
-                        let _ = run.dispose().await;
+                        early_teardown = Some(run.dispose().await);
                         run.result().await
                     }
-                }
+                };
+                // Whatever the provider wrote, the bound holds.
+                result.map(|mut result| {
+                    result.diagnostic = result.diagnostic.take().map(bound_diagnostic);
+                    result
+                })
             }
         };
         if let Ok(result) = &result {
             self.notify_parent(&activation, result).await;
         }
-        let teardown = match &activation.execution {
-            Execution::Local { handle, .. } => {
+        let teardown = match (&activation.execution, early_teardown) {
+            (Execution::Local { handle, .. }, _) => {
                 handle.dispose().await;
                 Ok(())
             }
-            Execution::External { run } => run.dispose().await,
+            (Execution::External { .. }, Some(outcome)) => outcome,
+            (Execution::External { run }, None) => run.dispose().await,
         };
         self.retire(&activation, teardown.clone());
         let outcome = match (&result, &teardown) {
@@ -791,6 +802,33 @@ impl SubagentRuntime {
         }
     }
 
+    /// Stop a child and everything it owns, child-first: its current turn
+    /// first (so it starts nothing new), then every activation it owns (their
+    /// notices reach it without waking it), then the child itself.
+    async fn stop_tree(&self, activation: &Activation, child: &Arc<dyn Agent>) {
+        child.cancel(CancelCause::Disposed, CancelOptions { keep_inbox: true });
+        loop {
+            let changed = activation.owned_changed.notified();
+            let owned: Vec<SessionId> = activation.owned().iter().cloned().collect();
+            if owned.is_empty() {
+                break;
+            }
+            for id in &owned {
+                self.stop_activation(id);
+            }
+            changed.await;
+        }
+        child.cancel(CancelCause::Disposed, CancelOptions { keep_inbox: true });
+        child.wait_idle().await;
+    }
+
+    /// Whether `agent` is a child being stopped (its notices must not wake it).
+    fn is_stopping(&self, agent: &SessionId) -> bool {
+        lock(&self.inner.activations)
+            .get(agent)
+            .is_some_and(|activation| activation.stop.is_cancelled())
+    }
+
     /// The B28 notice: to a still-live direct creator, for parent delivery.
     async fn notify_parent(&self, activation: &Activation, result: &SubagentResult) {
         if activation.delivery != Delivery::Parent {
@@ -808,9 +846,13 @@ impl SubagentRuntime {
                 sender_session_id: activation.child_id.clone(),
             },
         );
-        let sent = match parent.status() {
-            AgentStatus::Idle => parent.followup(message).await,
-            AgentStatus::Running => parent.steer(message).await,
+        let sent = if self.is_stopping(parent.id()) {
+            parent.inject(message).await
+        } else {
+            match parent.status() {
+                AgentStatus::Idle => parent.followup(message).await,
+                AgentStatus::Running => parent.steer(message).await,
+            }
         };
         if let Err(err) = sent {
             tracing::warn!(child = %activation.child_id, "the settlement notice was not delivered: {err}");
@@ -818,6 +860,7 @@ impl SubagentRuntime {
     }
 
     fn retire(&self, activation: &Activation, teardown: Result<(), SubagentError>) {
+        drop(lock(&activation.slot).take());
         *lock(&activation.teardown) = Some(teardown.clone());
         lock(&self.inner.teardowns).insert(activation.child_id.clone(), teardown);
         let owner = {

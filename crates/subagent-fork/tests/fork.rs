@@ -1,0 +1,368 @@
+//! The `fork` provider against the real harness and JSONL store: the seed is
+//! the parent's balanced completed-turn prefix captured once (B18), facts in
+//! the seed stay the parent's (B19), a fork never returns inherited text
+//! (B13), and the capability table of both in-process providers (B4, B6).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use dsh_core::schema::ObjectSchema;
+use dsh_core::{
+    Agent, AgentFactory, AgentOptions, CancellationToken, ContentBlock, CreateAgent, EventPayload,
+    Message, ModelError, ModelErrorKind, SessionHeader, SessionId, SessionStore, ToolRestriction,
+    UserMessage,
+};
+use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_subagent::{
+    ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime, fold_catalog,
+};
+use dsh_subagent_fork::ForkProvider;
+use dsh_subagent_spawn::SpawnProvider;
+use tokio::sync::Semaphore;
+
+struct World {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn SessionStore>,
+    harness: Harness,
+    runtime: SubagentRuntime,
+    model: Arc<ScriptedModel>,
+}
+
+/// The first user message's text of a request.
+fn first_user_text(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+fn world(model: ScriptedModel) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SessionStore> =
+        Arc::new(JsonlStore::new(dir.path().join("sessions"), Default::default()).unwrap());
+    let model = Arc::new(model);
+    let harness = Harness::builder(store.clone())
+        .model(model.clone())
+        .tool(Arc::new(Noop))
+        .unwrap()
+        .build()
+        .unwrap();
+    let runtime = SubagentRuntime::new(
+        Arc::new(harness.clone()),
+        store.clone(),
+        RuntimeConfig::default(),
+    );
+    runtime.register(Arc::new(ForkProvider::new())).unwrap();
+    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
+    World {
+        _dir: dir,
+        store,
+        harness,
+        runtime,
+        model,
+    }
+}
+
+struct Noop;
+
+#[async_trait::async_trait]
+impl dsh_core::Tool for Noop {
+    fn name(&self) -> &str {
+        "noop"
+    }
+    fn description(&self) -> String {
+        "Does nothing.".into()
+    }
+    fn input_schema(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object"})
+    }
+    async fn execute(
+        &self,
+        _input: serde_json::Value,
+        _ctx: dsh_core::ToolContext,
+    ) -> Result<dsh_core::ToolOutput, dsh_core::ToolError> {
+        Ok(dsh_core::ToolOutput::text("ok"))
+    }
+}
+
+async fn root(world: &World) -> Arc<dyn Agent> {
+    let handle = world
+        .harness
+        .create(CreateAgent {
+            header: SessionHeader::new(SessionId::new("lead-session").unwrap(), world._dir.path()),
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap();
+    handle.agent().clone()
+}
+
+fn spec(provider: &str, parent: &Arc<dyn Agent>, prompt: &str) -> ActivationSpec {
+    ActivationSpec {
+        provider: provider.into(),
+        label: prompt.into(),
+        name: None,
+        child_id: None,
+        cancel: CancellationToken::new(),
+        delivery: Delivery::Caller,
+        request: StartRequest::new(parent.clone(), vec![ContentBlock::text(prompt)]),
+    }
+}
+
+async fn turn(agent: &Arc<dyn Agent>, text: &str) {
+    agent.followup(UserMessage::user_text(text)).await.unwrap();
+    agent.wait_idle().await;
+}
+
+// B18
+#[tokio::test]
+async fn a_fork_is_seeded_with_the_completed_turn_prefix_captured_once() {
+    let world = world(ScriptedModel::new().responder(|request| {
+        Scripted::Text(format!("re: {}", first_user_text(&request.messages)))
+    }));
+    let parent = root(&world).await;
+
+    // No completed turn: no seed.
+    let empty = world
+        .runtime
+        .start_activation(spec("fork", &parent, "early"))
+        .await
+        .unwrap();
+    empty.result().await.unwrap();
+    let header = world.store.header(empty.child_id()).await.unwrap();
+    assert_eq!(header.seed_len, 0);
+
+    turn(&parent, "hello").await;
+    let prefix_len = parent.events().len() as u64;
+    let child = world
+        .runtime
+        .start_activation(spec("fork", &parent, "go on"))
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(dsh_core::content::joined_text(&result.output), "re: go on");
+
+    let log = world.store.load(child.child_id()).await.unwrap();
+    assert_eq!(log.header.seed_len, prefix_len);
+    // The seed is the parent's log, event for event.
+    let parent_events = parent.events();
+    assert_eq!(
+        &log.events[..prefix_len as usize],
+        &parent_events[..prefix_len as usize]
+    );
+    // The child's model saw the parent's conversation, then its own prompt.
+    let request = world
+        .model
+        .requests()
+        .into_iter()
+        .find(|r| first_user_text(&r.messages) == "go on")
+        .unwrap();
+    let texts: Vec<String> = request
+        .messages
+        .iter()
+        .map(|m| match m {
+            Message::User { content, .. } | Message::Assistant { content, .. } => {
+                dsh_core::content::joined_text(content)
+            }
+            Message::Tool { .. } => String::new(),
+        })
+        .collect();
+    assert_eq!(texts, ["hello", "re: hello", "go on"]);
+
+    // Captured once: later parent turns do not reach the child's log.
+    turn(&parent, "more").await;
+    let again = world.store.load(child.child_id()).await.unwrap();
+    assert_eq!(again.events, log.events);
+}
+
+#[tokio::test]
+async fn a_turn_in_flight_is_not_part_of_the_seed() {
+    let gate = Arc::new(Semaphore::new(0));
+    let parent_gate = gate.clone();
+    let world = world(ScriptedModel::new().responder(move |request| {
+        match first_user_text(&request.messages).as_str() {
+            "slow" => Scripted::Gated {
+                gate: parent_gate.clone(),
+                then: Box::new(Scripted::Text("finally".into())),
+            },
+            other => Scripted::Text(format!("re: {other}")),
+        }
+    }));
+    let parent = root(&world).await;
+    turn(&parent, "first").await;
+    let completed = parent.events().len() as u64;
+    parent
+        .followup(UserMessage::user_text("slow"))
+        .await
+        .unwrap();
+    for _ in 0..10_000 {
+        if parent
+            .events()
+            .iter()
+            .any(|e| matches!(e.payload, EventPayload::StepStart(_)) && e.seq > completed)
+        {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let child = world
+        .runtime
+        .start_activation(spec("fork", &parent, "side task"))
+        .await
+        .unwrap();
+    child.result().await.unwrap();
+    let header = world.store.header(child.child_id()).await.unwrap();
+    assert_eq!(header.seed_len, completed, "the open turn is excluded");
+    gate.add_permits(1);
+    parent.wait_idle().await;
+}
+
+// B13: a fork never returns text inherited from its parent.
+#[tokio::test]
+async fn a_failed_fork_returns_no_inherited_text() {
+    let world = world(ScriptedModel::new().responder(|request| {
+        match first_user_text(&request.messages).as_str() {
+            "hello" => Scripted::Text("parent words".into()),
+            _ => Scripted::Fail(ModelError::new(ModelErrorKind::Transport, "down")),
+        }
+    }));
+    let parent = root(&world).await;
+    turn(&parent, "hello").await;
+    let child = world
+        .runtime
+        .start_activation(spec("fork", &parent, "fail"))
+        .await
+        .unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.stop_reason.as_str(), "error");
+    assert!(result.output.is_empty(), "{:?}", result.output);
+}
+
+// B19
+#[tokio::test]
+async fn a_fork_child_made_after_spawned_siblings_lists_no_children_of_its_own() {
+    let world = world(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
+    let parent = root(&world).await;
+    turn(&parent, "hello").await;
+    for _ in 0..2 {
+        let mut s = spec("spawn", &parent, "sibling");
+        s.delivery = Delivery::Caller;
+        world
+            .runtime
+            .start_activation(s)
+            .await
+            .unwrap()
+            .result()
+            .await
+            .unwrap();
+    }
+    // Make the catalog entries part of a completed turn, so the seed has them.
+    turn(&parent, "again").await;
+    let parent_catalog = fold_catalog(parent.header(), &parent.events()).unwrap();
+    assert_eq!(parent_catalog.len(), 2);
+
+    let gate = Arc::new(Semaphore::new(0));
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("fork done".into())),
+    });
+    let fork = world
+        .runtime
+        .start_activation(spec("fork", &parent, "fork"))
+        .await
+        .unwrap();
+    let child = world.harness.registry().get(fork.child_id()).unwrap();
+    let own = fold_catalog(child.header(), &child.events()).unwrap();
+    assert!(own.is_empty(), "inherited catalog facts are the parent's");
+    // The inherited names are free for the fork's own children.
+    let grandchild = world
+        .runtime
+        .start_activation(spec("spawn", &child, "grandchild"))
+        .await
+        .unwrap();
+    assert_eq!(grandchild.name(), "agent-3/agent-1");
+    grandchild.result().await.unwrap();
+    gate.add_permits(1);
+    fork.result().await.unwrap();
+}
+
+/// Every start-time option, applied to a request.
+fn with_option(mut request: StartRequest, option: &str) -> StartRequest {
+    match option {
+        "agent_options" => {
+            request.agent_options = Some(AgentOptions {
+                max_output_tokens: Some(100),
+                ..AgentOptions::default()
+            });
+        }
+        "agent_preset" => request.agent_preset = Some("missing-preset".into()),
+        "output_schema" => {
+            request.output_schema = Some(
+                ObjectSchema::new(serde_json::json!({"type": "object", "properties": {}})).unwrap(),
+            );
+        }
+        "depth_limit" => request.max_depth = Some(5),
+        "tool_filter" => request.tool_filter = Some(ToolRestriction::allow(["noop"])),
+        "persona" => request.persona = Some("You are brief.".into()),
+        other => panic!("unknown option {other}"),
+    }
+    request
+}
+
+// B4, B6: capability refusals, table-driven over every flag and both providers.
+#[tokio::test]
+async fn capability_table_of_the_in_process_providers() {
+    let world = world(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
+    let parent = root(&world).await;
+    let table = [
+        ("spawn", "agent_options", None),
+        ("spawn", "agent_preset", Some("INVALID_REQUEST")),
+        ("spawn", "output_schema", None),
+        ("spawn", "depth_limit", None),
+        ("spawn", "tool_filter", None),
+        ("spawn", "persona", None),
+        ("fork", "agent_options", None),
+        ("fork", "agent_preset", Some("UNSUPPORTED_CAPABILITY")),
+        ("fork", "output_schema", None),
+        ("fork", "depth_limit", None),
+        ("fork", "tool_filter", None),
+        ("fork", "persona", None),
+    ];
+    for (provider, option, refusal) in table {
+        let sessions_before = world.store.list().await.unwrap().len();
+        let mut s = spec(provider, &parent, "task");
+        s.request = with_option(s.request, option);
+        let outcome = world.runtime.start_activation(s).await;
+        match (refusal, outcome) {
+            (None, Ok(activation)) => {
+                activation.result().await.unwrap();
+            }
+            (Some(code), Err(err)) => {
+                assert_eq!(err.code(), code, "{provider}/{option}: {err}");
+                if code == "UNSUPPORTED_CAPABILITY" {
+                    assert!(err.to_string().contains(option), "{err}");
+                }
+                assert_eq!(
+                    world.store.list().await.unwrap().len(),
+                    sessions_before,
+                    "{provider}/{option} left a session behind"
+                );
+            }
+            (expected, outcome) => {
+                panic!(
+                    "{provider}/{option}: expected {expected:?}, got {:?}",
+                    outcome.map(|a| a.child_id().clone())
+                )
+            }
+        }
+    }
+    // An unknown preset on spawn is a composition error that leaves nothing.
+    assert_eq!(world.runtime.live_activations(), 0);
+}
