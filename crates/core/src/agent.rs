@@ -238,6 +238,16 @@ pub trait Agent: Send + Sync + 'static {
     /// A copy of the session's events so far.
     fn events(&self) -> Vec<SessionEvent>;
 
+    /// A copy of the events from seq `from` on (empty when there are none):
+    /// what an incremental fold needs without copying the whole log.
+    fn events_since(&self, from: u64) -> Vec<SessionEvent> {
+        let from = usize::try_from(from).unwrap_or(usize::MAX);
+        self.events()
+            .get(from..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+
     /// Append an extension event (a type defined outside core) to the log.
     /// Returns its seq once written.
     ///

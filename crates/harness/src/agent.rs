@@ -675,6 +675,15 @@ impl Agent for LoopAgent {
         self.state().events.clone()
     }
 
+    fn events_since(&self, from: u64) -> Vec<SessionEvent> {
+        let from = usize::try_from(from).unwrap_or(usize::MAX);
+        self.state()
+            .events
+            .get(from..)
+            .map(<[_]>::to_vec)
+            .unwrap_or_default()
+    }
+
     async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError> {
         if EventPayload::is_builtin_kind(kind) {
             return Err(AgentError::ReservedEventType(kind.to_owned()));

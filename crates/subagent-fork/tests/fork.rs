@@ -366,3 +366,113 @@ async fn capability_table_of_the_in_process_providers() {
     // An unknown preset on spawn is a composition error that leaves nothing.
     assert_eq!(world.runtime.live_activations(), 0);
 }
+
+/// A spawn provider with its own model route.
+struct Routed(SpawnProvider);
+
+impl dsh_subagent::SubagentProvider for Routed {
+    fn name(&self) -> &str {
+        "routed"
+    }
+    fn capabilities(&self) -> dsh_subagent::SubagentCapabilities {
+        dsh_subagent::SubagentCapabilities::ALL
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn agent_route_defaults(&self) -> Option<dsh_subagent::AgentRoute> {
+        Some(dsh_subagent::AgentRoute {
+            provider: "alt".into(),
+            model: "route-model".into(),
+        })
+    }
+    fn continuable(&self) -> Option<&dyn dsh_subagent::PrepareContinuable> {
+        self.0.continuable()
+    }
+}
+
+// B6, B21: request override, then provider route, then parent.
+#[tokio::test]
+async fn options_merge_request_then_provider_route_then_parent() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SessionStore> = Arc::new(dsh_harness::MemoryStore::new());
+    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
+    let harness = Harness::builder(store.clone())
+        .models(
+            dsh_harness::ModelRoutes::new()
+                .route("default", model.clone())
+                .route("alt", model.clone()),
+        )
+        .build()
+        .unwrap();
+    let runtime = SubagentRuntime::new(
+        Arc::new(harness.clone()),
+        store.clone(),
+        RuntimeConfig::default(),
+    );
+    runtime
+        .register(Arc::new(Routed(SpawnProvider::new())))
+        .unwrap();
+    let mut header = SessionHeader::new(SessionId::new("lead-session").unwrap(), dir.path());
+    header.composition.options = AgentOptions {
+        model: Some("parent-model".into()),
+        reasoning_effort: Some("low".into()),
+        ..AgentOptions::default()
+    };
+    let parent = harness
+        .create(CreateAgent {
+            header,
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap()
+        .agent()
+        .clone();
+
+    let plain = runtime
+        .start_activation(spec("routed", &parent, "a"))
+        .await
+        .unwrap();
+    plain.result().await.unwrap();
+    let options = store
+        .header(plain.child_id())
+        .await
+        .unwrap()
+        .composition
+        .options;
+    assert_eq!(
+        options.provider.as_deref(),
+        Some("alt"),
+        "the route beats the parent"
+    );
+    assert_eq!(options.model.as_deref(), Some("route-model"));
+    assert_eq!(
+        options.reasoning_effort.as_deref(),
+        Some("low"),
+        "gaps come from the parent"
+    );
+
+    let mut overridden = spec("routed", &parent, "b");
+    overridden.request.agent_options = Some(AgentOptions {
+        model: Some("override".into()),
+        ..AgentOptions::default()
+    });
+    let child = runtime.start_activation(overridden).await.unwrap();
+    child.result().await.unwrap();
+    let options = store
+        .header(child.child_id())
+        .await
+        .unwrap()
+        .composition
+        .options;
+    assert_eq!(options.provider.as_deref(), Some("alt"));
+    assert_eq!(
+        options.model.as_deref(),
+        Some("override"),
+        "the request beats the route"
+    );
+    let last = model.requests().pop().unwrap();
+    assert_eq!(last.model.as_deref(), Some("override"));
+}

@@ -106,6 +106,81 @@ impl Catalog {
     }
 }
 
+/// An incremental fold of one session's catalog: feed it events in order
+/// (any number of times, each event once) and read the catalog so far.
+#[derive(Debug, Clone, Default)]
+pub struct CatalogFold {
+    catalog: Catalog,
+    ids: HashSet<SessionId>,
+    names: HashSet<String>,
+    next_seq: u64,
+}
+
+impl CatalogFold {
+    /// The catalog folded so far.
+    pub fn catalog(&self) -> &Catalog {
+        &self.catalog
+    }
+
+    /// The seq of the next event the fold expects.
+    pub fn next_seq(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Every name in use so far.
+    pub fn names(&self) -> &HashSet<String> {
+        &self.names
+    }
+
+    /// Fold `events` (those below [`CatalogFold::next_seq`] are skipped, as
+    /// are the seed's).
+    ///
+    /// # Errors
+    /// As [`fold_catalog`]; the fold is unchanged by the failing event.
+    pub fn apply(
+        &mut self,
+        header: &SessionHeader,
+        events: &[SessionEvent],
+    ) -> Result<(), SubagentError> {
+        for event in events {
+            if event.seq < self.next_seq {
+                continue;
+            }
+            if event.seq >= header.seed_len
+                && let EventPayload::Extension { kind, payload } = &event.payload
+                && kind == CATALOG_EVENT
+            {
+                let entry: CatalogEntry =
+                    serde_json::from_value(payload.clone()).map_err(|err| {
+                        SubagentError::CorruptCatalog {
+                            parent: header.id.clone(),
+                            seq: event.seq,
+                            message: err.to_string(),
+                        }
+                    })?;
+                // A repeated child id adds nothing: the first record stands.
+                if !self.ids.contains(&entry.child_id) {
+                    if let Some(name) = &entry.name
+                        && self.names.contains(name)
+                    {
+                        return Err(SubagentError::DuplicateName {
+                            parent: header.id.clone(),
+                            name: name.clone(),
+                        });
+                    }
+                    self.ids.insert(entry.child_id.clone());
+                    if let Some(name) = &entry.name {
+                        self.names.insert(name.clone());
+                    }
+                    self.catalog.entries.push(entry);
+                }
+            }
+            self.next_seq = event.seq + 1;
+        }
+        Ok(())
+    }
+}
+
 /// Fold the catalog of `header`'s session from its events, skipping the seed.
 ///
 /// # Errors
@@ -115,38 +190,9 @@ pub fn fold_catalog(
     header: &SessionHeader,
     events: &[SessionEvent],
 ) -> Result<Catalog, SubagentError> {
-    let mut catalog = Catalog::default();
-    let mut ids = HashSet::new();
-    let mut names = HashSet::new();
-    for event in events.iter().filter(|e| e.seq >= header.seed_len) {
-        let EventPayload::Extension { kind, payload } = &event.payload else {
-            continue;
-        };
-        if kind != CATALOG_EVENT {
-            continue;
-        }
-        let entry: CatalogEntry = serde_json::from_value(payload.clone()).map_err(|err| {
-            SubagentError::CorruptCatalog {
-                parent: header.id.clone(),
-                seq: event.seq,
-                message: err.to_string(),
-            }
-        })?;
-        if !ids.insert(entry.child_id.clone()) {
-            // A repeated child id adds nothing: the first record stands.
-            continue;
-        }
-        if let Some(name) = &entry.name
-            && !names.insert(name.clone())
-        {
-            return Err(SubagentError::DuplicateName {
-                parent: header.id.clone(),
-                name: name.clone(),
-            });
-        }
-        catalog.entries.push(entry);
-    }
-    Ok(catalog)
+    let mut fold = CatalogFold::default();
+    fold.apply(header, events)?;
+    Ok(fold.catalog)
 }
 
 /// The payload of a catalog event for `entry`.

@@ -21,7 +21,7 @@ pub mod request;
 pub mod result;
 pub mod runtime;
 
-pub use catalog::{Catalog, CatalogEntry, ChildMode, fold_catalog};
+pub use catalog::{Catalog, CatalogEntry, CatalogFold, ChildMode, fold_catalog};
 pub use error::SubagentError;
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
 pub use names::{NameReservations, ROOT_NAME, is_agent_name, validate_name};

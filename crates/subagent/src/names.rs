@@ -64,7 +64,15 @@ pub struct NameReservations {
 #[derive(Debug, Default)]
 struct Inner {
     next: AtomicU64,
-    held: Mutex<HashMap<(SessionId, String), u64>>,
+    held: Mutex<Held>,
+}
+
+#[derive(Debug, Default)]
+struct Held {
+    names: HashMap<(SessionId, String), u64>,
+    /// Per parent, the lowest N whose `agent-N` may be free: defaults are
+    /// found without rescanning every name taken before.
+    default_hint: HashMap<SessionId, u64>,
 }
 
 impl NameReservations {
@@ -73,7 +81,7 @@ impl NameReservations {
         Self::default()
     }
 
-    fn held(&self) -> MutexGuard<'_, HashMap<(SessionId, String), u64>> {
+    fn held(&self) -> MutexGuard<'_, Held> {
         self.inner
             .held
             .lock()
@@ -92,12 +100,22 @@ impl NameReservations {
         taken: &HashSet<String>,
     ) -> Result<NameReservation, SubagentError> {
         let mut held = self.held();
+        self.reserve_locked(&mut held, parent, name, taken)
+    }
+
+    fn reserve_locked(
+        &self,
+        held: &mut Held,
+        parent: &SessionId,
+        name: &str,
+        taken: &HashSet<String>,
+    ) -> Result<NameReservation, SubagentError> {
         let key = (parent.clone(), name.to_owned());
-        if taken.contains(name) || held.contains_key(&key) {
+        if taken.contains(name) || held.names.contains_key(&key) {
             return Err(SubagentError::NameTaken(name.to_owned()));
         }
         let token = self.inner.next.fetch_add(1, Ordering::Relaxed);
-        held.insert(key.clone(), token);
+        held.names.insert(key.clone(), token);
         Ok(NameReservation {
             owner: self.clone(),
             key,
@@ -108,9 +126,13 @@ impl NameReservations {
 
     /// Reserve the first free `agent-N` (N from 1) under `parent`.
     pub fn reserve_default(&self, parent: &SessionId, taken: &HashSet<String>) -> NameReservation {
-        let mut n = 1u64;
+        let mut held = self.held();
+        let mut n = held.default_hint.get(parent).copied().unwrap_or(1);
         loop {
-            if let Ok(reservation) = self.reserve(parent, &format!("agent-{n}"), taken) {
+            if let Ok(reservation) =
+                self.reserve_locked(&mut held, parent, &format!("agent-{n}"), taken)
+            {
+                held.default_hint.insert(parent.clone(), n + 1);
                 return reservation;
             }
             n += 1;
@@ -119,7 +141,7 @@ impl NameReservations {
 
     /// How many names are held.
     pub fn len(&self) -> usize {
-        self.held().len()
+        self.held().names.len()
     }
 
     /// Whether no name is held.
@@ -159,8 +181,19 @@ impl NameReservation {
         }
         self.released = true;
         let mut held = self.owner.held();
-        if held.get(&self.key) == Some(&self.token) {
-            held.remove(&self.key);
+        if held.names.get(&self.key) == Some(&self.token) {
+            held.names.remove(&self.key);
+            // A released default name is free again: let the next default find it.
+            if let Some(n) = self
+                .key
+                .1
+                .strip_prefix("agent-")
+                .and_then(|n| n.parse::<u64>().ok())
+                && let Some(hint) = held.default_hint.get_mut(&self.key.0)
+                && *hint > n
+            {
+                *hint = n;
+            }
         }
     }
 }
@@ -240,5 +273,8 @@ mod tests {
         assert_eq!(a.name(), "agent-2");
         let b = names.reserve_default(&parent, &taken);
         assert_eq!(b.name(), "agent-4");
+        // A released default is the first free one again.
+        drop(a);
+        assert_eq!(names.reserve_default(&parent, &taken).name(), "agent-2");
     }
 }

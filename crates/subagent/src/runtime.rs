@@ -24,7 +24,7 @@ use tokio::sync::{Notify, watch};
 use tokio_util::task::TaskTracker;
 
 use crate::capture::CaptureTool;
-use crate::catalog::{CATALOG_EVENT, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
+use crate::catalog::{CATALOG_EVENT, CatalogEntry, CatalogFold, ChildMode, catalog_payload};
 use crate::error::SubagentError;
 use crate::events::{RunInfo, RunOutcome, SubagentEvent};
 use crate::names::{NameReservation, NameReservations, ROOT_NAME, validate_name};
@@ -202,6 +202,9 @@ struct Inner {
     /// Teardown outcomes of activations that left the map.
     teardowns: Mutex<HashMap<SessionId, Result<(), SubagentError>>>,
     run_ids: Mutex<HashSet<SessionId>>,
+    /// Catalog folds of live parents, by exact reference, advanced with
+    /// only the events each start has not seen yet.
+    catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
     live: Arc<Mutex<HashMap<SessionId, usize>>>,
     tasks: TaskTracker,
 }
@@ -244,6 +247,7 @@ impl SubagentRuntime {
                 activations: Mutex::new(HashMap::new()),
                 teardowns: Mutex::new(HashMap::new()),
                 run_ids: Mutex::new(HashSet::new()),
+                catalogs: Mutex::new(HashMap::new()),
                 live: Arc::new(Mutex::new(HashMap::new())),
                 tasks: TaskTracker::new(),
             }),
@@ -392,8 +396,7 @@ impl SubagentRuntime {
         let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
         let root = self.root_of(parent.id());
         let slot = self.reserve_capacity(&root)?;
-        let catalog = fold_catalog(parent.header(), &parent.events())?;
-        let taken = catalog.names();
+        let taken = self.catalog_names(&parent)?;
         let reservation = match &spec.name {
             Some(name) => {
                 validate_name(name)?;
@@ -411,6 +414,23 @@ impl SubagentRuntime {
             self.start_external(provider, spec, cwd, root, slot, reservation)
                 .await
         }
+    }
+
+    /// The names in a live parent's catalog, folding only new events.
+    fn catalog_names(&self, parent: &Arc<dyn Agent>) -> Result<HashSet<String>, SubagentError> {
+        let reference = parent.reference();
+        let mut fold = lock(&self.inner.catalogs)
+            .remove(&reference)
+            .unwrap_or_default();
+        let fresh = parent.events_since(fold.next_seq());
+        fold.apply(parent.header(), &fresh)?;
+        let names = fold.names().clone();
+        let mut catalogs = lock(&self.inner.catalogs);
+        // Forget parents that are no longer live, so the cache stays small.
+        let registry = self.registry();
+        catalogs.retain(|key, _| registry.is_live(key));
+        catalogs.insert(reference, fold);
+        Ok(names)
     }
 
     fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {
