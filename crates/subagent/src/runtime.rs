@@ -34,6 +34,9 @@ use crate::provider::{
 use crate::request::{ActivationSpec, Delivery, StartRequest};
 use crate::result::{SubagentResult, bound_diagnostic, final_output, last_stop, summary_line};
 
+/// Cached catalog folds beyond which dead parents are swept out.
+const CATALOG_SWEEP: usize = 64;
+
 /// Runtime limits.
 #[derive(Debug, Clone, Copy)]
 pub struct RuntimeConfig {
@@ -396,14 +399,7 @@ impl SubagentRuntime {
         let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
         let root = self.root_of(parent.id());
         let slot = self.reserve_capacity(&root)?;
-        let taken = self.catalog_names(&parent)?;
-        let reservation = match &spec.name {
-            Some(name) => {
-                validate_name(name)?;
-                self.inner.names.reserve(parent.id(), name, &taken)?
-            }
-            None => self.inner.names.reserve_default(parent.id(), &taken),
-        };
+        let reservation = self.reserve_name(&parent, spec.name.as_deref())?;
         if spec.cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
@@ -416,21 +412,36 @@ impl SubagentRuntime {
         }
     }
 
-    /// The names in a live parent's catalog, folding only new events.
-    fn catalog_names(&self, parent: &Arc<dyn Agent>) -> Result<HashSet<String>, SubagentError> {
+    /// Reserve a child name under a live parent: the requested one or the
+    /// first free `agent-N`, checked against the parent's catalog, which is
+    /// folded incrementally (only events no earlier start has seen).
+    fn reserve_name(
+        &self,
+        parent: &Arc<dyn Agent>,
+        requested: Option<&str>,
+    ) -> Result<NameReservation, SubagentError> {
+        if let Some(name) = requested {
+            validate_name(name)?;
+        }
         let reference = parent.reference();
         let mut fold = lock(&self.inner.catalogs)
             .remove(&reference)
             .unwrap_or_default();
         let fresh = parent.events_since(fold.next_seq());
         fold.apply(parent.header(), &fresh)?;
-        let names = fold.names().clone();
+        let reservation = match requested {
+            Some(name) => self.inner.names.reserve(parent.id(), name, fold.names()),
+            None => Ok(self.inner.names.reserve_default(parent.id(), fold.names())),
+        };
         let mut catalogs = lock(&self.inner.catalogs);
-        // Forget parents that are no longer live, so the cache stays small.
-        let registry = self.registry();
-        catalogs.retain(|key, _| registry.is_live(key));
+        // Forget parents that are no longer live, now and then, so the
+        // cache stays small without a sweep on every start.
+        if catalogs.len() >= CATALOG_SWEEP {
+            let registry = self.registry();
+            catalogs.retain(|key, _| registry.is_live(key));
+        }
         catalogs.insert(reference, fold);
-        Ok(names)
+        reservation
     }
 
     fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {
