@@ -248,6 +248,13 @@ pub trait Agent: Send + Sync + 'static {
             .unwrap_or_default()
     }
 
+    /// A copy of the log's balanced completed-turn prefix (see
+    /// [`completed_turn_prefix`](crate::session::completed_turn_prefix)),
+    /// without copying what follows the last turn end.
+    fn completed_prefix(&self) -> Vec<SessionEvent> {
+        crate::session::completed_turn_prefix(&self.events()).to_vec()
+    }
+
     /// Append an extension event (a type defined outside core) to the log.
     /// Returns its seq once written.
     ///

@@ -675,6 +675,10 @@ impl Agent for LoopAgent {
         self.state().events.clone()
     }
 
+    fn completed_prefix(&self) -> Vec<SessionEvent> {
+        dsh_core::session::completed_turn_prefix(&self.state().events).to_vec()
+    }
+
     fn events_since(&self, from: u64) -> Vec<SessionEvent> {
         let from = usize::try_from(from).unwrap_or(usize::MAX);
         self.state()

@@ -8,7 +8,6 @@
 //! provider never re-reads the parent after that one capture.
 
 use async_trait::async_trait;
-use dsh_core::session::completed_turn_prefix;
 use dsh_subagent::{
     ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable, SubagentCapabilities,
     SubagentError, SubagentProvider,
@@ -47,9 +46,8 @@ impl PrepareContinuable for ForkProvider {
         if request.cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
-        let events = request.parent.events();
         Ok(ContinuableCreateSpec {
-            seed: completed_turn_prefix(&events).to_vec(),
+            seed: request.parent.completed_prefix(),
         })
     }
 }
