@@ -20,6 +20,7 @@ pub mod provider;
 pub mod request;
 pub mod result;
 pub mod runtime;
+pub mod tree;
 
 pub use catalog::{Catalog, CatalogEntry, CatalogFold, ChildMode, fold_catalog};
 pub use error::SubagentError;

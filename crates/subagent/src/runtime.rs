@@ -76,14 +76,14 @@ enum Execution {
 }
 
 /// One live activation, as the runtime tracks it.
-struct Activation {
+pub(crate) struct Activation {
     info: RunInfo,
-    child_id: SessionId,
+    pub(crate) child_id: SessionId,
     /// The full model-facing name, when every creator below the root is named.
     path: Option<String>,
     name: String,
-    parent: AgentRef,
-    root: SessionId,
+    pub(crate) parent: AgentRef,
+    pub(crate) root: SessionId,
     delivery: Delivery,
     execution: Execution,
     /// Activations this child created, which it owns until they settle.
@@ -194,28 +194,28 @@ impl Drop for CapacitySlot {
     }
 }
 
-struct Inner {
-    factory: Arc<dyn AgentFactory>,
-    store: Arc<dyn SessionStore>,
-    config: RuntimeConfig,
-    providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
-    events: EventBus<SubagentEvent>,
-    names: NameReservations,
-    activations: Mutex<HashMap<SessionId, Arc<Activation>>>,
+pub(crate) struct Inner {
+    pub(crate) factory: Arc<dyn AgentFactory>,
+    pub(crate) store: Arc<dyn SessionStore>,
+    pub(crate) config: RuntimeConfig,
+    pub(crate) providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
+    pub(crate) events: EventBus<SubagentEvent>,
+    pub(crate) names: NameReservations,
+    pub(crate) activations: Mutex<HashMap<SessionId, Arc<Activation>>>,
     /// Teardown outcomes of activations that left the map.
-    teardowns: Mutex<HashMap<SessionId, Result<(), SubagentError>>>,
-    run_ids: Mutex<HashSet<SessionId>>,
+    pub(crate) teardowns: Mutex<HashMap<SessionId, Result<(), SubagentError>>>,
+    pub(crate) run_ids: Mutex<HashSet<SessionId>>,
     /// Catalog folds of live parents, by exact reference, advanced with
     /// only the events each start has not seen yet.
-    catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
-    live: Arc<Mutex<HashMap<SessionId, usize>>>,
-    tasks: TaskTracker,
+    pub(crate) catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
+    pub(crate) live: Arc<Mutex<HashMap<SessionId, usize>>>,
+    pub(crate) tasks: TaskTracker,
 }
 
 /// The subagent runtime. Cheap to clone; clones share state.
 #[derive(Clone)]
 pub struct SubagentRuntime {
-    inner: Arc<Inner>,
+    pub(crate) inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for SubagentRuntime {
@@ -227,7 +227,7 @@ impl std::fmt::Debug for SubagentRuntime {
     }
 }
 
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+pub(crate) fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
