@@ -76,6 +76,29 @@ pub enum SubagentError {
         /// The repeated name.
         name: String,
     },
+    /// A name (a slash path, or a token that is not a session id) names no
+    /// member of the caller's tree.
+    #[error("no agent named `{0}` in this tree; use list_agents to see the names")]
+    AgentNameNotFound(String),
+    /// The caller may not do this to that agent.
+    #[error("{0}")]
+    Unauthorized(String),
+    /// The child cannot be resumed; retrying will not help.
+    #[error("agent `{id}` cannot be resumed: {reason}. Do not retry; start a new agent instead")]
+    NotResumable {
+        /// The child.
+        id: SessionId,
+        /// Why.
+        reason: String,
+    },
+    /// The child could be resumed, but the tree has no capacity now.
+    #[error(
+        "agent `{0}` cannot take messages right now: the tree is at its live-agent limit; try again after some agents finish"
+    )]
+    DeliveryUnavailable(SessionId),
+    /// Admission below this tree is closed while it drains.
+    #[error("the tree is shutting down; no new work is admitted")]
+    Draining,
     /// A catalog event in a parent's log could not be read.
     #[error("the subagent catalog of `{parent}` is corrupt at seq {seq}: {message}")]
     CorruptCatalog {
@@ -124,6 +147,11 @@ impl SubagentError {
             Self::NotLive(_) => "NOT_LIVE",
             Self::DuplicateRunId { .. } => "DUPLICATE_RUN_ID",
             Self::DuplicateName { .. } => "DUPLICATE_NAME",
+            Self::AgentNameNotFound(_) => "AGENT_NAME_NOT_FOUND",
+            Self::Unauthorized(_) => "UNAUTHORIZED",
+            Self::NotResumable { .. } => "NOT_RESUMABLE",
+            Self::DeliveryUnavailable(_) => "DELIVERY_UNAVAILABLE",
+            Self::Draining => "DRAINING",
             Self::CorruptCatalog { .. } => "CORRUPT_CATALOG",
             Self::Provider { .. } => "PROVIDER_FAILED",
             Self::Teardown(_) => "TEARDOWN_FAILED",

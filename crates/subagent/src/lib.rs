@@ -13,8 +13,10 @@
 
 pub mod capture;
 pub mod catalog;
+pub mod drain;
 pub mod error;
 pub mod events;
+pub mod messaging;
 pub mod names;
 pub mod provider;
 pub mod request;
@@ -25,6 +27,7 @@ pub mod tree;
 pub use catalog::{Catalog, CatalogEntry, CatalogFold, ChildMode, fold_catalog};
 pub use error::SubagentError;
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
+pub use messaging::InterruptAuthority;
 pub use names::{NameReservations, ROOT_NAME, is_agent_name, validate_name};
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
@@ -33,3 +36,4 @@ pub use provider::{
 pub use request::{ActivationSpec, Delivery, StartRequest};
 pub use result::SubagentResult;
 pub use runtime::{MemberNames, RuntimeConfig, SubagentActivation, SubagentRuntime};
+pub use tree::{DescendantRow, RowDiagnostic};

@@ -90,8 +90,11 @@ pub(crate) struct Activation {
     owned: Mutex<HashSet<SessionId>>,
     owned_changed: Notify,
     /// Set by `dispose`: stop and settle.
-    stop: CancellationToken,
-    settled: watch::Sender<Settlement>,
+    pub(crate) stop: CancellationToken,
+    /// Set by an interrupt: the idle child stays resident (its input
+    /// parked) until something wakes it again.
+    pub(crate) parked: AtomicBool,
+    pub(crate) settled: watch::Sender<Settlement>,
     teardown: Mutex<Option<Result<(), SubagentError>>>,
     /// The tree's capacity slot, freed when the activation retires (before
     /// its result settles, so a caller can start the next child at once).
@@ -99,7 +102,7 @@ pub(crate) struct Activation {
 }
 
 impl Activation {
-    fn owned(&self) -> MutexGuard<'_, HashSet<SessionId>> {
+    pub(crate) fn owned(&self) -> MutexGuard<'_, HashSet<SessionId>> {
         self.owned.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
@@ -176,8 +179,40 @@ impl SubagentActivation {
     }
 }
 
+/// Counts one start in flight below a root, for drains to wait on.
+struct StartingGuard<'a> {
+    runtime: &'a SubagentRuntime,
+    root: SessionId,
+}
+
+impl<'a> StartingGuard<'a> {
+    fn new(runtime: &'a SubagentRuntime, root: &SessionId) -> Self {
+        *lock(&runtime.inner.starting)
+            .entry(root.clone())
+            .or_insert(0) += 1;
+        Self {
+            runtime,
+            root: root.clone(),
+        }
+    }
+}
+
+impl Drop for StartingGuard<'_> {
+    fn drop(&mut self) {
+        let mut starting = lock(&self.runtime.inner.starting);
+        if let Some(count) = starting.get_mut(&self.root) {
+            *count -= 1;
+            if *count == 0 {
+                starting.remove(&self.root);
+            }
+        }
+        drop(starting);
+        self.runtime.inner.started.notify_waiters();
+    }
+}
+
 /// Frees a tree's capacity slot on drop.
-struct CapacitySlot {
+pub(crate) struct CapacitySlot {
     counts: Arc<Mutex<HashMap<SessionId, usize>>>,
     root: SessionId,
 }
@@ -205,6 +240,14 @@ pub(crate) struct Inner {
     /// Teardown outcomes of activations that left the map.
     pub(crate) teardowns: Mutex<HashMap<SessionId, Result<(), SubagentError>>>,
     pub(crate) run_ids: Mutex<HashSet<SessionId>>,
+    /// One lock per child being resumed, so concurrent resumes coalesce.
+    pub(crate) resuming: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    /// Roots whose trees are draining: admission below them is closed
+    /// until that exact root leaves the registry.
+    pub(crate) draining: Mutex<HashSet<AgentRef>>,
+    /// Starts in flight, per tree root, and a signal when one finishes.
+    pub(crate) starting: Mutex<HashMap<SessionId, usize>>,
+    pub(crate) started: Notify,
     /// Catalog folds of live parents, by exact reference, advanced with
     /// only the events each start has not seen yet.
     pub(crate) catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
@@ -250,6 +293,10 @@ impl SubagentRuntime {
                 activations: Mutex::new(HashMap::new()),
                 teardowns: Mutex::new(HashMap::new()),
                 run_ids: Mutex::new(HashSet::new()),
+                resuming: Mutex::new(HashMap::new()),
+                draining: Mutex::new(HashSet::new()),
+                starting: Mutex::new(HashMap::new()),
+                started: Notify::new(),
                 catalogs: Mutex::new(HashMap::new()),
                 live: Arc::new(Mutex::new(HashMap::new())),
                 tasks: TaskTracker::new(),
@@ -390,6 +437,9 @@ impl SubagentRuntime {
         if !self.registry().is_live(&parent_ref) {
             return Err(SubagentError::NotLive(parent_ref.id));
         }
+        let root = self.root_of(parent.id());
+        self.check_admission(&root)?;
+        let _starting = StartingGuard::new(self, &root);
         let depth = parent.header().delegation_depth + 1;
         if let Some(max) = spec.request.max_depth
             && depth > max
@@ -397,7 +447,6 @@ impl SubagentRuntime {
             return Err(SubagentError::DepthLimit { depth, max });
         }
         let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
-        let root = self.root_of(parent.id());
         let slot = self.reserve_capacity(&root)?;
         let reservation = self.reserve_name(&parent, spec.name.as_deref())?;
         if spec.cancel.is_cancelled() {
@@ -444,7 +493,7 @@ impl SubagentRuntime {
         reservation
     }
 
-    fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {
+    pub(crate) fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {
         let mut counts = lock(&self.inner.live);
         let count = counts.entry(root.clone()).or_insert(0);
         if *count >= self.inner.config.max_live_children_per_tree {
@@ -579,6 +628,7 @@ impl SubagentRuntime {
             owned: Mutex::new(HashSet::new()),
             owned_changed: Notify::new(),
             stop: CancellationToken::new(),
+            parked: AtomicBool::new(false),
             settled: watch::Sender::new(None),
             teardown: Mutex::new(None),
             slot: Mutex::new(Some(slot)),
@@ -680,6 +730,7 @@ impl SubagentRuntime {
             owned: Mutex::new(HashSet::new()),
             owned_changed: Notify::new(),
             stop: CancellationToken::new(),
+            parked: AtomicBool::new(false),
             settled: watch::Sender::new(None),
             teardown: Mutex::new(None),
             slot: Mutex::new(Some(slot)),
@@ -687,6 +738,51 @@ impl SubagentRuntime {
         self.inner.events.emit(&SubagentEvent::Start(info));
         self.spawn_monitor(activation.clone());
         Ok(self.receipt(&activation, None))
+    }
+
+    /// Make a resumed child a live activation (the monitor settles it like
+    /// any other) and return it.
+    pub(crate) fn adopt_resumed(
+        &self,
+        handle: AgentHandle,
+        provider: String,
+        parent: AgentRef,
+        root: SessionId,
+        name: String,
+        slot: CapacitySlot,
+    ) -> Arc<Activation> {
+        let child_id = handle.agent().id().clone();
+        let start_seq = handle.agent().events().len() as u64;
+        let info = RunInfo {
+            provider,
+            child_id: child_id.clone(),
+            parent_session_id: parent.id.clone(),
+            local: true,
+        };
+        let activation = self.install(Activation {
+            info: info.clone(),
+            child_id,
+            path: None,
+            name,
+            parent,
+            root,
+            delivery: Delivery::Parent,
+            execution: Execution::Local {
+                handle,
+                start_seq,
+                capture: None,
+            },
+            owned: Mutex::new(HashSet::new()),
+            owned_changed: Notify::new(),
+            stop: CancellationToken::new(),
+            parked: AtomicBool::new(false),
+            settled: watch::Sender::new(None),
+            teardown: Mutex::new(None),
+            slot: Mutex::new(Some(slot)),
+        });
+        self.inner.events.emit(&SubagentEvent::Start(info));
+        self.spawn_monitor(activation.clone());
+        activation
     }
 
     fn install(&self, activation: Activation) -> Arc<Activation> {
@@ -732,6 +828,10 @@ impl SubagentRuntime {
         if let Some(activation) = lock(&self.inner.activations).get(child) {
             activation.stop.cancel();
         }
+    }
+
+    pub(crate) fn teardown_of(&self, child: &SessionId) -> Result<(), SubagentError> {
+        self.teardown_outcome(child)
     }
 
     fn teardown_outcome(&self, child: &SessionId) -> Result<(), SubagentError> {
@@ -827,9 +927,21 @@ impl SubagentRuntime {
                     () = changed => {}
                 }
             }
-            if child.status() == AgentStatus::Idle {
-                return false;
+            if child.status() != AgentStatus::Idle {
+                continue;
             }
+            if activation.parked.load(Ordering::SeqCst) {
+                // Interrupted: stay resident until a waking send runs a turn.
+                let mut status = child.watch_status();
+                tokio::select! {
+                    biased;
+                    () = activation.stop.cancelled() => return true,
+                    _ = status.wait_for(|status| *status == AgentStatus::Running) => {}
+                }
+                activation.parked.store(false, Ordering::SeqCst);
+                continue;
+            }
+            return false;
         }
     }
 
@@ -853,11 +965,33 @@ impl SubagentRuntime {
         child.wait_idle().await;
     }
 
-    /// Whether `agent` is a child being stopped (its notices must not wake it).
+    /// Refuse new work below a draining root (while that exact root is live).
+    pub(crate) fn check_admission(&self, root: &SessionId) -> Result<(), SubagentError> {
+        let mut draining = lock(&self.inner.draining);
+        let registry = self.registry();
+        draining.retain(|reference| registry.is_live(reference));
+        if draining.iter().any(|reference| &reference.id == root) {
+            return Err(SubagentError::Draining);
+        }
+        Ok(())
+    }
+
+    /// Mark a live activation interrupted: it stays resident while idle.
+    pub(crate) fn park(&self, child: &SessionId) {
+        if let Some(activation) = lock(&self.inner.activations).get(child) {
+            activation.parked.store(true, Ordering::SeqCst);
+        }
+    }
+
+    /// Whether `agent` is a child being stopped, or a root whose tree is
+    /// draining (its notices must not wake it).
     fn is_stopping(&self, agent: &SessionId) -> bool {
         lock(&self.inner.activations)
             .get(agent)
             .is_some_and(|activation| activation.stop.is_cancelled())
+            || lock(&self.inner.draining)
+                .iter()
+                .any(|reference| &reference.id == agent)
     }
 
     /// The B28 notice: to a still-live direct creator, for parent delivery.

@@ -1,2 +1,295 @@
 //! Tree reads: resolving model-facing names and listing descendants by
 //! walking the parent-owned catalogs, without loading or resuming any agent.
+//! A catalog is read from the live agent that owns it when there is one (its
+//! events, through the registry) and otherwise from its durable log in the
+//! store. This module only reads: it must never create, resume, message or
+//! dispose an agent, never call the agent factory, and never write to a log.
+//! Resolution grants no authority; whoever acts on a resolved id checks it.
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use dsh_core::{Agent, CancellationToken, SessionId, StoreError};
+use serde::Serialize;
+
+use crate::catalog::{Catalog, CatalogEntry, ChildMode, fold_catalog};
+use crate::error::SubagentError;
+use crate::names::ROOT_NAME;
+use crate::runtime::SubagentRuntime;
+
+/// One row of a descendant listing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct DescendantRow {
+    /// The child, as its parent recorded it.
+    pub entry: CatalogEntry,
+    /// The parent whose catalog holds the entry.
+    pub parent_id: SessionId,
+    /// Edge distance from the listed root: direct children are 1.
+    pub depth: u32,
+    /// The slash path of names from the root, when every level is named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// Why this row's own descendants are not listed, when they could not
+    /// be. The row itself stays a member of the tree.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostic: Option<RowDiagnostic>,
+}
+
+/// Why a listed child's own descendants are missing from a listing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum RowDiagnostic {
+    /// The child's log or catalog could not be parsed (a corrupt line, an
+    /// unreadable catalog event, a repeated sibling name).
+    Corrupt,
+    /// The child's log could not be read (missing, or the medium failed).
+    Unavailable,
+    /// The child's mode is not one this runtime knows how to traverse.
+    Unsupported,
+}
+
+/// A catalog that could not be read: the row diagnostic it gives a child,
+/// and the error it is when the catalog had to be read.
+#[derive(Debug, Clone)]
+pub(crate) struct Unreadable {
+    /// How a listing reports it.
+    pub(crate) diagnostic: RowDiagnostic,
+    /// What a caller that needed the catalog gets.
+    pub(crate) error: SubagentError,
+}
+
+impl Unreadable {
+    fn store(error: StoreError) -> Self {
+        let diagnostic = match &error {
+            StoreError::Corrupt { .. } | StoreError::OutOfSequence { .. } => RowDiagnostic::Corrupt,
+            // Missing, or the medium failed.
+            _ => RowDiagnostic::Unavailable,
+        };
+        Self {
+            diagnostic,
+            error: error.into(),
+        }
+    }
+
+    fn fold(error: SubagentError) -> Self {
+        Self {
+            diagnostic: RowDiagnostic::Corrupt,
+            error,
+        }
+    }
+}
+
+/// The error for a name that names no member of the caller's tree; the one
+/// place that chooses it.
+fn name_not_found(name: &str) -> SubagentError {
+    SubagentError::AgentNameNotFound(name.to_owned())
+}
+
+/// How a listing treats a child of a given mode.
+enum Traversal {
+    /// Read its catalog and list its children.
+    Traverse,
+    /// A leaf: it has no catalog of its own to read.
+    Leaf,
+    /// A mode this runtime does not know: listed, not traversed.
+    Unsupported,
+}
+
+fn traversal(mode: &ChildMode) -> Traversal {
+    if *mode == ChildMode::CONTINUABLE || *mode == ChildMode::ONE_SHOT {
+        Traversal::Traverse
+    } else if *mode == ChildMode::EXTERNAL || *mode == ChildMode::UNKNOWN {
+        Traversal::Leaf
+    } else {
+        Traversal::Unsupported
+    }
+}
+
+/// `parent/name` when both are known; the root's children have `""` as
+/// their parent path.
+fn join_path(parent: Option<&str>, name: Option<&str>) -> Option<String> {
+    match (parent?, name?) {
+        ("", name) => Some(name.to_owned()),
+        (parent, name) => Some(format!("{parent}/{name}")),
+    }
+}
+
+/// A child still to be listed.
+struct Pending {
+    entry: CatalogEntry,
+    parent_id: SessionId,
+    depth: u32,
+    /// The parent's path (`""` for the root), `None` when a level is unnamed.
+    parent_path: Option<String>,
+}
+
+impl SubagentRuntime {
+    /// Read one session's catalog: from its live agent when the registry
+    /// holds one (whatever the epoch), else from its log in the store.
+    /// Nothing is loaded as an agent or resumed.
+    pub(crate) async fn read_catalog(&self, id: &SessionId) -> Result<Catalog, Unreadable> {
+        if let Some(agent) = self.registry().get(id) {
+            return fold_catalog(agent.header(), &agent.events()).map_err(Unreadable::fold);
+        }
+        let loaded = self.inner.store.load(id).await.map_err(Unreadable::store)?;
+        fold_catalog(&loaded.header, &loaded.events).map_err(Unreadable::fold)
+    }
+
+    /// [`SubagentRuntime::read_catalog`] unless `cancel` fires first: the
+    /// outer error is the cancellation, the inner one the unreadable catalog.
+    async fn observe_catalog(
+        &self,
+        id: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Result<Catalog, Unreadable>, SubagentError> {
+        if cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(SubagentError::Cancelled),
+            read = self.read_catalog(id) => Ok(read),
+        }
+    }
+
+    /// Resolve a model-supplied agent reference within `caller`'s tree:
+    /// `lead` is the tree's root; a slash path (`a/b`) is looked up segment
+    /// by segment through the catalogs from the root, and may pass only
+    /// through continuable children; a single token is first a name among
+    /// the root's direct children and otherwise taken as a session id as it
+    /// is. Resolution grants no authority: whoever acts on the id checks it.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` when `caller` is not the exact live agent;
+    /// `AGENT_NAME_NOT_FOUND` when a path names no member, passes below a
+    /// child that is not continuable, or a token is neither a name nor a
+    /// session id; the store or catalog error of a catalog along the way
+    /// that cannot be read; `CANCELLED` when `cancel` fires first.
+    pub async fn resolve_name(
+        &self,
+        caller: &Arc<dyn Agent>,
+        name: &str,
+        cancel: &CancellationToken,
+    ) -> Result<SessionId, SubagentError> {
+        let reference = caller.reference();
+        if !self.registry().is_live(&reference) {
+            return Err(SubagentError::NotLive(reference.id));
+        }
+        let root = self.root_of(caller.id());
+        if name == ROOT_NAME {
+            return Ok(root);
+        }
+        if !name.contains('/') {
+            let catalog = self
+                .observe_catalog(&root, cancel)
+                .await?
+                .map_err(|unreadable| unreadable.error)?;
+            if let Some(entry) = catalog.by_name(name) {
+                return Ok(entry.child_id.clone());
+            }
+            return SessionId::new(name).map_err(|_| name_not_found(name));
+        }
+        let mut current = root;
+        let mut through: Option<ChildMode> = None;
+        for segment in name.split('/') {
+            if let Some(mode) = &through
+                && *mode != ChildMode::CONTINUABLE
+            {
+                return Err(name_not_found(name));
+            }
+            let catalog = self
+                .observe_catalog(&current, cancel)
+                .await?
+                .map_err(|unreadable| unreadable.error)?;
+            let Some(entry) = catalog.by_name(segment) else {
+                return Err(name_not_found(name));
+            };
+            through = Some(entry.mode.clone());
+            current = entry.child_id.clone();
+        }
+        Ok(current)
+    }
+
+    /// List every descendant of `root` reachable through the catalogs, in
+    /// stable pre-order (each catalog in its event order), without loading
+    /// or resuming any agent. Each reachable catalog is read once.
+    /// Continuable and one-shot children are traversed; external and
+    /// `unknown`-mode children are leaves; any other mode is listed as
+    /// `unsupported` and not traversed. A traversed child whose catalog
+    /// cannot be read is listed as `corrupt` or `unavailable` and only its
+    /// branch stops. A child id already listed (a duplicate, or a cycle back
+    /// to an ancestor or the root) is skipped.
+    ///
+    /// # Errors
+    /// The store or catalog error when the root's own catalog cannot be
+    /// read (a missing root is `SESSION_NOT_FOUND`); `CANCELLED` when
+    /// `cancel` fires before the listing completes.
+    pub async fn list_descendants(
+        &self,
+        root: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Vec<DescendantRow>, SubagentError> {
+        let catalog = self
+            .observe_catalog(root, cancel)
+            .await?
+            .map_err(|unreadable| unreadable.error)?;
+        let mut seen: HashSet<SessionId> = HashSet::from([root.clone()]);
+        let mut rows = Vec::new();
+        let mut stack: Vec<Pending> = Vec::new();
+        push_children(&mut stack, &catalog, root, 1, Some(String::new()));
+        while let Some(Pending {
+            entry,
+            parent_id,
+            depth,
+            parent_path,
+        }) = stack.pop()
+        {
+            if !seen.insert(entry.child_id.clone()) {
+                continue;
+            }
+            let path = join_path(parent_path.as_deref(), entry.name.as_deref());
+            let diagnostic = match traversal(&entry.mode) {
+                Traversal::Leaf => None,
+                Traversal::Unsupported => Some(RowDiagnostic::Unsupported),
+                Traversal::Traverse => match self.observe_catalog(&entry.child_id, cancel).await? {
+                    Ok(catalog) => {
+                        push_children(
+                            &mut stack,
+                            &catalog,
+                            &entry.child_id,
+                            depth.saturating_add(1),
+                            path.clone(),
+                        );
+                        None
+                    }
+                    Err(unreadable) => Some(unreadable.diagnostic),
+                },
+            };
+            rows.push(DescendantRow {
+                entry,
+                parent_id,
+                depth,
+                path,
+                diagnostic,
+            });
+        }
+        Ok(rows)
+    }
+}
+
+/// Queue a catalog's entries so that they pop in event order, before
+/// anything queued earlier (pre-order).
+fn push_children(
+    stack: &mut Vec<Pending>,
+    catalog: &Catalog,
+    parent_id: &SessionId,
+    depth: u32,
+    parent_path: Option<String>,
+) {
+    stack.extend(catalog.entries().iter().rev().map(|entry| Pending {
+        entry: entry.clone(),
+        parent_id: parent_id.clone(),
+        depth,
+        parent_path: parent_path.clone(),
+    }));
+}

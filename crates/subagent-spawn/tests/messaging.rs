@@ -1,0 +1,568 @@
+//! Messaging and interrupts within one tree (B30, B31) and cold resume
+//! (B35), against the real harness and JSONL store. The tree used by the
+//! matrices: `lead` with children `a` and `b`, `a` with `a1`, `a1` with
+//! `a1x`, `b` with `b1`, plus an unrelated root `other`. Every child's model
+//! holds its first turn behind a gate, so the whole tree is live.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use dsh_core::{
+    Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
+    Message, MessageSource, SessionHeader, SessionId, SessionStore,
+};
+use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_subagent::{
+    ActivationSpec, Delivery, InterruptAuthority, RuntimeConfig, StartRequest, SubagentRuntime,
+};
+use dsh_subagent_spawn::SpawnProvider;
+use tokio::sync::Semaphore;
+
+struct Tree {
+    _dir: tempfile::TempDir,
+    store: Arc<dyn SessionStore>,
+    harness: Harness,
+    runtime: SubagentRuntime,
+    model: Arc<ScriptedModel>,
+    gate: Arc<Semaphore>,
+    agents: HashMap<&'static str, Arc<dyn Agent>>,
+}
+
+fn sid(text: &str) -> SessionId {
+    SessionId::new(text).unwrap()
+}
+
+/// The text of the first user message of a request: a child's prompt.
+fn prompt_of(messages: &[Message]) -> String {
+    messages
+        .iter()
+        .find_map(|m| match m {
+            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+async fn root(harness: &Harness, id: &str, dir: &std::path::Path) -> Arc<dyn Agent> {
+    harness
+        .create(CreateAgent {
+            header: SessionHeader::new(sid(id), dir),
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap()
+        .agent()
+        .clone()
+}
+
+async fn child(tree: &Tree, parent: &Arc<dyn Agent>, name: &str) -> Arc<dyn Agent> {
+    let activation = tree
+        .runtime
+        .start_activation(ActivationSpec {
+            provider: "spawn".into(),
+            label: format!("task {name}"),
+            name: Some(name.into()),
+            child_id: Some(sid(&format!("s-{name}"))),
+            cancel: CancellationToken::new(),
+            delivery: Delivery::Parent,
+            request: StartRequest::new(
+                parent.clone(),
+                vec![ContentBlock::text(format!("hold {name}"))],
+            ),
+        })
+        .await
+        .unwrap();
+    tree.runtime.registry().get(activation.child_id()).unwrap()
+}
+
+async fn tree() -> Tree {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SessionStore> =
+        Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
+    let gate = Arc::new(Semaphore::new(0));
+    let held = gate.clone();
+    let model = Arc::new(ScriptedModel::new().responder(move |request| {
+        let prompt = prompt_of(&request.messages);
+        if prompt.starts_with("hold") && request.messages.len() == 1 {
+            Scripted::Gated {
+                gate: held.clone(),
+                then: Box::new(Scripted::Text(format!("done: {prompt}"))),
+            }
+        } else {
+            Scripted::Text("ok".into())
+        }
+    }));
+    let harness = Harness::builder(store.clone())
+        .model(model.clone())
+        .build()
+        .unwrap();
+    let runtime = SubagentRuntime::new(
+        Arc::new(harness.clone()),
+        store.clone(),
+        RuntimeConfig::default(),
+    );
+    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
+    let mut tree = Tree {
+        store,
+        harness: harness.clone(),
+        runtime,
+        model,
+        gate,
+        agents: HashMap::new(),
+        _dir: dir,
+    };
+    let lead = root(&harness, "lead-session", tree._dir.path()).await;
+    let other = root(&harness, "other-session", tree._dir.path()).await;
+    let a = child(&tree, &lead, "a").await;
+    let b = child(&tree, &lead, "b").await;
+    let a1 = child(&tree, &a, "a1").await;
+    let a1x = child(&tree, &a1, "a1x").await;
+    let b1 = child(&tree, &b, "b1").await;
+    for (name, agent) in [
+        ("lead", lead),
+        ("other", other),
+        ("a", a),
+        ("b", b),
+        ("a1", a1),
+        ("a1x", a1x),
+        ("b1", b1),
+    ] {
+        tree.agents.insert(name, agent);
+    }
+    tree
+}
+
+/// An agent object whose epoch is no longer live: created, disposed, and its
+/// session resumed under a new epoch.
+async fn stale(tree: &Tree) -> Arc<dyn Agent> {
+    let id = sid("stale-session");
+    let handle = tree
+        .harness
+        .create(CreateAgent {
+            header: SessionHeader::new(id.clone(), tree._dir.path()),
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap();
+    let old = handle.agent().clone();
+    handle.dispose().await;
+    tree.harness
+        .resume(dsh_core::ResumeAgent {
+            id,
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap();
+    old
+}
+
+fn relayed(agent: &Arc<dyn Agent>) -> Vec<(String, String)> {
+    agent
+        .events()
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::InboxAccepted(a) => match &a.message.source {
+                MessageSource::AgentMessage { sender_session_id } => Some((
+                    sender_session_id.to_string(),
+                    dsh_core::content::joined_text(&a.message.content),
+                )),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+// B30: who may message whom.
+#[tokio::test]
+async fn messaging_matrix() {
+    let tree = tree().await;
+    let target = sid("s-a1");
+    let cancel = CancellationToken::new();
+    let cases: [(&str, Option<&str>); 7] = [
+        ("lead", None),                  // root
+        ("a", None),                     // parent
+        ("a1x", None),                   // a child of the target
+        ("b", None),                     // parent's sibling
+        ("b1", None),                    // cousin
+        ("other", Some("UNAUTHORIZED")), // another tree
+        ("a1", Some("UNAUTHORIZED")),    // self
+    ];
+    for (sender, refusal) in cases {
+        let agent = &tree.agents[sender];
+        let outcome = tree
+            .runtime
+            .send_message(
+                agent,
+                &target,
+                vec![ContentBlock::text(format!("from {sender}"))],
+                &cancel,
+            )
+            .await;
+        match (refusal, outcome) {
+            (None, Ok(_)) => {}
+            (Some(code), Err(err)) => assert_eq!(err.code(), code, "{sender}: {err}"),
+            (expected, outcome) => panic!("{sender}: expected {expected:?}, got {outcome:?}"),
+        }
+    }
+    // A grandparent is a member too.
+    tree.runtime
+        .send_message(
+            &tree.agents["lead"],
+            &sid("s-a1x"),
+            vec![ContentBlock::text("deep")],
+            &cancel,
+        )
+        .await
+        .unwrap();
+    let got: Vec<String> = relayed(&tree.agents["a1"])
+        .into_iter()
+        .map(|(_, text)| text)
+        .collect();
+    assert_eq!(
+        got,
+        [
+            "hold a1",
+            "from lead",
+            "from a",
+            "from a1x",
+            "from b",
+            "from b1"
+        ]
+    );
+    // Attribution is the sender's session id.
+    let senders: Vec<String> = relayed(&tree.agents["a1"])
+        .into_iter()
+        .map(|(s, _)| s)
+        .collect();
+    assert_eq!(
+        senders[1..],
+        ["lead-session", "s-a", "s-a1x", "s-b", "s-b1"]
+    );
+
+    // A stale reference is refused, though its session is live again.
+    let stale = stale(&tree).await;
+    let err = tree
+        .runtime
+        .send_message(&stale, &target, vec![ContentBlock::text("stale")], &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "NOT_LIVE");
+    tree.gate.add_permits(100);
+}
+
+// B31: who may interrupt whom.
+#[tokio::test]
+async fn interrupt_matrix() {
+    let tree = tree().await;
+    let target = sid("s-a1x");
+    let ancestor = |name: &str| InterruptAuthority::Ancestor(tree.agents[name].clone());
+    let cases = [
+        ("user", InterruptAuthority::User, None),
+        ("root", ancestor("lead"), None),
+        ("grandparent", ancestor("a"), None),
+        ("parent", ancestor("a1"), None),
+        ("sibling of parent", ancestor("b"), Some("UNAUTHORIZED")),
+        ("cousin", ancestor("b1"), Some("UNAUTHORIZED")),
+        ("unrelated", ancestor("other"), Some("UNAUTHORIZED")),
+        ("self", ancestor("a1x"), Some("UNAUTHORIZED")),
+    ];
+    for (who, authority, refusal) in cases {
+        let outcome = tree.runtime.interrupt(&target, &authority).await;
+        match (refusal, outcome) {
+            (None, Ok(())) => {}
+            (Some(code), Err(err)) => assert_eq!(err.code(), code, "{who}: {err}"),
+            (expected, outcome) => panic!("{who}: expected {expected:?}, got {outcome:?}"),
+        }
+    }
+    let stale = stale(&tree).await;
+    assert_eq!(
+        tree.runtime
+            .interrupt(&target, &InterruptAuthority::Ancestor(stale))
+            .await
+            .unwrap_err()
+            .code(),
+        "UNAUTHORIZED"
+    );
+    // Refused even when the target is absent; a user interrupt of an absent target is a no-op.
+    let missing = sid("nobody");
+    assert_eq!(
+        tree.runtime
+            .interrupt(&missing, &ancestor("b"))
+            .await
+            .unwrap_err()
+            .code(),
+        "UNAUTHORIZED"
+    );
+    tree.runtime
+        .interrupt(&missing, &InterruptAuthority::User)
+        .await
+        .unwrap();
+    tree.gate.add_permits(100);
+}
+
+#[tokio::test]
+async fn an_interrupted_child_stays_parked_until_a_waking_send() {
+    let tree = tree().await;
+    let a1x = tree.agents["a1x"].clone();
+    let cancel = CancellationToken::new();
+    // Queue a message behind the held first turn, then interrupt.
+    tree.runtime
+        .send_message(
+            &tree.agents["lead"],
+            a1x.id(),
+            vec![ContentBlock::text("queued")],
+            &cancel,
+        )
+        .await
+        .unwrap();
+    tree.runtime
+        .interrupt(
+            a1x.id(),
+            &InterruptAuthority::Ancestor(tree.agents["a"].clone()),
+        )
+        .await
+        .unwrap();
+    a1x.wait_idle().await;
+    let requests_before = tree.model.requests().len();
+    // The steered message was claimed or parked; either way nothing runs by itself.
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(
+        tree.model.requests().len(),
+        requests_before,
+        "no turn started by itself"
+    );
+    assert!(
+        tree.runtime.registry().get(a1x.id()).is_some(),
+        "the activation is kept"
+    );
+    // A waking send releases it.
+    tree.runtime
+        .send_message(
+            &tree.agents["lead"],
+            a1x.id(),
+            vec![ContentBlock::text("wake")],
+            &cancel,
+        )
+        .await
+        .unwrap();
+    a1x.wait_idle().await;
+    assert!(tree.model.requests().len() > requests_before);
+    tree.gate.add_permits(100);
+}
+
+#[tokio::test]
+async fn many_concurrent_messages_to_one_child_arrive_in_order_per_sender_and_each_once() {
+    let tree = tree().await;
+    let target = tree.agents["b1"].clone();
+    let cancel = CancellationToken::new();
+    let sends = (0..50).map(|n| {
+        let runtime = tree.runtime.clone();
+        let lead = tree.agents["lead"].clone();
+        let cancel = cancel.clone();
+        let id = target.id().clone();
+        async move {
+            runtime
+                .send_message(
+                    &lead,
+                    &id,
+                    vec![ContentBlock::text(format!("m{n}"))],
+                    &cancel,
+                )
+                .await
+                .unwrap()
+        }
+    });
+    let ids = futures::future::join_all(sends).await;
+    // Every accepted id is in the log exactly once, in acceptance order.
+    let accepted: Vec<_> = target
+        .events()
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::InboxAccepted(a) => Some(a.message.id.clone()),
+            _ => None,
+        })
+        .collect();
+    for id in &ids {
+        assert_eq!(accepted.iter().filter(|a| *a == id).count(), 1);
+    }
+    tree.gate.add_permits(100);
+    target.wait_idle().await;
+    // FIFO: claims follow acceptance order.
+    let claimed: Vec<_> = target
+        .events()
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::InboxClaimed(c) => Some(c.message_ids.clone()),
+            _ => None,
+        })
+        .flatten()
+        .collect();
+    let accepted_ids: Vec<_> = accepted.into_iter().filter(|id| ids.contains(id)).collect();
+    let claimed_ids: Vec<_> = claimed.into_iter().filter(|id| ids.contains(id)).collect();
+    assert_eq!(claimed_ids, accepted_ids);
+}
+
+// B35: a cold member is resumed under the live root and gets the message.
+#[tokio::test]
+async fn a_cold_member_is_resumed_once_and_gets_its_messages() {
+    let tree = tree().await;
+    // Let the whole tree finish: every child settles and is torn down.
+    tree.gate.add_permits(100);
+    let lead = tree.agents["lead"].clone();
+    for _ in 0..10_000 {
+        if tree.runtime.live_activations() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(tree.runtime.live_activations(), 0);
+    lead.wait_idle().await;
+    let target = sid("s-a1x");
+    assert!(tree.runtime.registry().get(&target).is_none(), "cold");
+    tree.runtime.remove("spawn");
+    let cancel = CancellationToken::new();
+    // Concurrent messages to the cold child coalesce into one activation.
+    let sends = (0..5).map(|n| {
+        let runtime = tree.runtime.clone();
+        let lead = lead.clone();
+        let cancel = cancel.clone();
+        let target = target.clone();
+        async move {
+            runtime
+                .send_message(
+                    &lead,
+                    &target,
+                    vec![ContentBlock::text(format!("cold {n}"))],
+                    &cancel,
+                )
+                .await
+        }
+    });
+    let results = futures::future::join_all(sends).await;
+    assert!(results.iter().all(Result::is_ok), "{results:?}");
+    let agent = tree.runtime.registry().get(&target).unwrap();
+    agent.wait_idle().await;
+    let log = tree.store.load(&target).await.unwrap();
+    let texts: Vec<String> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::InboxAccepted(a) => {
+                Some(dsh_core::content::joined_text(&a.message.content))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(texts.len(), 6, "{texts:?}");
+    // The resumed child kept its directory and composition from its own log.
+    assert_eq!(agent.header().parent_session.as_ref(), Some(&sid("s-a1")));
+}
+
+// B32: drain stops only the selected tree, child-first, and closes admission.
+#[tokio::test]
+async fn drain_stops_the_selected_tree_and_closes_admission() {
+    let tree = tree().await;
+    let other = tree.agents["other"].clone();
+    let outsider = child(&tree, &other, "outsider").await;
+    let lead = tree.agents["lead"].clone();
+    tree.runtime
+        .drain_descendants(std::slice::from_ref(&lead))
+        .await
+        .unwrap();
+    for name in ["a", "b", "a1", "a1x", "b1"] {
+        assert!(
+            tree.runtime
+                .registry()
+                .get(tree.agents[name].id())
+                .is_none(),
+            "{name} was stopped"
+        );
+    }
+    assert!(
+        tree.runtime.registry().get(outsider.id()).is_some(),
+        "other trees keep running"
+    );
+    let refused = tree
+        .runtime
+        .start_activation(ActivationSpec {
+            provider: "spawn".into(),
+            label: "late".into(),
+            name: None,
+            child_id: None,
+            cancel: CancellationToken::new(),
+            delivery: Delivery::Parent,
+            request: StartRequest::new(lead.clone(), vec![ContentBlock::text("late")]),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "DRAINING");
+    let cancel = CancellationToken::new();
+    let refused = tree
+        .runtime
+        .send_message(
+            &lead,
+            &sid("s-a"),
+            vec![ContentBlock::text("late")],
+            &cancel,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "DRAINING");
+    // The drained children told their creators without waking them.
+    for event in lead.events() {
+        if let EventPayload::InboxAccepted(accepted) = &event.payload
+            && matches!(
+                accepted.message.source,
+                MessageSource::SubagentSettled { .. }
+            )
+        {
+            assert!(!accepted.wake, "a draining root is not woken");
+        }
+    }
+    tree.gate.add_permits(100);
+}
+
+// B33: joining tree work.
+#[tokio::test]
+async fn wait_for_tree_work_joins_running_members_and_skips_parked_ones() {
+    let tree = tree().await;
+    let lead = tree.agents["lead"].clone();
+    // Park one member; the rest are running behind the gate.
+    tree.runtime
+        .interrupt(tree.agents["b1"].id(), &InterruptAuthority::User)
+        .await
+        .unwrap();
+    let waiting = {
+        let runtime = tree.runtime.clone();
+        let lead = lead.clone();
+        tokio::spawn(async move { runtime.wait_for_tree_work(&lead).await })
+    };
+    for _ in 0..200 {
+        tokio::task::yield_now().await;
+    }
+    assert!(!waiting.is_finished(), "running members hold it");
+    tree.gate.add_permits(100);
+    assert!(waiting.await.unwrap(), "it joined work");
+    assert!(
+        tree.runtime
+            .registry()
+            .get(tree.agents["b1"].id())
+            .is_some(),
+        "the parked member stays resident"
+    );
+    let other = tree.agents["other"].clone();
+    assert!(
+        !tree.runtime.wait_for_tree_work(&other).await,
+        "nothing to join"
+    );
+}

@@ -1,0 +1,721 @@
+//! Tree reads through the subagent runtime, against the real harness and the
+//! real JSONL store: name resolution (B29) and descendant listings (B34).
+//! Trees are built from real `spawn` children (kept running by a gated
+//! scripted model, with reserved ids so listings are deterministic) plus
+//! catalog entries recorded by hand for what this crate cannot start
+//! (external runs, unknown and unsupported modes, unnamed levels, dangling,
+//! duplicate and cyclic entries). Ordering is made with gates, never with
+//! sleeps; timeouts only turn a hang into a failure.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dsh_core::{
+    Agent, AgentFactory, AgentHandle, CancellationToken, ContentBlock, CreateAgent, Durability,
+    LoadedSession, Message, ModelRequest, RegistryEvent, SessionEvent, SessionHeader, SessionId,
+    SessionLog, SessionStore, StopReason, StoreError,
+};
+use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
+use dsh_subagent::{
+    ActivationSpec, CatalogEntry, ChildMode, Delivery, DescendantRow, RowDiagnostic, RuntimeConfig,
+    StartRequest, SubagentActivation, SubagentError, SubagentRuntime,
+};
+use dsh_subagent_spawn::SpawnProvider;
+use serde_json::json;
+use tokio::sync::Semaphore;
+
+// ---------------------------------------------------------------------------
+// Fixtures
+// ---------------------------------------------------------------------------
+
+/// The root agent's session id.
+const LEAD: &str = "lead-session";
+
+/// How long any single wait may take before the test fails instead of hanging.
+const BOUND: Duration = Duration::from_secs(20);
+
+/// A store that counts, per session, the reads (`load`) and the opens for
+/// writing (`open`, which only resuming an agent does).
+struct CountingStore {
+    inner: Arc<dyn SessionStore>,
+    loads: Mutex<BTreeMap<String, usize>>,
+    opens: Mutex<usize>,
+}
+
+impl CountingStore {
+    fn reset(&self) {
+        self.loads.lock().unwrap().clear();
+        *self.opens.lock().unwrap() = 0;
+    }
+
+    fn loads(&self) -> BTreeMap<String, usize> {
+        self.loads.lock().unwrap().clone()
+    }
+
+    fn opens(&self) -> usize {
+        *self.opens.lock().unwrap()
+    }
+}
+
+#[async_trait]
+impl SessionStore for CountingStore {
+    async fn create(
+        &self,
+        header: &SessionHeader,
+        seed: &[SessionEvent],
+    ) -> Result<Arc<dyn SessionLog>, StoreError> {
+        self.inner.create(header, seed).await
+    }
+
+    async fn open(
+        &self,
+        id: &SessionId,
+    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
+        *self.opens.lock().unwrap() += 1;
+        self.inner.open(id).await
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
+        *self
+            .loads
+            .lock()
+            .unwrap()
+            .entry(id.to_string())
+            .or_default() += 1;
+        self.inner.load(id).await
+    }
+
+    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.inner.exists(id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.inner.list().await
+    }
+
+    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.inner.remove(id).await
+    }
+}
+
+struct World {
+    dir: tempfile::TempDir,
+    jsonl: Arc<JsonlStore>,
+    store: Arc<CountingStore>,
+    harness: Harness,
+    runtime: SubagentRuntime,
+}
+
+impl World {
+    /// The project directory every agent starts in (it exists).
+    fn project(&self) -> PathBuf {
+        self.dir.path().join("project")
+    }
+
+    async fn start(&self, spec: ActivationSpec) -> SubagentActivation {
+        bounded("start_activation", self.runtime.start_activation(spec))
+            .await
+            .unwrap()
+    }
+
+    /// The live agent of a session.
+    fn live(&self, id: &SessionId) -> Arc<dyn Agent> {
+        self.runtime.registry().get(id).expect("the agent is live")
+    }
+
+    /// Create an agent with its own log (a tree root, or a session a
+    /// hand-written catalog entry points at).
+    async fn agent(&self, id: &str) -> AgentHandle {
+        self.harness
+            .create(CreateAgent {
+                header: SessionHeader::new(sid(id), self.project()),
+                seed: Vec::new(),
+                setup: Default::default(),
+                cancel: CancellationToken::new(),
+            })
+            .await
+            .unwrap()
+    }
+
+    /// Write a log for `id` whose middle line is not JSON: the store reports
+    /// it corrupt.
+    async fn corrupt_log(&self, id: &str) {
+        let log = self
+            .jsonl
+            .create(&SessionHeader::new(sid(id), self.project()), &[])
+            .await
+            .unwrap();
+        drop(log);
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(self.jsonl.log_path(&sid(id)))
+            .unwrap();
+        file.write_all(b"{not json\n{not json either\n").unwrap();
+    }
+
+    async fn resolve(&self, caller: &Arc<dyn Agent>, name: &str) -> Result<String, SubagentError> {
+        let cancel = CancellationToken::new();
+        bounded(
+            "resolve_name",
+            self.runtime.resolve_name(caller, name, &cancel),
+        )
+        .await
+        .map(|id| id.to_string())
+    }
+
+    async fn list(&self, root: &str) -> Result<Vec<DescendantRow>, SubagentError> {
+        let cancel = CancellationToken::new();
+        bounded(
+            "list_descendants",
+            self.runtime.list_descendants(&sid(root), &cancel),
+        )
+        .await
+    }
+}
+
+/// A world over a counted JSONL store in a temp dir, with `spawn` registered.
+fn world(model: &Arc<ScriptedModel>) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("project")).unwrap();
+    let jsonl = Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
+    let store = Arc::new(CountingStore {
+        inner: jsonl.clone(),
+        loads: Mutex::new(BTreeMap::new()),
+        opens: Mutex::new(0),
+    });
+    let harness = Harness::builder(store.clone())
+        .model(model.clone())
+        .build()
+        .unwrap();
+    let runtime = SubagentRuntime::new(
+        Arc::new(harness.clone()),
+        store.clone(),
+        RuntimeConfig::default(),
+    );
+    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
+    World {
+        dir,
+        jsonl,
+        store,
+        harness,
+        runtime,
+    }
+}
+
+fn sid(text: &str) -> SessionId {
+    SessionId::new(text).unwrap()
+}
+
+/// A caller-delivered spawn named `name` with the reserved id `id` under
+/// `parent`, whose prompt (and label) is `hold: <name>`.
+fn child(parent: &Arc<dyn Agent>, name: &str, id: &str) -> ActivationSpec {
+    let prompt = format!("hold: {name}");
+    ActivationSpec {
+        provider: "spawn".into(),
+        label: prompt.clone(),
+        name: Some(name.into()),
+        child_id: Some(sid(id)),
+        cancel: CancellationToken::new(),
+        delivery: Delivery::Caller,
+        request: StartRequest::new(parent.clone(), vec![ContentBlock::text(prompt)]),
+    }
+}
+
+/// A catalog entry written by hand.
+fn entry(id: &str, name: Option<&str>, mode: ChildMode) -> CatalogEntry {
+    CatalogEntry {
+        child_id: sid(id),
+        name: name.map(str::to_owned),
+        label: format!("{mode} {id}"),
+        provider: "by-hand".into(),
+        mode,
+    }
+}
+
+fn mode(text: &str) -> ChildMode {
+    serde_json::from_value(json!(text)).unwrap()
+}
+
+/// Record `entry` in `parent`'s catalog.
+async fn record(parent: &Arc<dyn Agent>, entry: &CatalogEntry) {
+    parent
+        .record(CATALOG_EVENT, catalog_payload(entry))
+        .await
+        .unwrap();
+}
+
+/// The text of the first user message of a request (a child's prompt).
+fn first_user_text(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// A model that holds every request whose first user text starts with
+/// `hold` until `gate` gets a permit, and echoes every request.
+fn holding_model(gate: &Arc<Semaphore>) -> Arc<ScriptedModel> {
+    let gate = gate.clone();
+    Arc::new(ScriptedModel::new().responder(move |r| {
+        let echo = Scripted::Text(format!("re: {}", first_user_text(r)));
+        if first_user_text(r).starts_with("hold") {
+            Scripted::Gated {
+                gate: gate.clone(),
+                then: Box::new(echo),
+            }
+        } else {
+            echo
+        }
+    }))
+}
+
+async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
+    tokio::time::timeout(BOUND, future)
+        .await
+        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
+}
+
+async fn completed(activation: &SubagentActivation) {
+    let result = bounded("the activation's result", activation.result())
+        .await
+        .unwrap();
+    assert_eq!(result.stop_reason, StopReason::COMPLETED);
+}
+
+/// The failure for a name that names no member.
+#[track_caller]
+fn assert_name_not_found(result: Result<String, SubagentError>, name: &str) {
+    let err = result.expect_err(name);
+    assert_eq!(err.code(), "AGENT_NAME_NOT_FOUND", "{name}: {err}");
+    assert!(err.to_string().contains(name), "{err}");
+}
+
+// ---------------------------------------------------------------------------
+// B29: resolve_name
+// ---------------------------------------------------------------------------
+
+// B29
+#[tokio::test]
+async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
+    let gate = Arc::new(Semaphore::new(0));
+    let model = holding_model(&gate);
+    let world = world(&model);
+    let lead_handle = world.agent(LEAD).await;
+    let lead = lead_handle.agent().clone();
+
+    let a = world.start(child(&lead, "a", "child-a")).await;
+    let a_agent = world.live(a.child_id());
+    let b = world.start(child(&a_agent, "b", "child-b")).await;
+    let b_agent = world.live(b.child_id());
+    assert_eq!(b.name(), "a/b");
+
+    // `lead` is the root, from the root and from any member.
+    assert_eq!(world.resolve(&lead, "lead").await.unwrap(), LEAD);
+    assert_eq!(world.resolve(&b_agent, "lead").await.unwrap(), LEAD);
+    // Full names are paths from the root, whoever asks.
+    for caller in [&lead, &a_agent, &b_agent] {
+        assert_eq!(world.resolve(caller, "a").await.unwrap(), "child-a");
+        assert_eq!(world.resolve(caller, "a/b").await.unwrap(), "child-b");
+    }
+
+    // A slash path naming no member fails; it is never taken as an id.
+    for path in ["a/zzz", "zzz/b", "a/b/c", "a//b", "a/", "/a", "lead/a"] {
+        assert_name_not_found(world.resolve(&lead, path).await, path);
+    }
+    // A single token that names no child of the root is a session id as it
+    // is (a grandchild's bare name included); resolution grants nothing.
+    assert_eq!(world.resolve(&lead, "child-b").await.unwrap(), "child-b");
+    assert_eq!(world.resolve(&lead, "b").await.unwrap(), "b");
+    assert_eq!(
+        world.resolve(&lead, "s-no-such-session").await.unwrap(),
+        "s-no-such-session"
+    );
+    // A token that cannot be a session id either names nothing.
+    for token in ["", "no such agent", "../escape"] {
+        assert_name_not_found(world.resolve(&lead, token).await, token);
+    }
+
+    // External and unknown children are leaves: their names resolve, but a
+    // name below them fails the same way. So does one below a one-shot
+    // child (resolution walks only through continuable children).
+    record(&lead, &entry("ext-run", Some("ext"), ChildMode::EXTERNAL)).await;
+    record(
+        &lead,
+        &entry("ghost-run", Some("ghost"), ChildMode::UNKNOWN),
+    )
+    .await;
+    record(
+        &lead,
+        &entry("legacy-run", Some("legacy"), ChildMode::ONE_SHOT),
+    )
+    .await;
+    assert_eq!(world.resolve(&lead, "ext").await.unwrap(), "ext-run");
+    assert_eq!(world.resolve(&b_agent, "ghost").await.unwrap(), "ghost-run");
+    for path in ["ext/x", "ghost/x", "legacy/x", "ext/x/y"] {
+        assert_name_not_found(world.resolve(&lead, path).await, path);
+    }
+
+    // A catalog along the path that cannot be read is an error, not a miss.
+    record(
+        &lead,
+        &entry("lost-session", Some("lost"), ChildMode::CONTINUABLE),
+    )
+    .await;
+    assert_eq!(world.resolve(&lead, "lost").await.unwrap(), "lost-session");
+    let err = world.resolve(&lead, "lost/x").await.unwrap_err();
+    assert_eq!(err.code(), "SESSION_NOT_FOUND", "{err}");
+    b_agent
+        .record(CATALOG_EVENT, json!({"bogus": 1}))
+        .await
+        .unwrap();
+    let err = world.resolve(&lead, "a/b/c").await.unwrap_err();
+    assert_eq!(err.code(), "CORRUPT_CATALOG", "{err}");
+    assert_eq!(world.resolve(&lead, "a/b").await.unwrap(), "child-b");
+
+    // A cancelled resolution reads nothing and fails.
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    world.store.reset();
+    let err = world
+        .runtime
+        .resolve_name(&lead, "a/b", &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "CANCELLED");
+    assert!(world.store.loads().is_empty());
+
+    // Only the exact live agent may resolve: a settled child is not live,
+    // and neither is a root's earlier epoch.
+    gate.add_permits(2);
+    completed(&b).await;
+    completed(&a).await;
+    let err = world.resolve(&b_agent, "lead").await.unwrap_err();
+    assert_eq!(err.code(), "NOT_LIVE");
+    bounded("disposing the root", lead_handle.dispose()).await;
+    let resumed = world
+        .harness
+        .resume(dsh_core::ResumeAgent {
+            id: sid(LEAD),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap();
+    let err = world.resolve(&lead, "a/b").await.unwrap_err();
+    assert_eq!(err.code(), "NOT_LIVE");
+    // The new epoch resolves through the durable catalogs of cold members.
+    let lead = resumed.agent().clone();
+    assert_eq!(world.resolve(&lead, "a/b").await.unwrap(), "child-b");
+    resumed.dispose().await;
+}
+
+// ---------------------------------------------------------------------------
+// B34: list_descendants
+// ---------------------------------------------------------------------------
+
+/// The mixed tree of the B34 tests (pre-order, with what each row shows):
+///
+/// ```text
+/// lead-session
+/// ├─ a          child-a       spawned, continuable
+/// │  ├─ b       child-b       spawned, continuable
+/// │  │  ├─ (unnamed) child-u  a live agent recorded by hand: no path below
+/// │  │  │  └─ v child-v       external leaf (no path: a level is unnamed)
+/// │  │  ├─ back → lead-session   a cycle to the root: skipped
+/// │  │  └─ up   → child-a        a cycle to an ancestor: skipped
+/// │  └─ k       child-k       spawned; its catalog is corrupt: the branch
+/// │                           stops (its `hidden` child is not listed)
+/// ├─ ext        ext-run       external leaf
+/// ├─ ghost      ghost-run     unknown-mode leaf (never read: it has no log)
+/// ├─ q          quantum-run   mode `quantum`: unsupported, not traversed
+/// ├─ lost       lost-session  no log: unavailable
+/// ├─ dup        child-b       already listed: skipped
+/// ├─ f          child-f       a log with a corrupt middle line: corrupt
+/// └─ o          child-o       one-shot, traversed
+///    └─ p       child-p       external leaf
+/// ```
+struct MixedTree {
+    activations: Vec<SubagentActivation>,
+    handles: Vec<AgentHandle>,
+}
+
+async fn mixed_tree(world: &World) -> MixedTree {
+    let lead = world.agent(LEAD).await;
+    let unnamed = world.agent("child-u").await;
+    let one_shot = world.agent("child-o").await;
+    let lead_agent = lead.agent().clone();
+
+    let a = world.start(child(&lead_agent, "a", "child-a")).await;
+    let a_agent = world.live(a.child_id());
+    let b = world.start(child(&a_agent, "b", "child-b")).await;
+    let b_agent = world.live(b.child_id());
+    let k = world.start(child(&a_agent, "k", "child-k")).await;
+    let k_agent = world.live(k.child_id());
+
+    record(&b_agent, &entry("child-u", None, ChildMode::CONTINUABLE)).await;
+    record(&b_agent, &entry(LEAD, Some("back"), ChildMode::CONTINUABLE)).await;
+    record(
+        &b_agent,
+        &entry("child-a", Some("up"), ChildMode::CONTINUABLE),
+    )
+    .await;
+    record(
+        unnamed.agent(),
+        &entry("child-v", Some("v"), ChildMode::EXTERNAL),
+    )
+    .await;
+    record(
+        &k_agent,
+        &entry("hidden-run", Some("hidden"), ChildMode::EXTERNAL),
+    )
+    .await;
+    k_agent
+        .record(CATALOG_EVENT, json!({"bogus": 1}))
+        .await
+        .unwrap();
+
+    record(
+        &lead_agent,
+        &entry("ext-run", Some("ext"), ChildMode::EXTERNAL),
+    )
+    .await;
+    record(
+        &lead_agent,
+        &entry("ghost-run", Some("ghost"), ChildMode::UNKNOWN),
+    )
+    .await;
+    record(
+        &lead_agent,
+        &entry("quantum-run", Some("q"), mode("quantum")),
+    )
+    .await;
+    record(
+        &lead_agent,
+        &entry("lost-session", Some("lost"), ChildMode::CONTINUABLE),
+    )
+    .await;
+    record(
+        &lead_agent,
+        &entry("child-b", Some("dup"), ChildMode::CONTINUABLE),
+    )
+    .await;
+    world.corrupt_log("child-f").await;
+    record(
+        &lead_agent,
+        &entry("child-f", Some("f"), ChildMode::CONTINUABLE),
+    )
+    .await;
+    record(
+        &lead_agent,
+        &entry("child-o", Some("o"), ChildMode::ONE_SHOT),
+    )
+    .await;
+    record(
+        one_shot.agent(),
+        &entry("child-p", Some("p"), ChildMode::EXTERNAL),
+    )
+    .await;
+
+    MixedTree {
+        activations: vec![a, b, k],
+        handles: vec![lead, unnamed, one_shot],
+    }
+}
+
+/// One line per row: `depth parent child path diagnostic`.
+fn outline(rows: &[DescendantRow]) -> Vec<String> {
+    rows.iter()
+        .map(|row| {
+            format!(
+                "{} {} {} {} {}",
+                row.depth,
+                row.parent_id,
+                row.entry.child_id,
+                row.path.as_deref().unwrap_or("-"),
+                row.diagnostic
+                    .map(|d| serde_json::to_value(d)
+                        .unwrap()
+                        .as_str()
+                        .unwrap()
+                        .to_owned())
+                    .unwrap_or_else(|| "-".into()),
+            )
+        })
+        .collect()
+}
+
+// B34
+#[tokio::test]
+async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_loading_agents() {
+    let gate = Arc::new(Semaphore::new(0));
+    let model = holding_model(&gate);
+    let world = world(&model);
+    let tree = mixed_tree(&world).await;
+
+    // Live: the spawned members and the hand-made agents are read through
+    // the registry; only the sessions with no live agent come from the store.
+    world.store.reset();
+    let live = world.list(LEAD).await.unwrap();
+    assert_eq!(
+        outline(&live),
+        [
+            "1 lead-session child-a a -",
+            "2 child-a child-b a/b -",
+            "3 child-b child-u - -",
+            "4 child-u child-v - -",
+            "2 child-a child-k a/k corrupt",
+            "1 lead-session ext-run ext -",
+            "1 lead-session ghost-run ghost -",
+            "1 lead-session quantum-run q unsupported",
+            "1 lead-session lost-session lost unavailable",
+            "1 lead-session child-f f corrupt",
+            "1 lead-session child-o o -",
+            "2 child-o child-p o/p -",
+        ]
+    );
+    insta::assert_json_snapshot!("mixed_tree", live);
+    assert_eq!(
+        world.store.loads(),
+        BTreeMap::from([("child-f".into(), 1), ("lost-session".into(), 1)]),
+        "live catalogs are read from their agents; leaves are never read"
+    );
+    assert_eq!(world.store.opens(), 0);
+
+    // Everyone goes away: the same listing from the logs alone.
+    gate.add_permits(3);
+    for activation in &tree.activations {
+        completed(activation).await;
+    }
+    for handle in &tree.handles {
+        bounded("disposing an agent", handle.dispose()).await;
+    }
+    assert!(world.runtime.registry().is_empty());
+    assert_eq!(world.runtime.live_activations(), 0);
+
+    let published = Arc::new(Mutex::new(0_usize));
+    let _published = world.runtime.registry().events().listen({
+        let published = published.clone();
+        move |event| {
+            if matches!(event, RegistryEvent::Published(_)) {
+                *published.lock().unwrap() += 1;
+            }
+        }
+    });
+    world.store.reset();
+    let cold = world.list(LEAD).await.unwrap();
+    assert_eq!(cold, live, "cold and live listings are identical");
+    assert_eq!(
+        world.store.loads(),
+        BTreeMap::from(
+            [
+                LEAD,
+                "child-a",
+                "child-b",
+                "child-u",
+                "child-k",
+                "lost-session",
+                "child-f",
+                "child-o",
+            ]
+            .map(|id| (id.to_owned(), 1))
+        ),
+        "each reachable catalog is read once; leaves are never read"
+    );
+    assert_eq!(world.store.opens(), 0, "no agent is opened or resumed");
+    assert_eq!(*published.lock().unwrap(), 0, "no agent is loaded");
+    assert!(world.runtime.registry().is_empty());
+    assert_eq!(world.runtime.live_activations(), 0);
+    assert!(world.harness.tasks().is_empty());
+
+    // Any member lists its own subtree: depth and path count from it.
+    assert_eq!(
+        outline(&world.list("child-o").await.unwrap()),
+        ["1 child-o child-p p -"]
+    );
+    assert_eq!(
+        world.list("child-p").await.unwrap_err().code(),
+        "SESSION_NOT_FOUND"
+    );
+}
+
+// B34
+#[tokio::test]
+async fn b34_a_root_that_cannot_be_read_fails_the_whole_listing() {
+    let model = holding_model(&Arc::new(Semaphore::new(0)));
+    let world = world(&model);
+
+    let err = world.list("no-such-root").await.unwrap_err();
+    assert_eq!(err.code(), "SESSION_NOT_FOUND", "{err}");
+
+    world.corrupt_log("torn-root").await;
+    let err = world.list("torn-root").await.unwrap_err();
+    assert_eq!(err.code(), "SESSION_CORRUPT", "{err}");
+
+    let lead = world.agent(LEAD).await;
+    record(
+        lead.agent(),
+        &entry("ext-run", Some("ext"), ChildMode::EXTERNAL),
+    )
+    .await;
+    lead.agent()
+        .record(CATALOG_EVENT, json!({"bogus": 1}))
+        .await
+        .unwrap();
+    let err = world.list(LEAD).await.unwrap_err();
+    assert_eq!(err.code(), "CORRUPT_CATALOG", "{err}");
+    bounded("disposing the root", lead.dispose()).await;
+    let err = world.list(LEAD).await.unwrap_err();
+    assert_eq!(
+        err.code(),
+        "CORRUPT_CATALOG",
+        "the same from the log: {err}"
+    );
+
+    // A root with no children lists nothing.
+    let empty = world.agent("empty-root").await;
+    assert_eq!(world.list("empty-root").await.unwrap(), []);
+    bounded("disposing the root", empty.dispose()).await;
+    assert_eq!(world.list("empty-root").await.unwrap(), []);
+}
+
+// B34
+#[tokio::test]
+async fn b34_a_cancelled_listing_fails_and_reads_nothing() {
+    let model = holding_model(&Arc::new(Semaphore::new(0)));
+    let world = world(&model);
+    let lead = world.agent(LEAD).await;
+    record(
+        lead.agent(),
+        &entry("lost-session", Some("lost"), ChildMode::CONTINUABLE),
+    )
+    .await;
+    bounded("disposing the root", lead.dispose()).await;
+
+    let cancel = CancellationToken::new();
+    cancel.cancel();
+    world.store.reset();
+    let err = world
+        .runtime
+        .list_descendants(&sid(LEAD), &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "CANCELLED");
+    assert!(world.store.loads().is_empty());
+
+    // Uncancelled, the same listing succeeds.
+    let rows = world.list(LEAD).await.unwrap();
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0].diagnostic, Some(RowDiagnostic::Unavailable));
+}

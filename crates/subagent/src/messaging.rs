@@ -1,0 +1,334 @@
+//! Messaging within one tree: an agent's message to another member
+//! (delivered to a running target at its next step, to an idle one as a new
+//! turn, to a cold one after resuming it under the live root), and
+//! interrupts under user or exact-ancestor authority. Authority is checked
+//! on facts (the registry's exact epochs, the headers' lineage), never on
+//! what a name resolved to.
+
+use std::sync::Arc;
+
+use dsh_core::{
+    Agent, AgentStatus, CancelCause, CancelOptions, CancellationToken, ContentBlock, MessageId,
+    MessageSource, ResumeAgent, SessionId, StoreError, UserMessage,
+};
+
+use crate::catalog::{ChildMode, fold_catalog};
+use crate::error::SubagentError;
+use crate::runtime::{SubagentRuntime, lock};
+
+/// How far up a lineage the runtime walks before calling it a cycle.
+const MAX_LINEAGE: usize = 256;
+
+/// How many times a delivery races a target's teardown before giving up.
+const RETRIES: usize = 8;
+
+/// How long a delivery waits for a target's teardown to finish.
+const DEPARTURE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A child resumed but not yet adopted as an activation.
+struct Resumed {
+    handle: dsh_core::AgentHandle,
+    slot: crate::runtime::CapacitySlot,
+}
+
+/// Under whose authority an interrupt is made.
+#[derive(Clone)]
+pub enum InterruptAuthority {
+    /// A trusted host operation on the user's behalf.
+    User,
+    /// An exact live agent in the target's creation ancestry.
+    Ancestor(Arc<dyn Agent>),
+}
+
+impl SubagentRuntime {
+    /// The parent session of `id`, from its live agent or its stored header.
+    async fn parent_of(&self, id: &SessionId) -> Result<Option<SessionId>, SubagentError> {
+        if let Some(agent) = self.registry().get(id) {
+            return Ok(agent.header().parent_session.clone());
+        }
+        Ok(self.inner.store.header(id).await?.parent_session)
+    }
+
+    /// Whether `ancestor` is in `target`'s creation lineage (not `target` itself).
+    async fn is_ancestor(
+        &self,
+        ancestor: &SessionId,
+        target: &SessionId,
+    ) -> Result<bool, SubagentError> {
+        let mut current = target.clone();
+        for _ in 0..MAX_LINEAGE {
+            match self.parent_of(&current).await? {
+                Some(parent) if &parent == ancestor => return Ok(true),
+                Some(parent) => current = parent,
+                None => return Ok(false),
+            }
+        }
+        Ok(false)
+    }
+
+    /// The mode `target`'s creator recorded for it.
+    async fn mode_of(&self, target: &SessionId) -> Result<Option<ChildMode>, SubagentError> {
+        let Some(parent) = self.parent_of(target).await? else {
+            return Ok(None);
+        };
+        let catalog = match self.registry().get(&parent) {
+            Some(agent) => fold_catalog(agent.header(), &agent.events())?,
+            None => {
+                let log = self.inner.store.load(&parent).await?;
+                fold_catalog(&log.header, &log.events)?
+            }
+        };
+        Ok(catalog.get(target).map(|entry| entry.mode.clone()))
+    }
+
+    /// Deliver a model-authored message from `sender` to another member of
+    /// its tree. Returns the accepted message's id. The caller's token
+    /// governs only the work before the target's inbox accepts the message.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` (sender), `UNAUTHORIZED` (self, outside the tree, an
+    /// external or one-shot target), `NOT_RESUMABLE`, `DELIVERY_UNAVAILABLE`,
+    /// `CANCELLED`.
+    pub async fn send_message(
+        &self,
+        sender: &Arc<dyn Agent>,
+        target: &SessionId,
+        content: Vec<ContentBlock>,
+        cancel: &CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
+        let sender_ref = sender.reference();
+        if !self.registry().is_live(&sender_ref) {
+            return Err(SubagentError::NotLive(sender_ref.id));
+        }
+        if target == sender.id() {
+            return Err(SubagentError::Unauthorized(
+                "an agent cannot send a message to itself".into(),
+            ));
+        }
+        let root = self.root_of(sender.id());
+        self.check_admission(&root)?;
+        if target != &root {
+            let member = match self.is_ancestor(&root, target).await {
+                Ok(member) => member,
+                Err(SubagentError::Agent(dsh_core::AgentError::Store(StoreError::NotFound(_)))) => {
+                    false
+                }
+                Err(err) => return Err(err),
+            };
+            if !member {
+                return Err(SubagentError::Unauthorized(format!(
+                    "`{target}` is not a member of this agent tree"
+                )));
+            }
+            match self.mode_of(target).await?.as_ref().map(ChildMode::as_str) {
+                Some("continuable") => {}
+                Some("external") => {
+                    return Err(SubagentError::Unauthorized(format!(
+                        "`{target}` is an external agent; it cannot receive follow-up messages"
+                    )));
+                }
+                _ => {
+                    return Err(SubagentError::Unauthorized(format!(
+                        "`{target}` cannot receive messages"
+                    )));
+                }
+            }
+        }
+        if cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let message = UserMessage::new(
+            content,
+            MessageSource::AgentMessage {
+                sender_session_id: sender.id().clone(),
+            },
+        );
+        // A target settling and being torn down while we deliver is cold a
+        // moment later: try again a few times before giving up.
+        let mut last = None;
+        for _ in 0..RETRIES {
+            let (agent, resumed) = match self.registry().get(target) {
+                Some(agent) => (agent, None),
+                None => match self.resume_member(target, &root, cancel).await {
+                    Ok(resumed) => (resumed.handle.agent().clone(), Some(resumed)),
+                    Err(SubagentError::Agent(err @ dsh_core::AgentError::AlreadyLive(_))) => {
+                        // Someone else resumed it: deliver to that one.
+                        last = Some(SubagentError::Agent(err));
+                        continue;
+                    }
+                    Err(SubagentError::Agent(
+                        err @ dsh_core::AgentError::Store(StoreError::Busy(_)),
+                    )) => {
+                        last = Some(SubagentError::Agent(err));
+                        self.wait_for_departure(target).await;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                },
+            };
+            let outcome = self
+                .deliver(&sender_ref, &root, &agent, message.clone(), cancel)
+                .await;
+            if let Some(resumed) = resumed {
+                // Adopted only now, so the new activation cannot settle
+                // before the message that woke it is in its inbox.
+                self.adopt(resumed, &root);
+            }
+            match outcome {
+                Err(SubagentError::Agent(err @ dsh_core::AgentError::Disposed(_))) => {
+                    last = Some(SubagentError::Agent(err));
+                    self.wait_for_departure(target).await;
+                }
+                outcome => return outcome,
+            }
+        }
+        Err(last.unwrap_or_else(|| SubagentError::DeliveryUnavailable(target.clone())))
+    }
+
+    /// Wait (bounded) until an agent being torn down has left the registry,
+    /// which happens only after it released its log.
+    async fn wait_for_departure(&self, target: &SessionId) {
+        let (_subscription, mut events) = self.registry().events().subscribe();
+        let gone = async {
+            while self.registry().get(target).is_some() {
+                if events.recv().await.is_none() {
+                    return;
+                }
+            }
+        };
+        // The bound only turns a stuck teardown into a delivery error.
+        let _ = tokio::time::timeout(DEPARTURE_BOUND, gone).await;
+        tokio::task::yield_now().await;
+    }
+
+    /// Recheck the sender and the root, then hand the message to the target.
+    async fn deliver(
+        &self,
+        sender: &dsh_core::AgentRef,
+        root: &SessionId,
+        agent: &Arc<dyn Agent>,
+        message: UserMessage,
+        cancel: &CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
+        if !self.registry().is_live(sender) {
+            return Err(SubagentError::NotLive(sender.id.clone()));
+        }
+        if self.registry().get(root).is_none() {
+            return Err(SubagentError::NotLive(root.clone()));
+        }
+        if cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let accepted = match agent.status() {
+            AgentStatus::Running => agent.steer(message).await,
+            AgentStatus::Idle => agent.followup(message).await,
+        };
+        Ok(accepted?)
+    }
+
+    fn adopt(&self, resumed: Resumed, root: &SessionId) {
+        let Resumed { handle, slot } = resumed;
+        let agent = handle.agent().clone();
+        let creator = agent.header().parent_session.clone();
+        let parent_ref = creator
+            .as_ref()
+            .and_then(|creator| self.registry().get(creator))
+            .map(|creator| creator.reference())
+            .unwrap_or_else(|| dsh_core::AgentRef {
+                id: creator.unwrap_or_else(|| root.clone()),
+                epoch: dsh_core::Epoch(0),
+            });
+        let name = agent.id().to_string();
+        self.adopt_resumed(
+            handle,
+            "resumed".into(),
+            parent_ref,
+            root.clone(),
+            name,
+            slot,
+        );
+    }
+
+    /// Resume a cold member; concurrent resumes of one child coalesce (the
+    /// losers find it live in the registry).
+    async fn resume_member(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Resumed, SubagentError> {
+        let gate = lock(&self.inner.resuming)
+            .entry(target.clone())
+            .or_default()
+            .clone();
+        let _turn = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(SubagentError::Cancelled),
+            guard = gate.lock() => guard,
+        };
+        if self.registry().get(target).is_some() {
+            return Err(SubagentError::Agent(dsh_core::AgentError::AlreadyLive(
+                target.clone(),
+            )));
+        }
+        let slot = self
+            .reserve_capacity(root)
+            .map_err(|_| SubagentError::DeliveryUnavailable(target.clone()))?;
+        let resumed = self
+            .inner
+            .factory
+            .resume(ResumeAgent {
+                id: target.clone(),
+                setup: Default::default(),
+                cancel: cancel.clone(),
+            })
+            .await;
+        lock(&self.inner.resuming).remove(target);
+        match resumed {
+            Ok(handle) => Ok(Resumed { handle, slot }),
+            Err(dsh_core::AgentError::Cancelled) => Err(SubagentError::Cancelled),
+            Err(
+                err @ (dsh_core::AgentError::AlreadyLive(_)
+                | dsh_core::AgentError::Store(StoreError::Busy(_))),
+            ) => Err(SubagentError::Agent(err)),
+            Err(err) => Err(SubagentError::NotResumable {
+                id: target.clone(),
+                reason: err.to_string(),
+            }),
+        }
+    }
+
+    /// Interrupt one member's current execution. Returns before the target
+    /// stops; pending input stays parked, and the activation and its
+    /// descendants are kept. An absent or settled target is a no-op.
+    ///
+    /// # Errors
+    /// `UNAUTHORIZED` unless the authority is the user or an exact live
+    /// ancestor of the target (checked even when the target is absent).
+    pub async fn interrupt(
+        &self,
+        target: &SessionId,
+        authority: &InterruptAuthority,
+    ) -> Result<(), SubagentError> {
+        let cause = match authority {
+            InterruptAuthority::User => CancelCause::User,
+            InterruptAuthority::Ancestor(agent) => {
+                let reference = agent.reference();
+                let authorised = self.registry().is_live(&reference)
+                    && &reference.id != target
+                    && matches!(self.is_ancestor(&reference.id, target).await, Ok(true));
+                if !authorised {
+                    return Err(SubagentError::Unauthorized(format!(
+                        "only the user or an ancestor of `{target}` may interrupt it"
+                    )));
+                }
+                CancelCause::Parent
+            }
+        };
+        if let Some(agent) = self.registry().get(target) {
+            self.park(target);
+            agent.cancel(cause, CancelOptions { keep_inbox: true });
+        }
+        Ok(())
+    }
+}
