@@ -566,3 +566,150 @@ async fn wait_for_tree_work_joins_running_members_and_skips_parked_ones() {
         "nothing to join"
     );
 }
+
+/// Refuses every session but one.
+struct OnlyFor(SessionId);
+
+impl dsh_subagent::SessionAuthoriser for OnlyFor {
+    fn authorise(&self, session: &SessionId) -> Result<(), String> {
+        if session == &self.0 {
+            Ok(())
+        } else {
+            Err(format!("no access to `{session}`"))
+        }
+    }
+}
+
+// B36: the user-authored prompt and interrupt.
+#[tokio::test]
+async fn user_prompts_are_authorised_on_the_child_and_keep_their_request_id() {
+    let tree = tree().await;
+    let cancel = CancellationToken::new();
+    let a1 = tree.agents["a1"].clone();
+    let accepted_before = a1.events().len();
+    let request = |text: &str, delivery| dsh_subagent::UserPrompt {
+        child: a1.id().clone(),
+        request_id: dsh_core::MessageId::new(format!("req-{text}")),
+        content: vec![ContentBlock::text(text)],
+        delivery,
+    };
+    // Refused before any work.
+    let err = tree
+        .runtime
+        .prompt(
+            request("denied", dsh_subagent::PromptDelivery::Queue),
+            &OnlyFor(sid("s-b")),
+            &cancel,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "UNAUTHORIZED");
+    assert_eq!(a1.events().len(), accepted_before, "nothing was accepted");
+    let err = tree
+        .runtime
+        .interrupt_by_user(a1.id(), &OnlyFor(sid("s-b")))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "UNAUTHORIZED");
+
+    // Queue and steer keep the caller's id and the user source.
+    let id = tree
+        .runtime
+        .prompt(
+            request("queued", dsh_subagent::PromptDelivery::Queue),
+            &dsh_subagent::TrustedHost,
+            &cancel,
+        )
+        .await
+        .unwrap();
+    assert_eq!(id.as_str(), "req-queued");
+    let id = tree
+        .runtime
+        .prompt(
+            request("steered", dsh_subagent::PromptDelivery::Steer),
+            &OnlyFor(a1.id().clone()),
+            &cancel,
+        )
+        .await
+        .unwrap();
+    assert_eq!(id.as_str(), "req-steered");
+    let user_messages: Vec<(String, dsh_core::InboxTarget)> = a1
+        .events()
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::InboxAccepted(a) if a.message.source == MessageSource::User => {
+                Some((a.message.id.to_string(), a.target))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        user_messages,
+        [
+            ("req-queued".to_owned(), dsh_core::InboxTarget::NextTurn),
+            ("req-steered".to_owned(), dsh_core::InboxTarget::NextStep)
+        ]
+    );
+    // Images need a model that accepts them.
+    let mut image = request("image", dsh_subagent::PromptDelivery::Queue);
+    image.content = vec![ContentBlock::Image {
+        media_type: "image/png".into(),
+        data: "iVBORw0KGgo=".into(),
+    }];
+    let err = tree
+        .runtime
+        .prompt(image, &dsh_subagent::TrustedHost, &cancel)
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "INVALID_REQUEST");
+    // A root is not a child.
+    let mut to_root = request("root", dsh_subagent::PromptDelivery::Queue);
+    to_root.child = sid("lead-session");
+    assert_eq!(
+        tree.runtime
+            .prompt(to_root, &dsh_subagent::TrustedHost, &cancel)
+            .await
+            .unwrap_err()
+            .code(),
+        "UNAUTHORIZED"
+    );
+    tree.runtime
+        .interrupt_by_user(a1.id(), &dsh_subagent::TrustedHost)
+        .await
+        .unwrap();
+    tree.gate.add_permits(100);
+}
+
+#[tokio::test]
+async fn a_user_prompt_resumes_a_cold_child() {
+    let tree = tree().await;
+    tree.gate.add_permits(100);
+    for _ in 0..10_000 {
+        if tree.runtime.live_activations() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    assert_eq!(tree.runtime.live_activations(), 0);
+    let target = sid("s-b1");
+    let id = tree
+        .runtime
+        .prompt(
+            dsh_subagent::UserPrompt {
+                child: target.clone(),
+                request_id: dsh_core::MessageId::new("req-cold"),
+                content: vec![ContentBlock::text("are you there?")],
+                delivery: dsh_subagent::PromptDelivery::Queue,
+            },
+            &dsh_subagent::TrustedHost,
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(id.as_str(), "req-cold");
+    let agent = tree.runtime.registry().get(&target).unwrap();
+    agent.wait_idle().await;
+    assert!(tree.model.requests().iter().any(|r| r.messages.iter().any(|m| matches!(
+        m, Message::User { content, .. } if dsh_core::content::joined_text(content) == "are you there?"
+    ))));
+}

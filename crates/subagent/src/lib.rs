@@ -27,7 +27,9 @@ pub mod tree;
 pub use catalog::{Catalog, CatalogEntry, CatalogFold, ChildMode, fold_catalog};
 pub use error::SubagentError;
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
-pub use messaging::InterruptAuthority;
+pub use messaging::{
+    InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
+};
 pub use names::{NameReservations, ROOT_NAME, is_agent_name, validate_name};
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,

@@ -8,8 +8,8 @@
 use std::sync::Arc;
 
 use dsh_core::{
-    Agent, AgentStatus, CancelCause, CancelOptions, CancellationToken, ContentBlock, MessageId,
-    MessageSource, ResumeAgent, SessionId, StoreError, UserMessage,
+    Agent, AgentStatus, CancelCause, CancelOptions, CancellationToken, ContentBlock, InboxTarget,
+    MessageId, MessageSource, ResumeAgent, SessionId, StoreError, UserMessage,
 };
 
 use crate::catalog::{ChildMode, fold_catalog};
@@ -29,6 +29,49 @@ const DEPARTURE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 struct Resumed {
     handle: dsh_core::AgentHandle,
     slot: crate::runtime::CapacitySlot,
+}
+
+/// Decides whether a remote caller may act on a session (the user-authored
+/// prompt and interrupt are checked on the child's own session, before any
+/// work).
+pub trait SessionAuthoriser: Send + Sync {
+    /// Allow or refuse; the text says why a refusal happened.
+    ///
+    /// # Errors
+    /// The refusal.
+    fn authorise(&self, session: &SessionId) -> Result<(), String>;
+}
+
+/// An authoriser for a trusted local host: everything is allowed.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct TrustedHost;
+
+impl SessionAuthoriser for TrustedHost {
+    fn authorise(&self, _session: &SessionId) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+/// Which inbox list a user-authored prompt joins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PromptDelivery {
+    /// A later turn.
+    Queue,
+    /// The nearest step of a running turn (or a new turn when idle).
+    Steer,
+}
+
+/// A user-authored message to one child of a tree.
+#[derive(Debug, Clone)]
+pub struct UserPrompt {
+    /// The child's session.
+    pub child: SessionId,
+    /// The caller-minted id the accepted message keeps.
+    pub request_id: MessageId,
+    /// What the user says.
+    pub content: Vec<ContentBlock>,
+    /// Queue or steer.
+    pub delivery: PromptDelivery,
 }
 
 /// Under whose authority an interrupt is made.
@@ -143,13 +186,28 @@ impl SubagentRuntime {
                 sender_session_id: sender.id().clone(),
             },
         );
-        // A target settling and being torn down while we deliver is cold a
-        // moment later: try again a few times before giving up.
+        self.deliver_with_resume(target, &root, message, None, Some(&sender_ref), cancel)
+            .await
+    }
+
+    /// Hand `message` to `target`, resuming it under `root` when it is cold.
+    /// `into` picks the inbox list; `None` steers a running target and
+    /// queues for an idle one. A target torn down while we deliver is cold
+    /// a moment later: try again a few times before giving up.
+    async fn deliver_with_resume(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        message: UserMessage,
+        into: Option<InboxTarget>,
+        sender: Option<&dsh_core::AgentRef>,
+        cancel: &CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
         let mut last = None;
         for _ in 0..RETRIES {
             let (agent, resumed) = match self.registry().get(target) {
                 Some(agent) => (agent, None),
-                None => match self.resume_member(target, &root, cancel).await {
+                None => match self.resume_member(target, root, cancel).await {
                     Ok(resumed) => (resumed.handle.agent().clone(), Some(resumed)),
                     Err(SubagentError::Agent(err @ dsh_core::AgentError::AlreadyLive(_))) => {
                         // Someone else resumed it: deliver to that one.
@@ -167,12 +225,12 @@ impl SubagentRuntime {
                 },
             };
             let outcome = self
-                .deliver(&sender_ref, &root, &agent, message.clone(), cancel)
+                .deliver(sender, root, &agent, message.clone(), into, cancel)
                 .await;
             if let Some(resumed) = resumed {
                 // Adopted only now, so the new activation cannot settle
                 // before the message that woke it is in its inbox.
-                self.adopt(resumed, &root);
+                self.adopt(resumed, root);
             }
             match outcome {
                 Err(SubagentError::Agent(err @ dsh_core::AgentError::Disposed(_))) => {
@@ -204,13 +262,16 @@ impl SubagentRuntime {
     /// Recheck the sender and the root, then hand the message to the target.
     async fn deliver(
         &self,
-        sender: &dsh_core::AgentRef,
+        sender: Option<&dsh_core::AgentRef>,
         root: &SessionId,
         agent: &Arc<dyn Agent>,
         message: UserMessage,
+        into: Option<InboxTarget>,
         cancel: &CancellationToken,
     ) -> Result<MessageId, SubagentError> {
-        if !self.registry().is_live(sender) {
+        if let Some(sender) = sender
+            && !self.registry().is_live(sender)
+        {
             return Err(SubagentError::NotLive(sender.id.clone()));
         }
         if self.registry().get(root).is_none() {
@@ -219,11 +280,17 @@ impl SubagentRuntime {
         if cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
-        let accepted = match agent.status() {
-            AgentStatus::Running => agent.steer(message).await,
-            AgentStatus::Idle => agent.followup(message).await,
-        };
-        Ok(accepted?)
+        let into = into.unwrap_or(match agent.status() {
+            AgentStatus::Running => InboxTarget::NextStep,
+            AgentStatus::Idle => InboxTarget::NextTurn,
+        });
+        match agent.send(message, into, true).await {
+            Ok(id) => Ok(id),
+            Err(dsh_core::AgentError::InvalidInput(reason)) => {
+                Err(SubagentError::InvalidRequest(reason))
+            }
+            Err(err) => Err(err.into()),
+        }
     }
 
     fn adopt(&self, resumed: Resumed, root: &SessionId) {
@@ -296,6 +363,91 @@ impl SubagentRuntime {
                 reason: err.to_string(),
             }),
         }
+    }
+
+    /// The root of the tree `member` belongs to, by its stored lineage.
+    async fn lineage_root(&self, member: &SessionId) -> Result<SessionId, SubagentError> {
+        let mut current = member.clone();
+        for _ in 0..MAX_LINEAGE {
+            match self.parent_of(&current).await? {
+                Some(parent) => current = parent,
+                None => return Ok(current),
+            }
+        }
+        Err(SubagentError::Unauthorized(format!(
+            "the lineage of `{member}` does not end"
+        )))
+    }
+
+    /// Deliver a user-authored message to a continuable child through its
+    /// live tree root (B36): authorised on the child's session before any
+    /// work, delivered with the caller's request id, resuming the child when
+    /// it is cold. Images are admitted only when the child's model accepts
+    /// them.
+    ///
+    /// # Errors
+    /// `UNAUTHORIZED`, `NOT_LIVE` (the root), `NOT_RESUMABLE`,
+    /// `DELIVERY_UNAVAILABLE`, `INVALID_REQUEST` (images), `CANCELLED`.
+    pub async fn prompt(
+        &self,
+        request: UserPrompt,
+        authoriser: &dyn SessionAuthoriser,
+        cancel: &CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
+        authoriser
+            .authorise(&request.child)
+            .map_err(SubagentError::Unauthorized)?;
+        let root = self.lineage_root(&request.child).await?;
+        if root == request.child {
+            return Err(SubagentError::Unauthorized(format!(
+                "`{}` is a root, not a child of a tree",
+                request.child
+            )));
+        }
+        if self.registry().get(&root).is_none() {
+            return Err(SubagentError::NotLive(root));
+        }
+        self.check_admission(&root)?;
+        match self
+            .mode_of(&request.child)
+            .await?
+            .as_ref()
+            .map(ChildMode::as_str)
+        {
+            Some("continuable") => {}
+            _ => {
+                return Err(SubagentError::Unauthorized(format!(
+                    "`{}` cannot receive messages",
+                    request.child
+                )));
+            }
+        }
+        let message = UserMessage {
+            id: request.request_id,
+            content: request.content,
+            source: MessageSource::User,
+        };
+        let into = match request.delivery {
+            PromptDelivery::Queue => InboxTarget::NextTurn,
+            PromptDelivery::Steer => InboxTarget::NextStep,
+        };
+        self.deliver_with_resume(&request.child, &root, message, Some(into), None, cancel)
+            .await
+    }
+
+    /// Interrupt a child for the user, authorised on its session first.
+    ///
+    /// # Errors
+    /// `UNAUTHORIZED` when the authoriser refuses.
+    pub async fn interrupt_by_user(
+        &self,
+        child: &SessionId,
+        authoriser: &dyn SessionAuthoriser,
+    ) -> Result<(), SubagentError> {
+        authoriser
+            .authorise(child)
+            .map_err(SubagentError::Unauthorized)?;
+        self.interrupt(child, &InterruptAuthority::User).await
     }
 
     /// Interrupt one member's current execution. Returns before the target
