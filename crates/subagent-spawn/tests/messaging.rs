@@ -431,6 +431,12 @@ async fn a_cold_member_is_resumed_once_and_gets_its_messages() {
     assert!(tree.runtime.registry().get(&target).is_none(), "cold");
     tree.runtime.remove("spawn");
     let cancel = CancellationToken::new();
+    // Hold the resumed child's first step, so its activation can be inspected.
+    let held = Arc::new(Semaphore::new(0));
+    tree.model.push(Scripted::Gated {
+        gate: held.clone(),
+        then: Box::new(Scripted::Text("back".into())),
+    });
     // Concurrent messages to the cold child coalesce into one activation.
     let sends = (0..5).map(|n| {
         let runtime = tree.runtime.clone();
@@ -451,6 +457,12 @@ async fn a_cold_member_is_resumed_once_and_gets_its_messages() {
     let results = futures::future::join_all(sends).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let agent = tree.runtime.registry().get(&target).unwrap();
+    assert_eq!(tree.runtime.names_of(&target).self_name, "a/a1/a1x");
+    assert_eq!(
+        tree.runtime.names_of(&target).parent.as_deref(),
+        Some("a/a1")
+    );
+    held.add_permits(1);
     agent.wait_idle().await;
     let log = tree.store.load(&target).await.unwrap();
     let texts: Vec<String> = log
@@ -464,7 +476,7 @@ async fn a_cold_member_is_resumed_once_and_gets_its_messages() {
         })
         .collect();
     assert_eq!(texts.len(), 6, "{texts:?}");
-    // The resumed child kept its directory and composition from its own log.
+    // The resumed child kept its lineage from its own log.
     assert_eq!(agent.header().parent_session.as_ref(), Some(&sid("s-a1")));
 }
 

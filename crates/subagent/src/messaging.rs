@@ -230,7 +230,8 @@ impl SubagentRuntime {
             if let Some(resumed) = resumed {
                 // Adopted only now, so the new activation cannot settle
                 // before the message that woke it is in its inbox.
-                self.adopt(resumed, root);
+                let name = self.member_name(target, root).await;
+                self.adopt(resumed, root, name);
             }
             match outcome {
                 Err(SubagentError::Agent(err @ dsh_core::AgentError::Disposed(_))) => {
@@ -293,7 +294,34 @@ impl SubagentRuntime {
         }
     }
 
-    fn adopt(&self, resumed: Resumed, root: &SessionId) {
+    /// The full name of a member from the root: the slash path of catalog
+    /// names when every level below the root is named, else its id.
+    async fn member_name(&self, member: &SessionId, root: &SessionId) -> String {
+        let mut names = Vec::new();
+        let mut current = member.clone();
+        for _ in 0..MAX_LINEAGE {
+            if &current == root {
+                names.reverse();
+                return names.join("/");
+            }
+            let Ok(Some(parent)) = self.parent_of(&current).await else {
+                break;
+            };
+            let named = self
+                .read_catalog(&parent)
+                .await
+                .ok()
+                .and_then(|catalog| catalog.get(&current).and_then(|entry| entry.name.clone()));
+            match named {
+                Some(name) => names.push(name),
+                None => break,
+            }
+            current = parent;
+        }
+        member.to_string()
+    }
+
+    fn adopt(&self, resumed: Resumed, root: &SessionId, name: String) {
         let Resumed { handle, slot } = resumed;
         let agent = handle.agent().clone();
         let creator = agent.header().parent_session.clone();
@@ -305,7 +333,6 @@ impl SubagentRuntime {
                 id: creator.unwrap_or_else(|| root.clone()),
                 epoch: dsh_core::Epoch(0),
             });
-        let name = agent.id().to_string();
         self.adopt_resumed(
             handle,
             "resumed".into(),

@@ -407,7 +407,16 @@ impl SubagentRuntime {
             Some(activation) => {
                 let parent = match activations.get(&activation.parent.id) {
                     Some(parent) => parent.name.clone(),
-                    None => ROOT_NAME.to_owned(),
+                    None if activation.parent.id == activation.root => ROOT_NAME.to_owned(),
+                    // A cold creator: its name is this path without the last level.
+                    None => activation
+                        .path
+                        .as_deref()
+                        .and_then(|path| path.rsplit_once('/'))
+                        .map_or_else(
+                            || activation.parent.id.to_string(),
+                            |(parent, _)| parent.to_owned(),
+                        ),
                 };
                 MemberNames {
                     self_name: activation.name.clone(),
@@ -759,10 +768,11 @@ impl SubagentRuntime {
             parent_session_id: parent.id.clone(),
             local: true,
         };
+        let path = (name != child_id.as_str()).then(|| name.clone());
         let activation = self.install(Activation {
             info: info.clone(),
             child_id,
-            path: None,
+            path,
             name,
             parent,
             root,

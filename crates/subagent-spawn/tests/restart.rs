@@ -1,0 +1,476 @@
+//! Restart after a crash (B29, B34, B35), against the real harness and the
+//! real JSONL store, across two processes. The test re-executes its own
+//! binary as a child process that builds a three-level named tree (`lead`
+//! → `alpha` → `beta` → `gamma`, reserved ids), holds every child's first
+//! turn behind a gate that never opens, queues two messages to `beta`
+//! behind its running turn, records what it saw (listing, names, message
+//! ids) and signals readiness with a file. The test then kills it with
+//! SIGKILL in the middle of those turns and, over the same directory, finds
+//! the same catalog, names and listing, resumes the cold `beta` by name,
+//! delivers a message to it, and checks that every accepted message is in
+//! `beta`'s log exactly once and claimed exactly once, that the turn killed
+//! mid-flight is closed as aborted, and that the queued messages reached
+//! the model after the restart. The only wait that is not a gate is the
+//! bounded poll for the readiness file, which crosses a process boundary.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use dsh_core::{
+    Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
+    Message, ResumeAgent, SessionHeader, SessionId, SessionStore, StopReason,
+};
+use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_subagent::{
+    ActivationSpec, Delivery, DescendantRow, RuntimeConfig, StartRequest, SubagentRuntime,
+};
+use dsh_subagent_spawn::SpawnProvider;
+use serde_json::{Value, json};
+use tokio::sync::{Semaphore, mpsc};
+
+/// The variable that turns the child-process test on, naming the directory.
+const DIR_VAR: &str = "DSH_RESTART_DIR";
+
+/// The root agent's session id.
+const LEAD: &str = "lead-session";
+
+/// How long any single wait may take before the test fails instead of hanging.
+const BOUND: Duration = Duration::from_secs(30);
+
+/// How often the readiness file is polled.
+const POLL: Duration = Duration::from_millis(10);
+
+fn sid(text: &str) -> SessionId {
+    SessionId::new(text).unwrap()
+}
+
+/// A child process that is killed if the test fails before it is reaped.
+struct Reaped(Option<Child>);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// One process's view of the directory: a JSONL store, a harness over it
+/// and a subagent runtime with `spawn` registered.
+struct World {
+    store: Arc<dyn SessionStore>,
+    harness: Harness,
+    runtime: SubagentRuntime,
+}
+
+fn world(dir: &Path, model: &Arc<ScriptedModel>) -> World {
+    let store: Arc<dyn SessionStore> =
+        Arc::new(JsonlStore::new(dir.join("sessions"), Durability::EveryEvent).unwrap());
+    let harness = Harness::builder(store.clone())
+        .model(model.clone())
+        .build()
+        .unwrap();
+    let runtime = SubagentRuntime::new(
+        Arc::new(harness.clone()),
+        store.clone(),
+        RuntimeConfig::default(),
+    );
+    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
+    World {
+        store,
+        harness,
+        runtime,
+    }
+}
+
+fn project(dir: &Path) -> PathBuf {
+    dir.join("project")
+}
+
+async fn bounded<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
+    tokio::time::timeout(BOUND, work)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
+}
+
+/// The text of every user message of a request.
+fn user_texts(messages: &[Message]) -> Vec<String> {
+    messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The listing as plain JSON, comparable across processes.
+fn listing_json(rows: &[DescendantRow]) -> Value {
+    serde_json::to_value(rows).unwrap()
+}
+
+/// `depth parent child path` per row.
+fn outline(rows: &[DescendantRow]) -> Vec<String> {
+    rows.iter()
+        .map(|row| {
+            format!(
+                "{} {} {} {}",
+                row.depth,
+                row.parent_id,
+                row.entry.child_id,
+                row.path.as_deref().unwrap_or("-")
+            )
+        })
+        .collect()
+}
+
+const NAMES: [&str; 4] = ["alpha", "alpha/beta", "alpha/beta/gamma", "lead"];
+
+async fn resolve_all(runtime: &SubagentRuntime, caller: &Arc<dyn Agent>) -> Value {
+    let cancel = CancellationToken::new();
+    let mut names = serde_json::Map::new();
+    for name in NAMES {
+        let id = bounded("resolve_name", runtime.resolve_name(caller, name, &cancel))
+            .await
+            .unwrap();
+        names.insert(name.into(), json!(id.to_string()));
+    }
+    Value::Object(names)
+}
+
+// ---------------------------------------------------------------------------
+// The process that is killed
+// ---------------------------------------------------------------------------
+
+/// Build the tree, queue messages behind `beta`'s held turn, record what
+/// this process sees, signal readiness and wait to be killed.
+async fn doomed(dir: PathBuf) {
+    let gate = Arc::new(Semaphore::new(0));
+    let (started, mut turns) = mpsc::unbounded_channel::<String>();
+    let held = gate.clone();
+    let model = Arc::new(ScriptedModel::new().responder(move |request| {
+        let texts = user_texts(&request.messages);
+        let _ = started.send(texts.first().cloned().unwrap_or_default());
+        // Every child's first turn is held for good.
+        Scripted::Gated {
+            gate: held.clone(),
+            then: Box::new(Scripted::Text("never".into())),
+        }
+    }));
+    let world = world(&dir, &model);
+    std::fs::create_dir_all(project(&dir)).unwrap();
+    let lead = world
+        .harness
+        .create(CreateAgent {
+            header: SessionHeader::new(sid(LEAD), project(&dir)),
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap()
+        .agent()
+        .clone();
+    let mut parent = lead.clone();
+    for name in ["alpha", "beta", "gamma"] {
+        let activation = bounded(
+            "start_activation",
+            world.runtime.start_activation(ActivationSpec {
+                provider: "spawn".into(),
+                label: format!("task {name}"),
+                name: Some(name.into()),
+                child_id: Some(sid(&format!("s-{name}"))),
+                cancel: CancellationToken::new(),
+                delivery: Delivery::Parent,
+                request: StartRequest::new(
+                    parent.clone(),
+                    vec![ContentBlock::text(format!("hold {name}"))],
+                ),
+            }),
+        )
+        .await
+        .unwrap();
+        parent = world.runtime.registry().get(activation.child_id()).unwrap();
+    }
+    // Every child is in the middle of its first turn (its model was asked).
+    let mut prompts = Vec::new();
+    for _ in 0..3 {
+        prompts.push(bounded("a held turn", turns.recv()).await.unwrap());
+    }
+    prompts.sort();
+    assert_eq!(prompts, ["hold alpha", "hold beta", "hold gamma"]);
+
+    // Two messages queued behind beta's held turn.
+    let cancel = CancellationToken::new();
+    let mut queued = Vec::new();
+    for text in ["before kill 1", "before kill 2"] {
+        let id = bounded(
+            "send_message",
+            world.runtime.send_message(
+                &lead,
+                &sid("s-beta"),
+                vec![ContentBlock::text(text)],
+                &cancel,
+            ),
+        )
+        .await
+        .unwrap();
+        queued.push(id.to_string());
+    }
+
+    let listing = bounded(
+        "list_descendants",
+        world.runtime.list_descendants(&sid(LEAD), &cancel),
+    )
+    .await
+    .unwrap();
+    let seen = json!({
+        "listing": listing_json(&listing),
+        "names": resolve_all(&world.runtime, &lead).await,
+        "queued": queued,
+    });
+    std::fs::write(dir.join("seen.json"), serde_json::to_vec(&seen).unwrap()).unwrap();
+    std::fs::write(dir.join("ready.tmp"), b"ready").unwrap();
+    std::fs::rename(dir.join("ready.tmp"), dir.join("ready")).unwrap();
+    // Keep everything alive until the kill.
+    let _keep = (world, lead, parent, gate, model);
+    std::future::pending::<()>().await;
+}
+
+/// Runs only when re-executed by `restart_after_sigkill`.
+#[test]
+fn restart_child_process() {
+    let Some(dir) = std::env::var_os(DIR_VAR) else {
+        return;
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(doomed(PathBuf::from(dir)));
+}
+
+// ---------------------------------------------------------------------------
+// The test
+// ---------------------------------------------------------------------------
+
+/// Start the doomed process, wait for it to be ready, and kill it.
+fn run_and_kill(dir: &Path) {
+    let child = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "restart_child_process",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(DIR_VAR, dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .unwrap();
+    let mut child = Reaped(Some(child));
+    let ready = dir.join("ready");
+    let deadline = Instant::now() + BOUND;
+    while !ready.exists() {
+        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
+            panic!("the child process exited before it was ready: {status}");
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the child process was not ready within {BOUND:?}"
+        );
+        std::thread::sleep(POLL);
+    }
+    let mut process = child.0.take().unwrap();
+    process.kill().unwrap();
+    let status = process.wait().unwrap();
+    assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status}");
+}
+
+#[test]
+fn restart_after_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    run_and_kill(dir.path());
+    let seen: Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("seen.json")).unwrap()).unwrap();
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap()
+        .block_on(after_restart(dir.path(), &seen));
+}
+
+async fn after_restart(dir: &Path, seen: &Value) {
+    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("ok".into())));
+    let world = world(dir, &model);
+    let cancel = CancellationToken::new();
+
+    // The dead process's lock on the root's log is gone.
+    let lead = bounded(
+        "resume the root",
+        world.harness.resume(ResumeAgent {
+            id: sid(LEAD),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        }),
+    )
+    .await
+    .unwrap()
+    .agent()
+    .clone();
+
+    // The same catalog and listing, read from the logs alone.
+    let listing = bounded(
+        "list_descendants",
+        world.runtime.list_descendants(&sid(LEAD), &cancel),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        outline(&listing),
+        [
+            "1 lead-session s-alpha alpha",
+            "2 s-alpha s-beta alpha/beta",
+            "3 s-beta s-gamma alpha/beta/gamma",
+        ]
+    );
+    assert!(listing.iter().all(|row| row.diagnostic.is_none()));
+    assert_eq!(listing_json(&listing), seen["listing"], "the same listing");
+
+    // The same names.
+    assert_eq!(
+        resolve_all(&world.runtime, &lead).await,
+        seen["names"],
+        "the same names"
+    );
+    let beta = bounded(
+        "resolve_name",
+        world.runtime.resolve_name(&lead, "alpha/beta", &cancel),
+    )
+    .await
+    .unwrap();
+    assert_eq!(beta, sid("s-beta"));
+    assert!(
+        world.runtime.registry().get(&beta).is_none(),
+        "beta is cold"
+    );
+
+    // A message to the cold grandchild resumes it and is delivered.
+    let after = bounded(
+        "send_message",
+        world.runtime.send_message(
+            &lead,
+            &beta,
+            vec![ContentBlock::text("after restart")],
+            &cancel,
+        ),
+    )
+    .await
+    .unwrap();
+    let mut queued: Vec<String> = seen["queued"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|id| id.as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(queued.len(), 2);
+    queued.push(after.to_string());
+
+    // Wait until beta has claimed everything it accepted and is idle.
+    if let Some(agent) = world.runtime.registry().get(&beta) {
+        bounded("beta settles", async {
+            loop {
+                agent.wait_idle().await;
+                let events = agent.events();
+                let claimed = events
+                    .iter()
+                    .filter_map(|e| match &e.payload {
+                        EventPayload::InboxClaimed(c) => Some(c.message_ids.clone()),
+                        _ => None,
+                    })
+                    .flatten()
+                    .any(|id| id.as_str() == after.as_str());
+                if claimed {
+                    break;
+                }
+                tokio::task::yield_now().await;
+            }
+        })
+        .await;
+    }
+
+    let log = bounded("load beta", world.store.load(&beta)).await.unwrap();
+    let accepted: Vec<String> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::InboxAccepted(a) => Some(a.message.id.to_string()),
+            _ => None,
+        })
+        .collect();
+    let claimed: Vec<String> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::InboxClaimed(c) => Some(c.message_ids.clone()),
+            _ => None,
+        })
+        .flatten()
+        .map(|id| id.to_string())
+        .collect();
+    // The prompt plus the two queued before the kill plus the one after.
+    assert_eq!(accepted.len(), 4, "{accepted:?}");
+    for id in &queued {
+        assert!(accepted.contains(id), "{id} was accepted");
+    }
+    for id in &accepted {
+        assert_eq!(
+            accepted.iter().filter(|a| *a == id).count(),
+            1,
+            "{id} accepted once"
+        );
+        assert_eq!(
+            claimed.iter().filter(|c| *c == id).count(),
+            1,
+            "{id} claimed once: {claimed:?}"
+        );
+    }
+
+    // The turn running at the kill is closed as aborted.
+    let ends: Vec<(u64, StopReason)> = log
+        .events
+        .iter()
+        .filter_map(|e| match &e.payload {
+            EventPayload::TurnEnd(end) => Some((end.turn, end.stop_reason.clone())),
+            _ => None,
+        })
+        .collect();
+    assert!(ends.len() >= 2, "a turn ran after the restart: {ends:?}");
+    assert_eq!(ends[0].1, StopReason::ABORTED, "{ends:?}");
+    assert!(
+        ends[1..]
+            .iter()
+            .all(|(_, reason)| *reason != StopReason::ABORTED),
+        "{ends:?}"
+    );
+
+    // The messages queued before the kill reached the model after the restart.
+    let asked: Vec<String> = model
+        .requests()
+        .iter()
+        .flat_map(|request| user_texts(&request.messages))
+        .collect();
+    for text in ["before kill 1", "before kill 2", "after restart"] {
+        assert!(asked.iter().any(|t| t == text), "{text}: {asked:?}");
+    }
+    world.runtime.shutdown().await;
+}
