@@ -476,3 +476,58 @@ async fn options_merge_request_then_provider_route_then_parent() {
     let last = model.requests().pop().unwrap();
     assert_eq!(last.model.as_deref(), Some("override"));
 }
+
+// B35: a cold fork child resumes from its own log: the seed is replayed, not re-forked.
+#[tokio::test]
+async fn a_cold_fork_child_replays_its_seed_without_reforking() {
+    let world = world(ScriptedModel::new().responder(|request| {
+        Scripted::Text(format!("re: {}", first_user_text(&request.messages)))
+    }));
+    let parent = root(&world).await;
+    turn(&parent, "hello").await;
+    let mut s = spec("fork", &parent, "forked");
+    s.delivery = Delivery::Parent;
+    let child = world.runtime.start_activation(s).await.unwrap();
+    child.result().await.unwrap();
+    parent.wait_idle().await;
+    let before = world.store.load(child.child_id()).await.unwrap();
+    // The parent moves on; the fork must not see it.
+    turn(&parent, "later").await;
+    world
+        .runtime
+        .send_message(
+            &parent,
+            child.child_id(),
+            vec![ContentBlock::text("again")],
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let agent = world.harness.registry().get(child.child_id()).unwrap();
+    agent.wait_idle().await;
+    let after = world.store.load(child.child_id()).await.unwrap();
+    assert_eq!(after.header.seed_len, before.header.seed_len);
+    assert_eq!(&after.events[..before.events.len()], &before.events[..]);
+    let request = world
+        .model
+        .requests()
+        .into_iter()
+        .find(|r| {
+            matches!(r.messages.last(), Some(Message::User { content, .. })
+                if dsh_core::content::joined_text(content) == "again")
+        })
+        .unwrap();
+    let texts: Vec<String> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        texts,
+        ["hello", "forked", "again"],
+        "seed once, no later parent turns"
+    );
+}

@@ -725,3 +725,57 @@ async fn a_user_prompt_resumes_a_cold_child() {
         m, Message::User { content, .. } if dsh_core::content::joined_text(content) == "are you there?"
     ))));
 }
+
+// B35: refusals a model can act on.
+#[tokio::test]
+async fn resume_refusals_are_distinct() {
+    let tree = tree().await;
+    tree.gate.add_permits(100);
+    for _ in 0..10_000 {
+        if tree.runtime.live_activations() == 0 {
+            break;
+        }
+        tokio::task::yield_now().await;
+    }
+    let lead = tree.agents["lead"].clone();
+    lead.wait_idle().await;
+    let cancel = CancellationToken::new();
+    // A child whose log is corrupt cannot be resumed; the message says not to retry.
+    let path = tree._dir.path().join("sessions").join("s-b1.jsonl");
+    let text = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    lines[2] = "{not json";
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let err = tree
+        .runtime
+        .send_message(
+            &lead,
+            &sid("s-b1"),
+            vec![ContentBlock::text("hello")],
+            &cancel,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "NOT_RESUMABLE", "{err}");
+    assert!(err.to_string().contains("Do not retry"), "{err}");
+
+    // At capacity, resume is a distinct, retryable refusal.
+    let small = SubagentRuntime::new(
+        Arc::new(tree.harness.clone()),
+        tree.store.clone(),
+        RuntimeConfig {
+            max_live_children_per_tree: 0,
+        },
+    );
+    let err = small
+        .send_message(
+            &lead,
+            &sid("s-a"),
+            vec![ContentBlock::text("hello")],
+            &cancel,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "DELIVERY_UNAVAILABLE", "{err}");
+    assert!(err.to_string().contains("try again"), "{err}");
+}
