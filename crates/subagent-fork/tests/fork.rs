@@ -531,3 +531,50 @@ async fn a_cold_fork_child_replays_its_seed_without_reforking() {
         "seed once, no later parent turns"
     );
 }
+
+// B35: a resumed child does not inherit an earlier output schema.
+#[tokio::test]
+async fn a_resumed_child_has_no_capture_tool() {
+    let world = world(ScriptedModel::new().responder(|request| {
+        let has_capture = request.tools.iter().any(|t| t.name == "submit_result");
+        if has_capture {
+            Scripted::ToolCalls {
+                text: None,
+                calls: vec![("submit_result".into(), serde_json::json!({"ok": true}))],
+            }
+        } else {
+            Scripted::Text("plain".into())
+        }
+    }));
+    let parent = root(&world).await;
+    let mut s = spec("spawn", &parent, "structured");
+    s.request.output_schema = Some(
+        ObjectSchema::new(serde_json::json!({
+            "type": "object",
+            "properties": {"ok": {"type": "boolean"}},
+            "required": ["ok"]
+        }))
+        .unwrap(),
+    );
+    let child = world.runtime.start_activation(s).await.unwrap();
+    let result = child.result().await.unwrap();
+    assert_eq!(result.structured, Some(serde_json::json!({"ok": true})));
+    world
+        .runtime
+        .send_message(
+            &parent,
+            child.child_id(),
+            vec![ContentBlock::text("more")],
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    let agent = world.harness.registry().get(child.child_id()).unwrap();
+    agent.wait_idle().await;
+    let last = world.model.requests().pop().unwrap();
+    assert!(
+        last.tools.iter().all(|t| t.name != "submit_result"),
+        "{:?}",
+        last.tools
+    );
+}
