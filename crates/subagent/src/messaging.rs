@@ -114,13 +114,13 @@ impl SubagentRuntime {
         let Some(parent) = self.parent_of(target).await? else {
             return Ok(None);
         };
-        let catalog = match self.registry().get(&parent) {
-            Some(agent) => fold_catalog(agent.header(), &agent.events())?,
-            None => {
-                let log = self.inner.store.load(&parent).await?;
-                fold_catalog(&log.header, &log.events)?
-            }
-        };
+        if let Some(agent) = self.registry().get(&parent) {
+            return self.with_live_catalog(&agent, |fold| {
+                fold.catalog().get(target).map(|entry| entry.mode.clone())
+            });
+        }
+        let log = self.inner.store.load(&parent).await?;
+        let catalog = fold_catalog(&log.header, &log.events)?;
         Ok(catalog.get(target).map(|entry| entry.mode.clone()))
     }
 

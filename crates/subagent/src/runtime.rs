@@ -481,25 +481,35 @@ impl SubagentRuntime {
         if let Some(name) = requested {
             validate_name(name)?;
         }
-        let reference = parent.reference();
+        self.with_live_catalog(parent, |fold| match requested {
+            Some(name) => self.inner.names.reserve(parent.id(), name, fold.names()),
+            None => Ok(self.inner.names.reserve_default(parent.id(), fold.names())),
+        })?
+    }
+
+    /// Run `f` on a live agent's catalog, folded incrementally: only the
+    /// events no earlier call has seen are copied and folded.
+    pub(crate) fn with_live_catalog<R>(
+        &self,
+        agent: &Arc<dyn Agent>,
+        f: impl FnOnce(&CatalogFold) -> R,
+    ) -> Result<R, SubagentError> {
+        let reference = agent.reference();
         let mut fold = lock(&self.inner.catalogs)
             .remove(&reference)
             .unwrap_or_default();
-        let fresh = parent.events_since(fold.next_seq());
-        fold.apply(parent.header(), &fresh)?;
-        let reservation = match requested {
-            Some(name) => self.inner.names.reserve(parent.id(), name, fold.names()),
-            None => Ok(self.inner.names.reserve_default(parent.id(), fold.names())),
-        };
+        let fresh = agent.events_since(fold.next_seq());
+        fold.apply(agent.header(), &fresh)?;
+        let result = f(&fold);
         let mut catalogs = lock(&self.inner.catalogs);
-        // Forget parents that are no longer live, now and then, so the
-        // cache stays small without a sweep on every start.
+        // Forget agents that are no longer live, now and then, so the
+        // cache stays small without a sweep on every call.
         if catalogs.len() >= CATALOG_SWEEP {
             let registry = self.registry();
             catalogs.retain(|key, _| registry.is_live(key));
         }
         catalogs.insert(reference, fold);
-        reservation
+        Ok(result)
     }
 
     pub(crate) fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {

@@ -6,7 +6,7 @@
 //! dispose an agent, never call the agent factory, and never write to a log.
 //! Resolution grants no authority; whoever acts on a resolved id checks it.
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use dsh_core::{Agent, CancellationToken, SessionId, StoreError};
@@ -86,6 +86,7 @@ fn name_not_found(name: &str) -> SubagentError {
 }
 
 /// How a listing treats a child of a given mode.
+#[derive(Clone, Copy, PartialEq, Eq)]
 enum Traversal {
     /// Read its catalog and list its children.
     Traverse,
@@ -129,7 +130,9 @@ impl SubagentRuntime {
     /// Nothing is loaded as an agent or resumed.
     pub(crate) async fn read_catalog(&self, id: &SessionId) -> Result<Catalog, Unreadable> {
         if let Some(agent) = self.registry().get(id) {
-            return fold_catalog(agent.header(), &agent.events()).map_err(Unreadable::fold);
+            return self
+                .with_live_catalog(&agent, |fold| fold.catalog().clone())
+                .map_err(Unreadable::fold);
         }
         let loaded = self.inner.store.load(id).await.map_err(Unreadable::store)?;
         fold_catalog(&loaded.header, &loaded.events).map_err(Unreadable::fold)
@@ -236,6 +239,9 @@ impl SubagentRuntime {
         let mut seen: HashSet<SessionId> = HashSet::from([root.clone()]);
         let mut rows = Vec::new();
         let mut stack: Vec<Pending> = Vec::new();
+        let mut prefetched = HashMap::new();
+        self.prefetch(&catalog, &seen, &mut prefetched, cancel)
+            .await?;
         push_children(&mut stack, &catalog, root, 1, Some(String::new()));
         while let Some(Pending {
             entry,
@@ -251,8 +257,13 @@ impl SubagentRuntime {
             let diagnostic = match traversal(&entry.mode) {
                 Traversal::Leaf => None,
                 Traversal::Unsupported => Some(RowDiagnostic::Unsupported),
-                Traversal::Traverse => match self.observe_catalog(&entry.child_id, cancel).await? {
+                Traversal::Traverse => match match prefetched.remove(&entry.child_id) {
+                    Some(read) => read,
+                    None => self.observe_catalog(&entry.child_id, cancel).await?,
+                } {
                     Ok(catalog) => {
+                        self.prefetch(&catalog, &seen, &mut prefetched, cancel)
+                            .await?;
                         push_children(
                             &mut stack,
                             &catalog,
@@ -274,6 +285,50 @@ impl SubagentRuntime {
             });
         }
         Ok(rows)
+    }
+}
+
+/// How many child catalogs a listing reads at once.
+const LIST_CONCURRENCY: usize = 16;
+
+impl SubagentRuntime {
+    /// Read the catalogs of `catalog`'s traversable children, up to
+    /// [`LIST_CONCURRENCY`] at a time, ahead of the pre-order walk that
+    /// consumes them; the walk's output order does not depend on it, and each
+    /// catalog is still read once.
+    async fn prefetch(
+        &self,
+        catalog: &Catalog,
+        seen: &HashSet<SessionId>,
+        prefetched: &mut HashMap<SessionId, Result<Catalog, Unreadable>>,
+        cancel: &CancellationToken,
+    ) -> Result<(), SubagentError> {
+        use futures::StreamExt;
+        let mut wanted = HashSet::new();
+        let ids: Vec<SessionId> = catalog
+            .entries()
+            .iter()
+            .filter(|entry| traversal(&entry.mode) == Traversal::Traverse)
+            .map(|entry| entry.child_id.clone())
+            .filter(|id| {
+                !seen.contains(id) && !prefetched.contains_key(id) && wanted.insert(id.clone())
+            })
+            .collect();
+        if ids.len() < 2 {
+            return Ok(());
+        }
+        let reads: Vec<_> = futures::stream::iter(ids)
+            .map(|id| async move {
+                let read = self.observe_catalog(&id, cancel).await;
+                (id, read)
+            })
+            .buffered(LIST_CONCURRENCY)
+            .collect()
+            .await;
+        for (id, read) in reads {
+            prefetched.insert(id, read?);
+        }
+        Ok(())
     }
 }
 
