@@ -47,7 +47,11 @@ fn bench_turns(c: &mut Criterion) {
     let mut group = c.benchmark_group("turn");
     group.throughput(Throughput::Elements(1));
     for (name, store) in stores {
-        let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("ok".into())));
+        let model = Arc::new(
+            ScriptedModel::new()
+                .without_recording()
+                .responder(|_| Scripted::Text("ok".into())),
+        );
         let harness = Harness::builder(store).model(model).build().unwrap();
         let mut agents = 0;
         group.bench_function(name, |b| {

@@ -90,6 +90,9 @@ pub struct ScriptedModel {
     queue: Mutex<VecDeque<Scripted>>,
     responder: Option<Responder>,
     requests: Mutex<Vec<ModelRequest>>,
+    /// Whether requests are kept (long demos and benchmarks turn it off:
+    /// every request holds the whole conversation).
+    recording: bool,
     next_call: AtomicU64,
 }
 
@@ -125,6 +128,7 @@ impl ScriptedModel {
             queue: Mutex::new(VecDeque::new()),
             responder: None,
             requests: Mutex::new(Vec::new()),
+            recording: true,
             next_call: AtomicU64::new(1),
         }
     }
@@ -162,6 +166,14 @@ impl ScriptedModel {
     #[must_use]
     pub fn named(mut self, name: impl Into<String>) -> Self {
         self.name = name.into();
+        self
+    }
+
+    /// Stop keeping requests ([`ScriptedModel::requests`] stays empty), for
+    /// long runs where every kept request would hold a whole conversation.
+    #[must_use]
+    pub fn without_recording(mut self) -> Self {
+        self.recording = false;
         self
     }
 
@@ -369,7 +381,9 @@ impl Model for ScriptedModel {
             (None, None) => None,
         };
         let input_tokens = input_tokens(&request);
-        lock(&self.requests).push(request);
+        if self.recording {
+            lock(&self.requests).push(request);
+        }
         let response = response
             .ok_or_else(|| ModelError::new(ModelErrorKind::Unavailable, EXHAUSTED_MESSAGE))?;
         let mut steps = VecDeque::new();

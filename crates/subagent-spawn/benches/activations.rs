@@ -37,7 +37,11 @@ async fn world(jsonl: bool, provider: Arc<dyn SubagentProvider>) -> World {
     } else {
         (Arc::new(MemoryStore::new()), None)
     };
-    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
+    let model = Arc::new(
+        ScriptedModel::new()
+            .without_recording()
+            .responder(|_| Scripted::Text("done".into())),
+    );
     let harness = Harness::builder(store.clone())
         .model(model)
         .build()

@@ -52,7 +52,7 @@ fn main() {
         let gate = Arc::new(Semaphore::new(0));
         let held = gate.clone();
         let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-        let model = Arc::new(ScriptedModel::new().responder(move |_| Scripted::Gated {
+        let model = Arc::new(ScriptedModel::new().without_recording().responder(move |_| Scripted::Gated {
             gate: held.clone(),
             then: Box::new(Scripted::Text("done".into())),
         }));

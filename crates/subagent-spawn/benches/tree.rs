@@ -50,7 +50,11 @@ struct World {
 async fn make_world() -> World {
     let dir = tempfile::tempdir().unwrap();
     let store = Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
-    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("ok".into())));
+    let model = Arc::new(
+        ScriptedModel::new()
+            .without_recording()
+            .responder(|_| Scripted::Text("ok".into())),
+    );
     let harness = Arc::new(
         Harness::builder(store.clone())
             .model(model)
@@ -269,7 +273,9 @@ fn resume(c: &mut Criterion) {
 /// soon as it is published so that it stays resident and idle.
 async fn start_children(world: &World, n: usize, park: bool) -> Vec<SessionId> {
     let mut ids = Vec::with_capacity(n);
-    for _ in 0..n {
+    // A child may finish its turn before the interrupt parks it; start
+    // another until `n` are resident.
+    while ids.len() < n {
         let activation = world
             .runtime
             .start_activation(ActivationSpec {
@@ -293,6 +299,9 @@ async fn start_children(world: &World, n: usize, park: bool) -> Vec<SessionId> {
                 .interrupt(&id, &InterruptAuthority::User)
                 .await
                 .unwrap();
+            if world.runtime.registry().get(&id).is_none() {
+                continue;
+            }
         } else {
             activation.result().await.unwrap();
         }
@@ -392,7 +401,12 @@ fn message(c: &mut Criterion) {
                     let world = make_world().await;
                     let ids = start_children(&world, MESSAGED, true).await;
                     settle_parked(&world, &ids).await;
-                    assert_eq!(world.runtime.live_activations(), MESSAGED);
+                    // Rarely a child settles in the instant before its park;
+                    // message only the resident ones.
+                    let ids: Vec<SessionId> = ids
+                        .into_iter()
+                        .filter(|id| world.runtime.registry().get(id).is_some())
+                        .collect();
                     let start = Instant::now();
                     send_all(&world, &ids).await;
                     spent += start.elapsed();
