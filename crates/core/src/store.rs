@@ -160,6 +160,17 @@ pub trait SessionStore: Send + Sync + 'static {
     /// [`StoreError::NotFound`], [`StoreError::Corrupt`], or I/O.
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError>;
 
+    /// Read several logs as [`SessionStore::load`] does, results in the
+    /// order of `ids`. The default reads them one by one; a store can batch
+    /// them (one trip to a blocking pool, one query) for listings.
+    async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
+        let mut loaded = Vec::with_capacity(ids.len());
+        for id in ids {
+            loaded.push(self.load(id).await);
+        }
+        loaded
+    }
+
     /// Read only the header.
     ///
     /// # Errors

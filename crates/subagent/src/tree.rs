@@ -288,14 +288,14 @@ impl SubagentRuntime {
     }
 }
 
-/// How many child catalogs a listing reads at once.
-const LIST_CONCURRENCY: usize = 16;
+/// How many cold child logs a listing reads per batch.
+const LIST_BATCH: usize = 256;
 
 impl SubagentRuntime {
-    /// Read the catalogs of `catalog`'s traversable children, up to
-    /// [`LIST_CONCURRENCY`] at a time, ahead of the pre-order walk that
-    /// consumes them; the walk's output order does not depend on it, and each
-    /// catalog is still read once.
+    /// Read the catalogs of `catalog`'s traversable children ahead of the
+    /// pre-order walk that consumes them, the cold ones in batches of
+    /// [`LIST_BATCH`] through `SessionStore::load_many`; the walk's output
+    /// order does not depend on it, and each catalog is still read once.
     async fn prefetch(
         &self,
         catalog: &Catalog,
@@ -303,7 +303,6 @@ impl SubagentRuntime {
         prefetched: &mut HashMap<SessionId, Result<Catalog, Unreadable>>,
         cancel: &CancellationToken,
     ) -> Result<(), SubagentError> {
-        use futures::StreamExt;
         let mut wanted = HashSet::new();
         let ids: Vec<SessionId> = catalog
             .entries()
@@ -317,16 +316,35 @@ impl SubagentRuntime {
         if ids.len() < 2 {
             return Ok(());
         }
-        let reads: Vec<_> = futures::stream::iter(ids)
-            .map(|id| async move {
-                let read = self.observe_catalog(&id, cancel).await;
-                (id, read)
-            })
-            .buffered(LIST_CONCURRENCY)
-            .collect()
-            .await;
-        for (id, read) in reads {
-            prefetched.insert(id, read?);
+        if cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        // Live children are folded from their agents; the cold ones are read
+        // in batches from the store.
+        let mut cold = Vec::new();
+        for id in ids {
+            match self.registry().get(&id) {
+                Some(agent) => {
+                    let read = self
+                        .with_live_catalog(&agent, |fold| fold.catalog().clone())
+                        .map_err(Unreadable::fold);
+                    prefetched.insert(id, read);
+                }
+                None => cold.push(id),
+            }
+        }
+        for chunk in cold.chunks(LIST_BATCH) {
+            let loaded = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(SubagentError::Cancelled),
+                loaded = self.inner.store.load_many(chunk) => loaded,
+            };
+            for (id, loaded) in chunk.iter().zip(loaded) {
+                let read = loaded.map_err(Unreadable::store).and_then(|log| {
+                    fold_catalog(&log.header, &log.events).map_err(Unreadable::fold)
+                });
+                prefetched.insert(id.clone(), read);
+            }
         }
         Ok(())
     }

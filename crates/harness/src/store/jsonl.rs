@@ -308,6 +308,28 @@ impl SessionStore for JsonlStore {
         blocking(&path, move || load_log(&task_id, &task_path)).await
     }
 
+    async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
+        // One trip to the blocking pool for the whole batch: per-file task
+        // hand-offs dominate the cost of reading many small logs.
+        let paths: Vec<(SessionId, PathBuf)> = ids
+            .iter()
+            .map(|id| (id.clone(), self.log_path(id)))
+            .collect();
+        let dir = self.dir().to_path_buf();
+        let count = ids.len();
+        let batch = blocking(&dir, move || {
+            Ok(paths
+                .iter()
+                .map(|(id, path)| load_log(id, path))
+                .collect::<Vec<_>>())
+        })
+        .await;
+        match batch {
+            Ok(loaded) => loaded,
+            Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
+        }
+    }
+
     async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
         let path = self.log_path(id);
         let (task_id, task_path) = (id.clone(), path.clone());
