@@ -102,6 +102,37 @@ pub(crate) struct Activation {
 }
 
 impl Activation {
+    /// A fresh activation; its model-facing name is `path`, or the child id
+    /// when some level of the path is unnamed.
+    fn new(
+        info: RunInfo,
+        path: Option<String>,
+        parent: AgentRef,
+        root: SessionId,
+        delivery: Delivery,
+        execution: Execution,
+        slot: CapacitySlot,
+    ) -> Self {
+        let child_id = info.child_id.clone();
+        Self {
+            name: path.clone().unwrap_or_else(|| child_id.to_string()),
+            child_id,
+            info,
+            path,
+            parent,
+            root,
+            delivery,
+            execution,
+            owned: Mutex::new(HashSet::new()),
+            owned_changed: Notify::new(),
+            stop: CancellationToken::new(),
+            parked: AtomicBool::new(false),
+            settled: watch::Sender::new(None),
+            teardown: Mutex::new(None),
+            slot: Mutex::new(Some(slot)),
+        }
+    }
+
     pub(crate) fn owned(&self) -> MutexGuard<'_, HashSet<SessionId>> {
         self.owned.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -631,27 +662,19 @@ impl SubagentRuntime {
             parent_session_id: parent.id().clone(),
             local: true,
         };
-        let activation = self.install(Activation {
-            info: info.clone(),
-            child_id: child_id.clone(),
-            name: path.clone().unwrap_or_else(|| child_id.to_string()),
+        let activation = self.install(Activation::new(
+            info.clone(),
             path,
-            parent: parent.reference(),
+            parent.reference(),
             root,
             delivery,
-            execution: Execution::Local {
+            Execution::Local {
                 handle,
                 start_seq,
                 capture,
             },
-            owned: Mutex::new(HashSet::new()),
-            owned_changed: Notify::new(),
-            stop: CancellationToken::new(),
-            parked: AtomicBool::new(false),
-            settled: watch::Sender::new(None),
-            teardown: Mutex::new(None),
-            slot: Mutex::new(Some(slot)),
-        });
+            slot,
+        ));
         self.inner.events.emit(&SubagentEvent::Start(info));
         let prompt = UserMessage::new(
             request.prompt,
@@ -737,23 +760,15 @@ impl SubagentRuntime {
             parent_session_id: parent.id().clone(),
             local: false,
         };
-        let activation = self.install(Activation {
-            info: info.clone(),
-            child_id: child_id.clone(),
-            name: path.clone().unwrap_or_else(|| child_id.to_string()),
+        let activation = self.install(Activation::new(
+            info.clone(),
             path,
-            parent: parent.reference(),
+            parent.reference(),
             root,
-            delivery: spec.delivery,
-            execution: Execution::External { run },
-            owned: Mutex::new(HashSet::new()),
-            owned_changed: Notify::new(),
-            stop: CancellationToken::new(),
-            parked: AtomicBool::new(false),
-            settled: watch::Sender::new(None),
-            teardown: Mutex::new(None),
-            slot: Mutex::new(Some(slot)),
-        });
+            spec.delivery,
+            Execution::External { run },
+            slot,
+        ));
         self.inner.events.emit(&SubagentEvent::Start(info));
         self.spawn_monitor(activation.clone());
         Ok(self.receipt(&activation, None))
@@ -779,27 +794,19 @@ impl SubagentRuntime {
             local: true,
         };
         let path = (name != child_id.as_str()).then(|| name.clone());
-        let activation = self.install(Activation {
-            info: info.clone(),
-            child_id,
+        let activation = self.install(Activation::new(
+            info.clone(),
             path,
-            name,
             parent,
             root,
-            delivery: Delivery::Parent,
-            execution: Execution::Local {
+            Delivery::Parent,
+            Execution::Local {
                 handle,
                 start_seq,
                 capture: None,
             },
-            owned: Mutex::new(HashSet::new()),
-            owned_changed: Notify::new(),
-            stop: CancellationToken::new(),
-            parked: AtomicBool::new(false),
-            settled: watch::Sender::new(None),
-            teardown: Mutex::new(None),
-            slot: Mutex::new(Some(slot)),
-        });
+            slot,
+        ));
         self.inner.events.emit(&SubagentEvent::Start(info));
         self.spawn_monitor(activation.clone());
         activation
