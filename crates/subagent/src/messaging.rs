@@ -12,7 +12,7 @@ use dsh_core::{
     MessageId, MessageSource, ResumeAgent, SessionId, StoreError, UserMessage,
 };
 
-use crate::catalog::{ChildMode, fold_catalog};
+use crate::catalog::ChildMode;
 use crate::error::SubagentError;
 use crate::runtime::{SubagentRuntime, lock};
 
@@ -114,13 +114,10 @@ impl SubagentRuntime {
         let Some(parent) = self.parent_of(target).await? else {
             return Ok(None);
         };
-        if let Some(agent) = self.registry().get(&parent) {
-            return self.with_live_catalog(&agent, |fold| {
-                fold.catalog().get(target).map(|entry| entry.mode.clone())
-            });
-        }
-        let log = self.inner.store.load(&parent).await?;
-        let catalog = fold_catalog(&log.header, &log.events)?;
+        let catalog = self
+            .read_catalog(&parent)
+            .await
+            .map_err(|unreadable| unreadable.error)?;
         Ok(catalog.get(target).map(|entry| entry.mode.clone()))
     }
 

@@ -95,7 +95,6 @@ pub(crate) struct Activation {
     /// parked) until something wakes it again.
     pub(crate) parked: AtomicBool,
     pub(crate) settled: watch::Sender<Settlement>,
-    teardown: Mutex<Option<Result<(), SubagentError>>>,
     /// The tree's capacity slot, freed when the activation retires (before
     /// its result settles, so a caller can start the next child at once).
     slot: Mutex<Option<CapacitySlot>>,
@@ -128,7 +127,6 @@ impl Activation {
             stop: CancellationToken::new(),
             parked: AtomicBool::new(false),
             settled: watch::Sender::new(None),
-            teardown: Mutex::new(None),
             slot: Mutex::new(Some(slot)),
         }
     }
@@ -206,7 +204,7 @@ impl SubagentActivation {
             self.runtime.stop_activation(&self.child_id);
         }
         let _ = self.result().await;
-        self.runtime.teardown_outcome(&self.child_id)
+        self.runtime.teardown_of(&self.child_id)
     }
 }
 
@@ -857,11 +855,8 @@ impl SubagentRuntime {
         }
     }
 
+    /// How the teardown of `child`'s last activation went (`Ok` while none failed).
     pub(crate) fn teardown_of(&self, child: &SessionId) -> Result<(), SubagentError> {
-        self.teardown_outcome(child)
-    }
-
-    fn teardown_outcome(&self, child: &SessionId) -> Result<(), SubagentError> {
         lock(&self.inner.teardowns)
             .get(child)
             .cloned()
@@ -1053,7 +1048,6 @@ impl SubagentRuntime {
 
     fn retire(&self, activation: &Activation, teardown: Result<(), SubagentError>) {
         drop(lock(&activation.slot).take());
-        *lock(&activation.teardown) = Some(teardown.clone());
         lock(&self.inner.teardowns).insert(activation.child_id.clone(), teardown);
         let owner = {
             let mut activations = lock(&self.inner.activations);
@@ -1227,11 +1221,10 @@ fn local_result(
         .unwrap_or(usize::MAX)
         .min(events.len());
     let own = &events[from..];
-    let (mut stop_reason, mut diagnostic) = match last_stop(own) {
-        Some(_) | None if stopped => (StopReason::ABORTED, None),
-        Some(last) => last,
-        None => (StopReason::ABORTED, None),
-    };
+    // A stopped activation is aborted whatever its last turn said.
+    let (mut stop_reason, mut diagnostic) = last_stop(own)
+        .filter(|_| !stopped)
+        .unwrap_or((StopReason::ABORTED, None));
     let structured = capture.and_then(CaptureTool::captured);
     if capture.is_some() && structured.is_none() && stop_reason.is_completed() {
         stop_reason = StopReason::ERROR;
