@@ -627,11 +627,10 @@ impl Agent for LoopAgent {
                 state.parked = true;
                 Vec::new()
             } else {
-                state
-                    .claim(true)
-                    .into_iter()
-                    .chain(state.next_turn.drain(..))
-                    .collect::<Vec<_>>()
+                // Everything pending goes: both lists, whole.
+                let mut discarded: Vec<PendingItem> = state.next_step.drain(..).collect();
+                discarded.extend(state.next_turn.drain(..));
+                discarded
             }
         };
         if discarded.is_empty() {
