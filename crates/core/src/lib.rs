@@ -38,7 +38,7 @@ pub use model::{
 };
 pub use options::{AgentOptions, Composition, Preset, PresetCatalog, ToolRestriction};
 pub use registry::{AgentRegistry, RegistryEvent};
-pub use session::{EventPayload, SessionEvent, SessionHeader};
+pub use session::{EventPayload, ExtensionPayload, SessionEvent, SessionHeader};
 pub use stop::StopReason;
 pub use store::{Durability, LoadedSession, SessionLog, SessionStore, StoreError, TornTail};
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};

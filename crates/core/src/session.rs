@@ -200,9 +200,87 @@ pub enum EventPayload {
     Extension {
         /// The event type, `namespace/name` by convention.
         kind: String,
-        /// Its payload.
-        payload: Value,
+        /// Its payload, as JSON text.
+        payload: ExtensionPayload,
     },
+}
+
+/// The payload of an extension event, kept as the JSON text it was written
+/// as. Reading a log never builds a value tree for a payload: the crate that
+/// owns the event type parses it straight into its own type with
+/// [`ExtensionPayload::parse`], and everyone else passes it through untouched.
+/// Two payloads are equal when their texts are.
+#[derive(Clone)]
+pub struct ExtensionPayload(Box<RawValue>);
+
+impl ExtensionPayload {
+    /// Serialise `value` as a payload.
+    ///
+    /// # Errors
+    /// `value`'s `Serialize` implementation failed (a map with non-string
+    /// keys, say).
+    pub fn new<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Self> {
+        serde_json::value::to_raw_value(value).map(Self)
+    }
+
+    /// The payload's JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Parse the payload into `T`.
+    ///
+    /// # Errors
+    /// The text is not a `T`.
+    pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// The payload as a JSON value tree.
+    pub fn to_value(&self) -> Value {
+        // The text is valid JSON by construction, so this cannot fail.
+        self.parse().unwrap_or(Value::Null)
+    }
+}
+
+impl From<Value> for ExtensionPayload {
+    fn from(value: Value) -> Self {
+        Self::from(&value)
+    }
+}
+
+impl From<&Value> for ExtensionPayload {
+    fn from(value: &Value) -> Self {
+        // Every `Value` serialises (its map keys are strings); the fallback
+        // is never taken.
+        Self(serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+    }
+}
+
+impl PartialEq for ExtensionPayload {
+    fn eq(&self, other: &Self) -> bool {
+        self.get() == other.get()
+    }
+}
+
+impl Eq for ExtensionPayload {}
+
+impl std::fmt::Debug for ExtensionPayload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
+}
+
+impl Serialize for ExtensionPayload {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.0.serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for ExtensionPayload {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Box::<RawValue>::deserialize(deserializer).map(Self)
+    }
 }
 
 impl EventPayload {
@@ -492,7 +570,7 @@ mod tests {
                 2,
                 EventPayload::Extension {
                     kind: "subagent/child".into(),
-                    payload: serde_json::json!({"name": "a"}),
+                    payload: serde_json::json!({"name": "a"}).into(),
                 },
             ),
         ];

@@ -693,7 +693,7 @@ impl Agent for LoopAgent {
         }
         let payload = EventPayload::Extension {
             kind: kind.to_owned(),
-            payload,
+            payload: payload.into(),
         };
         self.commit(vec![payload], |state| state.events.len() as u64 - 1)
             .await

@@ -827,7 +827,7 @@ fn format_fixture() -> (SessionHeader, Vec<SessionEvent>) {
         }),
         EventPayload::Extension {
             kind: "subagent/child".into(),
-            payload: serde_json::json!({"child": "s-child", "name": "helper"}),
+            payload: serde_json::json!({"child": "s-child", "name": "helper"}).into(),
         },
     ];
     let events = (0..)

@@ -404,7 +404,7 @@ async fn b8_b25_start_returns_after_the_prompt_is_accepted_and_the_child_is_cata
         .iter()
         .find_map(|e| match &e.payload {
             EventPayload::Extension { kind, payload } if kind == "subagent/child" => {
-                Some(payload.clone())
+                Some(payload.to_value())
             }
             _ => None,
         })

@@ -78,6 +78,11 @@ impl Catalog {
         &self.entries
     }
 
+    /// The entries in creation order, by value.
+    pub fn into_entries(self) -> Vec<CatalogEntry> {
+        self.entries
+    }
+
     /// The entry for a child id.
     pub fn get(&self, child: &SessionId) -> Option<&CatalogEntry> {
         self.entries.iter().find(|entry| &entry.child_id == child)
@@ -150,14 +155,13 @@ impl CatalogFold {
                 && let EventPayload::Extension { kind, payload } = &event.payload
                 && kind == CATALOG_EVENT
             {
-                let entry: CatalogEntry =
-                    serde_json::from_value(payload.clone()).map_err(|err| {
-                        SubagentError::CorruptCatalog {
-                            parent: header.id.clone(),
-                            seq: event.seq,
-                            message: err.to_string(),
-                        }
-                    })?;
+                let entry = payload.parse::<CatalogEntry>().map_err(|err| {
+                    SubagentError::CorruptCatalog {
+                        parent: header.id.clone(),
+                        seq: event.seq,
+                        message: err.to_string(),
+                    }
+                })?;
                 // A repeated child id adds nothing: the first record stands.
                 if !self.ids.contains(&entry.child_id) {
                     if let Some(name) = &entry.name
@@ -223,7 +227,7 @@ mod tests {
                 time: 0,
                 payload: EventPayload::Extension {
                     kind: CATALOG_EVENT.into(),
-                    payload: catalog_payload(e),
+                    payload: catalog_payload(e).into(),
                 },
             })
             .collect()

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use dsh_core::{Agent, CancellationToken, SessionId, StoreError};
+use futures::StreamExt as _;
 use serde::Serialize;
 
 use crate::catalog::{Catalog, CatalogEntry, ChildMode, fold_catalog};
@@ -242,7 +243,7 @@ impl SubagentRuntime {
         let mut prefetched = HashMap::new();
         self.prefetch(&catalog, &seen, &mut prefetched, cancel)
             .await?;
-        push_children(&mut stack, &catalog, root, 1, Some(String::new()));
+        push_children(&mut stack, catalog, root, 1, Some(String::new()));
         while let Some(Pending {
             entry,
             parent_id,
@@ -266,7 +267,7 @@ impl SubagentRuntime {
                             .await?;
                         push_children(
                             &mut stack,
-                            &catalog,
+                            catalog,
                             &entry.child_id,
                             depth.saturating_add(1),
                             path.clone(),
@@ -333,12 +334,21 @@ impl SubagentRuntime {
                 None => cold.push(id),
             }
         }
-        for chunk in cold.chunks(LIST_BATCH) {
-            let loaded = tokio::select! {
+        // Batches are read a few at a time (each one blocking trip) and
+        // folded as they arrive, in order; at most `read_ahead` batches of
+        // logs are held in memory at once.
+        let read_ahead = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
+        let store = &self.inner.store;
+        let mut batches = futures::stream::iter(cold.chunks(LIST_BATCH))
+            .map(|chunk| async move { (chunk, store.load_many(chunk).await) })
+            .buffered(read_ahead);
+        loop {
+            let next = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(SubagentError::Cancelled),
-                loaded = self.inner.store.load_many(chunk) => loaded,
+                next = batches.next() => next,
             };
+            let Some((chunk, loaded)) = next else { break };
             for (id, loaded) in chunk.iter().zip(loaded) {
                 let read = loaded.map_err(Unreadable::store).and_then(|log| {
                     fold_catalog(&log.header, &log.events).map_err(Unreadable::fold)
@@ -354,15 +364,21 @@ impl SubagentRuntime {
 /// anything queued earlier (pre-order).
 fn push_children(
     stack: &mut Vec<Pending>,
-    catalog: &Catalog,
+    catalog: Catalog,
     parent_id: &SessionId,
     depth: u32,
     parent_path: Option<String>,
 ) {
-    stack.extend(catalog.entries().iter().rev().map(|entry| Pending {
-        entry: entry.clone(),
-        parent_id: parent_id.clone(),
-        depth,
-        parent_path: parent_path.clone(),
-    }));
+    stack.extend(
+        catalog
+            .into_entries()
+            .into_iter()
+            .rev()
+            .map(|entry| Pending {
+                entry,
+                parent_id: parent_id.clone(),
+                depth,
+                parent_path: parent_path.clone(),
+            }),
+    );
 }
