@@ -1773,3 +1773,74 @@ async fn names_omitted_names_are_agent_n_in_order() {
     assert_eq!(entry.provider, "spawn");
     assert_eq!(entry.label, "a task");
 }
+
+#[tokio::test]
+async fn b32_drain_reports_every_teardown_failure_together_after_all_branches_settle() {
+    let env = env().await;
+    let failing = Arc::new(External {
+        dispose_error: Some("the process group survived".into()),
+        ..External::new("failing")
+    });
+    let clean = Arc::new(External::new("clean"));
+    env.runtime.register(failing.clone()).unwrap();
+    env.runtime.register(clean.clone()).unwrap();
+    // Two failing branches and one clean one under the drained root, plus a
+    // run under another root that must keep running.
+    let mut drained = Vec::new();
+    for provider in ["failing", "clean", "failing"] {
+        drained.push(
+            env.runtime
+                .start_activation(env.spec(provider))
+                .await
+                .unwrap(),
+        );
+    }
+    let other_root = create_root(&env.harness, "other-root", 0).await;
+    let bystander = env
+        .runtime
+        .start_activation(spec_for(other_root.agent(), "clean"))
+        .await
+        .unwrap();
+
+    let err = within(
+        env.runtime
+            .drain_descendants(std::slice::from_ref(&env.parent)),
+    )
+    .await
+    .unwrap_err();
+    assert_eq!(err.code(), "TEARDOWN_FAILED");
+    let message = err.to_string();
+    for index in [0, 1] {
+        let id = failing.run(index).id.clone();
+        assert!(
+            message.contains(id.as_str()),
+            "{id} missing from: {message}"
+        );
+    }
+    assert!(
+        !message.contains(clean.run(0).id.as_str()),
+        "a clean teardown was reported: {message}"
+    );
+    // Every branch settled before the report, each run disposed once.
+    for activation in &drained {
+        assert!(
+            activation.result().now_or_never().is_some(),
+            "a branch was still running"
+        );
+    }
+    for run in [failing.run(0), failing.run(1), clean.run(0)] {
+        assert_eq!(run.effective_disposals(), 1);
+    }
+    // Admission below the drained root is closed; the other tree runs on.
+    let refused = env
+        .runtime
+        .start_activation(env.spec("clean"))
+        .await
+        .unwrap_err();
+    assert_eq!(refused.code(), "DRAINING");
+    assert!(
+        bystander.result().now_or_never().is_none(),
+        "an unrelated tree was stopped"
+    );
+    assert_eq!(clean.run(1).dispose_calls(), 0);
+}
