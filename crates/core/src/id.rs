@@ -102,8 +102,18 @@ impl Serialize for SessionId {
 
 impl<'de> Deserialize<'de> for SessionId {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let text = <std::borrow::Cow<'de, str>>::deserialize(deserializer)?;
-        Self::new(text).map_err(serde::de::Error::custom)
+        // Validated straight from the input text: no intermediate `String`.
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = SessionId;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a session id")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<SessionId, E> {
+                SessionId::new(text).map_err(E::custom)
+            }
+        }
+        deserializer.deserialize_str(Visitor)
     }
 }
 

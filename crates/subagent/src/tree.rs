@@ -7,6 +7,8 @@
 //! Resolution grants no authority; whoever acts on a resolved id checks it.
 
 use std::collections::{HashMap, HashSet};
+
+use foldhash::fast::RandomState;
 use std::sync::Arc;
 
 use dsh_core::{Agent, CancellationToken, SessionId, StoreError};
@@ -237,10 +239,16 @@ impl SubagentRuntime {
             .observe_catalog(root, cancel)
             .await?
             .map_err(|unreadable| unreadable.error)?;
-        let mut seen: HashSet<SessionId> = HashSet::from([root.clone()]);
-        let mut rows = Vec::new();
-        let mut stack: Vec<Pending> = Vec::new();
-        let mut prefetched = HashMap::new();
+        // Sized for the root's children; deeper levels grow them.
+        let width = catalog.entries().len();
+        // Listing-local sets of ids, hashed with a fast seeded hasher.
+        let mut seen: HashSet<SessionId, RandomState> =
+            HashSet::with_capacity_and_hasher(width + 1, RandomState::default());
+        seen.insert(root.clone());
+        let mut rows = Vec::with_capacity(width);
+        let mut stack: Vec<Pending> = Vec::with_capacity(width);
+        let mut prefetched: Prefetched =
+            HashMap::with_capacity_and_hasher(width, RandomState::default());
         self.prefetch(&catalog, &seen, &mut prefetched, cancel)
             .await?;
         push_children(&mut stack, catalog, root, 1, Some(String::new()));
@@ -289,6 +297,9 @@ impl SubagentRuntime {
     }
 }
 
+/// Catalogs read ahead of a listing's walk, by child.
+type Prefetched = HashMap<SessionId, Result<Catalog, Unreadable>, RandomState>;
+
 /// How many cold child logs a listing reads per batch.
 const LIST_BATCH: usize = 256;
 
@@ -300,11 +311,11 @@ impl SubagentRuntime {
     async fn prefetch(
         &self,
         catalog: &Catalog,
-        seen: &HashSet<SessionId>,
-        prefetched: &mut HashMap<SessionId, Result<Catalog, Unreadable>>,
+        seen: &HashSet<SessionId, RandomState>,
+        prefetched: &mut Prefetched,
         cancel: &CancellationToken,
     ) -> Result<(), SubagentError> {
-        let mut wanted = HashSet::new();
+        let mut wanted = HashSet::with_hasher(RandomState::default());
         let ids: Vec<SessionId> = catalog
             .entries()
             .iter()

@@ -84,7 +84,10 @@ impl JsonlStore {
 
     /// The file that holds (or would hold) the log of `id`.
     pub fn log_path(&self, id: &SessionId) -> PathBuf {
-        self.shared.dir.join(format!("{id}{EXTENSION}"))
+        let mut name = String::with_capacity(id.as_str().len() + EXTENSION.len());
+        name.push_str(id.as_str());
+        name.push_str(EXTENSION);
+        self.shared.dir.join(name)
     }
 
     /// Reserve `id` in the in-process writer registry.
