@@ -260,6 +260,7 @@ fn item_entry(out: &mut String, item: &Item) {
             .members
             .iter()
             .filter(|m| kinds.contains(&m.kind))
+            .filter(|m| !(m.doc.is_none() && m.name.starts_with(|c: char| c.is_ascii_digit())))
             .collect();
         if members.is_empty() {
             continue;
@@ -289,7 +290,11 @@ fn member_entry(out: &mut String, member: &Member) {
             let _ = writeln!(out, "{head}");
         }
     }
-    for field in &member.fields {
+    let named = member
+        .fields
+        .iter()
+        .filter(|f| !f.name.starts_with(|c: char| c.is_ascii_digit()));
+    for field in named {
         let doc = field.doc.as_deref().map(cell).unwrap_or_default();
         let _ = writeln!(out, "  - `{}`: {doc}", field.signature);
     }
@@ -653,6 +658,29 @@ fn read_tools(root: &Path) -> Result<Vec<ToolSpec>, Error> {
     Ok(specs)
 }
 
+/// The value with every object's keys in order, whatever map type
+/// `serde_json` was built with (`preserve_order` may be on in a workspace
+/// build): the catalogue must not depend on feature unification.
+fn sorted(value: &serde_json::Value) -> serde_json::Value {
+    match value {
+        serde_json::Value::Object(map) => {
+            let mut keys: Vec<&String> = map.keys().collect();
+            keys.sort();
+            let mut out = serde_json::Map::new();
+            for key in keys {
+                if let Some(inner) = map.get(key) {
+                    out.insert(key.clone(), sorted(inner));
+                }
+            }
+            serde_json::Value::Object(out)
+        }
+        serde_json::Value::Array(items) => {
+            serde_json::Value::Array(items.iter().map(sorted).collect())
+        }
+        other => other.clone(),
+    }
+}
+
 fn tools_section(out: &mut String, root: &Path) -> Result<(), Error> {
     let tools = read_tools(root)?;
     if tools.is_empty() {
@@ -666,7 +694,7 @@ fn tools_section(out: &mut String, root: &Path) -> Result<(), Error> {
             tool.name, tool.dir, tool.file, tool.file
         );
         let _ = writeln!(out, "{}\n", tool.description.trim());
-        let schema = serde_json::to_string_pretty(&tool.schema).unwrap_or_default();
+        let schema = serde_json::to_string_pretty(&sorted(&tool.schema)).unwrap_or_default();
         let _ = writeln!(out, "```json\n{schema}\n```\n");
     }
     Ok(())

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::Path;
 
-use proc_macro2::{Delimiter, TokenStream, TokenTree};
+use proc_macro2::{Delimiter, Spacing, TokenStream, TokenTree};
 
 use crate::Problem;
 use crate::catalog::CATALOG_PATH;
@@ -238,7 +238,7 @@ pub fn index(ws: &Workspace) -> BTreeMap<String, Mirror<'_>> {
 
 /// Tokens of a text with doc comments set aside: the structure as a list
 /// of token texts, and the doc lines in order.
-fn lex(text: &str) -> Result<(Vec<String>, Vec<String>), String> {
+fn lex(text: &str) -> Result<(Vec<Tok>, Vec<String>), String> {
     let stream: TokenStream = text.parse().map_err(|e| format!("does not lex: {e}"))?;
     let mut tokens = Vec::new();
     let mut docs = Vec::new();
@@ -265,7 +265,21 @@ fn doc_value(group: &proc_macro2::Group) -> Option<String> {
     }
 }
 
-fn flatten(stream: TokenStream, tokens: &mut Vec<String>, docs: &mut Vec<String>) {
+/// One token as compared: its text, and whether it is a punctuation mark
+/// joined to the next (only for display: `->` rather than `- >`).
+#[derive(Debug, Clone)]
+struct Tok {
+    text: String,
+    joint: bool,
+}
+
+impl PartialEq for Tok {
+    fn eq(&self, other: &Self) -> bool {
+        self.text == other.text
+    }
+}
+
+fn flatten(stream: TokenStream, tokens: &mut Vec<Tok>, docs: &mut Vec<String>) {
     let trees: Vec<TokenTree> = stream.into_iter().collect();
     let mut i = 0;
     while i < trees.len() {
@@ -282,6 +296,10 @@ fn flatten(stream: TokenStream, tokens: &mut Vec<String>, docs: &mut Vec<String>
                 continue;
             }
         }
+        let tok = |text: &str| Tok {
+            text: text.to_owned(),
+            joint: false,
+        };
         match &trees[i] {
             TokenTree::Group(g) => {
                 let (open, close) = match g.delimiter() {
@@ -290,25 +308,54 @@ fn flatten(stream: TokenStream, tokens: &mut Vec<String>, docs: &mut Vec<String>
                     Delimiter::Bracket => ("[", "]"),
                     Delimiter::None => ("", ""),
                 };
-                tokens.push(open.to_owned());
+                if !open.is_empty() {
+                    tokens.push(tok(open));
+                }
                 flatten(g.stream(), tokens, docs);
-                tokens.push(close.to_owned());
+                if !close.is_empty() {
+                    close_list(tokens);
+                    tokens.push(tok(close));
+                }
             }
-            TokenTree::Punct(p) => tokens.push(p.as_char().to_string()),
-            TokenTree::Ident(ident) => tokens.push(ident.to_string()),
-            TokenTree::Literal(lit) => tokens.push(lit.to_string()),
+            TokenTree::Punct(p) => {
+                if p.as_char() == '>' {
+                    close_list(tokens);
+                }
+                tokens.push(Tok {
+                    text: p.as_char().to_string(),
+                    joint: p.spacing() == Spacing::Joint,
+                });
+            }
+            TokenTree::Ident(ident) => tokens.push(tok(&ident.to_string())),
+            TokenTree::Literal(lit) => tokens.push(tok(&lit.to_string())),
         }
         i += 1;
     }
-    tokens.retain(|t| !t.is_empty());
 }
 
-fn excerpt(tokens: &[String], at: usize) -> String {
+/// A trailing comma is layout: rustfmt adds one to every vertical list.
+fn close_list(tokens: &mut Vec<Tok>) {
+    if tokens.last().is_some_and(|t| t.text == ",") {
+        tokens.pop();
+    }
+}
+
+fn excerpt(tokens: &[Tok], at: usize) -> String {
     let from = at.saturating_sub(6);
     let to = (at + 6).min(tokens.len());
-    let mut text = tokens[from..to].join(" ");
+    let mut text = String::new();
     if from > 0 {
-        text.insert_str(0, "… ");
+        text.push_str("… ");
+    }
+    for (n, tok) in tokens[from..to].iter().enumerate() {
+        if matches!(tok.text.as_str(), "," | ";" | ")" | "]") && text.ends_with(' ') {
+            text.pop();
+        }
+        text.push_str(&tok.text);
+        let open = matches!(tok.text.as_str(), "(" | "[");
+        if n + from + 1 < to && !tok.joint && !open {
+            text.push(' ');
+        }
     }
     if to < tokens.len() {
         text.push_str(" …");
@@ -428,11 +475,15 @@ mod tests {
     #[test]
     fn comments_and_layout_do_not_count_but_docs_do() {
         let source = "/// A thing.\n#[derive(Debug)]\npub struct Thing {\n    /// Its size.\n    pub size: u32,\n}";
-        let relaid = "/// A thing.\n#[derive(Debug)] pub struct Thing { // note\n  /// Its size.\n  pub size: u32 }";
-        let diff = difference(relaid, source).unwrap_or_default();
-        assert!(diff.contains("the definition differs"), "{diff}");
-        let same = "/// A thing.\n#[derive(Debug)] pub struct Thing { // note\n  /// Its size.\n  pub size: u32, }";
+        let same = "/// A thing.\n#[derive(Debug)] pub struct Thing { // note\n  /// Its size.\n  pub size: u32 }";
         assert_eq!(difference(same, source), None);
+        let wider = same.replace("u32", "u64");
+        assert_eq!(
+            difference(&wider, source).as_deref(),
+            Some(
+                "the definition differs: the block has `… struct Thing { pub size : u64 }` where the source has `… struct Thing { pub size : u32 }`"
+            )
+        );
         let redoc = same.replace("Its size.", "Its width.");
         let diff = difference(&redoc, source).unwrap_or_default();
         assert!(diff.contains("doc comment line 2"), "{diff}");
