@@ -257,7 +257,7 @@ mod tests {
                 &self,
                 request: ResolvedStartRequest,
                 another_rather_long_argument: Option<Vec<ContentBlock>>,
-            ) -> Result<Arc<dyn SubagentRun>, SubagentError> { todo!() }
+            ) -> Result<Arc<dyn SubagentRun>, SubagentError> { self.go(request) }
         };
         assert_eq!(
             fn_line(&f.vis, &f.sig),
