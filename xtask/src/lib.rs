@@ -272,15 +272,28 @@ fn check_catalog(tree: &Tree, ws: &Workspace, problems: &mut Vec<Problem>) -> Re
             (a, e) => break (a, e),
         }
     };
+    // Show both lines from a little before their first difference.
+    let from = match (found, wanted) {
+        (Some(a), Some(e)) => a
+            .chars()
+            .zip(e.chars())
+            .take_while(|(x, y)| x == y)
+            .count()
+            .saturating_sub(30),
+        _ => 0,
+    };
     let shorten = |text: Option<&str>| match text {
         None => "the end of the file".to_owned(),
-        Some(t) if t.chars().count() > 80 => {
-            format!(
-                "{:?}",
-                format!("{}…", t.chars().take(80).collect::<String>())
-            )
+        Some(t) => {
+            let mut part: String = t.chars().skip(from).take(80).collect();
+            if from > 0 {
+                part.insert(0, '…');
+            }
+            if t.chars().count() > from + 80 {
+                part.push('…');
+            }
+            format!("{part:?}")
         }
-        Some(t) => format!("{t:?}"),
     };
     problems.push(Problem::new(
         format!("{}:{line}", catalog::CATALOG_PATH),
