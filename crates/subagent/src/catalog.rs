@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::SubagentError;
 
-/// The event type of a catalog entry.
+/// The event type of a catalog entry; its payload is the serialised
+/// [`CatalogEntry`].
 pub const CATALOG_EVENT: &str = "subagent/child";
 
 /// How a cataloged child can be used. An open set: unknown modes are kept

@@ -1,0 +1,102 @@
+//! `cargo xtask`: the command-line face of the `xtask` library. It parses
+//! the command and `--root`, runs it, prints what it found and exits
+//! non-zero when the docs need attention; the work itself is in the library.
+
+use std::process::ExitCode;
+
+use xtask::{Tree, check_docs, report, sync_docs, write_catalog};
+
+const USAGE: &str = "usage: cargo xtask <command> [--root DIR]
+
+commands:
+  gen-catalog   write docs/api-catalog.md from the source
+  check-docs    fail when the catalogue is stale, a type-equiv block drifted
+                or names no item, or a public item has no doc comment
+  sync-docs     rewrite every type-equiv block from its source item
+
+--root DIR      work on another tree laid out like the workspace (a fixture)";
+
+fn main() -> ExitCode {
+    let mut args = std::env::args().skip(1);
+    let mut command = None;
+    let mut root = None;
+    while let Some(arg) = args.next() {
+        match arg.as_str() {
+            "--root" => match args.next() {
+                Some(dir) => root = Some(dir),
+                None => return usage("--root needs a directory"),
+            },
+            "-h" | "--help" => {
+                println!("{USAGE}");
+                return ExitCode::SUCCESS;
+            }
+            _ if command.is_none() => command = Some(arg),
+            _ => return usage(&format!("unexpected argument `{arg}`")),
+        }
+    }
+    let tree = match &root {
+        Some(dir) => Tree::at(dir, Some(dir)),
+        None => Tree::workspace(),
+    };
+    match command.as_deref() {
+        Some("gen-catalog") => gen_catalog(&tree),
+        Some("check-docs") => check(&tree),
+        Some("sync-docs") => sync(&tree),
+        Some(other) => usage(&format!("unknown command `{other}`")),
+        None => usage("no command given"),
+    }
+}
+
+fn usage(why: &str) -> ExitCode {
+    eprintln!("xtask: {why}\n\n{USAGE}");
+    ExitCode::from(2)
+}
+
+fn failed(err: &xtask::Error) -> ExitCode {
+    eprintln!("xtask: {err}");
+    ExitCode::from(2)
+}
+
+fn gen_catalog(tree: &Tree) -> ExitCode {
+    match write_catalog(tree) {
+        Ok(true) => println!("wrote {}", xtask::catalog::CATALOG_PATH),
+        Ok(false) => println!("{} is up to date", xtask::catalog::CATALOG_PATH),
+        Err(err) => return failed(&err),
+    }
+    ExitCode::SUCCESS
+}
+
+fn check(tree: &Tree) -> ExitCode {
+    match check_docs(tree) {
+        Ok(problems) if problems.is_empty() => {
+            println!(
+                "check-docs: the catalogue is fresh, every type-equiv block matches, every public item is documented"
+            );
+            ExitCode::SUCCESS
+        }
+        Ok(problems) => {
+            eprintln!("{}", report(&problems));
+            ExitCode::FAILURE
+        }
+        Err(err) => failed(&err),
+    }
+}
+
+fn sync(tree: &Tree) -> ExitCode {
+    let synced = match sync_docs(tree) {
+        Ok(synced) => synced,
+        Err(err) => return failed(&err),
+    };
+    for page in &synced.updated {
+        println!("updated {page}");
+    }
+    if synced.updated.is_empty() {
+        println!("every type-equiv block already matches its source");
+    }
+    if synced.problems.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        eprintln!("{}", report(&synced.problems));
+        ExitCode::FAILURE
+    }
+}
