@@ -82,6 +82,15 @@ pub trait Tool: Send + Sync + 'static {
     /// JSON Schema of its arguments (compiled once when registered).
     fn input_schema(&self) -> Value;
 
+    /// Whether the tool can be offered right now. A tool backed by something
+    /// that comes and goes (a subagent provider, say) returns `false` while
+    /// it is gone: it then drops out of the model-visible list and refuses
+    /// calls. Asked at every step, together with [`Tool::description`], so a
+    /// tool that comes back is offered with its current wording.
+    fn is_available(&self) -> bool {
+        true
+    }
+
     /// Whether it may run at the same time as other safe tools of the same step.
     fn concurrency_safe(&self) -> bool {
         false

@@ -135,6 +135,13 @@ struct Slot {
     visible: bool,
 }
 
+impl Slot {
+    /// Visible to this agent and available now.
+    fn offered(&self) -> bool {
+        self.visible && self.entry.tool.is_available()
+    }
+}
+
 /// One agent's view of the tools: the host registry narrowed by a preset's
 /// tool set and a restriction, plus the agent's own extra tools. Cheap to
 /// clone (shared).
@@ -225,18 +232,23 @@ impl ScopedTools {
         })
     }
 
-    /// Model-visible specs (name, description, input schema), sorted by name.
+    /// Model-visible specs (name, description, input schema), sorted by name:
+    /// the visible tools that are available now ([`Tool::is_available`]),
+    /// each with its current description.
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.slots
             .values()
-            .filter(|slot| slot.visible)
-            .map(|slot| slot.entry.spec.clone())
+            .filter(|slot| slot.offered())
+            .map(|slot| ToolSpec {
+                description: slot.entry.tool.description(),
+                ..slot.entry.spec.clone()
+            })
             .collect()
     }
 
-    /// Whether the agent may see and run the tool called `name`.
+    /// Whether the agent may see and run the tool called `name` now.
     pub fn is_visible(&self, name: &str) -> bool {
-        self.slots.get(name).is_some_and(|slot| slot.visible)
+        self.slots.get(name).is_some_and(Slot::offered)
     }
 
     /// Run one call; always produces a result for the model, never an error
@@ -298,7 +310,7 @@ impl ScopedTools {
             let visible: Vec<&str> = self
                 .slots
                 .iter()
-                .filter(|(_, slot)| slot.visible)
+                .filter(|(_, slot)| slot.offered())
                 .map(|(name, _)| name.as_str())
                 .collect();
             let available = if visible.is_empty() {
@@ -314,6 +326,11 @@ impl ScopedTools {
             tracing::warn!(tool = %name, call_id = %call.call_id, "call to a tool hidden from this agent refused");
             return Err(ToolOutput::error(format!(
                 "Tool `{name}` is not available to this agent."
+            )));
+        }
+        if !slot.entry.tool.is_available() {
+            return Err(ToolOutput::error(format!(
+                "Tool `{name}` is not available right now."
             )));
         }
         if let Err(err) = slot.entry.schema.validate(&call.input) {
@@ -998,5 +1015,58 @@ mod tests {
         let lines = journal.lines();
         assert!(lines.iter().all(|l| l.ends_with("active=1")), "{lines:?}");
         assert_eq!(lines.len(), 6);
+    }
+
+    /// A tool that comes and goes, with wording that changes while it is away.
+    struct Flickering {
+        available: std::sync::atomic::AtomicBool,
+        wording: std::sync::Mutex<&'static str>,
+    }
+
+    #[async_trait]
+    impl Tool for Flickering {
+        fn name(&self) -> &str {
+            "flicker"
+        }
+        fn description(&self) -> String {
+            (*self.wording.lock().unwrap()).to_owned()
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn is_available(&self) -> bool {
+            self.available.load(Ordering::SeqCst)
+        }
+        async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("ran"))
+        }
+    }
+
+    #[tokio::test]
+    async fn an_unavailable_tool_is_not_offered_refuses_calls_and_returns_with_fresh_wording() {
+        let tool = Arc::new(Flickering {
+            available: std::sync::atomic::AtomicBool::new(true),
+            wording: std::sync::Mutex::new("first wording"),
+        });
+        let scope =
+            ScopedTools::compose(&registry([tool.clone() as Arc<dyn Tool>]), None, None, &[])
+                .unwrap();
+        assert_eq!(scope.specs()[0].description, "first wording");
+        assert_eq!(text_of(&call(&scope, "flicker", json!({})).await), "ran");
+
+        tool.available.store(false, Ordering::SeqCst);
+        *tool.wording.lock().unwrap() = "second wording";
+        assert!(scope.specs().is_empty());
+        assert!(!scope.is_visible("flicker"));
+        let refused = call(&scope, "flicker", json!({})).await;
+        assert!(refused.is_error);
+        assert_eq!(
+            text_of(&refused),
+            "Tool `flicker` is not available right now."
+        );
+
+        tool.available.store(true, Ordering::SeqCst);
+        assert_eq!(scope.specs()[0].description, "second wording");
+        assert_eq!(text_of(&call(&scope, "flicker", json!({})).await), "ran");
     }
 }
