@@ -6,7 +6,7 @@
 //! publication.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
 use dsh_core::projection::{PendingInboxProjection, TranscriptProjection, replay};
@@ -85,7 +85,8 @@ pub(crate) struct Shared {
     pub(crate) registry: AgentRegistry,
     pub(crate) tasks: TaskTracker,
     models: ModelRoutes,
-    tools: ToolRegistry,
+    /// Host tools; agents composed after [`Harness::add_tool`] see the addition.
+    tools: RwLock<ToolRegistry>,
     presets: PresetCatalog,
     prompt: SystemPrompt,
     defaults: AgentOptions,
@@ -129,7 +130,7 @@ impl Shared {
                 })
             })?;
         let tools = ScopedTools::compose(
-            &self.tools,
+            &self.tools.read().unwrap_or_else(PoisonError::into_inner),
             preset.and_then(|p| p.tools.as_ref()),
             composition.tools.as_ref(),
             &setup.tools,
@@ -226,7 +227,7 @@ impl HarnessBuilder {
                 registry: self.registry,
                 tasks: TaskTracker::new(),
                 models: self.models,
-                tools: self.tools,
+                tools: RwLock::new(self.tools),
                 presets: self.presets,
                 prompt: self.prompt,
                 defaults: self.defaults,
@@ -262,6 +263,21 @@ impl Harness {
             prompt: SystemPrompt::new(),
             defaults: AgentOptions::default(),
         }
+    }
+
+    /// Add a host tool after the harness is built: for tools that need the
+    /// harness themselves (the `subagent` tool needs a runtime built over
+    /// it). Agents created or resumed afterwards see it; agents already live
+    /// keep the tool set they were composed with.
+    ///
+    /// # Errors
+    /// A duplicate name or an invalid input schema; the tools are unchanged.
+    pub fn add_tool(&self, tool: Arc<dyn Tool>) -> Result<(), ToolRegistryError> {
+        self.shared
+            .tools
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .register(tool)
     }
 
     /// The session store.

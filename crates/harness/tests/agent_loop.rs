@@ -808,3 +808,28 @@ async fn status_transitions_are_observable() {
         Err(AgentError::Disposed(_))
     ));
 }
+
+#[tokio::test]
+async fn a_tool_added_after_build_reaches_agents_composed_afterwards() {
+    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("ok".into())));
+    let harness = harness(memory(), model.clone());
+    let before = create(&harness, "before").await;
+    harness.add_tool(Echo::new("late")).unwrap();
+    let refused = harness.add_tool(Echo::new("late")).unwrap_err();
+    assert_eq!(refused.code(), "DUPLICATE_TOOL");
+    let after = create(&harness, "after").await;
+    for handle in [&before, &after] {
+        handle
+            .agent()
+            .followup(UserMessage::user_text("go"))
+            .await
+            .unwrap();
+        settle(handle.agent()).await;
+    }
+    let offered: Vec<Vec<String>> = model
+        .requests()
+        .iter()
+        .map(|request| request.tools.iter().map(|tool| tool.name.clone()).collect())
+        .collect();
+    assert_eq!(offered, [vec![], vec!["late".to_owned()]]);
+}
