@@ -1,0 +1,592 @@
+//! The model-facing `subagent` tool: how a model delegates a task to a child
+//! agent through one configured provider of the subagent runtime. One tool
+//! instance serves one provider, under its own tool name, with the child
+//! defaults of its configuration (depth cap, agent options, persona, tool
+//! filter) and background mode on or off. The tool is offered only while its
+//! provider is registered and able to honour that configuration, and its
+//! wording is rebuilt from the provider it finds: a fork's child sees the
+//! conversation so far, a spawn's child only its prompt, and neither wording
+//! promises the child any tool or authority. A foreground call waits for the
+//! child (`caller` delivery) and disposes it if the call is cancelled; a
+//! background call (`parent` delivery) returns the child's name at once, and
+//! the result reaches the caller later as a settlement notice in its inbox.
+//! This crate only starts children and renders what comes back: it must
+//! never message, interrupt or list agents (the control tools own agent
+//! identity) and never decide admission, which stays with the runtime.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dsh_core::content::joined_text;
+use dsh_core::{
+    AgentOptions, ContentBlock, StopReason, Tool, ToolContext, ToolError, ToolOutput,
+    ToolRestriction,
+};
+use dsh_subagent::{
+    ActivationSpec, Delivery, StartRequest, SubagentActivation, SubagentError, SubagentProvider,
+    SubagentResult, SubagentRuntime,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+/// The tool name used when the configuration names none.
+pub const DEFAULT_TOOL_NAME: &str = "subagent";
+
+/// The depth cap used when the configuration names none.
+pub const DEFAULT_MAX_DEPTH: u32 = 3;
+
+/// How deep the children started through the tool may nest.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxDepth {
+    /// An absolute cap on a child's delegation depth (the root is 0, its
+    /// children 1). The provider must have the `depth_limit` capability;
+    /// `0` forbids delegation through this tool altogether.
+    Limit(u32),
+    /// Send no cap: the provider (an external agent's own runtime, say)
+    /// manages recursion itself.
+    ProviderManaged,
+}
+
+impl Default for MaxDepth {
+    fn default() -> Self {
+        Self::Limit(DEFAULT_MAX_DEPTH)
+    }
+}
+
+/// The configuration of one `subagent` tool instance.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubagentToolConfig {
+    /// The model-facing tool name; unique among an agent's tools.
+    pub tool_name: String,
+    /// The registered provider the tool starts children on.
+    pub provider: String,
+    /// The depth cap sent with every start.
+    pub max_depth: MaxDepth,
+    /// Agent options for every child (needs the `agent_options` capability).
+    pub agent_options: Option<AgentOptions>,
+    /// A persona for every child (needs the `persona` capability).
+    pub persona: Option<String>,
+    /// A tool restriction for every child (needs the `tool_filter`
+    /// capability); it must name at least one tool.
+    pub tool_filter: Option<ToolRestriction>,
+    /// Whether the model may run children in the background (and does by
+    /// default); when off, every call waits for its child.
+    pub background: bool,
+}
+
+impl SubagentToolConfig {
+    /// The defaults for `provider`: tool name `subagent`, depth cap 3, no
+    /// child options, background mode on.
+    pub fn new(provider: impl Into<String>) -> Self {
+        Self {
+            tool_name: DEFAULT_TOOL_NAME.to_owned(),
+            provider: provider.into(),
+            max_depth: MaxDepth::default(),
+            agent_options: None,
+            persona: None,
+            tool_filter: None,
+            background: true,
+        }
+    }
+}
+
+/// A configuration that cannot work, refused when the tool is installed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum InstallError {
+    /// The tool name is empty.
+    #[error("the subagent tool needs a non-empty tool name")]
+    EmptyToolName,
+    /// The provider name is empty.
+    #[error("the subagent tool `{0}` names no provider")]
+    EmptyProvider(String),
+    /// The tool filter names no tool, so it either hides every tool or
+    /// changes nothing.
+    #[error(
+        "the subagent tool `{0}` has a tool filter that names no tool; remove the filter or name the tools it allows or denies"
+    )]
+    EmptyToolFilter(String),
+    /// The provider lacks a capability the configuration needs.
+    #[error(
+        "the subagent tool `{tool}` needs the `{capability}` capability, which provider `{provider}` does not have{hint}"
+    )]
+    MissingCapability {
+        /// The tool.
+        tool: String,
+        /// The provider.
+        provider: String,
+        /// The capability, by its flag name.
+        capability: &'static str,
+        /// What to change, when there is an obvious fix.
+        hint: &'static str,
+    },
+}
+
+impl InstallError {
+    /// A stable machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::EmptyToolName => "EMPTY_TOOL_NAME",
+            Self::EmptyProvider(_) => "EMPTY_PROVIDER",
+            Self::EmptyToolFilter(_) => "EMPTY_TOOL_FILTER",
+            Self::MissingCapability { .. } => "MISSING_CAPABILITY",
+        }
+    }
+}
+
+/// The `subagent` tool for one provider. See the crate documentation.
+pub struct SubagentTool {
+    runtime: SubagentRuntime,
+    config: SubagentToolConfig,
+    schema: Value,
+}
+
+impl std::fmt::Debug for SubagentTool {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubagentTool")
+            .field("config", &self.config)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What the model passes.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Args {
+    description: String,
+    prompt: String,
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    run_in_background: Option<bool>,
+}
+
+impl SubagentTool {
+    /// Check `config` and build the tool. When the provider is registered
+    /// now, the configuration is checked against its capabilities here; a
+    /// provider registered later that cannot honour it leaves the tool
+    /// unavailable (and says why in the log) rather than failing calls.
+    ///
+    /// # Errors
+    /// An [`InstallError`] for a configuration that cannot work: an empty
+    /// tool or provider name, a tool filter that names no tool, or a
+    /// capability the registered provider lacks (a numeric depth cap without
+    /// `depth_limit`, agent options, persona or tool filter without theirs).
+    pub fn install(
+        runtime: &SubagentRuntime,
+        config: SubagentToolConfig,
+    ) -> Result<Arc<Self>, InstallError> {
+        if config.tool_name.is_empty() {
+            return Err(InstallError::EmptyToolName);
+        }
+        if config.provider.is_empty() {
+            return Err(InstallError::EmptyProvider(config.tool_name));
+        }
+        if let Some(filter) = &config.tool_filter
+            && filter.names().is_empty()
+        {
+            return Err(InstallError::EmptyToolFilter(config.tool_name));
+        }
+        match runtime.get(&config.provider) {
+            Some(provider) => check_capabilities(&config, provider.as_ref())?,
+            None => tracing::info!(
+                tool = %config.tool_name,
+                provider = %config.provider,
+                "subagent provider not registered yet; the tool is offered once it is"
+            ),
+        }
+        let schema = input_schema(&config);
+        Ok(Arc::new(Self {
+            runtime: runtime.clone(),
+            config,
+            schema,
+        }))
+    }
+
+    /// The configuration it was installed with.
+    pub fn config(&self) -> &SubagentToolConfig {
+        &self.config
+    }
+
+    /// The provider, when it is registered and can honour the configuration.
+    fn provider(&self) -> Option<Arc<dyn SubagentProvider>> {
+        let provider = self.runtime.get(&self.config.provider)?;
+        match check_capabilities(&self.config, provider.as_ref()) {
+            Ok(()) => Some(provider),
+            Err(err) => {
+                tracing::warn!(tool = %self.config.tool_name, "subagent tool unavailable: {err}");
+                None
+            }
+        }
+    }
+
+    /// Start the child and, in the foreground, wait for its result.
+    async fn run(&self, args: Args, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let Some(provider) = self.provider() else {
+            return Ok(ToolOutput::error(format!(
+                "The `{}` provider is not available right now, so no subagent was started. Do the task yourself or try again later.",
+                self.config.provider
+            )));
+        };
+        let background = match (self.config.background, args.run_in_background) {
+            (true, requested) => requested.unwrap_or(true),
+            (false, Some(true)) => {
+                return Ok(ToolOutput::error(
+                    "Background runs are turned off for this tool; call it again without `run_in_background` to wait for the result.",
+                ));
+            }
+            (false, _) => false,
+        };
+        let mut request =
+            StartRequest::new(ctx.agent.clone(), vec![ContentBlock::text(args.prompt)]);
+        request.agent_options.clone_from(&self.config.agent_options);
+        request.persona.clone_from(&self.config.persona);
+        request.tool_filter.clone_from(&self.config.tool_filter);
+        request.max_depth = match self.config.max_depth {
+            MaxDepth::Limit(limit) => Some(limit),
+            MaxDepth::ProviderManaged => None,
+        };
+        let spec = ActivationSpec {
+            provider: self.config.provider.clone(),
+            label: args.description,
+            name: args.name,
+            child_id: None,
+            cancel: ctx.cancel.clone(),
+            delivery: if background {
+                Delivery::Parent
+            } else {
+                Delivery::Caller
+            },
+            request,
+        };
+        let activation = match self.runtime.start_activation(spec).await {
+            Ok(activation) => activation,
+            Err(err) => return Ok(ToolOutput::error(refusal(&err))),
+        };
+        if background {
+            return Ok(ToolOutput::text(started_in_background(
+                activation.name(),
+                provider.continuable().is_some(),
+            )));
+        }
+        let guard = DisposeOnDrop(Some(activation.clone()));
+        let result = tokio::select! {
+            result = activation.result() => result,
+            () = ctx.cancel.cancelled() => {
+                drop(guard);
+                return Ok(ToolOutput::error(format!(
+                    "The call was cancelled, and the subagent `{}` was stopped.",
+                    activation.name()
+                )));
+            }
+        };
+        guard.defuse();
+        match result {
+            Ok(result) => Ok(render_result(activation.name(), &result)),
+            Err(err) => Ok(ToolOutput::error(format!(
+                "The subagent `{}` could not deliver a result: {err}",
+                activation.name()
+            ))),
+        }
+    }
+}
+
+/// Disposes a foreground activation whose call went away before its result.
+struct DisposeOnDrop(Option<SubagentActivation>);
+
+impl DisposeOnDrop {
+    /// The result arrived: nothing to dispose.
+    fn defuse(mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for DisposeOnDrop {
+    fn drop(&mut self) {
+        let Some(activation) = self.0.take() else {
+            return;
+        };
+        // Dropped by a cancelled turn (or cancelled explicitly): stop the
+        // child and finish its teardown off this call.
+        match tokio::runtime::Handle::try_current() {
+            Ok(handle) => {
+                handle.spawn(async move {
+                    if let Err(err) = activation.dispose().await {
+                        tracing::warn!(child = %activation.child_id(), "disposing a cancelled foreground subagent failed: {err}");
+                    }
+                });
+            }
+            Err(_) => tracing::error!(
+                child = %activation.child_id(),
+                "a cancelled foreground subagent could not be disposed: no runtime"
+            ),
+        }
+    }
+}
+
+#[async_trait]
+impl Tool for SubagentTool {
+    fn name(&self) -> &str {
+        &self.config.tool_name
+    }
+
+    fn description(&self) -> String {
+        let inherits = self
+            .runtime
+            .get(&self.config.provider)
+            .is_some_and(|provider| provider.inherits_parent_context());
+        description(inherits, self.config.background)
+    }
+
+    fn input_schema(&self) -> Value {
+        self.schema.clone()
+    }
+
+    fn is_available(&self) -> bool {
+        self.provider().is_some()
+    }
+
+    fn concurrency_safe(&self) -> bool {
+        // Starting a child writes only the caller's catalog, which the
+        // runtime serialises; parallel delegations are the point.
+        true
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let args: Args = serde_json::from_value(input)
+            .map_err(|err| ToolError::new(format!("Invalid arguments: {err}.")))?;
+        self.run(args, ctx).await
+    }
+}
+
+/// Refuse a configuration the provider cannot honour.
+fn check_capabilities(
+    config: &SubagentToolConfig,
+    provider: &dyn SubagentProvider,
+) -> Result<(), InstallError> {
+    let caps = provider.capabilities();
+    let missing = |capability: &'static str, hint: &'static str| InstallError::MissingCapability {
+        tool: config.tool_name.clone(),
+        provider: config.provider.clone(),
+        capability,
+        hint,
+    };
+    if matches!(config.max_depth, MaxDepth::Limit(_)) && !caps.depth_limit {
+        return Err(missing(
+            "depth_limit",
+            "; set the depth to provider-managed to leave recursion to the provider",
+        ));
+    }
+    if config.agent_options.is_some() && !caps.agent_options {
+        return Err(missing("agent_options", ""));
+    }
+    if config.persona.is_some() && !caps.persona {
+        return Err(missing("persona", ""));
+    }
+    if config.tool_filter.is_some() && !caps.tool_filter {
+        return Err(missing("tool_filter", ""));
+    }
+    Ok(())
+}
+
+/// The tool description for a provider whose children do (`inherits`) or do
+/// not see the parent's conversation.
+fn description(inherits: bool, background: bool) -> String {
+    let what = if inherits {
+        "Delegate a task to a subagent that starts from this conversation: it sees every completed turn so far (not the turn in progress). Use it for work that builds on this context, such as a follow-up analysis, a review or a continuation, without spending this conversation's context on the work itself. You get its result, not its intermediate steps."
+    } else {
+        "Delegate a self-contained task to a subagent: a separate agent with its own context. Use it to offload focused, independent work, such as research, a scoped change or an analysis, without spending this conversation's context on it. You get its result, not its intermediate steps. It does not see this conversation, so give it a complete, standalone prompt."
+    };
+    let when = if background {
+        " By default it runs in the background: the call returns the subagent's name at once and its result arrives later in your inbox as a notice. Start independent subagents together and keep working while they run. Set `run_in_background` to false when your next step needs the result."
+    } else {
+        " The call waits for the subagent and returns its result."
+    };
+    format!("{what}{when}")
+}
+
+/// The input schema for `config`: `run_in_background` only when background
+/// runs are on.
+fn input_schema(config: &SubagentToolConfig) -> Value {
+    let mut properties = json!({
+        "description": {
+            "type": "string",
+            "minLength": 1,
+            "description": "A short (3-5 word) label for the task, shown in agent listings."
+        },
+        "prompt": {
+            "type": "string",
+            "minLength": 1,
+            "description": "The task for the subagent. If it does not see this conversation, include everything it needs; if it does, state only what is new."
+        },
+        "name": {
+            "type": "string",
+            "description": "An optional name to address the subagent by later: 1-32 lower-case letters, digits and hyphens, starting with a letter, unique among your subagents. Omitted, it is named agent-N."
+        }
+    });
+    if config.background
+        && let Some(map) = properties.as_object_mut()
+    {
+        map.insert(
+            "run_in_background".to_owned(),
+            json!({
+                "type": "boolean",
+                "description": "Run in the background and return the subagent's name at once (the default), or set false to wait for its result."
+            }),
+        );
+    }
+    json!({
+        "type": "object",
+        "properties": properties,
+        "required": ["description", "prompt"],
+        "additionalProperties": false
+    })
+}
+
+/// What a background start tells the model.
+fn started_in_background(name: &str, continuable: bool) -> String {
+    let follow_up = if continuable {
+        format!(" It keeps its conversation afterwards, so you can address it later as `{name}`.")
+    } else {
+        " It is an external agent: it cannot take follow-up messages.".to_owned()
+    };
+    format!(
+        "Started subagent `{name}` in the background. Its result will arrive in your inbox as a notice when it finishes.{follow_up}"
+    )
+}
+
+/// A start the runtime refused, as a sentence the model can act on.
+fn refusal(err: &SubagentError) -> String {
+    match err {
+        SubagentError::DepthLimit { .. } | SubagentError::Capacity(_) | SubagentError::Draining => {
+            format!("No subagent was started: {}.", sentence(err))
+        }
+        SubagentError::NameTaken(name) => format!(
+            "No subagent was started: the name `{name}` is already taken by another of your subagents. Choose a different name, or leave `name` out."
+        ),
+        SubagentError::InvalidName { name, reason } => format!(
+            "No subagent was started: `{name}` cannot be used as a name ({reason}). Choose another name, or leave `name` out."
+        ),
+        SubagentError::NoProvider(provider) => format!(
+            "No subagent was started: the `{provider}` provider is not available right now. Do the task yourself or try again later."
+        ),
+        SubagentError::Cancelled => "The subagent start was cancelled.".to_owned(),
+        other => format!("No subagent was started: {}.", sentence(other)),
+    }
+}
+
+/// An error's message without its closing full stop, to end a sentence with.
+fn sentence(err: &SubagentError) -> String {
+    err.to_string().trim_end_matches('.').to_owned()
+}
+
+/// A settled foreground result as the model sees it: the child's output when
+/// it completed; otherwise an error result with a headline for the stop
+/// reason, the diagnostic and any partial output.
+fn render_result(name: &str, result: &SubagentResult) -> ToolOutput {
+    if result.stop_reason == StopReason::COMPLETED {
+        let mut content = result.output.clone();
+        if let Some(structured) = &result.structured {
+            content.push(ContentBlock::text(format!(
+                "Structured output:\n{}",
+                serde_json::to_string_pretty(structured).unwrap_or_default()
+            )));
+        }
+        if content.is_empty() {
+            content.push(ContentBlock::text(format!(
+                "The subagent `{name}` finished without a final message."
+            )));
+        }
+        return ToolOutput {
+            content,
+            is_error: false,
+            end_turn: false,
+        };
+    }
+    let mut text = headline(name, &result.stop_reason);
+    if let Some(diagnostic) = &result.diagnostic {
+        text.push_str("\nDiagnostic: ");
+        text.push_str(diagnostic);
+    }
+    let partial = joined_text(&result.output);
+    if !partial.is_empty() {
+        text.push_str("\nPartial output before it ended:\n");
+        text.push_str(&partial);
+    }
+    ToolOutput::error(text)
+}
+
+/// One sentence on how a child that did not complete ended.
+fn headline(name: &str, reason: &StopReason) -> String {
+    match reason.as_str() {
+        "aborted" => format!("The subagent `{name}` was stopped before it finished."),
+        "error" => format!("The subagent `{name}` failed."),
+        "max-tokens" => {
+            format!("The subagent `{name}` ran out of output tokens before it finished.")
+        }
+        "refusal" => format!("The subagent `{name}` declined the task."),
+        other => format!("The subagent `{name}` ended without finishing (`{other}`)."),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn result(reason: &str, output: &str, diagnostic: Option<&str>) -> SubagentResult {
+        SubagentResult {
+            output: if output.is_empty() {
+                Vec::new()
+            } else {
+                vec![ContentBlock::text(output)]
+            },
+            structured: None,
+            diagnostic: diagnostic.map(str::to_owned),
+            stop_reason: StopReason::new(reason.to_owned()),
+        }
+    }
+
+    #[test]
+    fn every_stop_reason_renders_a_headline_with_diagnostic_and_partial_output() {
+        let rendered: Vec<(String, bool, String)> = [
+            ("completed", "All done.", None),
+            ("completed", "", None),
+            ("aborted", "half of it", None),
+            ("error", "", Some("model error: rate-limited")),
+            (
+                "max-tokens",
+                "the first part",
+                Some("output limit 100 reached"),
+            ),
+            ("refusal", "I will not do that.", None),
+            ("timed-out", "", Some("the agent took too long")),
+        ]
+        .into_iter()
+        .map(|(reason, output, diagnostic)| {
+            let out = render_result("scout", &result(reason, output, diagnostic));
+            (reason.to_owned(), out.is_error, joined_text(&out.content))
+        })
+        .collect();
+        insta::assert_debug_snapshot!(rendered);
+    }
+
+    #[test]
+    fn refusals_are_sentences() {
+        let refusals: Vec<String> = [
+            SubagentError::DepthLimit { depth: 4, max: 3 },
+            SubagentError::Capacity(8),
+            SubagentError::NameTaken("scout".into()),
+            SubagentError::InvalidName {
+                name: "Scout".into(),
+                reason: "a name starts with a lower-case letter",
+            },
+            SubagentError::NoProvider("fork".into()),
+            SubagentError::Draining,
+            SubagentError::Cancelled,
+        ]
+        .iter()
+        .map(refusal)
+        .collect();
+        insta::assert_debug_snapshot!(refusals);
+    }
+}

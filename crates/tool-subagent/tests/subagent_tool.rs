@@ -1,0 +1,626 @@
+//! The `subagent` tool against the real harness, the JSONL store and the
+//! spawn and fork providers, with a scripted model playing every agent:
+//! availability and wording follow the provider (B43), foreground and
+//! background runs (B44), refusals as sentences (B45), configuration checked
+//! at install, and the published schema matching what the tool accepts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_core::content::joined_text;
+use dsh_core::schema::JsonSchema;
+use dsh_core::{
+    Agent, AgentFactory, AgentHandle, CancellationToken, CreateAgent, Durability, Message,
+    MessageSource, ModelRequest, SessionHeader, SessionId, SessionStore, Tool, ToolRestriction,
+    UserMessage,
+};
+use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_subagent::{
+    PrepareContinuable, RuntimeConfig, SubagentCapabilities, SubagentProvider, SubagentRuntime,
+};
+use dsh_subagent_fork::ForkProvider;
+use dsh_subagent_spawn::SpawnProvider;
+use dsh_tool_subagent::{InstallError, MaxDepth, SubagentTool, SubagentToolConfig};
+use serde_json::{Value, json};
+
+type Responder = Box<dyn Fn(&ModelRequest) -> Scripted + Send + Sync>;
+
+struct World {
+    _dir: tempfile::TempDir,
+    model: Arc<ScriptedModel>,
+    harness: Harness,
+    runtime: SubagentRuntime,
+    lead: AgentHandle,
+}
+
+impl World {
+    fn lead(&self) -> &Arc<dyn Agent> {
+        self.lead.agent()
+    }
+
+    async fn ask(&self, text: &str) {
+        self.lead()
+            .followup(UserMessage::user_text(text))
+            .await
+            .unwrap();
+        within(self.lead().wait_idle()).await;
+    }
+
+    /// The requests the lead's model saw (the ones whose first message is
+    /// the lead's own prompt).
+    fn lead_requests(&self) -> Vec<ModelRequest> {
+        self.model
+            .requests()
+            .into_iter()
+            .filter(|request| first_user_text(request).starts_with("lead:"))
+            .collect()
+    }
+}
+
+async fn within<F: std::future::Future>(future: F) -> F::Output {
+    tokio::time::timeout(Duration::from_secs(10), future)
+        .await
+        .expect("timed out")
+}
+
+/// The text of a request's first user message: the agent's own first prompt.
+fn first_user_text(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .find_map(|m| match m {
+            Message::User { content, .. } => Some(joined_text(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The text of the last tool result in a request.
+fn last_tool_result(request: &ModelRequest) -> (bool, String) {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((*is_error, joined_text(content))),
+            _ => None,
+        })
+        .expect("a tool result")
+}
+
+fn has_tool_result(request: &ModelRequest) -> bool {
+    request
+        .messages
+        .iter()
+        .any(|m| matches!(m, Message::Tool { .. }))
+}
+
+fn call(input: Value) -> Scripted {
+    Scripted::ToolCalls {
+        text: None,
+        calls: vec![("subagent".into(), input)],
+    }
+}
+
+/// The lead makes `input` its one tool call, then answers "noted"; every
+/// child answers `child says: <prompt>`.
+fn lead_calls(input: Value) -> Responder {
+    Box::new(move |request| {
+        let first = first_user_text(request);
+        if first.starts_with("lead:") {
+            if has_tool_result(request) {
+                Scripted::Text("noted".into())
+            } else {
+                call(input.clone())
+            }
+        } else {
+            Scripted::Text(format!("child says: {first}"))
+        }
+    })
+}
+
+/// A world with `providers` registered and, before the lead exists, a tool
+/// installed on the harness for each of `tools`.
+async fn build(responder: Responder, providers: &[&str], tools: &[SubagentToolConfig]) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn SessionStore> =
+        Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
+    let model = Arc::new(ScriptedModel::new().responder(responder));
+    let harness = Harness::builder(store.clone())
+        .model(model.clone())
+        .build()
+        .unwrap();
+    let runtime = SubagentRuntime::new(
+        Arc::new(harness.clone()),
+        store.clone(),
+        RuntimeConfig::default(),
+    );
+    for provider in providers {
+        register(&runtime, provider);
+    }
+    for config in tools {
+        harness
+            .add_tool(SubagentTool::install(&runtime, config.clone()).unwrap())
+            .unwrap();
+    }
+    let lead = harness
+        .create(CreateAgent {
+            header: SessionHeader::new(SessionId::new("lead-session").unwrap(), dir.path()),
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap();
+    World {
+        lead,
+        _dir: dir,
+        model,
+        harness,
+        runtime,
+    }
+}
+
+async fn world(responder: Responder, providers: &[&str]) -> World {
+    build(responder, providers, &[]).await
+}
+
+async fn world_with_tool(responder: Responder, config: SubagentToolConfig) -> World {
+    let provider = config.provider.clone();
+    build(responder, &[provider.as_str()], &[config]).await
+}
+
+fn register(runtime: &SubagentRuntime, provider: &str) {
+    let provider: Arc<dyn SubagentProvider> = match provider {
+        "spawn" => Arc::new(SpawnProvider::new()),
+        "fork" => Arc::new(ForkProvider::new()),
+        other => panic!("no test provider {other}"),
+    };
+    runtime.register(provider).unwrap();
+}
+
+fn spec_json(tool: &dyn Tool) -> Value {
+    json!({
+        "name": tool.name(),
+        "description": tool.description(),
+        "input_schema": tool.input_schema(),
+    })
+}
+
+// ---------------------------------------------------------------------------
+// B43: availability and wording follow the provider
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn b43_the_tool_is_offered_only_while_its_provider_is_registered_with_fresh_wording() {
+    let world = world(Box::new(|_| Scripted::Text("ok".into())), &[]).await;
+    let tool = SubagentTool::install(&world.runtime, SubagentToolConfig::new("delegate")).unwrap();
+    assert!(!tool.is_available(), "no provider yet");
+
+    // A spawn provider registered under the configured name: standalone wording.
+    world
+        .runtime
+        .register(Arc::new(SpawnProvider::named("delegate")))
+        .unwrap();
+    assert!(tool.is_available());
+    let spawn_wording = tool.description();
+    assert!(spawn_wording.contains("does not see this conversation"));
+
+    // Gone, then back as a fork: the wording says what a fork sees.
+    assert!(world.runtime.remove("delegate"));
+    assert!(!tool.is_available());
+    world
+        .runtime
+        .register(Arc::new(ForkProvider::named("delegate")))
+        .unwrap();
+    assert!(tool.is_available());
+    let fork_wording = tool.description();
+    assert!(fork_wording.contains("sees every completed turn"));
+    for wording in [&spawn_wording, &fork_wording] {
+        for promise in ["tools", "permission", "authority"] {
+            assert!(
+                !wording.contains(promise),
+                "the wording promises {promise}: {wording}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn b43_an_agent_sees_the_tool_only_while_the_provider_is_there() {
+    let world = world_with_tool(
+        Box::new(|_| Scripted::Text("ok".into())),
+        SubagentToolConfig::new("spawn"),
+    )
+    .await;
+    world.ask("lead: one").await;
+    world.runtime.remove("spawn");
+    world.ask("lead: two").await;
+    register(&world.runtime, "spawn");
+    world.ask("lead: three").await;
+    let offered: Vec<Vec<String>> = world
+        .lead_requests()
+        .iter()
+        .map(|r| r.tools.iter().map(|t| t.name.clone()).collect())
+        .collect();
+    assert_eq!(
+        offered,
+        [
+            vec!["subagent".to_owned()],
+            vec![],
+            vec!["subagent".to_owned()]
+        ]
+    );
+}
+
+#[tokio::test]
+async fn tool_specs_are_snapshotted_for_each_wording() {
+    let world = world(
+        Box::new(|_| Scripted::Text("ok".into())),
+        &["spawn", "fork"],
+    )
+    .await;
+    let spawn = SubagentTool::install(&world.runtime, SubagentToolConfig::new("spawn")).unwrap();
+    let fork = SubagentTool::install(
+        &world.runtime,
+        SubagentToolConfig {
+            tool_name: "fork".into(),
+            ..SubagentToolConfig::new("fork")
+        },
+    )
+    .unwrap();
+    let foreground_only = SubagentTool::install(
+        &world.runtime,
+        SubagentToolConfig {
+            background: false,
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .unwrap();
+    insta::assert_json_snapshot!("spawn_tool", spec_json(spawn.as_ref()));
+    insta::assert_json_snapshot!("fork_tool", spec_json(fork.as_ref()));
+    insta::assert_json_snapshot!("foreground_only_tool", spec_json(foreground_only.as_ref()));
+
+    // The committed spec the API catalogue reads is the live default tool.
+    let committed: Value = serde_json::from_str(
+        &std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tools/subagent.json"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(
+        committed,
+        spec_json(spawn.as_ref()),
+        "tools/subagent.json is stale: copy the spawn_tool snapshot into it"
+    );
+}
+
+// ---------------------------------------------------------------------------
+// Install-time configuration checks
+// ---------------------------------------------------------------------------
+
+/// The spawn provider without the depth and persona flags.
+struct Limited(SpawnProvider);
+
+impl SubagentProvider for Limited {
+    fn name(&self) -> &str {
+        "limited"
+    }
+    fn capabilities(&self) -> SubagentCapabilities {
+        SubagentCapabilities {
+            depth_limit: false,
+            persona: false,
+            ..SubagentCapabilities::ALL
+        }
+    }
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+    fn continuable(&self) -> Option<&dyn PrepareContinuable> {
+        self.0.continuable()
+    }
+}
+
+#[tokio::test]
+async fn configuration_that_cannot_work_fails_at_install() {
+    let world = world(Box::new(|_| Scripted::Text("ok".into())), &["spawn"]).await;
+    world
+        .runtime
+        .register(Arc::new(Limited(SpawnProvider::new())))
+        .unwrap();
+    let install = |config: SubagentToolConfig| {
+        SubagentTool::install(&world.runtime, config)
+            .map(|_| ())
+            .unwrap_err()
+    };
+    let errors = [
+        install(SubagentToolConfig::new("limited")),
+        install(SubagentToolConfig {
+            max_depth: MaxDepth::ProviderManaged,
+            persona: Some("You are terse.".into()),
+            ..SubagentToolConfig::new("limited")
+        }),
+        install(SubagentToolConfig {
+            tool_filter: Some(ToolRestriction::allow(Vec::<String>::new())),
+            ..SubagentToolConfig::new("spawn")
+        }),
+        install(SubagentToolConfig {
+            tool_name: String::new(),
+            ..SubagentToolConfig::new("spawn")
+        }),
+    ];
+    let shown: Vec<(&str, String)> = errors.iter().map(|e| (e.code(), e.to_string())).collect();
+    insta::assert_debug_snapshot!(shown);
+    assert!(matches!(
+        &errors[0],
+        InstallError::MissingCapability {
+            capability: "depth_limit",
+            ..
+        }
+    ));
+
+    // Provider-managed depth needs no flag.
+    SubagentTool::install(
+        &world.runtime,
+        SubagentToolConfig {
+            max_depth: MaxDepth::ProviderManaged,
+            ..SubagentToolConfig::new("limited")
+        },
+    )
+    .unwrap();
+}
+
+// ---------------------------------------------------------------------------
+// B44: foreground and background
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn b44_a_foreground_call_waits_and_returns_the_childs_output() {
+    let world = world_with_tool(
+        lead_calls(json!({
+            "description": "count files",
+            "prompt": "count the files",
+            "name": "counter",
+            "run_in_background": false
+        })),
+        SubagentToolConfig::new("spawn"),
+    )
+    .await;
+    world.ask("lead: delegate").await;
+    let requests = world.lead_requests();
+    assert_eq!(requests.len(), 2);
+    let (is_error, text) = last_tool_result(&requests[1]);
+    assert!(!is_error);
+    assert_eq!(text, "child says: count the files");
+    // Caller delivery: no settlement notice reaches the lead.
+    assert!(world.lead().pending().is_empty());
+}
+
+#[tokio::test]
+async fn b44_a_failed_foreground_child_is_an_error_result_with_headline_and_diagnostic() {
+    let responder: Responder = Box::new(|request| {
+        let first = first_user_text(request);
+        if first.starts_with("lead:") {
+            if has_tool_result(request) {
+                Scripted::Text("noted".into())
+            } else {
+                call(json!({
+                    "description": "flaky work",
+                    "prompt": "do flaky work",
+                    "run_in_background": false
+                }))
+            }
+        } else {
+            Scripted::Fail(dsh_core::ModelError::new(
+                dsh_core::ModelErrorKind::Api,
+                "rate-limited",
+            ))
+        }
+    });
+    let world = world_with_tool(responder, SubagentToolConfig::new("spawn")).await;
+    world.ask("lead: delegate").await;
+    let (is_error, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(is_error);
+    insta::assert_snapshot!(text);
+}
+
+#[tokio::test]
+async fn b44_cancelling_a_foreground_call_disposes_the_child() {
+    let responder: Responder = Box::new(|request| {
+        if first_user_text(request).starts_with("lead:") {
+            call(json!({
+                "description": "slow work",
+                "prompt": "never finish",
+                "name": "slow",
+                "run_in_background": false
+            }))
+        } else {
+            Scripted::Hang
+        }
+    });
+    let world = world_with_tool(responder, SubagentToolConfig::new("spawn")).await;
+    world
+        .lead()
+        .followup(UserMessage::user_text("lead: delegate"))
+        .await
+        .unwrap();
+    // Wait until the child is live and its model call hangs.
+    within(async {
+        while world.runtime.live_activations() == 0
+            || world
+                .model
+                .requests()
+                .iter()
+                .all(|r| first_user_text(r) != "never finish")
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    world.lead().cancel(
+        dsh_core::CancelCause::User,
+        dsh_core::CancelOptions::default(),
+    );
+    within(world.lead().wait_idle()).await;
+    within(async {
+        while world.runtime.live_activations() > 0 {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+    assert_eq!(world.runtime.registry().len(), 1, "only the lead is live");
+}
+
+#[tokio::test]
+async fn b44_a_background_call_returns_the_name_and_the_result_arrives_as_a_notice() {
+    let world = world_with_tool(
+        lead_calls(json!({
+            "description": "summarise",
+            "prompt": "summarise the notes",
+            "name": "summariser"
+        })),
+        SubagentToolConfig::new("spawn"),
+    )
+    .await;
+    world.ask("lead: delegate").await;
+    let (is_error, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(!is_error);
+    insta::assert_snapshot!("background_started", text);
+
+    // The notice wakes the lead for another turn.
+    within(async {
+        loop {
+            let notice = world.lead_requests().iter().any(|r| {
+                r.messages.iter().any(|m| {
+                    matches!(
+                        m,
+                        Message::User {
+                            source: MessageSource::SubagentSettled { .. },
+                            ..
+                        }
+                    )
+                })
+            });
+            if notice {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    })
+    .await;
+}
+
+// ---------------------------------------------------------------------------
+// B45: refusals
+// ---------------------------------------------------------------------------
+
+#[tokio::test]
+async fn b45_depth_and_name_refusals_are_sentences() {
+    // Depth cap 0: no child may be started at all.
+    let world = world_with_tool(
+        lead_calls(json!({"description": "x", "prompt": "y", "run_in_background": false})),
+        SubagentToolConfig {
+            max_depth: MaxDepth::Limit(0),
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .await;
+    world.ask("lead: delegate").await;
+    let depth = last_tool_result(&world.lead_requests()[1]);
+
+    // The same name twice in one step: the second is refused.
+    let responder: Responder = Box::new(|request| {
+        let first = first_user_text(request);
+        if first.starts_with("lead:") {
+            if has_tool_result(request) {
+                Scripted::Text("noted".into())
+            } else {
+                let input = json!({"description": "x", "prompt": "y", "name": "twin"});
+                Scripted::ToolCalls {
+                    text: None,
+                    calls: vec![
+                        ("subagent".into(), input.clone()),
+                        ("subagent".into(), input),
+                    ],
+                }
+            }
+        } else {
+            Scripted::Text("ok".into())
+        }
+    });
+    let world = world_with_tool(responder, SubagentToolConfig::new("spawn")).await;
+    world.ask("lead: delegate").await;
+    let request = &world.lead_requests()[1];
+    let results: Vec<(bool, String)> = request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((*is_error, joined_text(content))),
+            _ => None,
+        })
+        .collect();
+    let refused: Vec<&(bool, String)> = results.iter().filter(|(error, _)| *error).collect();
+    assert_eq!(refused.len(), 1, "{results:?}");
+    insta::assert_debug_snapshot!((depth, refused[0]));
+}
+
+#[tokio::test]
+async fn malformed_arguments_are_refused_before_anything_starts() {
+    let world = world_with_tool(
+        lead_calls(json!({"description": "x", "prompt": "y", "colour": "red"})),
+        SubagentToolConfig {
+            background: false,
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .await;
+    world.ask("lead: delegate").await;
+    let (is_error, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(is_error);
+    assert!(
+        text.starts_with("Invalid arguments for `subagent`"),
+        "{text}"
+    );
+    assert_eq!(world.runtime.live_activations(), 0);
+    assert_eq!(world.harness.registry().len(), 1);
+}
+
+#[tokio::test]
+async fn the_published_schema_accepts_exactly_what_the_tool_parses() {
+    let world = world(Box::new(|_| Scripted::Text("ok".into())), &["spawn"]).await;
+    for background in [true, false] {
+        let tool = SubagentTool::install(
+            &world.runtime,
+            SubagentToolConfig {
+                background,
+                ..SubagentToolConfig::new("spawn")
+            },
+        )
+        .unwrap();
+        let schema = JsonSchema::compile(tool.input_schema()).unwrap();
+        let valid = [
+            json!({"description": "a", "prompt": "b"}),
+            json!({"description": "a", "prompt": "b", "name": "scout"}),
+        ];
+        let invalid = [
+            json!({"prompt": "b"}),
+            json!({"description": "a"}),
+            json!({"description": "a", "prompt": "b", "extra": 1}),
+            json!({"description": 1, "prompt": "b"}),
+            json!({"description": "", "prompt": "b"}),
+        ];
+        for input in &valid {
+            assert!(schema.validate(input).is_ok(), "{input}");
+        }
+        for input in &invalid {
+            assert!(schema.validate(input).is_err(), "{input}");
+        }
+        let with_background = json!({"description": "a", "prompt": "b", "run_in_background": true});
+        assert_eq!(schema.validate(&with_background).is_ok(), background);
+    }
+}
