@@ -1,0 +1,2 @@
+//! Placeholder until the decode benchmark lands.
+fn main() {}
