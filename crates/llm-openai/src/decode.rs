@@ -129,10 +129,11 @@ pub(crate) fn error_message(error: &Value) -> String {
         .map(str::to_owned)
         .or_else(|| error.as_str().map(str::to_owned))
         .unwrap_or_else(|| error.to_string());
-    match error.get("code").or_else(|| error.get("type")) {
-        Some(Value::String(code)) if !message.contains(code.as_str()) => {
-            format!("{message} ({code})")
-        }
+    let tag = ["code", "type"]
+        .iter()
+        .find_map(|key| error.get(key).and_then(Value::as_str));
+    match tag {
+        Some(tag) if !message.contains(tag) => format!("{message} ({tag})"),
         _ => message,
     }
 }
