@@ -57,18 +57,27 @@ fn request(text: &str) -> ModelRequest {
     }
 }
 
+/// Every item of the response to `request`; every error among them is checked for the key.
 async fn run(model: &OpenAiModel, request: ModelRequest) -> Vec<Result<ModelEvent, ModelError>> {
     let stream = model
         .stream(request, CancellationToken::new())
         .await
         .unwrap();
-    collect(stream).await
+    let events = collect(stream).await;
+    for err in events.iter().filter_map(|event| event.as_ref().err()) {
+        assert_no_key(err, &err.to_string());
+    }
+    events
 }
 
+/// The error a request fails with before streaming, checked for the key.
 async fn start_error(model: &OpenAiModel) -> ModelError {
     match model.stream(request("hi"), CancellationToken::new()).await {
         Ok(_) => panic!("the request unexpectedly streamed"),
-        Err(err) => err,
+        Err(err) => {
+            assert_no_key(&err, &err.to_string());
+            err
+        }
     }
 }
 
