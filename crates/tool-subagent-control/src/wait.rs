@@ -136,12 +136,18 @@ impl Tool for WaitTool {
         if ctx.cancel.is_cancelled() {
             return Err(ControlError::WaitCancelled.into());
         }
-        if caller.pending().is_empty() {
+        let deadline = tokio::time::sleep(Duration::from_millis(timeout));
+        tokio::pin!(deadline);
+        // An arrival is announced after its item is in the inbox, so an
+        // announcement can come late, for an item the loop already claimed
+        // (the input of this very turn, say): only a pending item counts.
+        let mut pending = caller.pending();
+        while pending.is_empty() {
             let woke = tokio::select! {
                 biased;
                 () = ctx.cancel.cancelled() => return Err(ControlError::WaitCancelled.into()),
                 arrival = arrivals.recv() => arrival,
-                () = tokio::time::sleep(Duration::from_millis(timeout)) => {
+                () = &mut deadline => {
                     return Ok(ToolOutput::text(format!(
                         "Nothing arrived within {}. Your agents may still be working: call wait \
                          again, or carry on with other work.",
@@ -150,7 +156,7 @@ impl Tool for WaitTool {
                 }
             };
             match woke {
-                Ok(_) | Err(RecvError::Lagged(_)) => {}
+                Ok(_) | Err(RecvError::Lagged(_)) => pending = caller.pending(),
                 Err(RecvError::Closed) => return Err(ControlError::InboxClosed.into()),
             }
         }
