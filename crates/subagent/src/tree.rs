@@ -350,8 +350,15 @@ impl SubagentRuntime {
         // logs are held in memory at once.
         let read_ahead = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
         let store = &self.inner.store;
-        let mut batches = futures::stream::iter(cold.chunks(LIST_BATCH))
-            .map(|chunk| async move { (chunk, store.load_many(chunk).await) })
+        // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
+        // makes this future impossible to prove `Send` (higher-ranked
+        // closure lifetimes), and tools run it inside `Send` futures.
+        let chunks: Vec<Vec<SessionId>> = cold.chunks(LIST_BATCH).map(<[_]>::to_vec).collect();
+        let mut batches = futures::stream::iter(chunks)
+            .map(|chunk| async move {
+                let loaded = store.load_many(&chunk).await;
+                (chunk, loaded)
+            })
             .buffered(read_ahead);
         loop {
             let next = tokio::select! {

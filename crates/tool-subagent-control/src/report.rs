@@ -1,0 +1,125 @@
+//! `report`: a continuable child hands selected content to its direct parent
+//! and keeps working. The content travels as an ordinary tree message from
+//! the child to its parent (so the parent reads it once, through its inbox);
+//! the child's turn does not end.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dsh_core::{Agent, CancellationToken, SessionId, Tool, ToolContext, ToolError, ToolOutput};
+use dsh_subagent::{ChildMode, SubagentRuntime};
+use serde::Deserialize;
+use serde_json::{Value, json};
+
+use crate::RuntimeBinding;
+use crate::error::ControlError;
+use crate::send::deliver;
+use crate::tree::TreeView;
+
+/// The arguments of `report`.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ReportInput {
+    /// The content for the parent.
+    pub message: String,
+}
+
+/// The `report` tool.
+#[derive(Debug, Clone)]
+pub struct ReportTool {
+    binding: RuntimeBinding,
+}
+
+impl ReportTool {
+    /// The tool, acting through `binding`'s runtime.
+    pub fn new(binding: RuntimeBinding) -> Self {
+        Self { binding }
+    }
+}
+
+/// Whom `agent` may report to: its direct parent, when `agent` is a
+/// continuable child in a tree (its parent's catalog records it as
+/// `continuable`). This is the check the `report` tool makes; a host that
+/// composes per-agent tool scopes can call it to offer `report` only where
+/// it works.
+///
+/// # Errors
+/// [`ControlError::NoParent`] for an agent without a parent session (a
+/// root); [`ControlError::NotContinuable`] for a child its parent did not
+/// record as continuable (or that is not in a tree);
+/// [`ControlError::Failed`] or [`ControlError::Cancelled`] when the tree
+/// cannot be read.
+pub async fn report_target(
+    runtime: &SubagentRuntime,
+    agent: &Arc<dyn Agent>,
+    cancel: &CancellationToken,
+) -> Result<SessionId, ControlError> {
+    locate(runtime, agent, cancel)
+        .await
+        .map(|(parent, _)| parent)
+}
+
+/// [`report_target`], with the tree listing it read.
+async fn locate(
+    runtime: &SubagentRuntime,
+    agent: &Arc<dyn Agent>,
+    cancel: &CancellationToken,
+) -> Result<(SessionId, TreeView), ControlError> {
+    let Some(parent) = agent.header().parent_session.clone() else {
+        return Err(ControlError::NoParent);
+    };
+    let view = TreeView::of(runtime, agent, cancel).await?;
+    let continuable = view
+        .row(agent.id())
+        .is_some_and(|row| row.entry.mode == ChildMode::CONTINUABLE && row.parent_id == parent);
+    if continuable {
+        Ok((parent, view))
+    } else {
+        Err(ControlError::NotContinuable)
+    }
+}
+
+#[async_trait]
+impl Tool for ReportTool {
+    fn name(&self) -> &str {
+        "report"
+    }
+
+    fn description(&self) -> String {
+        "Send content to the agent that started you, without ending your turn. That agent does \
+         not see your conversation, tool output or reasoning, so finishing is not itself a \
+         result: report a self-contained answer once before you finish, and earlier only for \
+         findings that change what it should do next. Only your direct parent receives it. \
+         Available only to subagents that can be messaged; a refusal means nothing was \
+         delivered."
+            .to_owned()
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "message": {
+                    "type": "string",
+                    "minLength": 1,
+                    "description": "Self-contained content for your parent: conclusions, and the paths of anything it should read."
+                }
+            },
+            "required": ["message"],
+            "additionalProperties": false
+        })
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let ReportInput { message } = crate::parse(self.name(), input)?;
+        let runtime = self.binding.runtime()?;
+        let text = crate::message_text(message)?;
+        let caller = &ctx.agent;
+        let (parent, view) = locate(runtime, caller, &ctx.cancel).await?;
+        let name = view.name_of(&parent);
+        deliver(runtime, caller, &name, &parent, text, &ctx.cancel).await?;
+        Ok(ToolOutput::text(format!(
+            "Report delivered to `{name}`, the agent that started you. Your turn continues."
+        )))
+    }
+}

@@ -1,0 +1,239 @@
+//! `wait`: block the caller until its own inbox holds something (a message
+//! or a settlement notice) or a bounded timeout passes, then say what is
+//! there: its kind, its sender, and where the model will read it. The
+//! content itself is never copied into the result (B46): the loop claims
+//! next-step items at the step boundary right after this call, so the model
+//! reads each one exactly once, in its next request.
+//!
+//! Items already pending when `wait` starts end it at once: they arrived
+//! while the model was producing this call and are about to be shown, so
+//! waiting for "the next" item would hide them behind a timeout. The same
+//! holds for items queued for the caller's next turn (a user's follow-up,
+//! say): no step of this turn will show them, so `wait` reports them at
+//! once and says to end the turn to read them. The result describes every
+//! item pending when `wait` returns, whichever of these paths it took.
+//!
+//! The inbox is observed before anything is checked, so an item accepted
+//! between the check and the wait still ends it.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dsh_core::projection::{PendingInboxProjection, replay};
+use dsh_core::{
+    Agent, InboxTarget, MessageSource, SessionId, Tool, ToolContext, ToolError, ToolOutput,
+};
+use serde::Deserialize;
+use serde_json::{Value, json};
+use tokio::sync::broadcast::error::RecvError;
+
+use crate::RuntimeBinding;
+use crate::error::ControlError;
+use crate::tree::TreeView;
+
+/// The shortest timeout `wait` accepts, in milliseconds.
+pub const MIN_WAIT_MS: u64 = 1;
+/// The longest timeout `wait` accepts, in milliseconds (ten minutes).
+pub const MAX_WAIT_MS: u64 = 600_000;
+/// The timeout when the model gives none, in milliseconds (one minute).
+pub const DEFAULT_WAIT_MS: u64 = 60_000;
+
+/// The arguments of `wait`.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct WaitInput {
+    /// How long to wait at most, in milliseconds
+    /// ([`MIN_WAIT_MS`]..=[`MAX_WAIT_MS`]); [`DEFAULT_WAIT_MS`] when absent.
+    #[serde(default)]
+    pub timeout_ms: Option<u64>,
+}
+
+/// The `wait` tool.
+#[derive(Debug, Clone)]
+pub struct WaitTool {
+    binding: RuntimeBinding,
+}
+
+impl WaitTool {
+    /// The tool, acting through `binding`'s runtime (used to name senders).
+    pub fn new(binding: RuntimeBinding) -> Self {
+        Self { binding }
+    }
+}
+
+/// One inbox item as `wait` describes it.
+struct Item {
+    kind: String,
+    sender: Option<SessionId>,
+    target: InboxTarget,
+}
+
+/// Every item pending in `agent`'s inbox, next-step items first, in
+/// acceptance order within each list.
+fn pending_items(agent: &dyn Agent) -> Vec<Item> {
+    let inbox = replay(&PendingInboxProjection, agent.header(), &agent.events());
+    let mut items: Vec<Item> = inbox
+        .into_items()
+        .into_iter()
+        .map(|item| Item {
+            kind: item.message.source.kind().to_owned(),
+            sender: item.message.source.sender().cloned(),
+            target: item.target,
+        })
+        .collect();
+    // Stable: acceptance order is kept within each list.
+    items.sort_by_key(|item| item.target != InboxTarget::NextStep);
+    items
+}
+
+#[async_trait]
+impl Tool for WaitTool {
+    fn name(&self) -> &str {
+        "wait"
+    }
+
+    fn description(&self) -> String {
+        format!(
+            "Wait until a message or a subagent's settlement notice arrives for you, or until the \
+             timeout passes, and say what arrived and from whom. The content itself follows this \
+             result in your conversation; it is not repeated here. Returns at once when \
+             something is already waiting. Use it instead of polling list_agents when you have \
+             nothing else to do until your subagents answer. timeout_ms is {MIN_WAIT_MS} to \
+             {MAX_WAIT_MS} (default {DEFAULT_WAIT_MS})."
+        )
+    }
+
+    fn input_schema(&self) -> Value {
+        json!({
+            "type": "object",
+            "properties": {
+                "timeout_ms": {
+                    "type": "integer",
+                    "minimum": MIN_WAIT_MS,
+                    "maximum": MAX_WAIT_MS,
+                    "description": format!("How long to wait at most, in milliseconds (default {DEFAULT_WAIT_MS}).")
+                }
+            },
+            "additionalProperties": false
+        })
+    }
+
+    async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        let WaitInput { timeout_ms } = crate::parse(self.name(), input)?;
+        let timeout = timeout_ms.unwrap_or(DEFAULT_WAIT_MS);
+        if !(MIN_WAIT_MS..=MAX_WAIT_MS).contains(&timeout) {
+            return Err(ControlError::TimeoutOutOfRange {
+                got: timeout,
+                min: MIN_WAIT_MS,
+                max: MAX_WAIT_MS,
+            }
+            .into());
+        }
+        let runtime = self.binding.runtime()?;
+        let caller = &ctx.agent;
+        // Observe first: whatever is accepted after this line is seen.
+        let mut arrivals = caller.observe_inbox();
+        if ctx.cancel.is_cancelled() {
+            return Err(ControlError::WaitCancelled.into());
+        }
+        let deadline = tokio::time::sleep(Duration::from_millis(timeout));
+        tokio::pin!(deadline);
+        // An arrival is announced after its item is in the inbox, so an
+        // announcement can come late, for an item the loop already claimed
+        // (the input of this very turn, say): only a pending item counts.
+        let mut pending = caller.pending();
+        while pending.is_empty() {
+            let woke = tokio::select! {
+                biased;
+                () = ctx.cancel.cancelled() => return Err(ControlError::WaitCancelled.into()),
+                arrival = arrivals.recv() => arrival,
+                () = &mut deadline => {
+                    return Ok(ToolOutput::text(format!(
+                        "Nothing arrived within {}. Your agents may still be working: call wait \
+                         again, or carry on with other work.",
+                        duration_text(timeout)
+                    )));
+                }
+            };
+            match woke {
+                Ok(_) | Err(RecvError::Lagged(_)) => pending = caller.pending(),
+                Err(RecvError::Closed) => return Err(ControlError::InboxClosed.into()),
+            }
+        }
+        let items = pending_items(caller.as_ref());
+        // Naming is best effort: an unreadable tree leaves session ids.
+        let view = if items.iter().any(|item| item.sender.is_some()) {
+            TreeView::of(runtime, caller, &ctx.cancel).await.ok()
+        } else {
+            None
+        };
+        let name = |id: &SessionId| {
+            view.as_ref()
+                .map_or_else(|| id.to_string(), |view| view.name_of(id))
+        };
+        Ok(ToolOutput::text(render(&items, name)))
+    }
+}
+
+/// `30 s` for whole seconds, else `1500 ms`.
+fn duration_text(ms: u64) -> String {
+    if ms.is_multiple_of(1000) {
+        format!("{} s", ms / 1000)
+    } else {
+        format!("{ms} ms")
+    }
+}
+
+/// One item, for the model: its kind and its sender.
+fn describe(item: &Item, name: &dyn Fn(&SessionId) -> String) -> String {
+    let from = item.sender.as_ref().map(name);
+    match (item.kind.as_str(), from) {
+        (kind, _) if kind == MessageSource::User.kind() => "a message from the user".to_owned(),
+        ("agent-message", Some(from)) => format!("a message from `{from}`"),
+        ("subagent-settled", Some(from)) => format!("a settlement notice from `{from}`"),
+        (kind, Some(from)) => format!("a `{kind}` item from `{from}`"),
+        (kind, None) => format!("a `{kind}` item"),
+    }
+}
+
+/// What `wait` says about the items pending when it returns. Empty only
+/// when an arrival was discarded before it could be described.
+fn render(items: &[Item], name: impl Fn(&SessionId) -> String) -> String {
+    let list = |target: InboxTarget| -> Vec<String> {
+        items
+            .iter()
+            .filter(|item| item.target == target)
+            .map(|item| describe(item, &name))
+            .collect()
+    };
+    let (now, later) = (list(InboxTarget::NextStep), list(InboxTarget::NextTurn));
+    let mut parts = Vec::new();
+    match now.len() {
+        0 => {}
+        1 => parts.push(format!(
+            "1 item arrived for you: {}. It follows this result.",
+            now[0]
+        )),
+        n => parts.push(format!(
+            "{n} items arrived for you: {}. They follow this result.",
+            now.join(", ")
+        )),
+    }
+    match later.len() {
+        0 => {}
+        1 => parts.push(format!(
+            "1 item is queued for your next turn: {}. End this turn to read it.",
+            later[0]
+        )),
+        n => parts.push(format!(
+            "{n} items are queued for your next turn: {}. End this turn to read them.",
+            later.join(", ")
+        )),
+    }
+    if parts.is_empty() {
+        "Something arrived for you but was withdrawn before it could be shown. Call wait again."
+            .to_owned()
+    } else {
+        parts.join(" ")
+    }
+}
