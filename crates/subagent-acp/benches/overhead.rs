@@ -1,0 +1,2 @@
+//! Placeholder until the overhead benchmark lands.
+fn main() {}
