@@ -2,7 +2,7 @@
 //! environment and directory, reaped by one task that also forwards stderr
 //! to tracing, and stopped by a ladder (wait after EOF, SIGTERM to the
 //! group, SIGKILL to the group) that returns only when no live member of
-//! the group is left. A [`ProcessGroup`] that is dropped before its ladder
+//! the group is left. A process group handle dropped before its ladder
 //! finished kills the whole group at once, so no process outlives its owner.
 //!
 //! Limits: a descendant that leaves the group (`setsid`, `setpgid`) is out
