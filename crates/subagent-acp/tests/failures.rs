@@ -62,7 +62,14 @@ async fn b40_b41_an_agent_ignoring_cancel_eof_and_sigterm_is_killed_with_its_gra
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b40_the_runs_own_result_is_aborted_while_its_teardown_still_runs() {
     let peers = peers();
-    let world = world(vec![quick(peers.rogue(&["--ignore-eof", "--ignore-term"]))]).await;
+    // Graces long enough that the ladder is surely still climbing when the
+    // result is checked, even on a loaded machine.
+    let world = world(vec![
+        peers
+            .rogue(&["--ignore-eof", "--ignore-term"])
+            .graces(Duration::from_secs(2), Duration::from_secs(2)),
+    ])
+    .await;
     let provider = world.providers[0].clone();
     let (_subscription, mut progress) = world.progress(0);
     let run = Arc::new(
