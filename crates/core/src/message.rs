@@ -66,7 +66,10 @@ impl MessageSource {
 
 impl Serialize for MessageSource {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let mut map = Map::new();
+        // A sorted map, not `serde_json::Map`: that one keeps insertion
+        // order when a dependency turns on serde_json's `preserve_order`,
+        // and the durable bytes must not depend on what else is linked.
+        let mut map = std::collections::BTreeMap::<String, Value>::new();
         map.insert("kind".into(), Value::from(self.kind()));
         match self {
             Self::User => {}

@@ -701,7 +701,10 @@ fn format_fixture() -> (SessionHeader, Vec<SessionEvent>) {
     let mut extensions = serde_json::Map::new();
     extensions.insert(
         "host".into(),
-        serde_json::json!({"name": "dsh-test", "build": 7}),
+        // Keys in sorted order: a `Value` keeps insertion order when
+        // serde_json's `preserve_order` is on in the build (a dependency of
+        // dsh-subagent-acp turns it on), so the bytes match either way.
+        serde_json::json!({"build": 7, "name": "dsh-test"}),
     );
     let header = SessionHeader {
         format: FORMAT_VERSION,
@@ -802,7 +805,7 @@ fn format_fixture() -> (SessionHeader, Vec<SessionEvent>) {
         EventPayload::ToolCall(ToolCall {
             call_id: CallId::new("c-1"),
             name: "read_file".into(),
-            input: serde_json::json!({"path": "src/main.rs", "limit": 20}),
+            input: serde_json::json!({"limit": 20, "path": "src/main.rs"}),
         }),
         EventPayload::ToolResult(ToolResultEntry {
             call_id: CallId::new("c-1"),

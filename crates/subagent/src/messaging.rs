@@ -16,6 +16,13 @@ use crate::catalog::ChildMode;
 use crate::error::SubagentError;
 use crate::runtime::{SubagentRuntime, lock};
 
+/// The refusal of a follow-up message to an external child (B42).
+fn external_refusal(target: &SessionId) -> SubagentError {
+    SubagentError::Unauthorized(format!(
+        "`{target}` is an external agent; it cannot receive follow-up messages"
+    ))
+}
+
 /// How far up a lineage the runtime walks before calling it a cycle.
 const MAX_LINEAGE: usize = 256;
 
@@ -109,6 +116,21 @@ impl SubagentRuntime {
         Ok(false)
     }
 
+    /// Whether `target` is an external child recorded in a catalog of
+    /// `root`'s tree. Only asked when `target` has no session, so the walk
+    /// runs on the refusal path alone.
+    async fn is_external_member(
+        &self,
+        root: &SessionId,
+        target: &SessionId,
+        cancel: &CancellationToken,
+    ) -> bool {
+        self.list_descendants(root, cancel).await.is_ok_and(|rows| {
+            rows.iter()
+                .any(|row| &row.entry.child_id == target && row.entry.mode == ChildMode::EXTERNAL)
+        })
+    }
+
     /// The mode `target`'s creator recorded for it.
     async fn mode_of(&self, target: &SessionId) -> Result<Option<ChildMode>, SubagentError> {
         let Some(parent) = self.parent_of(target).await? else {
@@ -151,6 +173,11 @@ impl SubagentRuntime {
             let member = match self.is_ancestor(&root, target).await {
                 Ok(member) => member,
                 Err(SubagentError::Agent(dsh_core::AgentError::Store(StoreError::NotFound(_)))) => {
+                    // An external child has no session of its own: only its
+                    // creator's catalog knows it, so the lineage walk cannot.
+                    if self.is_external_member(&root, target, cancel).await {
+                        return Err(external_refusal(target));
+                    }
                     false
                 }
                 Err(err) => return Err(err),
@@ -162,11 +189,7 @@ impl SubagentRuntime {
             }
             match self.mode_of(target).await?.as_ref().map(ChildMode::as_str) {
                 Some("continuable") => {}
-                Some("external") => {
-                    return Err(SubagentError::Unauthorized(format!(
-                        "`{target}` is an external agent; it cannot receive follow-up messages"
-                    )));
-                }
+                Some("external") => return Err(external_refusal(target)),
                 _ => {
                     return Err(SubagentError::Unauthorized(format!(
                         "`{target}` cannot receive messages"

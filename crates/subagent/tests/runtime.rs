@@ -968,6 +968,51 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
 }
 
 #[tokio::test]
+async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
+    // An external child has no session of its own; the refusal must still
+    // say what it is, not that the child is outside the tree.
+    let env = env().await;
+    let ext = Arc::new(External::new("ext"));
+    env.runtime.register(ext.clone()).unwrap();
+    let mut spec = env.spec("ext");
+    spec.delivery = Delivery::Parent;
+    spec.name = Some("remote".into());
+    let activation = within(env.runtime.start_activation(spec)).await.unwrap();
+    let err = env
+        .runtime
+        .send_message(
+            &env.parent,
+            activation.child_id(),
+            vec![ContentBlock::text("one more thing")],
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "UNAUTHORIZED");
+    assert_eq!(
+        err.to_string(),
+        format!(
+            "`{}` is an external agent; it cannot receive follow-up messages",
+            activation.child_id()
+        )
+    );
+    // An id nobody knows is still outside the tree.
+    let stranger = env
+        .runtime
+        .send_message(
+            &env.parent,
+            &sid("nobody"),
+            vec![ContentBlock::text("hello?")],
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert!(stranger.to_string().contains("not a member"), "{stranger}");
+    ext.run(0).settle(completed("done"));
+    within(activation.result()).await.unwrap();
+}
+
+#[tokio::test]
 async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_callers_token() {
     let env = env().await;
     let local = Arc::new(Local::new("spawn"));

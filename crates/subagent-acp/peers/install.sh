@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Installs the ACP agent programs that the dsh-subagent-acp tests and
+# benchmark run against, from the package registries, at pinned versions:
+#   - the TypeScript SDK's example agent (npm @agentclientprotocol/sdk,
+#     pinned with package-lock.json): node_modules/@agentclientprotocol/sdk/dist/examples/agent.js
+#   - the Python SDK's example agents (PyPI agent-client-protocol, pinned in
+#     requirements.txt; the examples ship only in its source distribution):
+#     venv/ holds the SDK, python-examples/ the examples.
+# Idempotent: a second run with everything in place only checks versions.
+# Needs node/npm (20 or newer) and python3 (3.10 or newer) on PATH.
+set -euo pipefail
+cd "$(dirname "$0")"
+
+PY_SDK_VERSION=0.12.1
+
+if ! [ -f node_modules/@agentclientprotocol/sdk/dist/examples/agent.js ] \
+  || ! cmp -s package-lock.json node_modules/.dsh-installed 2>/dev/null; then
+  echo "peers: npm ci (@agentclientprotocol/sdk)"
+  npm ci --no-audit --no-fund --loglevel=error
+  cp package-lock.json node_modules/.dsh-installed
+fi
+
+if ! [ -x venv/bin/python ] || ! cmp -s requirements.txt venv/.dsh-installed 2>/dev/null; then
+  echo "peers: python venv (agent-client-protocol ${PY_SDK_VERSION})"
+  rm -rf venv
+  python3 -m venv venv
+  venv/bin/pip install --quiet --disable-pip-version-check --no-deps -r requirements.txt
+  cp requirements.txt venv/.dsh-installed
+fi
+
+if ! [ -f "python-examples/${PY_SDK_VERSION}/echo_agent.py" ]; then
+  echo "peers: python SDK examples (source distribution ${PY_SDK_VERSION})"
+  rm -rf python-examples sdist
+  venv/bin/pip download --quiet --disable-pip-version-check --no-deps --no-binary :all: \
+    --dest sdist "agent-client-protocol==${PY_SDK_VERSION}"
+  mkdir -p "python-examples/${PY_SDK_VERSION}"
+  tar -xzf "sdist/agent_client_protocol-${PY_SDK_VERSION}.tar.gz" -C "python-examples/${PY_SDK_VERSION}" \
+    --strip-components=2 "agent_client_protocol-${PY_SDK_VERSION}/examples"
+  rm -rf sdist
+fi
+
+echo "peers: ready (node $(node --version), $(venv/bin/python --version))"

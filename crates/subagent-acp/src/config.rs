@@ -1,0 +1,200 @@
+//! What an operator configures: the agent program, its environment and
+//! directory, how permission prompts are answered, and the time limits of
+//! startup and shutdown. Validated once, when the provider is built, so a
+//! bad configuration never reaches a start.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The variables a child inherits from this process unless the
+/// configuration says otherwise: enough to find programs, a home and a
+/// locale, nothing that carries a credential or a project setting.
+pub const DEFAULT_INHERITED_ENV: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LC_ALL",
+    "LC_CTYPE",
+    "LC_MESSAGES",
+    "TERM",
+    "TZ",
+    "TMPDIR",
+];
+
+/// How the provider answers an agent's `session/request_permission`. No
+/// prompt ever reaches a human.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum PermissionPolicy {
+    /// Decline: pick a `reject_once` (else `reject_always`) option, or
+    /// answer `cancelled` when the agent offers none.
+    #[default]
+    Reject,
+    /// Approve: pick an `allow_once` (else `allow_always`) option; when the
+    /// agent offers none, decline as [`PermissionPolicy::Reject`] does.
+    Allow,
+}
+
+/// The configuration of one ACP provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AcpConfig {
+    /// The registry name (default `acp`).
+    pub name: String,
+    /// The program to run for each child (a path, or a name looked up on
+    /// the `PATH` passed to the child).
+    pub command: PathBuf,
+    /// Its arguments.
+    pub args: Vec<String>,
+    /// Variables set for the child, after the inherited ones (so a value
+    /// here wins).
+    pub env: BTreeMap<String, String>,
+    /// Names of variables copied from this process when set; everything
+    /// else is scrubbed. Defaults to [`DEFAULT_INHERITED_ENV`].
+    pub inherit_env: Vec<String>,
+    /// A fixed working directory for every child (absolute, existing);
+    /// `None` uses the child's resolved directory. It is both the process's
+    /// cwd and the ACP session's.
+    pub cwd: Option<PathBuf>,
+    /// How permission prompts are answered.
+    pub permission: PermissionPolicy,
+    /// How long `initialize` and `session/new` together may take.
+    pub startup_timeout: Duration,
+    /// After stdin is closed, how long the agent may take to exit by itself.
+    pub eof_grace: Duration,
+    /// After SIGTERM to the process group, how long before SIGKILL.
+    pub term_grace: Duration,
+}
+
+impl AcpConfig {
+    /// A configuration running `command` with the defaults: name `acp`, no
+    /// arguments, no extra variables, the child's own directory, `reject`,
+    /// a 30 s startup timeout, 3 s after EOF and 2 s after SIGTERM.
+    pub fn new(command: impl Into<PathBuf>) -> Self {
+        Self {
+            name: "acp".to_owned(),
+            command: command.into(),
+            args: Vec::new(),
+            env: BTreeMap::new(),
+            inherit_env: DEFAULT_INHERITED_ENV
+                .iter()
+                .map(|name| (*name).to_owned())
+                .collect(),
+            cwd: None,
+            permission: PermissionPolicy::Reject,
+            startup_timeout: Duration::from_secs(30),
+            eof_grace: Duration::from_secs(3),
+            term_grace: Duration::from_secs(2),
+        }
+    }
+
+    /// Set the arguments.
+    #[must_use]
+    pub fn args<I, S>(mut self, args: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.args = args.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// Set the registry name.
+    #[must_use]
+    pub fn name(mut self, name: impl Into<String>) -> Self {
+        self.name = name.into();
+        self
+    }
+
+    /// Add one variable for the child.
+    #[must_use]
+    pub fn env(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.env.insert(key.into(), value.into());
+        self
+    }
+
+    /// Set the permission policy.
+    #[must_use]
+    pub fn permission(mut self, permission: PermissionPolicy) -> Self {
+        self.permission = permission;
+        self
+    }
+
+    /// Set the startup timeout.
+    #[must_use]
+    pub fn startup_timeout(mut self, timeout: Duration) -> Self {
+        self.startup_timeout = timeout;
+        self
+    }
+
+    /// Set both shutdown grace periods (after EOF, after SIGTERM).
+    #[must_use]
+    pub fn graces(mut self, eof: Duration, term: Duration) -> Self {
+        self.eof_grace = eof;
+        self.term_grace = term;
+        self
+    }
+
+    /// Check the configuration.
+    ///
+    /// # Errors
+    /// [`ConfigError`] naming the first problem.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.name.trim().is_empty() {
+            return Err(ConfigError::EmptyName);
+        }
+        if self.command.as_os_str().is_empty() {
+            return Err(ConfigError::EmptyCommand);
+        }
+        for key in self.env.keys().chain(&self.inherit_env) {
+            if key.is_empty() || key.contains('=') || key.contains('\0') {
+                return Err(ConfigError::BadVariable(key.clone()));
+            }
+        }
+        if let Some(cwd) = &self.cwd {
+            if !cwd.is_absolute() {
+                return Err(ConfigError::Cwd(cwd.clone(), "it is not absolute"));
+            }
+            if !cwd.is_dir() {
+                return Err(ConfigError::Cwd(
+                    cwd.clone(),
+                    "it is not an existing directory",
+                ));
+            }
+        }
+        for (what, value) in [
+            ("startup_timeout", self.startup_timeout),
+            ("eof_grace", self.eof_grace),
+            ("term_grace", self.term_grace),
+        ] {
+            if value.is_zero() {
+                return Err(ConfigError::ZeroDuration(what));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A configuration the provider refuses.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ConfigError {
+    /// The provider name is empty.
+    #[error("the ACP provider name is empty")]
+    EmptyName,
+    /// The command is empty.
+    #[error("the ACP agent command is empty")]
+    EmptyCommand,
+    /// A variable name cannot be set.
+    #[error("`{0}` is not a valid environment variable name")]
+    BadVariable(String),
+    /// The fixed working directory is unusable.
+    #[error("the ACP working directory `{}` is unusable: {}", .0.display(), .1)]
+    Cwd(PathBuf, &'static str),
+    /// A time limit is zero.
+    #[error("`{0}` must be longer than zero")]
+    ZeroDuration(&'static str),
+}

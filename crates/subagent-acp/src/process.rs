@@ -1,0 +1,349 @@
+//! The agent's process: started in its own process group with an explicit
+//! environment and directory, reaped by one task that also forwards stderr
+//! to tracing, and stopped by a ladder (wait after EOF, SIGTERM to the
+//! group, SIGKILL to the group) that returns only when no live member of
+//! the group is left. A process group handle dropped before its ladder
+//! finished kills the whole group at once, so no process outlives its owner.
+//!
+//! Limits: a descendant that leaves the group (`setsid`, `setpgid`) is out
+//! of reach; containing those needs cgroups, which this crate does not use.
+
+use std::io;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+use std::time::Duration;
+
+use rustix::process::{Pid, Signal};
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::process::{Child, ChildStderr, ChildStdin, ChildStdout, Command};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::config::AcpConfig;
+use crate::fault::Fault;
+
+/// The most bytes of one stderr line forwarded to tracing.
+const STDERR_LINE_LIMIT: usize = 4096;
+
+/// How long a SIGKILLed group may take to disappear before teardown fails.
+const KILL_BOUND: Duration = Duration::from_secs(10);
+
+/// A started agent: its pipes, its group and the task that reaps it.
+pub(crate) struct Spawned {
+    pub(crate) stdin: ChildStdin,
+    pub(crate) stdout: ChildStdout,
+    pub(crate) group: ProcessGroup,
+}
+
+/// Start the agent in `cwd`.
+pub(crate) fn spawn(config: &AcpConfig, cwd: &Path, run: &str) -> Result<Spawned, Fault> {
+    let mut command = Command::new(&config.command);
+    command
+        .args(&config.args)
+        .env_clear()
+        .envs(
+            config
+                .inherit_env
+                .iter()
+                .filter_map(|name| std::env::var_os(name).map(|value| (name, value))),
+        )
+        .envs(&config.env)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        // A safety net only: the group guard below is what stops the tree.
+        .kill_on_drop(true);
+    let mut child = command.spawn().map_err(|err| Fault::Spawn {
+        command: config.command.display().to_string(),
+        reason: spawn_reason(&err),
+    })?;
+    let (Some(stdin), Some(stdout), Some(stderr), Some(pid)) = (
+        child.stdin.take(),
+        child.stdout.take(),
+        child.stderr.take(),
+        child.id(),
+    ) else {
+        // Unreachable with piped stdio; the child is killed on drop.
+        return Err(Fault::Spawn {
+            command: config.command.display().to_string(),
+            reason: "its pipes were not available".to_owned(),
+        });
+    };
+    let Some(pgid) = i32::try_from(pid).ok().and_then(Pid::from_raw) else {
+        return Err(Fault::Spawn {
+            command: config.command.display().to_string(),
+            reason: "it has no usable process id".to_owned(),
+        });
+    };
+    let (exit_tx, exit) = watch::channel(None);
+    let reaper = tokio::spawn(reap(child, stderr, exit_tx, run.to_owned()));
+    Ok(Spawned {
+        stdin,
+        stdout,
+        group: ProcessGroup {
+            pgid,
+            exit,
+            reaper: Some(reaper),
+            armed: true,
+        },
+    })
+}
+
+fn spawn_reason(err: &io::Error) -> String {
+    match err.kind() {
+        io::ErrorKind::NotFound => "the command was not found".to_owned(),
+        io::ErrorKind::PermissionDenied => "permission denied".to_owned(),
+        kind => kind.to_string(),
+    }
+}
+
+/// Wait for the leader and forward stderr, line by line, to tracing.
+async fn reap(
+    mut child: Child,
+    stderr: ChildStderr,
+    exit: watch::Sender<Option<ExitStatus>>,
+    run: String,
+) {
+    let wait = async {
+        match child.wait().await {
+            Ok(status) => {
+                tracing::debug!(run = %run, status = %status, "the ACP agent process exited");
+                exit.send_replace(Some(status));
+            }
+            Err(err) => tracing::error!(run = %run, "waiting for the ACP agent failed: {err}"),
+        }
+    };
+    let forward = async {
+        let mut reader = BufReader::new(stderr);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match (&mut reader)
+                .take(STDERR_LINE_LIMIT as u64)
+                .read_until(b'\n', &mut line)
+                .await
+            {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let text = String::from_utf8_lossy(&line);
+                    let text = text.trim_end();
+                    if !text.is_empty() {
+                        tracing::debug!(target: "dsh_subagent_acp::stderr", run = %run, "{text}");
+                    }
+                }
+            }
+        }
+    };
+    tokio::join!(wait, forward);
+}
+
+/// The agent's process group. Dropping it while armed SIGKILLs the group.
+pub(crate) struct ProcessGroup {
+    pgid: Pid,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    reaper: Option<JoinHandle<()>>,
+    armed: bool,
+}
+
+impl ProcessGroup {
+    /// The group id (the leader's pid).
+    pub(crate) fn pgid(&self) -> i32 {
+        self.pgid.as_raw_nonzero().get()
+    }
+
+    /// A receiver that sees the leader's exit.
+    pub(crate) fn exit_watch(&self) -> watch::Receiver<Option<ExitStatus>> {
+        self.exit.clone()
+    }
+
+    /// Send `signal` to every member of the group.
+    pub(crate) fn signal(&self, signal: Signal) {
+        if let Err(err) = rustix::process::kill_process_group(self.pgid, signal)
+            && err != rustix::io::Errno::SRCH
+        {
+            tracing::warn!(
+                pgid = self.pgid(),
+                "signalling the ACP agent's group failed: {err}"
+            );
+        }
+    }
+
+    /// Wait up to `limit` for the leader to be reaped and the group to have
+    /// no live member. Returns whether it is gone.
+    pub(crate) async fn wait_gone(&mut self, limit: Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + limit;
+        let mut exit = self.exit.clone();
+        let leader = tokio::time::timeout_at(deadline, async {
+            exit.wait_for(Option::is_some).await.is_ok()
+        })
+        .await;
+        if leader != Ok(true) {
+            return false;
+        }
+        // The leader is reaped; its orphans (if any) are the rest of the
+        // group. Nothing notifies us of their end, so look, backing off.
+        let mut pause = Duration::from_millis(1);
+        loop {
+            if !group_has_live_members(self.pgid) {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(pause.min(deadline - tokio::time::Instant::now())).await;
+            pause = (pause * 2).min(Duration::from_millis(50));
+        }
+    }
+
+    /// The ladder after stdin was closed: wait `eof_grace` for the group to
+    /// exit, SIGTERM it and wait `term_grace`, SIGKILL it. Returns when the
+    /// group is gone, or with an error when it survives SIGKILL.
+    pub(crate) async fn stop(
+        &mut self,
+        eof_grace: Option<Duration>,
+        term_grace: Duration,
+    ) -> Result<(), String> {
+        if self.wait_gone(Duration::ZERO).await {
+            return self.finish().await;
+        }
+        if let Some(grace) = eof_grace
+            && self.wait_gone(grace).await
+        {
+            return self.finish().await;
+        }
+        self.signal(Signal::TERM);
+        if self.wait_gone(term_grace).await {
+            return self.finish().await;
+        }
+        self.signal(Signal::KILL);
+        if self.wait_gone(KILL_BOUND).await {
+            return self.finish().await;
+        }
+        Err(format!(
+            "the ACP agent's process group {} survived SIGKILL for {}s",
+            self.pgid(),
+            KILL_BOUND.as_secs()
+        ))
+    }
+
+    /// The group is gone: join the reaper (its stderr ends with the group,
+    /// unless a process that left the group still holds it) and disarm.
+    async fn finish(&mut self) -> Result<(), String> {
+        self.armed = false;
+        if let Some(reaper) = self.reaper.take() {
+            let abort = reaper.abort_handle();
+            if tokio::time::timeout(Duration::from_secs(1), reaper)
+                .await
+                .is_err()
+            {
+                abort.abort();
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Drop for ProcessGroup {
+    fn drop(&mut self) {
+        if self.armed {
+            // Never awaited: the kill is synchronous, the leader is reaped
+            // by the runtime (kill_on_drop) or by the reaper task.
+            self.signal(Signal::KILL);
+        }
+    }
+}
+
+/// Whether any process in group `pgid` is alive (zombies do not count: they
+/// have ended and only wait to be reaped by whoever adopted them).
+pub(crate) fn group_has_live_members(pgid: Pid) -> bool {
+    match rustix::process::test_kill_process_group(pgid) {
+        Err(rustix::io::Errno::SRCH) => false,
+        Err(_) => true,
+        Ok(()) => match live_members(pgid.as_raw_nonzero().get()) {
+            Some(count) => count > 0,
+            // No /proc to look at: trust the signal test.
+            None => true,
+        },
+    }
+}
+
+/// Members of `pgid` that are not zombies, by `/proc`; `None` without it.
+fn live_members(pgid: i32) -> Option<usize> {
+    let entries = std::fs::read_dir("/proc").ok()?;
+    let mut count = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .filter(|n| n.bytes().all(|b| b.is_ascii_digit()))
+        else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        if let Some(fields) = ProcStat::parse(&stat)
+            && fields.pgrp == pgid
+            && fields.state != 'Z'
+            && fields.state != 'X'
+        {
+            count += 1;
+        }
+    }
+    Some(count)
+}
+
+/// The fields of `/proc/<pid>/stat` this crate reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// The process id.
+    pub pid: i32,
+    /// Its state letter (`R`, `S`, `Z`, ...).
+    pub state: char,
+    /// Its parent.
+    pub ppid: i32,
+    /// Its process group.
+    pub pgrp: i32,
+}
+
+impl ProcStat {
+    /// Parse one `stat` line; the command name may hold spaces and
+    /// parentheses, so the fields after it are found from the last `)`.
+    pub fn parse(stat: &str) -> Option<Self> {
+        let open = stat.find('(')?;
+        let close = stat.rfind(')')?;
+        let pid = stat[..open].trim().parse().ok()?;
+        let mut rest = stat.get(close + 1..)?.split_whitespace();
+        let state = rest.next()?.chars().next()?;
+        let ppid = rest.next()?.parse().ok()?;
+        let pgrp = rest.next()?.parse().ok()?;
+        Some(Self {
+            pid,
+            state,
+            ppid,
+            pgrp,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stat_lines_parse_past_odd_command_names() {
+        let stat = "4242 (node (x) y) S 17 4242 4242 0 -1 4194560";
+        assert_eq!(
+            ProcStat::parse(stat),
+            Some(ProcStat {
+                pid: 4242,
+                state: 'S',
+                ppid: 17,
+                pgrp: 4242
+            })
+        );
+        assert_eq!(ProcStat::parse("garbage"), None);
+    }
+}

@@ -1,0 +1,623 @@
+//! One external run: start-up (spawn, `initialize`, `session/new`), the
+//! prompt turn, and teardown. One task per run drives the connection and
+//! the pipe bridge; another (the process group's reaper) waits for the
+//! process and forwards stderr. The run's result settles exactly once:
+//! from the agent's stop reason, from an observed fault, or as `aborted`
+//! the moment the run is disposed (B40); whichever comes first wins.
+
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::atomic::{AtomicU8, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use agent_client_protocol::schema::ProtocolVersion;
+use agent_client_protocol::v1::schema::{
+    self as acp, CancelNotification, Implementation, InitializeRequest, NewSessionRequest,
+    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
+    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification,
+};
+use agent_client_protocol::{Agent, Channel, Client};
+use async_trait::async_trait;
+use dsh_core::observe::EventBus;
+use dsh_core::{ContentBlock, SessionId, StopReason};
+use dsh_subagent::{SubagentError, SubagentResult, SubagentRun};
+use tokio::sync::{oneshot, watch};
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{AcpConfig, PermissionPolicy};
+use crate::fault::{ExitFact, Fault, Phase, map_stop_reason, stop_diagnostic};
+use crate::process::{self, ProcessGroup};
+use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of};
+use crate::transport::{self, BridgeFacts, MAX_LINE_BYTES, StdoutFault};
+
+/// After the agent's stdout closed, how long to wait for its exit status
+/// before the diagnostic says it closed stdout while running.
+const EXIT_WAIT: Duration = Duration::from_secs(2);
+
+/// How long stdin may take to flush the connection's last frames (the ACP
+/// cancel) before teardown closes it anyway.
+const FLUSH_BOUND: Duration = Duration::from_secs(1);
+
+/// How long the driver task may outlive the process group.
+const DRIVER_BOUND: Duration = Duration::from_secs(1);
+
+/// What one run's tasks share.
+struct Shared {
+    run_id: SessionId,
+    phase: AtomicU8,
+    output: Mutex<String>,
+    settled: watch::Sender<Option<SubagentResult>>,
+    /// Fired by dispose (or a failed start-up): the connection stops,
+    /// sending the ACP cancel when a turn is in flight.
+    stop: CancellationToken,
+    facts: BridgeFacts,
+    progress: EventBus<AcpProgress>,
+    permission: PermissionPolicy,
+}
+
+impl Shared {
+    fn phase(&self) -> Phase {
+        Phase::from_index(self.phase.load(Ordering::SeqCst))
+    }
+
+    fn set_phase(&self, phase: Phase) {
+        self.phase.store(phase.index(), Ordering::SeqCst);
+    }
+
+    fn output(&self) -> Vec<ContentBlock> {
+        let text = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        if text.is_empty() {
+            Vec::new()
+        } else {
+            vec![ContentBlock::text(text.clone())]
+        }
+    }
+
+    /// Settle unless something settled first; the output is what has
+    /// streamed so far.
+    fn settle(&self, stop_reason: StopReason, diagnostic: Option<String>) {
+        self.settled.send_if_modified(|settled| {
+            if settled.is_some() {
+                return false;
+            }
+            let mut result = SubagentResult::stopped(stop_reason);
+            result.output = self.output();
+            if let Some(diagnostic) = diagnostic {
+                result = result.with_diagnostic(diagnostic);
+            }
+            *settled = Some(result);
+            true
+        });
+    }
+
+    fn settle_fault(&self, fault: &Fault) {
+        tracing::debug!(run = %self.run_id, "the ACP run failed: {fault}");
+        self.settle(StopReason::ERROR, Some(fault.to_string()));
+    }
+
+    fn emit(&self, update: ProgressUpdate) {
+        self.progress.emit(&AcpProgress {
+            run_id: self.run_id.clone(),
+            update,
+        });
+    }
+
+    /// A `session/update`: message text accumulates into the output; it and
+    /// everything else this crate knows becomes progress.
+    fn update(&self, notification: &SessionNotification) {
+        if let acp::SessionUpdate::AgentMessageChunk(chunk) = &notification.update {
+            self.output
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .push_str(block_text(&chunk.content));
+        }
+        match progress_of(&notification.update) {
+            Some(update) => self.emit(update),
+            None => {
+                tracing::trace!(run = %self.run_id, "an ACP session update not reported as progress")
+            }
+        }
+    }
+
+    /// Answer a permission request by the policy.
+    fn answer(&self, request: &RequestPermissionRequest) -> RequestPermissionResponse {
+        let pick = |kinds: [PermissionOptionKind; 2]| {
+            kinds.iter().find_map(|kind| {
+                request
+                    .options
+                    .iter()
+                    .find(|option| option.kind == *kind)
+                    .map(|option| option.option_id.clone())
+            })
+        };
+        let allowed = match self.permission {
+            PermissionPolicy::Allow => pick([
+                PermissionOptionKind::AllowOnce,
+                PermissionOptionKind::AllowAlways,
+            ]),
+            PermissionPolicy::Reject => None,
+        };
+        let granted = allowed.is_some();
+        let outcome = match allowed.or_else(|| {
+            pick([
+                PermissionOptionKind::RejectOnce,
+                PermissionOptionKind::RejectAlways,
+            ])
+        }) {
+            Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
+            None => RequestPermissionOutcome::Cancelled,
+        };
+        self.emit(ProgressUpdate::Permission {
+            tool_call_id: request.tool_call.tool_call_id.to_string(),
+            granted,
+        });
+        RequestPermissionResponse::new(outcome)
+    }
+
+    /// The fault behind a connection that ended or failed: what stdout
+    /// showed, else how the process ended (waiting briefly for it), else
+    /// that stdout closed while it ran.
+    async fn closed_fault(&self, exit: &mut watch::Receiver<Option<ExitStatus>>) -> Fault {
+        let phase = self.phase();
+        if let Some(fault) = self.stdout_fault(phase) {
+            return fault;
+        }
+        let status = tokio::time::timeout(EXIT_WAIT, async {
+            exit.wait_for(Option::is_some)
+                .await
+                .ok()
+                .and_then(|status| *status)
+        })
+        .await;
+        if let Some(fault) = self.stdout_fault(phase) {
+            return fault;
+        }
+        match status {
+            Ok(Some(status)) => Fault::Exited {
+                phase,
+                exit: ExitFact::of(status),
+            },
+            _ => Fault::Closed { phase },
+        }
+    }
+
+    fn stdout_fault(&self, phase: Phase) -> Option<Fault> {
+        self.facts.stdout_fault().map(|fault| match fault {
+            StdoutFault::Garbage(line) => Fault::Garbage { phase, line },
+            StdoutFault::TooLong => Fault::LineTooLong {
+                phase,
+                limit: MAX_LINE_BYTES,
+            },
+        })
+    }
+
+    /// The fault behind a failed request.
+    async fn request_fault(
+        &self,
+        err: &agent_client_protocol::Error,
+        exit: &mut watch::Receiver<Option<ExitStatus>>,
+    ) -> Fault {
+        tracing::debug!(run = %self.run_id, phase = %self.phase(), "an ACP request failed: {err}");
+        if agent_client_protocol::is_incoming_transport_closed(err)
+            || agent_client_protocol::is_connection_terminated(err)
+            || self.facts.stdout_fault().is_some()
+        {
+            self.closed_fault(exit).await
+        } else {
+            Fault::Protocol {
+                phase: self.phase(),
+                code: i32::from(err.code),
+            }
+        }
+    }
+}
+
+/// What the driver task needs.
+struct Drive {
+    shared: Arc<Shared>,
+    stdin: tokio::process::ChildStdin,
+    stdout: tokio::process::ChildStdout,
+    close_stdin: CancellationToken,
+    stdin_closed: CancellationToken,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    cwd: PathBuf,
+    prompt: Vec<acp::ContentBlock>,
+    images: usize,
+    startup: oneshot::Sender<Result<(), Fault>>,
+}
+
+/// The driver task: the connection and both halves of the pipe bridge.
+async fn drive(drive: Drive) {
+    let Drive {
+        shared,
+        stdin,
+        stdout,
+        close_stdin,
+        stdin_closed,
+        exit,
+        cwd,
+        prompt,
+        images,
+        startup,
+    } = drive;
+    let run = shared.run_id.to_string();
+    let (ours, theirs) = Channel::duplex();
+    let (to_agent, from_agent) = theirs.into_parts();
+    let reader = transport::read_stdout(stdout, from_agent, &shared.facts, &run);
+    let writer = async {
+        transport::write_stdin(stdin, to_agent, close_stdin, &run).await;
+        stdin_closed.cancel();
+    };
+    let connection = connect(
+        shared.clone(),
+        ours,
+        Turn {
+            cwd,
+            prompt,
+            images,
+            startup,
+            exit: exit.clone(),
+        },
+    );
+    let ((), (), connected) = tokio::join!(reader, writer, connection);
+    if let Err(err) = connected {
+        tracing::debug!(run = %run, "the ACP connection ended with an error: {err}");
+    }
+    // A connection that ended without a verdict (a transport failure before
+    // the turn could settle) is a fault of the phase it was in.
+    if shared.settled.borrow().is_none() && !shared.stop.is_cancelled() {
+        let mut exit = exit;
+        let fault = shared.closed_fault(&mut exit).await;
+        shared.settle_fault(&fault);
+    }
+}
+
+/// The inputs of the foreground: start-up, then one prompt turn.
+struct Turn {
+    cwd: PathBuf,
+    prompt: Vec<acp::ContentBlock>,
+    images: usize,
+    startup: oneshot::Sender<Result<(), Fault>>,
+    exit: watch::Receiver<Option<ExitStatus>>,
+}
+
+async fn connect(
+    shared: Arc<Shared>,
+    channel: Channel,
+    turn: Turn,
+) -> Result<(), agent_client_protocol::Error> {
+    let on_update = shared.clone();
+    let on_permission = shared.clone();
+    Client
+        .v1()
+        .name("dsh-subagent-acp")
+        .on_receive_notification(
+            async move |notification: SessionNotification, _cx| {
+                on_update.update(&notification);
+                Ok(())
+            },
+            agent_client_protocol::on_receive_notification!(),
+        )
+        .on_receive_request(
+            async move |request: RequestPermissionRequest, responder, _cx| {
+                responder.respond(on_permission.answer(&request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
+        .connect_with(channel, async move |cx| {
+            foreground(&cx, &shared, turn).await;
+            Ok(())
+        })
+        .await
+}
+
+async fn foreground(
+    cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
+    shared: &Shared,
+    turn: Turn,
+) {
+    let Turn {
+        cwd,
+        prompt,
+        images,
+        startup,
+        mut exit,
+    } = turn;
+    let opened = tokio::select! {
+        biased;
+        () = shared.stop.cancelled() => return,
+        opened = open_session(cx, shared, cwd, images, &mut exit) => opened,
+    };
+    let session_id = match opened {
+        Ok(session_id) => session_id,
+        Err(fault) => {
+            let _ = startup.send(Err(fault));
+            return;
+        }
+    };
+    if startup.send(Ok(())).is_err() {
+        return;
+    }
+    shared.set_phase(Phase::Prompt);
+    let request = cx.send_request(PromptRequest::new(session_id.clone(), prompt));
+    let answered = tokio::select! {
+        biased;
+        () = shared.stop.cancelled() => None,
+        answered = request.block_task() => Some(answered),
+    };
+    match answered {
+        // Disposed mid-turn: the result is already aborted; tell the agent,
+        // best effort (it may ignore it, or be gone).
+        None => {
+            if let Err(err) = cx.send_notification(CancelNotification::new(session_id)) {
+                tracing::debug!(run = %shared.run_id, "the ACP cancel was not sent: {err}");
+            }
+        }
+        Some(Ok(response)) => {
+            shared.settle(
+                map_stop_reason(&response.stop_reason),
+                stop_diagnostic(&response.stop_reason),
+            );
+        }
+        Some(Err(err)) => {
+            let fault = shared.request_fault(&err, &mut exit).await;
+            shared.settle_fault(&fault);
+        }
+    }
+}
+
+/// `initialize`, check the prompt against what the agent accepts, then
+/// `session/new` in `cwd`.
+async fn open_session(
+    cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
+    shared: &Shared,
+    cwd: PathBuf,
+    images: usize,
+    exit: &mut watch::Receiver<Option<ExitStatus>>,
+) -> Result<acp::SessionId, Fault> {
+    shared.set_phase(Phase::Initialize);
+    let initialize = InitializeRequest::new(ProtocolVersion::V1).client_info(Implementation::new(
+        "dsh-subagent-acp",
+        env!("CARGO_PKG_VERSION"),
+    ));
+    let initialized = match cx.send_request(initialize).block_task().await {
+        Ok(response) => response,
+        Err(err) => return Err(shared.request_fault(&err, exit).await),
+    };
+    if images > 0 && !initialized.agent_capabilities.prompt_capabilities.image {
+        return Err(Fault::ImagesUnsupported { count: images });
+    }
+    shared.set_phase(Phase::NewSession);
+    match cx
+        .send_request(NewSessionRequest::new(cwd))
+        .block_task()
+        .await
+    {
+        Ok(session) => Ok(session.session_id),
+        Err(err) => Err(shared.request_fault(&err, exit).await),
+    }
+}
+
+/// The prompt in ACP terms: text and images, in order.
+fn acp_prompt(prompt: &[ContentBlock]) -> (Vec<acp::ContentBlock>, usize) {
+    let mut images = 0;
+    let blocks = prompt
+        .iter()
+        .map(|block| match block {
+            ContentBlock::Text { text } => {
+                acp::ContentBlock::Text(acp::TextContent::new(text.clone()))
+            }
+            ContentBlock::Image { media_type, data } => {
+                images += 1;
+                acp::ContentBlock::Image(acp::ImageContent::new(data.clone(), media_type.clone()))
+            }
+        })
+        .collect();
+    (blocks, images)
+}
+
+/// What teardown owns. Dropped without [`Parts::shutdown`], it kills the
+/// process group and aborts the driver at once.
+struct Parts {
+    group: ProcessGroup,
+    driver: JoinHandle<()>,
+    close_stdin: CancellationToken,
+    stdin_closed: CancellationToken,
+}
+
+impl Drop for Parts {
+    fn drop(&mut self) {
+        self.driver.abort();
+    }
+}
+
+impl Parts {
+    /// Stop the connection (the ACP cancel goes out if a turn is in
+    /// flight), close stdin once it has flushed, then the ladder. With
+    /// `eof_grace` `None` the agent is signalled at once.
+    async fn shutdown(
+        mut self,
+        shared: &Shared,
+        eof_grace: Option<Duration>,
+        term_grace: Duration,
+    ) -> Result<(), String> {
+        shared.stop.cancel();
+        if tokio::time::timeout(FLUSH_BOUND, self.stdin_closed.cancelled())
+            .await
+            .is_err()
+        {
+            self.close_stdin.cancel();
+        }
+        let stopped = self.group.stop(eof_grace, term_grace).await;
+        if tokio::time::timeout(DRIVER_BOUND, &mut self.driver)
+            .await
+            .is_err()
+        {
+            tracing::warn!(run = %shared.run_id, "the ACP driver outlived its process group; aborted");
+        }
+        stopped
+    }
+}
+
+/// Start one run; returns once its session is open and the prompt is on
+/// its way, or fails having torn everything down.
+pub(crate) async fn start(
+    config: &AcpConfig,
+    progress: EventBus<AcpProgress>,
+    cwd: PathBuf,
+    prompt: &[ContentBlock],
+    cancel: &CancellationToken,
+) -> Result<AcpRun, SubagentError> {
+    let provider_error = |fault: &Fault| SubagentError::Provider {
+        provider: config.name.clone(),
+        message: fault.to_string(),
+    };
+    let run_id = SessionId::generate();
+    let (prompt, images) = acp_prompt(prompt);
+    let spawned =
+        process::spawn(config, &cwd, run_id.as_str()).map_err(|fault| provider_error(&fault))?;
+    let shared = Arc::new(Shared {
+        run_id: run_id.clone(),
+        phase: AtomicU8::new(Phase::Spawn.index()),
+        output: Mutex::new(String::new()),
+        settled: watch::Sender::new(None),
+        stop: CancellationToken::new(),
+        facts: BridgeFacts::default(),
+        progress,
+        permission: config.permission,
+    });
+    let (startup_tx, startup_rx) = oneshot::channel();
+    let close_stdin = CancellationToken::new();
+    let stdin_closed = CancellationToken::new();
+    let mut exit = spawned.group.exit_watch();
+    let driver = tokio::spawn(drive(Drive {
+        shared: shared.clone(),
+        stdin: spawned.stdin,
+        stdout: spawned.stdout,
+        close_stdin: close_stdin.clone(),
+        stdin_closed: stdin_closed.clone(),
+        exit: exit.clone(),
+        cwd,
+        prompt,
+        images,
+        startup: startup_tx,
+    }));
+    // From here on, dropping `parts` (this future dropped by a caller that
+    // gave up) kills the group: nothing outlives an abandoned start.
+    let parts = Parts {
+        group: spawned.group,
+        driver,
+        close_stdin,
+        stdin_closed,
+    };
+    let outcome = tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(None),
+        started = tokio::time::timeout(config.startup_timeout, startup_rx) => match started {
+            Ok(Ok(Ok(()))) => Ok(()),
+            Ok(Ok(Err(fault))) => Err(Some(fault)),
+            Ok(Err(_)) => Err(Some(shared.closed_fault(&mut exit).await)),
+            Err(_) => Err(Some(Fault::Timeout {
+                phase: shared.phase(),
+                limit: config.startup_timeout,
+            })),
+        },
+    };
+    match outcome {
+        Ok(()) => {
+            tracing::debug!(run = %run_id, pgid = parts.group.pgid(), "ACP run started");
+            Ok(AcpRun {
+                id: run_id,
+                shared,
+                eof_grace: config.eof_grace,
+                term_grace: config.term_grace,
+                parts: tokio::sync::Mutex::new(Some(parts)),
+                teardown: tokio::sync::OnceCell::new(),
+            })
+        }
+        Err(fault) => {
+            if let Err(err) = parts.shutdown(&shared, None, config.term_grace).await {
+                tracing::error!(run = %run_id, "a failed ACP start-up left its process: {err}");
+            }
+            match fault {
+                Some(fault) => {
+                    tracing::debug!(run = %run_id, "the ACP start-up failed: {fault}");
+                    Err(provider_error(&fault))
+                }
+                None => Err(SubagentError::Cancelled),
+            }
+        }
+    }
+}
+
+/// A handle to one external ACP run.
+pub struct AcpRun {
+    id: SessionId,
+    shared: Arc<Shared>,
+    eof_grace: Duration,
+    term_grace: Duration,
+    parts: tokio::sync::Mutex<Option<Parts>>,
+    teardown: tokio::sync::OnceCell<Result<(), SubagentError>>,
+}
+
+impl std::fmt::Debug for AcpRun {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AcpRun")
+            .field("id", &self.id)
+            .field("phase", &self.shared.phase())
+            .finish_non_exhaustive()
+    }
+}
+
+impl AcpRun {
+    /// The result if it has settled.
+    pub fn settled(&self) -> Option<SubagentResult> {
+        self.shared.settled.borrow().clone()
+    }
+}
+
+#[async_trait]
+impl SubagentRun for AcpRun {
+    fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    /// # Cancel safety
+    /// Cancel safe.
+    async fn result(&self) -> Result<SubagentResult, SubagentError> {
+        let mut settled = self.shared.settled.subscribe();
+        match settled.wait_for(Option::is_some).await {
+            Ok(result) => (*result)
+                .clone()
+                .ok_or_else(|| SubagentError::Teardown("the ACP run vanished".into())),
+            Err(_) => Err(SubagentError::Teardown(
+                "the ACP run ended without a result".into(),
+            )),
+        }
+    }
+
+    /// Settle `aborted` at once (unless already settled), send the ACP
+    /// cancel, close stdin, wait the EOF grace, SIGTERM the group, wait,
+    /// SIGKILL it; return when no process of the group is left.
+    ///
+    /// # Cancel safety
+    /// Dropping the future mid-way kills the group at once; a later call
+    /// returns `Ok`.
+    async fn dispose(&self) -> Result<(), SubagentError> {
+        self.shared.settle(StopReason::ABORTED, None);
+        self.teardown
+            .get_or_init(|| async {
+                let Some(parts) = self.parts.lock().await.take() else {
+                    return Ok(());
+                };
+                parts
+                    .shutdown(&self.shared, Some(self.eof_grace), self.term_grace)
+                    .await
+                    .map_err(SubagentError::Teardown)
+            })
+            .await
+            .clone()
+    }
+}

@@ -1,0 +1,150 @@
+#!/usr/bin/env python3
+"""A test-only ACP agent (standard library only) for the failure modes the
+real SDK examples cannot produce: garbage on stdout, a non-zero exit mid
+turn, ignoring cancel, EOF and SIGTERM, a silent start-up, a grandchild in
+its process group, and every stop reason.
+
+Start-up behaviour comes from the arguments:
+  --silent        never answer anything (start-up timeout)
+  --ignore-eof    keep running after stdin closes
+  --ignore-term   ignore SIGTERM
+  --images        advertise image prompts
+  --exit-at-init N  exit with status N on initialize
+
+The prompt's text is a script of `;`-separated commands, run in order:
+  say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
+  exit N | hang | wait_cancel | stop REASON | error | grandchild |
+  close_stdout | sleep SECONDS
+"""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+ARGS = sys.argv[1:]
+OUT = sys.stdout
+LOCK = threading.Lock()
+CANCELLED = threading.Event()
+STATE = {"session_cwd": None}
+
+
+def send(message):
+    with LOCK:
+        OUT.write(json.dumps(message) + "\n")
+        OUT.flush()
+
+
+def update(session_id, body):
+    send({"jsonrpc": "2.0", "method": "session/update",
+          "params": {"sessionId": session_id, "update": body}})
+
+
+def say(session_id, text):
+    update(session_id, {"sessionUpdate": "agent_message_chunk",
+                        "content": {"type": "text", "text": text}})
+
+
+def run_prompt(request_id, params):
+    session_id = params["sessionId"]
+    blocks = params.get("prompt", [])
+    script = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
+    stop = "end_turn"
+    for command in [c.strip() for c in script.split(";") if c.strip()]:
+        verb, _, arg = command.partition(" ")
+        if verb == "say":
+            say(session_id, arg)
+        elif verb == "think":
+            update(session_id, {"sessionUpdate": "agent_thought_chunk",
+                                "content": {"type": "text", "text": arg}})
+        elif verb == "plan":
+            update(session_id, {"sessionUpdate": "plan", "entries": [
+                {"content": "look around", "priority": "high", "status": "completed"},
+                {"content": "answer", "priority": "medium", "status": "in_progress"}]})
+        elif verb == "tool":
+            update(session_id, {"sessionUpdate": "tool_call", "toolCallId": "t1",
+                                "title": "Listing files", "kind": "execute",
+                                "status": "in_progress"})
+            update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "t1",
+                                "status": "completed"})
+        elif verb == "env":
+            say(session_id, ",".join(sorted(os.environ)))
+        elif verb == "cwd":
+            say(session_id, os.getcwd() + "|" + str(STATE["session_cwd"]))
+        elif verb == "images":
+            say(session_id, str(sum(1 for b in blocks if b.get("type") == "image")))
+        elif verb == "garbage":
+            with LOCK:
+                OUT.write("this is not json-rpc\n")
+                OUT.flush()
+        elif verb == "exit":
+            OUT.flush()
+            os._exit(int(arg))
+        elif verb == "hang":
+            while True:
+                time.sleep(3600)
+        elif verb == "wait_cancel":
+            CANCELLED.wait()
+            stop = "cancelled"
+            break
+        elif verb == "stop":
+            stop = arg
+        elif verb == "error":
+            send({"jsonrpc": "2.0", "id": request_id,
+                  "error": {"code": -32603, "message": "secret internal detail"}})
+            return
+        elif verb == "grandchild":
+            child = subprocess.Popen(["sleep", "1000"])
+            say(session_id, str(child.pid))
+        elif verb == "close_stdout":
+            OUT.flush()
+            os.close(1)
+            while True:
+                time.sleep(3600)
+        elif verb == "sleep":
+            time.sleep(float(arg))
+    send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": stop}})
+
+
+def main():
+    if "--ignore-term" in ARGS:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    exit_at_init = None
+    if "--exit-at-init" in ARGS:
+        exit_at_init = int(ARGS[ARGS.index("--exit-at-init") + 1])
+    for line in sys.stdin:
+        if "--silent" in ARGS:
+            continue
+        line = line.strip()
+        if not line:
+            continue
+        message = json.loads(line)
+        method = message.get("method")
+        request_id = message.get("id")
+        params = message.get("params") or {}
+        if method == "initialize":
+            if exit_at_init is not None:
+                os._exit(exit_at_init)
+            send({"jsonrpc": "2.0", "id": request_id, "result": {
+                "protocolVersion": 1,
+                "agentCapabilities": {"promptCapabilities": {"image": "--images" in ARGS}}}})
+        elif method == "session/new":
+            STATE["session_cwd"] = params.get("cwd")
+            send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": "rogue-1"}})
+        elif method == "session/prompt":
+            threading.Thread(target=run_prompt, args=(request_id, params), daemon=True).start()
+        elif method == "session/cancel":
+            CANCELLED.set()
+        elif request_id is not None and method is not None:
+            send({"jsonrpc": "2.0", "id": request_id,
+                  "error": {"code": -32601, "message": "method not found"}})
+    if "--ignore-eof" in ARGS or "--silent" in ARGS:
+        while True:
+            time.sleep(3600)
+
+
+if __name__ == "__main__":
+    main()
