@@ -55,11 +55,11 @@ pub async fn agents(dir: &Path) -> Result<(), CliError> {
                 sessions::display_name(&row)
             );
             let mut line = format!(
-                "  {name:<24} {:<6} {:<12} {}  [{}]",
+                "  {name:<24} {:<6} {:<12} {}  {}",
                 row.entry.provider,
                 row.entry.mode.as_str(),
-                row.entry.label,
-                row.entry.child_id
+                row.entry.child_id,
+                row.entry.label
             );
             if let Some(found) = row.diagnostic {
                 line.push_str(&format!("  ({})", diagnostic(found)));
