@@ -571,6 +571,26 @@ mod tests {
     }
 
     #[test]
+    fn the_input_struct_accepts_exactly_what_its_schema_accepts() {
+        let config = SubagentToolConfig::new("spawn");
+        let schema = dsh_core::schema::JsonSchema::compile(input_schema(&config)).unwrap();
+        for input in [
+            json!({"description": "a", "prompt": "b"}),
+            json!({"description": "a", "prompt": "b", "name": "scout", "run_in_background": false}),
+            json!({"description": "a"}),
+            json!({"prompt": "b"}),
+            json!({"description": "a", "prompt": "b", "extra": 1}),
+            json!({"description": "a", "prompt": 2}),
+        ] {
+            assert_eq!(
+                schema.validate(&input).is_ok(),
+                serde_json::from_value::<Args>(input.clone()).is_ok(),
+                "{input}"
+            );
+        }
+    }
+
+    #[test]
     fn refusals_are_sentences() {
         let refusals: Vec<String> = [
             SubagentError::DepthLimit { depth: 4, max: 3 },
