@@ -1,0 +1,219 @@
+//! `dsh`: run a lead agent that delegates to subagents and watch its tree,
+//! then list, message and read the agents it left behind. Offline by
+//! default (an embedded scripted demo); `--model openai:<model>` drives an
+//! OpenAI-compatible API.
+//!
+//! This file parses the command line and maps every failure to one line on
+//! stderr and an exit code; the commands live in their own modules. The
+//! command wires the harness, the runtime, the providers and the tools
+//! together; it must never reach an agent except through the runtime and
+//! the core traits, never write to a session directory it was only asked to
+//! read, and never panic or print a trace on bad input.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+
+mod agents;
+mod demo;
+mod error;
+mod model;
+mod observe;
+mod run;
+mod send;
+mod sessions;
+mod show;
+mod transcript;
+mod world;
+
+use error::CliError;
+
+/// The default session directory.
+const DEFAULT_DIR: &str = "./.dsh/sessions";
+
+/// The `dsh` command line.
+#[derive(Debug, Parser)]
+#[command(
+    name = "dsh",
+    version,
+    about = "A lead agent that delegates to subagents: run it, list its tree, message and read its agents."
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+/// Where the sessions live.
+#[derive(Debug, Args)]
+struct DirArg {
+    /// The session directory.
+    #[arg(long, value_name = "DIR", default_value = DEFAULT_DIR)]
+    dir: PathBuf,
+}
+
+/// Which model drives the agents.
+#[derive(Debug, Args)]
+struct ModelArg {
+    /// `openai:<model>` (key from OPENAI_API_KEY, base URL from
+    /// OPENAI_BASE_URL), or `demo` for the offline scripted demo (the
+    /// default when neither this nor DSH_MODEL is set).
+    #[arg(long, value_name = "PROVIDER:MODEL", env = "DSH_MODEL")]
+    model: Option<String>,
+}
+
+/// Which tree a name is looked up in.
+#[derive(Debug, Args)]
+struct RootArg {
+    /// The root session whose tree to use (default: the most recent root).
+    #[arg(long, value_name = "SESSION-ID")]
+    root: Option<String>,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run a lead agent with the subagent, fork and control tools until its
+    /// whole tree is done.
+    Run {
+        /// What to ask the lead (the demo has its own task when omitted).
+        prompt: Option<String>,
+        #[command(flatten)]
+        dir: DirArg,
+        #[command(flatten)]
+        model: ModelArg,
+    },
+    /// List the persisted agent trees: names, labels, modes, diagnostics.
+    Agents {
+        #[command(flatten)]
+        dir: DirArg,
+    },
+    /// Send a message to a child as the user and print its reply.
+    Send {
+        /// The child's name or path (`researcher`, `a/b`) or session id.
+        name: String,
+        /// The message.
+        message: String,
+        #[command(flatten)]
+        dir: DirArg,
+        #[command(flatten)]
+        root: RootArg,
+        #[command(flatten)]
+        model: ModelArg,
+    },
+    /// Print an agent's transcript.
+    Show {
+        /// The agent's name or path, `lead`, or a session id.
+        name: String,
+        #[command(flatten)]
+        dir: DirArg,
+        #[command(flatten)]
+        root: RootArg,
+    },
+}
+
+/// One line of text, whatever the error's text holds.
+fn one_line(text: &str) -> String {
+    text.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// A panic is a bug, but the user still gets one line, never a trace.
+fn quiet_panics() {
+    std::panic::set_hook(Box::new(|info| {
+        let message = info
+            .payload()
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| info.payload().downcast_ref::<String>().cloned())
+            .unwrap_or_default();
+        let place = info
+            .location()
+            .map(|l| format!(" at {}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        eprintln!("dsh: internal error{place}: {}", one_line(&message));
+    }));
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => {
+            use clap::error::ErrorKind;
+            if matches!(
+                err.kind(),
+                ErrorKind::DisplayHelp
+                    | ErrorKind::DisplayVersion
+                    | ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand
+            ) {
+                let _ = err.print();
+                return if err.kind() == ErrorKind::DisplayHelpOnMissingArgumentOrSubcommand {
+                    ExitCode::from(2)
+                } else {
+                    ExitCode::SUCCESS
+                };
+            }
+            // clap's own text has a usage block; one line is the rule.
+            let text = err.to_string();
+            let first = text.lines().next().unwrap_or("bad arguments");
+            let first = first.strip_prefix("error: ").unwrap_or(first);
+            eprintln!("dsh: {} (see `dsh --help`)", one_line(first));
+            return ExitCode::from(2);
+        }
+    };
+    quiet_panics();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(runtime) => runtime,
+        Err(err) => {
+            eprintln!(
+                "dsh: cannot start the async runtime: {}",
+                one_line(&err.to_string())
+            );
+            return ExitCode::FAILURE;
+        }
+    };
+    let outcome = runtime.block_on(execute(cli.command));
+    // Nothing may outlive the command: tasks still parked are dropped here.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    match outcome {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("dsh: {}", one_line(&err.to_string()));
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+async fn execute(command: Command) -> Result<(), CliError> {
+    match command {
+        Command::Run { prompt, dir, model } => {
+            run::run(run::RunArgs {
+                prompt,
+                dir: dir.dir,
+                model: model.model,
+            })
+            .await
+        }
+        Command::Agents { dir } => agents::agents(&dir.dir).await,
+        Command::Send {
+            name,
+            message,
+            dir,
+            root,
+            model,
+        } => {
+            send::send(send::SendArgs {
+                name,
+                message,
+                dir: dir.dir,
+                root: root.root,
+                model: model.model,
+            })
+            .await
+        }
+        Command::Show { name, dir, root } => {
+            show::show(&dir.dir, root.root.as_deref(), &name).await
+        }
+    }
+}

@@ -1,0 +1,234 @@
+//! `dsh run`: create a lead agent with the delegation and control tools,
+//! give it the prompt, show the tree while it works, and return only when
+//! the whole tree is done (B33: the lead idle, then the runtime's tree work
+//! joined, then the lead checked again, until nothing progresses). Ctrl-C
+//! interrupts the lead, drains its tree and exits. Every check that can
+//! refuse the run (the model, its address, the directory) runs before the
+//! first session is written.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use dsh_core::{
+    Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
+    Durability, Model, SessionHeader, SessionId, UserMessage,
+};
+use dsh_harness::JsonlStore;
+
+use crate::demo::{DEMO_PROMPT, Demo};
+use crate::error::CliError;
+use crate::model::{self, ModelChoice};
+use crate::observe::{Mode, Reporter, compact};
+use crate::sessions;
+use crate::transcript;
+use crate::world::World;
+
+/// How often the live view refreshes from the agents' logs.
+const TICK: Duration = Duration::from_millis(100);
+
+/// What `dsh run` was asked.
+#[derive(Debug)]
+pub struct RunArgs {
+    /// The lead's task; the demo's own when absent.
+    pub prompt: Option<String>,
+    /// The session directory.
+    pub dir: PathBuf,
+    /// `--model`.
+    pub model: Option<String>,
+}
+
+/// Run the command.
+pub async fn run(args: RunArgs) -> Result<(), CliError> {
+    let choice = model::parse_choice(args.model.as_deref())?;
+    let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &choice {
+        ModelChoice::Demo => {
+            let demo = Demo::new(true);
+            (demo.model(), Some(demo))
+        }
+        ModelChoice::OpenAi { model } => (model::openai(model).await?, None),
+    };
+    if args.dir.exists() {
+        // Refuse to add sessions to a directory that cannot be read back.
+        let store = sessions::existing_store(&args.dir)?;
+        sessions::headers(store.as_ref()).await?;
+    }
+    let cwd = std::env::current_dir()?;
+    let store = Arc::new(JsonlStore::new(&args.dir, Durability::TurnBoundary)?);
+    let mode = if std::io::stdout().is_terminal() {
+        Mode::Live
+    } else {
+        Mode::Plain
+    };
+    let reporter = Reporter::new(mode);
+    let world = World::build(store, model, Some(&reporter))?;
+    // The reporter hears an end before the demo's gates do, so a finish is
+    // printed before anything it releases.
+    let _reporting = reporter.attach(&world.runtime);
+    let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
+    let what = match &choice {
+        ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
+        ModelChoice::OpenAi { model } => format!("model openai:{model}"),
+    };
+    reporter.line(&format!("dsh: {what}; sessions in {}", args.dir.display()));
+    let prompt = args.prompt.unwrap_or_else(|| DEMO_PROMPT.to_owned());
+    let handle = world
+        .harness
+        .create(CreateAgent {
+            header: SessionHeader::new(SessionId::generate(), cwd),
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await?;
+    let lead = handle.agent().clone();
+    reporter.lead(&lead, &prompt);
+
+    let ticking = CancellationToken::new();
+    if mode == Mode::Live {
+        let (reporter, stop) = (Arc::clone(&reporter), ticking.clone());
+        tokio::spawn(async move {
+            let mut interval = tokio::time::interval(TICK);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    _ = interval.tick() => reporter.tick(),
+                }
+            }
+        });
+    }
+
+    let outcome = match lead.followup(UserMessage::user_text(prompt)).await {
+        Err(err) => Err(err.into()),
+        Ok(_) => {
+            tokio::select! {
+                outcome = settle(&world, &lead, &reporter) => outcome,
+                _ = tokio::signal::ctrl_c() => {
+                    reporter.line("interrupted: stopping the tree");
+                    lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
+                    if let Err(err) = world.runtime.drain_descendants(std::slice::from_ref(&lead)).await {
+                        reporter.line(&format!("while stopping: {}", compact(&err.to_string(), 200)));
+                    }
+                    lead.wait_idle().await;
+                    Err(CliError::Interrupted)
+                }
+            }
+        }
+    };
+    ticking.cancel();
+    reporter.tick();
+    if mode == Mode::Plain && outcome.is_ok() {
+        summary(&world, &lead, &reporter).await;
+    }
+    world.shutdown().await;
+    outcome
+}
+
+/// Wait until the tree is done (B33), printing each of the lead's answers
+/// as its turn ends. Errors when the lead's last turn failed.
+async fn settle(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) -> Result<(), CliError> {
+    let mut printed = 0;
+    loop {
+        lead.wait_idle().await;
+        printed = print_answers(lead, reporter, printed);
+        if world.runtime.wait_for_tree_work(lead).await {
+            continue;
+        }
+        if lead.status() == AgentStatus::Running {
+            continue;
+        }
+        break;
+    }
+    print_answers(lead, reporter, printed);
+    let turns = transcript::finished_turns(&lead.events());
+    match turns.last() {
+        Some(turn) if transcript::failed(&turn.end.stop_reason) => Err(CliError::LeadStopped {
+            reason: turn.end.stop_reason.to_string(),
+            diagnostic: turn.end.diagnostic.clone(),
+        }),
+        _ => Ok(()),
+    }
+}
+
+/// Print the lead's turns that ended since the first `printed`; returns how
+/// many are printed now.
+fn print_answers(lead: &Arc<dyn Agent>, reporter: &Reporter, printed: usize) -> usize {
+    let turns = transcript::finished_turns(&lead.events());
+    for turn in turns.iter().skip(printed) {
+        let answer = turn.answer.trim();
+        if transcript::failed(&turn.end.stop_reason) || answer.is_empty() {
+            let diagnostic = turn
+                .end
+                .diagnostic
+                .as_deref()
+                .map(|d| format!(": {}", compact(d, 200)))
+                .unwrap_or_default();
+            reporter.line(&format!(
+                "lead stopped ({}){diagnostic}",
+                turn.end.stop_reason
+            ));
+        }
+        if !answer.is_empty() {
+            reporter.line(&format!("lead: {}", answer.replace('\n', "\n  ")));
+        }
+    }
+    turns.len().max(printed)
+}
+
+/// The tree as it ended, in stable order: every agent with its provider,
+/// last stop reason, tokens and the tools it called.
+async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
+    let events = lead.events();
+    let mut rows = vec![(
+        "lead".to_owned(),
+        "root".to_owned(),
+        dsh_subagent::result::last_stop(&events)
+            .map(|(reason, _)| reason.to_string())
+            .unwrap_or_else(|| "-".to_owned()),
+        transcript::tokens(&events),
+        transcript::tool_calls(&events),
+    )];
+    let listed = world
+        .runtime
+        .list_descendants(lead.id(), &CancellationToken::new())
+        .await
+        .unwrap_or_default();
+    for row in listed {
+        let name = format!(
+            "{}{}",
+            "  ".repeat(row.depth as usize),
+            sessions::display_name(&row)
+        );
+        let (stop, tokens, tools) = match world.store.load(&row.entry.child_id).await {
+            Ok(log) => {
+                let own = log
+                    .events
+                    .get(usize::try_from(log.header.seed_len).unwrap_or(usize::MAX)..)
+                    .unwrap_or_default();
+                (
+                    dsh_subagent::result::last_stop(own)
+                        .map(|(reason, _)| reason.to_string())
+                        .unwrap_or_else(|| "-".to_owned()),
+                    transcript::tokens(own),
+                    transcript::tool_calls(own),
+                )
+            }
+            Err(err) => (format!("unreadable: {}", err.code()), (0, 0), String::new()),
+        };
+        rows.push((name, row.entry.provider.clone(), stop, tokens, tools));
+    }
+    reporter.line("");
+    reporter.line("tree:");
+    for (name, provider, stop, (input, output), tools) in rows {
+        let tools = if tools.is_empty() {
+            String::new()
+        } else {
+            format!("  tools: {tools}")
+        };
+        reporter.line(
+            format!("  {name:<14} {provider:<6} {stop:<10} tokens {input}/{output}{tools}")
+                .trim_end(),
+        );
+    }
+}

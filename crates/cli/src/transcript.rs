@@ -1,0 +1,186 @@
+//! Reading a session's events for people: the transcript `dsh show` prints
+//! (user, assistant and tool messages, turn ends), token totals, the tools
+//! an agent called, and each finished turn's answer. Pure functions over
+//! events; nothing here touches a store.
+
+use dsh_core::content::joined_text;
+use dsh_core::session::TurnEnd;
+use dsh_core::{EventPayload, MessageSource, SessionEvent, SessionId, StopReason};
+
+/// Token totals of a log (every `usage` event).
+pub fn tokens(events: &[SessionEvent]) -> (u64, u64) {
+    events
+        .iter()
+        .fold((0, 0), |(input, output), event| match &event.payload {
+            EventPayload::Usage(usage) => {
+                (input + usage.input_tokens, output + usage.output_tokens)
+            }
+            _ => (input, output),
+        })
+}
+
+/// The tools called, in order of first call, with counts (`wait×2`).
+pub fn tool_calls(events: &[SessionEvent]) -> String {
+    let mut seen: Vec<(String, usize)> = Vec::new();
+    for event in events {
+        if let EventPayload::ToolCall(call) = &event.payload {
+            match seen.iter_mut().find(|(name, _)| *name == call.name) {
+                Some((_, count)) => *count += 1,
+                None => seen.push((call.name.clone(), 1)),
+            }
+        }
+    }
+    seen.into_iter()
+        .map(|(name, count)| {
+            if count == 1 {
+                name
+            } else {
+                format!("{name}×{count}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// One finished turn.
+#[derive(Debug, Clone)]
+pub struct FinishedTurn {
+    /// The turn's end event.
+    pub end: TurnEnd,
+    /// Its final answer (the last assistant text of the turn).
+    pub answer: String,
+}
+
+/// Every turn that ended in `events` from `from` on (events are whole turns
+/// from a turn start), with its answer.
+pub fn finished_turns(events: &[SessionEvent]) -> Vec<FinishedTurn> {
+    let mut turns = Vec::new();
+    let mut start = 0;
+    for (index, event) in events.iter().enumerate() {
+        match &event.payload {
+            EventPayload::TurnStart(_) => start = index,
+            EventPayload::TurnEnd(end) => {
+                let output = dsh_subagent::result::final_output(&events[start..index]);
+                turns.push(FinishedTurn {
+                    end: end.clone(),
+                    answer: joined_text(&output),
+                });
+            }
+            _ => {}
+        }
+    }
+    turns
+}
+
+/// Who a user-role message is from, for the transcript.
+fn speaker(source: &MessageSource, name: &dyn Fn(&SessionId) -> String) -> String {
+    match source {
+        MessageSource::User => "user".to_owned(),
+        MessageSource::AgentMessage { sender_session_id } => {
+            format!("message from {}", name(sender_session_id))
+        }
+        MessageSource::SubagentSettled {
+            sender_session_id, ..
+        } => format!("notice from {}", name(sender_session_id)),
+        other => other.kind().to_owned(),
+    }
+}
+
+/// Indent every line after the first by `indent` spaces.
+fn hang(text: &str, indent: usize) -> String {
+    let pad = " ".repeat(indent);
+    text.trim_end()
+        .lines()
+        .enumerate()
+        .map(|(i, line)| {
+            if i == 0 || line.is_empty() {
+                line.to_owned()
+            } else {
+                format!("{pad}{line}")
+            }
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+}
+
+/// The transcript as text: `seed_len` inherited events summarised in one
+/// line, then one entry per message, tool call, tool result and turn end.
+pub fn render(
+    events: &[SessionEvent],
+    seed_len: u64,
+    name: &dyn Fn(&SessionId) -> String,
+) -> String {
+    let mut out = String::new();
+    let seed = usize::try_from(seed_len)
+        .unwrap_or(usize::MAX)
+        .min(events.len());
+    if seed > 0 {
+        out.push_str(&format!(
+            "(inherited from the parent: {seed} events of its completed turns)\n"
+        ));
+    }
+    for event in &events[seed..] {
+        let entry = match &event.payload {
+            EventPayload::UserMessage(entry) => {
+                let who = speaker(&entry.message.source, name);
+                Some(format!(
+                    "{who}: {}",
+                    hang(&joined_text(&entry.message.content), 2)
+                ))
+            }
+            EventPayload::AssistantMessage(entry) => {
+                let text = joined_text(&entry.content);
+                (!text.trim().is_empty()).then(|| format!("assistant: {}", hang(&text, 2)))
+            }
+            EventPayload::ToolCall(call) => Some(format!("  -> {} {}", call.name, call.input)),
+            EventPayload::ToolResult(result) => {
+                let flag = if result.is_error { " (error)" } else { "" };
+                Some(format!(
+                    "  <- {}{flag}: {}",
+                    result.name,
+                    hang(&joined_text(&result.content), 6)
+                ))
+            }
+            EventPayload::TurnEnd(end) => Some(format!(
+                "-- turn {} ended: {}{}",
+                end.turn,
+                end.stop_reason,
+                end.diagnostic
+                    .as_deref()
+                    .map(|d| format!(" ({d})"))
+                    .unwrap_or_default()
+            )),
+            _ => None,
+        };
+        if let Some(entry) = entry {
+            out.push_str(&entry);
+            out.push('\n');
+        }
+    }
+    let pending = events[seed..]
+        .iter()
+        .filter(|e| matches!(e.payload, EventPayload::InboxAccepted(_)))
+        .count()
+        .saturating_sub(
+            events[seed..]
+                .iter()
+                .filter_map(|e| match &e.payload {
+                    EventPayload::InboxClaimed(ids) | EventPayload::InboxDiscarded(ids) => {
+                        Some(ids.message_ids.len())
+                    }
+                    _ => None,
+                })
+                .sum(),
+        );
+    if pending > 0 {
+        out.push_str(&format!(
+            "({pending} message(s) waiting in the inbox for the next turn)\n"
+        ));
+    }
+    out
+}
+
+/// Whether a stop reason means the turn did not finish its work.
+pub fn failed(reason: &StopReason) -> bool {
+    reason == &StopReason::ERROR || reason == &StopReason::REFUSAL
+}

@@ -1,0 +1,91 @@
+//! Wiring one process's agent world: the JSONL store, the harness over it
+//! with the chosen model, the subagent runtime over the harness, the `spawn`
+//! and `fork` providers, and the host tools every agent gets (the
+//! `subagent` tool for spawn, the `fork` tool for fork, and the five control
+//! tools), each wrapped for the reporter when there is one. This module only
+//! assembles; it starts no agent.
+
+use std::sync::Arc;
+
+use dsh_core::{Model, SessionStore, Tool};
+use dsh_harness::{Harness, JsonlStore, SystemPrompt};
+use dsh_subagent::{RuntimeConfig, SubagentRuntime};
+use dsh_subagent_fork::ForkProvider;
+use dsh_subagent_spawn::SpawnProvider;
+use dsh_tool_subagent::{SubagentTool, SubagentToolConfig};
+use dsh_tool_subagent_control::ControlTools;
+
+use crate::error::CliError;
+use crate::observe::{Observed, Reporter};
+
+/// The system prompt every agent shares.
+const SYSTEM_PROMPT: &str = "You are an agent in dsh, a harness in which agents delegate work to subagents. \
+Use the `subagent` tool to start a fresh subagent with a self-contained task, and the `fork` tool to start one that \
+shares this conversation. Background subagents report back with a settlement notice in your inbox: call `wait` \
+when you have nothing else to do, `list_agents` to recall names, and `send_message` to talk to an agent by name. \
+Answer concisely.";
+
+/// The assembled world.
+pub struct World {
+    /// The session store.
+    pub store: Arc<dyn SessionStore>,
+    /// The agent factory.
+    pub harness: Harness,
+    /// The subagent runtime over the harness.
+    pub runtime: SubagentRuntime,
+}
+
+fn install_error(err: impl std::fmt::Display) -> CliError {
+    CliError::Refused(format!("cannot install the tools: {err}"))
+}
+
+impl World {
+    /// Build the world over `store` with `model`; tools report to `reporter`.
+    pub fn build(
+        store: Arc<JsonlStore>,
+        model: Arc<dyn Model>,
+        reporter: Option<&Arc<Reporter>>,
+    ) -> Result<Self, CliError> {
+        let store: Arc<dyn SessionStore> = store;
+        let harness = Harness::builder(store.clone())
+            .model(model)
+            .prompt(SystemPrompt::new().section("role", SYSTEM_PROMPT))
+            .build()
+            .map_err(install_error)?;
+        let runtime = SubagentRuntime::new(
+            Arc::new(harness.clone()),
+            store.clone(),
+            RuntimeConfig::default(),
+        );
+        runtime.register(Arc::new(SpawnProvider::new()))?;
+        runtime.register(Arc::new(ForkProvider::new()))?;
+        let spawn = SubagentToolConfig::new("spawn");
+        let fork = SubagentToolConfig {
+            tool_name: "fork".to_owned(),
+            ..SubagentToolConfig::new("fork")
+        };
+        let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
+        for config in [spawn, fork] {
+            tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
+        }
+        tools.extend(ControlTools::new(runtime.clone()));
+        for tool in tools {
+            let tool = match reporter {
+                Some(reporter) => Observed::wrap(tool, reporter),
+                None => tool,
+            };
+            harness.add_tool(tool).map_err(install_error)?;
+        }
+        Ok(Self {
+            store,
+            harness,
+            runtime,
+        })
+    }
+
+    /// Stop every activation, then every agent, and wait for their tasks.
+    pub async fn shutdown(&self) {
+        self.runtime.shutdown().await;
+        self.harness.shutdown().await;
+    }
+}

@@ -1,0 +1,329 @@
+//! The `dsh` command run as a process, each test in its own temporary
+//! directory with the model variables cleared: the offline demo's plain
+//! output (stdout is a pipe here, so never the live view), the persisted
+//! tree (`agents`), a user's message to a cold child (`send`), a child's
+//! transcript (`show`), and every bad-input path, which must exit non-zero
+//! with exactly one line on stderr, no panic, and the session directory
+//! byte for byte as it was. Snapshots redact session ids, the temporary
+//! directory and token counts.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch directory with the sessions under `sessions/`.
+struct Scratch {
+    dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    fn sessions(&self) -> PathBuf {
+        self.dir.path().join("sessions")
+    }
+
+    /// Run `dsh args...` in the scratch directory with `--dir` set (for the
+    /// subcommands that take it) and only `env` of the model variables.
+    fn dsh(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        command
+            .current_dir(self.dir.path())
+            .args(args)
+            .arg("--dir")
+            .arg(self.sessions());
+        for var in ["DSH_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "COLUMNS"] {
+            command.env_remove(var);
+        }
+        for (var, value) in env {
+            command.env(var, value);
+        }
+        command.output().unwrap()
+    }
+
+    /// Run the offline demo once; it must succeed.
+    fn demo(&self) -> String {
+        let output = self.dsh(&["run"], &[]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert_eq!(text(&output.stderr), "");
+        text(&output.stdout)
+    }
+
+    /// Every file under the session directory with its bytes.
+    fn listing(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    walk(&path, files);
+                } else {
+                    files.insert(path.clone(), std::fs::read(&path).unwrap());
+                }
+            }
+        }
+        let mut files = BTreeMap::new();
+        walk(&self.sessions(), &mut files);
+        files
+    }
+
+    /// The session id of the child named `name` in the latest tree.
+    fn child_id(&self, name: &str) -> String {
+        let agents = text(&self.dsh(&["agents"], &[]).stdout);
+        let line = agents
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {agents}"));
+        line.split_whitespace().nth(3).unwrap().to_owned()
+    }
+
+    /// How many `user/message` events written by the user a log holds.
+    fn user_messages(&self, id: &str) -> usize {
+        let log = std::fs::read_to_string(self.sessions().join(format!("{id}.jsonl"))).unwrap();
+        log.lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .filter(|event| {
+                event["type"] == "user/message"
+                    && event["payload"]["message"]["source"]["kind"] == "user"
+            })
+            .count()
+    }
+
+    /// Run `dsh args...` and check it is refused cleanly: a non-zero
+    /// `code`, one line on stderr (returned), no panic, nothing on stdout,
+    /// and the session directory unchanged.
+    fn refused(&self, args: &[&str], env: &[(&str, &str)], code: i32) -> String {
+        let before = self.listing();
+        let output = self.dsh(args, env);
+        let after = self.listing();
+        let stderr = text(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "dsh {args:?}: stderr {stderr:?}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "dsh {args:?}: {stderr:?}");
+        assert!(
+            stderr.ends_with('\n') && stderr.starts_with("dsh: "),
+            "{stderr:?}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(text(&output.stdout), "", "dsh {args:?} printed to stdout");
+        assert!(
+            before == after,
+            "dsh {args:?} changed the session directory"
+        );
+        stderr
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// Snapshot `value` with session ids, the scratch path and token counts redacted.
+fn snapshot(scratch: &Scratch, name: &str, value: &str) {
+    let path = regex_escape(&scratch.dir.path().display().to_string());
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(&path, "[scratch]");
+    settings.add_filter(r"s-[0-9a-f]{32}", "[id]");
+    settings.add_filter(r"tokens \d+/\d+", "tokens [in]/[out]");
+    settings.bind(|| insta::assert_snapshot!(name, value));
+}
+
+fn regex_escape(text: &str) -> String {
+    let mut escaped = String::new();
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+#[test]
+fn the_offline_demo_runs_the_whole_tree_and_leaves_it_to_list_message_and_read() {
+    let scratch = Scratch::new();
+    let run = scratch.demo();
+    snapshot(&scratch, "run_demo", &run);
+
+    let agents = scratch.dsh(&["agents"], &[]);
+    assert!(agents.status.success(), "{}", text(&agents.stderr));
+    snapshot(&scratch, "agents", &text(&agents.stdout));
+
+    // The researcher is cold (the run ended); `send` resumes it for one turn.
+    let researcher = scratch.child_id("researcher");
+    let before = scratch.user_messages(&researcher);
+    let send = scratch.dsh(
+        &["send", "researcher", "Which crate owns the catalog?"],
+        &[],
+    );
+    assert!(send.status.success(), "{}", text(&send.stderr));
+    assert_eq!(text(&send.stderr), "");
+    let reply = text(&send.stdout);
+    assert!(
+        reply.starts_with("researcher: You asked: \"Which crate owns the catalog?\"."),
+        "{reply}"
+    );
+    assert_eq!(reply.lines().count(), 1, "{reply}");
+    assert_eq!(scratch.user_messages(&researcher), before + 1);
+
+    let show = scratch.dsh(&["show", "researcher"], &[]);
+    assert!(show.status.success(), "{}", text(&show.stderr));
+    snapshot(&scratch, "show_researcher", &text(&show.stdout));
+
+    // The forked reviewer shows its own turns only.
+    let show = scratch.dsh(&["show", "reviewer"], &[]);
+    assert!(show.status.success(), "{}", text(&show.stderr));
+    snapshot(&scratch, "show_reviewer", &text(&show.stdout));
+}
+
+#[test]
+fn a_second_run_adds_a_second_tree_and_names_resolve_in_the_latest() {
+    let scratch = Scratch::new();
+    let first = scratch.demo();
+    let second = scratch.demo();
+    // The same demo, the same output but for the lead's id.
+    let redact = |text: &str| {
+        text.lines()
+            .filter(|line| !line.starts_with("lead s-"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    assert_eq!(redact(&first), redact(&second));
+    let agents = text(&scratch.dsh(&["agents"], &[]).stdout);
+    assert_eq!(agents.matches("tree s-").count(), 2, "{agents}");
+    assert_eq!(agents.matches("(most recent)").count(), 1, "{agents}");
+    let latest = agents
+        .lines()
+        .find(|line| line.ends_with("(most recent)"))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .unwrap()
+        .to_owned();
+    let oldest = agents
+        .lines()
+        .find(|line| line.starts_with("tree ") && !line.ends_with("(most recent)"))
+        .and_then(|line| line.split_whitespace().nth(1))
+        .unwrap()
+        .to_owned();
+    assert!(second.contains(&latest) && first.contains(&oldest));
+    let show = scratch.dsh(&["show", "lead", "--root", &oldest], &[]);
+    assert!(show.status.success(), "{}", text(&show.stderr));
+    assert!(text(&show.stdout).starts_with("lead\n"));
+}
+
+#[test]
+fn unknown_names_and_roots_are_refused_without_touching_the_sessions() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    let err = scratch.refused(&["send", "nobody", "hello"], &[], 3);
+    assert!(err.contains("no agent named `nobody`"), "{err}");
+    let err = scratch.refused(&["show", "researcher/nobody"], &[], 3);
+    assert!(err.contains("no agent named `researcher/nobody`"), "{err}");
+    let err = scratch.refused(&["show", "lead", "--root", "s-nope"], &[], 3);
+    assert!(err.contains("no root session `s-nope`"), "{err}");
+    let err = scratch.refused(&["send", "lead", "hello"], &[], 1);
+    assert!(err.contains("is the root of the tree"), "{err}");
+}
+
+#[test]
+fn a_missing_session_directory_is_refused_and_not_created() {
+    let scratch = Scratch::new();
+    for args in [&["agents"][..], &["show", "lead"], &["send", "a", "b"]] {
+        let err = scratch.refused(args, &[], 3);
+        assert!(err.contains("no session directory at"), "{err}");
+        assert!(!scratch.sessions().exists());
+    }
+}
+
+#[test]
+fn a_missing_api_key_is_refused_before_anything_is_written() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    let err = scratch.refused(&["run", "--model", "openai:gpt-4o-mini"], &[], 2);
+    assert!(err.contains("OPENAI_API_KEY"), "{err}");
+    let err = scratch.refused(&["send", "researcher", "hi", "--model", "openai:x"], &[], 2);
+    assert!(err.contains("OPENAI_API_KEY"), "{err}");
+    // Also when the model comes from DSH_MODEL.
+    scratch.refused(&["run"], &[("DSH_MODEL", "openai:x")], 2);
+}
+
+#[test]
+fn an_unreachable_base_url_fails_fast_without_leaking_the_key() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    let key = "sk-test-0123456789abcdef";
+    let env = [
+        ("OPENAI_API_KEY", key),
+        ("OPENAI_BASE_URL", "http://user:secret@127.0.0.1:9/v1"),
+    ];
+    let started = std::time::Instant::now();
+    let err = scratch.refused(&["run", "--model", "openai:x"], &env, 5);
+    assert!(err.contains("unreachable"), "{err}");
+    assert!(err.contains("http://127.0.0.1:9"), "{err}");
+    assert!(!err.contains("secret") && !err.contains(key), "{err}");
+    let err = scratch.refused(
+        &["send", "researcher", "hi", "--model", "openai:x"],
+        &env,
+        5,
+    );
+    assert!(err.contains("unreachable"), "{err}");
+    // A refused connection is immediate; the bound only catches a hang.
+    assert!(started.elapsed() < std::time::Duration::from_secs(20));
+}
+
+#[test]
+fn a_corrupt_session_directory_is_refused_by_every_command() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    std::fs::write(
+        scratch.sessions().join("garbage.jsonl"),
+        "this is not a session log\n",
+    )
+    .unwrap();
+    for args in [
+        &["agents"][..],
+        &["show", "researcher"],
+        &["send", "researcher", "hello"],
+        &["run"],
+    ] {
+        let err = scratch.refused(args, &[], 4);
+        assert!(err.contains("corrupt session directory"), "{err}");
+        assert!(err.contains("garbage.jsonl"), "{err}");
+    }
+}
+
+#[test]
+fn a_bad_model_spec_is_refused() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    for spec in ["gpt-4o", "openai:", "anthropic:claude"] {
+        let err = scratch.refused(&["run", "--model", spec], &[], 2);
+        assert!(err.contains("bad --model"), "{err}");
+    }
+    let err = scratch.refused(&["run"], &[("DSH_MODEL", "nonsense")], 2);
+    assert!(err.contains("bad --model `nonsense`"), "{err}");
+    // clap's own refusals are one line too.
+    let err = scratch.refused(&["run", "--frobnicate"], &[], 2);
+    assert!(err.contains("--frobnicate"), "{err}");
+}
+
+#[test]
+fn agents_marks_a_child_whose_log_is_gone_and_lists_the_rest() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    let reviewer = scratch.child_id("reviewer");
+    std::fs::remove_file(scratch.sessions().join(format!("{reviewer}.jsonl"))).unwrap();
+    let agents = scratch.dsh(&["agents"], &[]);
+    assert!(agents.status.success(), "{}", text(&agents.stderr));
+    snapshot(&scratch, "agents_unavailable", &text(&agents.stdout));
+}
