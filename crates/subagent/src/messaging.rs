@@ -136,11 +136,11 @@ impl SubagentRuntime {
         let Some(parent) = self.parent_of(target).await? else {
             return Ok(None);
         };
-        let catalog = self
-            .read_catalog(&parent)
+        let entry = self
+            .catalog_entry(&parent, target)
             .await
             .map_err(|unreadable| unreadable.error)?;
-        Ok(catalog.get(target).map(|entry| entry.mode.clone()))
+        Ok(entry.map(|entry| entry.mode))
     }
 
     /// Deliver a model-authored message from `sender` to another member of
@@ -328,10 +328,11 @@ impl SubagentRuntime {
                 break;
             };
             let named = self
-                .read_catalog(&parent)
+                .catalog_entry(&parent, &current)
                 .await
                 .ok()
-                .and_then(|catalog| catalog.get(&current).and_then(|entry| entry.name.clone()));
+                .flatten()
+                .and_then(|entry| entry.name);
             match named {
                 Some(name) => names.push(name),
                 None => break,

@@ -141,6 +141,21 @@ impl SubagentRuntime {
         fold_catalog(&loaded.header, &loaded.events).map_err(Unreadable::fold)
     }
 
+    /// The entry `parent`'s catalog holds for `child`: from the live
+    /// parent's fold without copying its catalog, else from its log.
+    pub(crate) async fn catalog_entry(
+        &self,
+        parent: &SessionId,
+        child: &SessionId,
+    ) -> Result<Option<CatalogEntry>, Unreadable> {
+        if let Some(agent) = self.registry().get(parent) {
+            return self
+                .with_live_catalog(&agent, |fold| fold.catalog().get(child).cloned())
+                .map_err(Unreadable::fold);
+        }
+        Ok(self.read_catalog(parent).await?.get(child).cloned())
+    }
+
     /// [`SubagentRuntime::read_catalog`] unless `cancel` fires first: the
     /// outer error is the cancellation, the inner one the unreadable catalog.
     async fn observe_catalog(
