@@ -31,7 +31,7 @@ pub async fn agents(dir: &Path) -> Result<(), CliError> {
         return Err(CliError::NoSessions(dir.to_path_buf()));
     }
     // Listing loads no agent; the model is never asked.
-    let world = World::build(store, Arc::new(ScriptedModel::new()), None)?;
+    let world = World::build(store, Arc::new(ScriptedModel::new()), None, None)?;
     let mut out = String::new();
     for (index, root) in roots.iter().enumerate() {
         let latest = if index + 1 == roots.len() {

@@ -81,6 +81,18 @@ enum Command {
         dir: DirArg,
         #[command(flatten)]
         model: ModelArg,
+        /// An agent program speaking the Agent Client Protocol over stdio,
+        /// offered to every agent as the `acp` tool (external children).
+        #[arg(long, value_name = "COMMAND")]
+        acp_command: Option<std::path::PathBuf>,
+        /// An argument for `--acp-command` (repeat for several).
+        #[arg(
+            long = "acp-arg",
+            value_name = "ARG",
+            allow_hyphen_values = true,
+            requires = "acp_command"
+        )]
+        acp_args: Vec<String>,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     Agents {
@@ -187,11 +199,19 @@ fn main() -> ExitCode {
 
 async fn execute(command: Command) -> Result<(), CliError> {
     match command {
-        Command::Run { prompt, dir, model } => {
+        Command::Run {
+            prompt,
+            dir,
+            model,
+            acp_command,
+            acp_args,
+        } => {
             run::run(run::RunArgs {
                 prompt,
                 dir: dir.dir,
                 model: model.model,
+                acp_command,
+                acp_args,
             })
             .await
         }

@@ -16,6 +16,7 @@ use dsh_core::{
     Durability, Model, SessionHeader, SessionId, UserMessage,
 };
 use dsh_harness::JsonlStore;
+use dsh_subagent_acp::AcpConfig;
 
 use crate::demo::{DEMO_PROMPT, Demo};
 use crate::error::CliError;
@@ -37,6 +38,10 @@ pub struct RunArgs {
     pub dir: PathBuf,
     /// `--model`.
     pub model: Option<String>,
+    /// `--acp-command`: an ACP agent program to offer as the `acp` tool.
+    pub acp_command: Option<PathBuf>,
+    /// `--acp-arg`: its arguments, in order.
+    pub acp_args: Vec<String>,
 }
 
 /// Run the command.
@@ -62,7 +67,10 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         Mode::Plain
     };
     let reporter = Reporter::new(mode);
-    let world = World::build(store, model, Some(&reporter))?;
+    let acp = args
+        .acp_command
+        .map(|command| AcpConfig::new(command).args(args.acp_args));
+    let world = World::build(store, model, Some(&reporter), acp)?;
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);

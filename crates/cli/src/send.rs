@@ -50,7 +50,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         ModelChoice::Demo => Demo::new(false).model(),
         ModelChoice::OpenAi { model } => model::openai(model).await?,
     };
-    let world = World::build(store, model, None)?;
+    let world = World::build(store, model, None, None)?;
     let outcome = deliver(&world, &root, &args).await;
     world.shutdown().await;
     outcome

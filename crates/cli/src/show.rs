@@ -20,7 +20,7 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
     let store = sessions::existing_store(dir)?;
     let headers = sessions::headers(store.as_ref()).await?;
     let root = sessions::pick_root(dir, &headers, root)?;
-    let world = World::build(store, Arc::new(ScriptedModel::new()), None)?;
+    let world = World::build(store, Arc::new(ScriptedModel::new()), None, None)?;
     let member = sessions::resolve(&world.runtime, &root, name).await?;
     let mut names: HashMap<SessionId, String> = HashMap::new();
     names.insert(root.clone(), ROOT_NAME.to_owned());

@@ -2,17 +2,19 @@
 //! with the chosen model, the subagent runtime over the harness, the `spawn`
 //! and `fork` providers, and the host tools every agent gets (the
 //! `subagent` tool for spawn, the `fork` tool for fork, and the five control
-//! tools), each wrapped for the reporter when there is one. This module only
-//! assembles; it starts no agent.
+//! tools), plus, when an ACP agent command is configured, the `acp` provider
+//! and its `acp` tool; each tool is wrapped for the reporter when there is
+//! one. This module only assembles; it starts no agent.
 
 use std::sync::Arc;
 
 use dsh_core::{Model, SessionStore, Tool};
 use dsh_harness::{Harness, JsonlStore, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
+use dsh_subagent_acp::{AcpConfig, AcpProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_tool_subagent::{SubagentTool, SubagentToolConfig};
+use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 
 use crate::error::CliError;
@@ -40,11 +42,13 @@ fn install_error(err: impl std::fmt::Display) -> CliError {
 }
 
 impl World {
-    /// Build the world over `store` with `model`; tools report to `reporter`.
+    /// Build the world over `store` with `model`; tools report to `reporter`;
+    /// `acp`, when given, adds the `acp` provider and its tool.
     pub fn build(
         store: Arc<JsonlStore>,
         model: Arc<dyn Model>,
         reporter: Option<&Arc<Reporter>>,
+        acp: Option<AcpConfig>,
     ) -> Result<Self, CliError> {
         let store: Arc<dyn SessionStore> = store;
         let harness = Harness::builder(store.clone())
@@ -64,8 +68,19 @@ impl World {
             tool_name: "fork".to_owned(),
             ..SubagentToolConfig::new("fork")
         };
+        let mut configs = vec![spawn, fork];
+        if let Some(acp) = acp {
+            let provider = AcpProvider::new(acp).map_err(install_error)?;
+            runtime.register(Arc::new(provider))?;
+            // An external agent manages its own recursion: no depth flag.
+            configs.push(SubagentToolConfig {
+                tool_name: "acp".to_owned(),
+                max_depth: MaxDepth::ProviderManaged,
+                ..SubagentToolConfig::new("acp")
+            });
+        }
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        for config in [spawn, fork] {
+        for config in configs {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
         tools.extend(ControlTools::new(runtime.clone()));

@@ -327,3 +327,25 @@ fn agents_marks_a_child_whose_log_is_gone_and_lists_the_rest() {
     assert!(agents.status.success(), "{}", text(&agents.stderr));
     snapshot(&scratch, "agents_unavailable", &text(&agents.stdout));
 }
+
+#[test]
+fn an_acp_agent_can_be_offered_and_a_stray_acp_arg_is_refused() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    // The ACP provider is only registered: the demo's lead does not call the
+    // `acp` tool, so no process is started and the run is the same demo.
+    let output = scratch.dsh(
+        &[
+            "run",
+            "--acp-command",
+            "/nonexistent/acp-agent",
+            "--acp-arg",
+            "--stdio",
+        ],
+        &[],
+    );
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    assert!(text(&output.stdout).contains("finished reviewer: completed"));
+    let err = scratch.refused(&["run", "--acp-arg", "x"], &[], 2);
+    assert!(err.contains("required arguments were not provided"), "{err}");
+}
