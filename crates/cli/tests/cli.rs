@@ -347,5 +347,8 @@ fn an_acp_agent_can_be_offered_and_a_stray_acp_arg_is_refused() {
     assert!(output.status.success(), "{}", text(&output.stderr));
     assert!(text(&output.stdout).contains("finished reviewer: completed"));
     let err = scratch.refused(&["run", "--acp-arg", "x"], &[], 2);
-    assert!(err.contains("required arguments were not provided"), "{err}");
+    assert!(
+        err.contains("required arguments were not provided"),
+        "{err}"
+    );
 }
