@@ -22,11 +22,11 @@ use std::time::{Duration, Instant};
 use async_trait::async_trait;
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
-    Agent, AgentError, AgentFactory, AgentOptions, AgentStatus, CancelCause, CancelOptions,
-    CancellationToken, ContentBlock, CreateAgent, Durability, Epoch, EventPayload, InboxArrival,
-    InboxTarget, LoadedSession, Message, MessageId, MessageSource, ModelError, ModelErrorKind,
-    ModelRequest, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StopReason,
-    StoreError, Tool, ToolContext, ToolError, ToolOutput, ToolRestriction, UserMessage,
+    Agent, AgentFactory, AgentOptions, AgentStatus, CancellationToken, ContentBlock, CreateAgent,
+    Durability, EventPayload, InboxTarget, LoadedSession, Message, MessageId, MessageSource,
+    ModelError, ModelErrorKind, ModelRequest, SessionEvent, SessionHeader, SessionId, SessionLog,
+    SessionStore, StopReason, StoreError, Tool, ToolContext, ToolError, ToolOutput,
+    ToolRestriction, UserMessage,
 };
 use dsh_harness::{
     Harness, HarnessBuilder, JsonlStore, ModelRoutes, Scripted, ScriptedModel, SystemPrompt,
@@ -37,8 +37,9 @@ use dsh_subagent::{
     SubagentRuntime, fold_catalog,
 };
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::TappedAgent;
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::sync::Semaphore;
 
 // ---------------------------------------------------------------------------
 // Fixtures
@@ -1810,77 +1811,6 @@ async fn many_activations_started_in_parallel_tasks_get_unique_names() {
     fold_catalog(parent.header(), &parent.events()).expect("the catalog stays loadable");
 }
 
-/// A live agent that forwards to `inner`, except that one armed `events()`
-/// call takes its snapshot and then stalls the calling thread: a
-/// preemption between the runtime's catalog read and its name reservation,
-/// as any thread of a multi-threaded runtime can suffer.
-struct Preempted {
-    inner: Arc<dyn Agent>,
-    hook: Mutex<Option<Box<dyn FnOnce() + Send>>>,
-}
-
-#[async_trait]
-impl Agent for Preempted {
-    fn id(&self) -> &SessionId {
-        self.inner.id()
-    }
-    fn epoch(&self) -> Epoch {
-        self.inner.epoch()
-    }
-    fn header(&self) -> &SessionHeader {
-        self.inner.header()
-    }
-    fn options(&self) -> AgentOptions {
-        self.inner.options()
-    }
-    fn cwd(&self) -> PathBuf {
-        self.inner.cwd()
-    }
-    fn accepts_images(&self) -> bool {
-        self.inner.accepts_images()
-    }
-    fn status(&self) -> AgentStatus {
-        self.inner.status()
-    }
-    fn watch_status(&self) -> watch::Receiver<AgentStatus> {
-        self.inner.watch_status()
-    }
-    async fn send(
-        &self,
-        message: UserMessage,
-        target: InboxTarget,
-        wake: bool,
-    ) -> Result<MessageId, AgentError> {
-        self.inner.send(message, target, wake).await
-    }
-    fn cancel(&self, cause: CancelCause, options: CancelOptions) {
-        self.inner.cancel(cause, options);
-    }
-    async fn wait_idle(&self) {
-        self.inner.wait_idle().await;
-    }
-    fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival> {
-        self.inner.observe_inbox()
-    }
-    fn pending(&self) -> Vec<MessageId> {
-        self.inner.pending()
-    }
-    fn events(&self) -> Vec<SessionEvent> {
-        let snapshot = self.inner.events();
-        let hook = self.hook.lock().unwrap().take();
-        if let Some(hook) = hook {
-            hook();
-        }
-        snapshot
-    }
-    async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError> {
-        self.inner.record(kind, payload).await
-    }
-    fn as_any(&self) -> &dyn std::any::Any {
-        self
-    }
-}
-
 // B26
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblings_name() {
@@ -1892,15 +1822,16 @@ async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblin
     assert!(registry.unpublish(&lead.reference()));
     let (entered, paused) = tokio::sync::oneshot::channel::<()>();
     let (resume, resumed) = std::sync::mpsc::channel::<()>();
-    let parent: Arc<dyn Agent> = Arc::new(Preempted {
-        inner: lead.clone(),
-        hook: Mutex::new(Some(Box::new(move || {
+    // The first catalog read takes its snapshot and then stalls the calling
+    // thread: a preemption between the runtime's catalog read and its name
+    // reservation, as any thread of a multi-threaded runtime can suffer.
+    let parent: Arc<dyn Agent> =
+        Arc::new(TappedAgent::new(lead.clone()).on_first_events(move || {
             let _ = entered.send(());
             // A runtime that serialised the read with the reservation would
             // block the other start here; the bound lets it go on then.
             let _ = resumed.recv_timeout(Duration::from_secs(5));
-        }))),
-    });
+        }));
     registry.publish(parent.clone()).unwrap();
 
     // The late start reads the catalog (empty) and is preempted.

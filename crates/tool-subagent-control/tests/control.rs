@@ -10,7 +10,6 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::any::Any;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -18,10 +17,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentError, AgentFactory, AgentOptions, AgentStatus, CallId, CancelCause, CancelOptions,
-    CancellationToken, ContentBlock, CreateAgent, Durability, Epoch, EventPayload, InboxArrival,
-    InboxTarget, Message, MessageId, MessageSource, ModelRequest, SessionEvent, SessionHeader,
-    SessionId, SessionStore, StopReason, Tool, ToolContext, UserMessage,
+    Agent, AgentFactory, AgentStatus, CallId, CancelCause, CancelOptions, CancellationToken,
+    ContentBlock, CreateAgent, Durability, EventPayload, Message, MessageSource, ModelRequest,
+    SessionHeader, SessionId, SessionStore, StopReason, Tool, ToolContext, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
@@ -32,9 +30,10 @@ use dsh_subagent::{
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::TappedAgent;
 use dsh_tool_subagent_control::{ControlTools, RuntimeBinding, report_target};
 use serde_json::{Value, json};
-use tokio::sync::{Semaphore, broadcast, watch};
+use tokio::sync::Semaphore;
 
 /// How long any single wait may take before the test fails instead of hanging.
 const BOUND: Duration = Duration::from_secs(30);
@@ -645,79 +644,14 @@ async fn interrupt_agent_authority_and_effect() {
 // wait
 // ---------------------------------------------------------------------------
 
-/// A wrapper around a live agent that says when `pending()` is called:
-/// `wait` calls it right after it subscribes to the inbox, so a test can
-/// deliver strictly after the subscription and exercise the arrival path.
-struct Observed {
-    inner: Arc<dyn Agent>,
-    checked: Arc<Semaphore>,
-}
-
-#[async_trait]
-impl Agent for Observed {
-    fn id(&self) -> &SessionId {
-        self.inner.id()
-    }
-    fn epoch(&self) -> Epoch {
-        self.inner.epoch()
-    }
-    fn header(&self) -> &SessionHeader {
-        self.inner.header()
-    }
-    fn options(&self) -> AgentOptions {
-        self.inner.options()
-    }
-    fn cwd(&self) -> PathBuf {
-        self.inner.cwd()
-    }
-    fn accepts_images(&self) -> bool {
-        self.inner.accepts_images()
-    }
-    fn status(&self) -> AgentStatus {
-        self.inner.status()
-    }
-    fn watch_status(&self) -> watch::Receiver<AgentStatus> {
-        self.inner.watch_status()
-    }
-    async fn send(
-        &self,
-        message: UserMessage,
-        target: InboxTarget,
-        wake: bool,
-    ) -> Result<MessageId, AgentError> {
-        self.inner.send(message, target, wake).await
-    }
-    fn cancel(&self, cause: CancelCause, options: CancelOptions) {
-        self.inner.cancel(cause, options);
-    }
-    async fn wait_idle(&self) {
-        self.inner.wait_idle().await;
-    }
-    fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival> {
-        self.inner.observe_inbox()
-    }
-    fn pending(&self) -> Vec<MessageId> {
-        let pending = self.inner.pending();
-        self.checked.add_permits(1);
-        pending
-    }
-    fn events(&self) -> Vec<SessionEvent> {
-        self.inner.events()
-    }
-    async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError> {
-        self.inner.record(kind, payload).await
-    }
-    fn as_any(&self) -> &dyn Any {
-        self
-    }
-}
-
+/// `agent` with a tap saying when `pending()` is called: `wait` calls it
+/// right after it subscribes to the inbox, so a test can deliver strictly
+/// after the subscription and exercise the arrival path.
 fn observed(agent: &Arc<dyn Agent>) -> (Arc<dyn Agent>, Arc<Semaphore>) {
     let checked = Arc::new(Semaphore::new(0));
-    let wrapper: Arc<dyn Agent> = Arc::new(Observed {
-        inner: agent.clone(),
-        checked: checked.clone(),
-    });
+    let tap = checked.clone();
+    let wrapper: Arc<dyn Agent> =
+        Arc::new(TappedAgent::new(agent.clone()).on_pending(move || tap.add_permits(1)));
     (wrapper, checked)
 }
 
