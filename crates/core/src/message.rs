@@ -52,6 +52,21 @@ impl MessageSource {
         }
     }
 
+    /// One line saying who wrote a user-role message the user did not, for
+    /// model clients whose wire format has no place for the source: a
+    /// relayed agent message names its sender's session, another kind its
+    /// tag. `None` for the user, and for a settlement notice, whose text
+    /// already says which child ended and how.
+    pub fn heading(&self) -> Option<String> {
+        match self {
+            Self::User | Self::SubagentSettled { .. } => None,
+            Self::AgentMessage { sender_session_id } => Some(format!(
+                "[message from the agent of session {sender_session_id}]"
+            )),
+            Self::Other { kind, .. } => Some(format!("[{kind}]")),
+        }
+    }
+
     /// The session id of the agent or child this message is attributed to, if any.
     pub fn sender(&self) -> Option<&SessionId> {
         match self {
@@ -267,6 +282,38 @@ pub enum Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_messages_the_user_did_not_write_get_a_heading() {
+        let sender = SessionId::new("child-1").unwrap();
+        let headings: Vec<Option<String>> = [
+            MessageSource::User,
+            MessageSource::AgentMessage {
+                sender_session_id: sender.clone(),
+            },
+            MessageSource::SubagentSettled {
+                summary: "child-1 completed".into(),
+                stop_reason: None,
+                sender_session_id: sender,
+            },
+            MessageSource::Other {
+                kind: "team-message".into(),
+                fields: Map::new(),
+            },
+        ]
+        .iter()
+        .map(MessageSource::heading)
+        .collect();
+        assert_eq!(
+            headings,
+            [
+                None,
+                Some("[message from the agent of session child-1]".to_owned()),
+                None,
+                Some("[team-message]".to_owned()),
+            ]
+        );
+    }
 
     #[test]
     fn sources_round_trip_including_unknown_kinds() {

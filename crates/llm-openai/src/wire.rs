@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use dsh_core::content::ContentBlock;
-use dsh_core::{Message, ModelRequest, ToolCall, ToolSpec};
+use dsh_core::{Message, MessageSource, ModelRequest, ToolCall, ToolSpec};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -136,19 +136,29 @@ fn image_part<'a>(media_type: &str, data: &str) -> Part<'a> {
 }
 
 /// User content: a string, or parts when there are images.
-fn user_content(content: &[ContentBlock]) -> WireContent<'_> {
+/// A user message's content, headed by who wrote it when that was not the
+/// user ([`MessageSource::heading`]): the wire has no field for the source.
+fn user_content<'a>(content: &'a [ContentBlock], source: &MessageSource) -> WireContent<'a> {
+    let heading = source.heading();
     if !content.iter().any(ContentBlock::is_image) {
-        return WireContent::Text(text_of(content));
+        let text = text_of(content);
+        return WireContent::Text(match heading {
+            Some(heading) => format!("{heading}{BLOCK_SEPARATOR}{text}"),
+            None => text,
+        });
     }
+    let heading = heading.map(|text| Part::Text {
+        text: Cow::Owned(text),
+    });
     WireContent::Parts(
-        content
-            .iter()
-            .map(|block| match block {
+        heading
+            .into_iter()
+            .chain(content.iter().map(|block| match block {
                 ContentBlock::Text { text } => Part::Text {
                     text: Cow::Borrowed(text),
                 },
                 ContentBlock::Image { media_type, data } => image_part(media_type, data),
-            })
+            }))
             .collect(),
     )
 }
@@ -208,8 +218,8 @@ fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
             });
         }
         match message {
-            Message::User { content, .. } => out.push(WireMessage::User {
-                content: user_content(content),
+            Message::User { content, source } => out.push(WireMessage::User {
+                content: user_content(content, source),
             }),
             Message::Assistant {
                 content,
