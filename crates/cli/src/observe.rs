@@ -430,6 +430,10 @@ impl Tool for Observed {
         self.inner.is_available()
     }
 
+    fn offered_to(&self, agent: &dyn dsh_core::Agent) -> bool {
+        self.inner.offered_to(agent)
+    }
+
     fn concurrency_safe(&self) -> bool {
         self.inner.concurrency_safe()
     }

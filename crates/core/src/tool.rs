@@ -91,6 +91,15 @@ pub trait Tool: Send + Sync + 'static {
         true
     }
 
+    /// Whether the tool is offered to `agent` at all: a tool meant only for
+    /// some agents (`report`, for children) returns `false` for the others,
+    /// and the loop then neither shows it to their model nor runs it for
+    /// them. Asked at every step, after [`Tool::is_available`].
+    fn offered_to(&self, agent: &dyn Agent) -> bool {
+        let _ = agent;
+        true
+    }
+
     /// Whether it may run at the same time as other safe tools of the same step.
     fn concurrency_safe(&self) -> bool {
         false

@@ -355,7 +355,7 @@ impl LoopAgent {
                 model: self.options.model.clone(),
                 system: self.system.clone(),
                 messages: state.transcript.clone(),
-                tools: self.tools.specs(),
+                tools: self.tools.specs(self),
                 max_output_tokens: self.options.max_output_tokens,
                 reasoning_effort: self.options.reasoning_effort.clone(),
             }

@@ -233,12 +233,13 @@ impl ScopedTools {
     }
 
     /// Model-visible specs (name, description, input schema), sorted by name:
-    /// the visible tools that are available now ([`Tool::is_available`]),
-    /// each with its current description.
-    pub fn specs(&self) -> Vec<ToolSpec> {
+    /// the visible tools that are available now ([`Tool::is_available`]) and
+    /// offered to `agent` ([`Tool::offered_to`]), each with its current
+    /// description.
+    pub fn specs(&self, agent: &dyn Agent) -> Vec<ToolSpec> {
         self.slots
             .values()
-            .filter(|slot| slot.offered())
+            .filter(|slot| slot.offered() && slot.entry.tool.offered_to(agent))
             .map(|slot| ToolSpec {
                 description: slot.entry.tool.description(),
                 ..slot.entry.spec.clone()
@@ -270,7 +271,8 @@ impl ScopedTools {
         agent: Arc<dyn Agent>,
         cancel: CancellationToken,
     ) -> ToolOutput {
-        self.run(call, self.prepare(call), agent, cancel).await
+        self.run(call, self.prepare(call, agent.as_ref()), agent, cancel)
+            .await
     }
 
     /// Run a step's calls; the results are in call order. Consecutive calls
@@ -287,7 +289,7 @@ impl ScopedTools {
         let mut results = Vec::with_capacity(calls.len());
         let mut batch = Vec::new();
         for call in calls {
-            let prepared = self.prepare(call);
+            let prepared = self.prepare(call, agent.as_ref());
             let safe = prepared
                 .as_ref()
                 .map_or(true, |entry| entry.tool.concurrency_safe());
@@ -304,7 +306,7 @@ impl ScopedTools {
     }
 
     /// The tool to execute for `call`, or the result that replaces executing it.
-    fn prepare(&self, call: &ToolCall) -> Result<Arc<Entry>, ToolOutput> {
+    fn prepare(&self, call: &ToolCall, agent: &dyn Agent) -> Result<Arc<Entry>, ToolOutput> {
         let name = &call.name;
         let Some(slot) = self.slots.get(name) else {
             let visible: Vec<&str> = self
@@ -331,6 +333,11 @@ impl ScopedTools {
         if !slot.entry.tool.is_available() {
             return Err(ToolOutput::error(format!(
                 "Tool `{name}` is not available right now."
+            )));
+        }
+        if !slot.entry.tool.offered_to(agent) {
+            return Err(ToolOutput::error(format!(
+                "Tool `{name}` is not available to this agent."
             )));
         }
         if let Err(err) = slot.entry.schema.validate(&call.input) {
@@ -658,7 +665,11 @@ mod tests {
     }
 
     fn names(scope: &ScopedTools) -> Vec<String> {
-        scope.specs().into_iter().map(|spec| spec.name).collect()
+        scope
+            .specs(StubAgent::shared().as_ref())
+            .into_iter()
+            .map(|spec| spec.name)
+            .collect()
     }
 
     fn set(names: &[&str]) -> BTreeSet<String> {
@@ -762,7 +773,7 @@ mod tests {
             );
         }
         assert_eq!(journal.runs_of("write") + journal.runs_of("grep"), 0);
-        let specs = scope.specs();
+        let specs = scope.specs(StubAgent::shared().as_ref());
         assert_eq!(specs[0].description, "The read tool.");
         assert_eq!(specs[0].input_schema, json!({"type": "object"}));
     }
@@ -1051,12 +1062,15 @@ mod tests {
         let scope =
             ScopedTools::compose(&registry([tool.clone() as Arc<dyn Tool>]), None, None, &[])
                 .unwrap();
-        assert_eq!(scope.specs()[0].description, "first wording");
+        assert_eq!(
+            scope.specs(StubAgent::shared().as_ref())[0].description,
+            "first wording"
+        );
         assert_eq!(text_of(&call(&scope, "flicker", json!({})).await), "ran");
 
         tool.available.store(false, Ordering::SeqCst);
         *tool.wording.lock().unwrap() = "second wording";
-        assert!(scope.specs().is_empty());
+        assert!(scope.specs(StubAgent::shared().as_ref()).is_empty());
         assert!(!scope.is_visible("flicker"));
         let refused = call(&scope, "flicker", json!({})).await;
         assert!(refused.is_error);
@@ -1066,7 +1080,68 @@ mod tests {
         );
 
         tool.available.store(true, Ordering::SeqCst);
-        assert_eq!(scope.specs()[0].description, "second wording");
+        assert_eq!(
+            scope.specs(StubAgent::shared().as_ref())[0].description,
+            "second wording"
+        );
         assert_eq!(text_of(&call(&scope, "flicker", json!({})).await), "ran");
+    }
+
+    /// A tool offered only to agents whose session has a parent.
+    struct ChildrenOnly;
+
+    #[async_trait]
+    impl Tool for ChildrenOnly {
+        fn name(&self) -> &str {
+            "children-only"
+        }
+        fn description(&self) -> String {
+            "for children".to_owned()
+        }
+        fn input_schema(&self) -> Value {
+            json!({"type": "object"})
+        }
+        fn offered_to(&self, agent: &dyn Agent) -> bool {
+            agent.header().parent_session.is_some()
+        }
+        async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+            Ok(ToolOutput::text("ran"))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_tool_not_offered_to_an_agent_is_neither_shown_nor_run_for_it() {
+        let scope = ScopedTools::compose(
+            &registry([Arc::new(ChildrenOnly) as Arc<dyn Tool>]),
+            None,
+            None,
+            &[],
+        )
+        .unwrap();
+        let root = StubAgent::shared();
+        assert!(scope.specs(root.as_ref()).is_empty());
+        let refused = call(&scope, "children-only", json!({})).await;
+        assert!(refused.is_error);
+        assert_eq!(
+            text_of(&refused),
+            "Tool `children-only` is not available to this agent."
+        );
+
+        let mut header = SessionHeader::new(SessionId::new("child").unwrap(), "/tmp");
+        header.parent_session = Some(SessionId::new("stub").unwrap());
+        let child: Arc<dyn Agent> = Arc::new(StubAgent {
+            header,
+            status: watch::channel(AgentStatus::Idle).0,
+            inbox: broadcast::channel(1).0,
+        });
+        assert_eq!(scope.specs(child.as_ref()).len(), 1);
+        let ran = scope
+            .call(
+                &tool_call("c1", "children-only", json!({})),
+                child,
+                CancellationToken::new(),
+            )
+            .await;
+        assert_eq!(text_of(&ran), "ran");
     }
 }

@@ -110,6 +110,12 @@ impl Tool for ReportTool {
         })
     }
 
+    fn offered_to(&self, agent: &dyn Agent) -> bool {
+        // Only children have a parent to report to; whether this child is
+        // continuable is checked when it calls (that needs a catalog read).
+        agent.header().parent_session.is_some()
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let ReportInput { message } = crate::parse(self.name(), input)?;
         let runtime = self.binding.runtime()?;
