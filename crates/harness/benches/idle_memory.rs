@@ -3,39 +3,19 @@
 //! the in-memory store's per-session entry is counted too, so the JSONL
 //! figure is the agent alone). Not a criterion bench: it prints bytes.
 
-#![allow(missing_docs, unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use dsh_core::{
     AgentFactory, CancellationToken, CreateAgent, Durability, SessionHeader, SessionId,
     SessionStore,
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, ScriptedModel, SystemPrompt};
-
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
+use dsh_test_support::alloc::{CountingAllocator, live_bytes};
 
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const AGENTS: usize = 10_000;
 
@@ -60,7 +40,7 @@ fn main() {
             .prompt(SystemPrompt::new().persona("You are a careful assistant."))
             .build()
             .unwrap();
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = live_bytes();
         let handles = runtime.block_on(async {
             let mut handles = Vec::with_capacity(AGENTS);
             for n in 0..AGENTS {
@@ -80,7 +60,7 @@ fn main() {
             }
             handles
         });
-        let after = LIVE.load(Ordering::Relaxed);
+        let after = live_bytes();
         let per_agent = (after - before) as f64 / AGENTS as f64;
         println!(
             "idle agents ({name}): {AGENTS} agents, {per_agent:.0} bytes each ({:.2} KiB)",

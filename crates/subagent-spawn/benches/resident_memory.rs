@@ -4,11 +4,9 @@
 //! in the parent and the parent's share of names. Prints bytes; not a
 //! criterion bench.
 
-#![allow(missing_docs, unsafe_code, clippy::unwrap_used, clippy::expect_used)]
+#![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
-use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicIsize, Ordering};
 
 use dsh_core::{
     AgentFactory, CancellationToken, ContentBlock, CreateAgent, SessionHeader, SessionId,
@@ -17,29 +15,11 @@ use dsh_core::{
 use dsh_harness::{Harness, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::{ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime};
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::alloc::{CountingAllocator, live_bytes};
 use tokio::sync::Semaphore;
 
-struct Counting;
-
-static LIVE: AtomicIsize = AtomicIsize::new(0);
-
-// SAFETY: forwards to the system allocator and only counts bytes.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: same layout contract as the caller's.
-        unsafe { System.alloc(layout) }
-    }
-
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        LIVE.fetch_sub(layout.size() as isize, Ordering::Relaxed);
-        // SAFETY: `ptr` came from `alloc` with this layout.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
 #[global_allocator]
-static ALLOCATOR: Counting = Counting;
+static ALLOCATOR: CountingAllocator = CountingAllocator;
 
 const CHILDREN: usize = 1_000;
 
@@ -76,7 +56,7 @@ fn main() {
             },
         );
         subagents.register(Arc::new(SpawnProvider::new())).unwrap();
-        let before = LIVE.load(Ordering::Relaxed);
+        let before = live_bytes();
         let mut activations = Vec::with_capacity(CHILDREN);
         for _ in 0..CHILDREN {
             activations.push(
@@ -98,7 +78,7 @@ fn main() {
         for _ in 0..100 {
             tokio::task::yield_now().await;
         }
-        let after = LIVE.load(Ordering::Relaxed);
+        let after = live_bytes();
         let per_child = (after - before) as f64 / CHILDREN as f64;
         println!(
             "resident children: {CHILDREN} live activations, {per_child:.0} bytes each ({:.2} KiB), \

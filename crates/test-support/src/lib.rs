@@ -1,8 +1,11 @@
-//! Test doubles shared by the workspace's test suites, so that no suite
-//! carries its own copy: today a forwarding agent with taps, which lets a
+//! Test doubles shared by the workspace's test suites and benches, so that
+//! none carries its own copy: a forwarding agent with taps, which lets a
 //! test see (or stall) the moment the code under test reads an agent's
-//! pending inbox or its events. Used only as a dev-dependency; it must never
-//! become a dependency of a library crate.
+//! pending inbox or its events, and a counting allocator for the memory
+//! benches. Used only as a dev-dependency; it must never become a
+//! dependency of a library crate.
+
+pub mod alloc;
 
 use std::any::Any;
 use std::path::PathBuf;
