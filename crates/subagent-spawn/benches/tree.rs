@@ -204,6 +204,19 @@ fn turn_events(turn: u64, first_seq: u64) -> Vec<SessionEvent> {
         .collect()
 }
 
+/// Resume the child `id` from its log.
+async fn resume_child(world: &World, id: &SessionId) -> AgentHandle {
+    world
+        .harness
+        .resume(ResumeAgent {
+            id: id.clone(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        })
+        .await
+        .unwrap()
+}
+
 fn resume(c: &mut Criterion) {
     let rt = tokio_runtime();
     let world = rt.block_on(make_world());
@@ -230,15 +243,7 @@ fn resume(c: &mut Criterion) {
     let bytes = std::fs::metadata(world.store.log_path(&id)).unwrap().len();
     // Checked once, outside the timing: `events()` copies the whole log.
     rt.block_on(async {
-        let handle = world
-            .harness
-            .resume(ResumeAgent {
-                id: id.clone(),
-                setup: Default::default(),
-                cancel: CancellationToken::new(),
-            })
-            .await
-            .unwrap();
+        let handle = resume_child(&world, &id).await;
         assert_eq!(handle.agent().events().len() as u64, EVENTS);
         handle.dispose().await;
     });
@@ -250,15 +255,7 @@ fn resume(c: &mut Criterion) {
     group.bench_function("100k-events", |b| {
         b.iter(|| {
             rt.block_on(async {
-                let handle = world
-                    .harness
-                    .resume(ResumeAgent {
-                        id: id.clone(),
-                        setup: Default::default(),
-                        cancel: CancellationToken::new(),
-                    })
-                    .await
-                    .unwrap();
+                let handle = resume_child(&world, &id).await;
                 handle.dispose().await;
             });
         });
@@ -271,15 +268,7 @@ fn resume(c: &mut Criterion) {
                 let mut spent = Duration::ZERO;
                 for _ in 0..iters {
                     let start = Instant::now();
-                    let handle = world
-                        .harness
-                        .resume(ResumeAgent {
-                            id: id.clone(),
-                            setup: Default::default(),
-                            cancel: CancellationToken::new(),
-                        })
-                        .await
-                        .unwrap();
+                    let handle = resume_child(&world, &id).await;
                     spent += start.elapsed();
                     handle.dispose().await;
                 }

@@ -209,20 +209,22 @@ impl SubagentTool {
     }
 
     /// The provider, when it is registered and can honour the configuration.
+    /// Asked at every step, so it stays quiet; a call explains the refusal.
     fn provider(&self) -> Option<Arc<dyn SubagentProvider>> {
         let provider = self.runtime.get(&self.config.provider)?;
-        match check_capabilities(&self.config, provider.as_ref()) {
-            Ok(()) => Some(provider),
-            Err(err) => {
-                tracing::warn!(tool = %self.config.tool_name, "subagent tool unavailable: {err}");
-                None
-            }
-        }
+        check_capabilities(&self.config, provider.as_ref())
+            .is_ok()
+            .then_some(provider)
     }
 
     /// Start the child and, in the foreground, wait for its result.
     async fn run(&self, args: Args, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let Some(provider) = self.provider() else {
+            if let Some(provider) = self.runtime.get(&self.config.provider)
+                && let Err(err) = check_capabilities(&self.config, provider.as_ref())
+            {
+                tracing::warn!(tool = %self.config.tool_name, "subagent tool unavailable: {err}");
+            }
             return Ok(ToolOutput::error(format!(
                 "The `{}` provider is not available right now, so no subagent was started. Do the task yourself or try again later.",
                 self.config.provider
