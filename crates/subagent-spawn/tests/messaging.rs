@@ -30,6 +30,26 @@ struct Tree {
     agents: HashMap<&'static str, Arc<dyn Agent>>,
 }
 
+impl Tree {
+    /// A model-authored message from `sender` to `target`, as `send_message`
+    /// delivers it under a token nobody cancels.
+    async fn send(
+        &self,
+        sender: &Arc<dyn Agent>,
+        target: &SessionId,
+        text: impl Into<String>,
+    ) -> Result<dsh_core::MessageId, dsh_subagent::SubagentError> {
+        self.runtime
+            .send_message(
+                sender,
+                target,
+                vec![ContentBlock::text(text)],
+                &CancellationToken::new(),
+            )
+            .await
+    }
+}
+
 fn sid(text: &str) -> SessionId {
     SessionId::new(text).unwrap()
 }
@@ -213,13 +233,7 @@ async fn messaging_matrix() {
         }
     }
     // A grandparent is a member too.
-    tree.runtime
-        .send_message(
-            &tree.agents["lead"],
-            &sid("s-a1x"),
-            vec![ContentBlock::text("deep")],
-            &cancel,
-        )
+    tree.send(&tree.agents["lead"], &sid("s-a1x"), "deep")
         .await
         .unwrap();
     let got: Vec<String> = relayed(&tree.agents["a1"])
@@ -249,11 +263,7 @@ async fn messaging_matrix() {
 
     // A stale reference is refused, though its session is live again.
     let stale = stale(&tree).await;
-    let err = tree
-        .runtime
-        .send_message(&stale, &target, vec![ContentBlock::text("stale")], &cancel)
-        .await
-        .unwrap_err();
+    let err = tree.send(&stale, &target, "stale").await.unwrap_err();
     assert_eq!(err.code(), "NOT_LIVE");
     tree.gate.add_permits(100);
 }
@@ -518,17 +528,7 @@ async fn drain_stops_the_selected_tree_and_closes_admission() {
         .await
         .unwrap_err();
     assert_eq!(refused.code(), "DRAINING");
-    let cancel = CancellationToken::new();
-    let refused = tree
-        .runtime
-        .send_message(
-            &lead,
-            &sid("s-a"),
-            vec![ContentBlock::text("late")],
-            &cancel,
-        )
-        .await
-        .unwrap_err();
+    let refused = tree.send(&lead, &sid("s-a"), "late").await.unwrap_err();
     assert_eq!(refused.code(), "DRAINING");
     // The drained children told their creators without waking them.
     for event in lead.events() {
@@ -746,16 +746,7 @@ async fn resume_refusals_are_distinct() {
     let mut lines: Vec<&str> = text.lines().collect();
     lines[2] = "{not json";
     std::fs::write(&path, lines.join("\n") + "\n").unwrap();
-    let err = tree
-        .runtime
-        .send_message(
-            &lead,
-            &sid("s-b1"),
-            vec![ContentBlock::text("hello")],
-            &cancel,
-        )
-        .await
-        .unwrap_err();
+    let err = tree.send(&lead, &sid("s-b1"), "hello").await.unwrap_err();
     assert_eq!(err.code(), "NOT_RESUMABLE", "{err}");
     assert!(err.to_string().contains("Do not retry"), "{err}");
 
