@@ -48,7 +48,7 @@ async fn b40_b41_an_agent_ignoring_cancel_eof_and_sigterm_is_killed_with_its_gra
     )
     .await;
     // The agent and its `sleep` grandchild, one process group.
-    let running = world.processes();
+    let running = world.processes_once(2).await;
     assert_eq!(running.len(), 2, "{running:?}");
     assert!(running.iter().all(|p| p.pgrp == running[0].pgrp));
 

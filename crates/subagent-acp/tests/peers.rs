@@ -133,7 +133,7 @@ async fn b41_an_agent_killed_mid_turn_settles_error_naming_the_signal() {
         matches!(event.update, ProgressUpdate::Message { .. })
     })
     .await;
-    let agents = world.processes();
+    let agents = world.processes_once(1).await;
     assert_eq!(agents.len(), 1, "{agents:?}");
     rustix::process::kill_process(
         rustix::process::Pid::from_raw(agents[0].pid).unwrap(),

@@ -211,6 +211,19 @@ impl World {
         marked_processes(&self.mark)
     }
 
+    /// The processes this world started, once there are `count` of them:
+    /// a process caught mid-`exec` can be missing from one scan of `/proc`.
+    pub async fn processes_once(&self, count: usize) -> Vec<ProcStat> {
+        let started = Instant::now();
+        loop {
+            let running = self.processes();
+            if running.len() == count || started.elapsed() >= Duration::from_secs(10) {
+                return running;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
     /// Fail if any process this world started is still alive: checked
     /// once, without waiting, because dispose and a failed start return
     /// only when the whole tree is gone.
