@@ -62,9 +62,13 @@ pub enum StoreError {
     /// A log with this id already exists.
     #[error("session `{0}` already exists")]
     Exists(SessionId),
-    /// Another writer holds the log.
-    #[error("session `{0}` is open for writing elsewhere")]
+    /// A writer in this process holds the log (or is creating or removing it).
+    #[error("session `{0}` is open for writing in this process")]
     Busy(SessionId),
+    /// Another process (or another open file of this one, outside the
+    /// store's own bookkeeping) holds the log's lock.
+    #[error("session `{0}` is locked by another process")]
+    Locked(SessionId),
     /// A line that is not the torn last one could not be read.
     #[error("{}:{line}: corrupt session log: {message}", path.display())]
     Corrupt {
@@ -103,6 +107,7 @@ impl StoreError {
             Self::NotFound(_) => "SESSION_NOT_FOUND",
             Self::Exists(_) => "SESSION_EXISTS",
             Self::Busy(_) => "SESSION_BUSY",
+            Self::Locked(_) => "SESSION_LOCKED",
             Self::Corrupt { .. } => "SESSION_CORRUPT",
             Self::OutOfSequence { .. } => "OUT_OF_SEQUENCE",
             Self::Io { .. } => "STORE_IO",
@@ -127,6 +132,17 @@ pub trait SessionLog: Send + Sync {
     /// # Errors
     /// An I/O failure.
     async fn checkpoint(&self) -> Result<(), StoreError>;
+
+    /// Release the log: wait until no operation of this handle is still in
+    /// flight anywhere (a detached fsync included), then let go of the
+    /// writer lock. Afterwards every append and checkpoint fails, and the
+    /// store may open the log again at once. Idempotent. The default does
+    /// nothing, for stores whose handle holds nothing beyond itself.
+    ///
+    /// # Cancel safety
+    /// Dropping the future leaves the log closed for appends; the lock is
+    /// then released when the last in-flight operation ends.
+    async fn close(&self) {}
 }
 
 /// Where session logs live.
@@ -147,7 +163,8 @@ pub trait SessionStore: Send + Sync + 'static {
     /// in [`LoadedSession::torn_tail`]).
     ///
     /// # Errors
-    /// [`StoreError::NotFound`], [`StoreError::Busy`], [`StoreError::Corrupt`], or I/O.
+    /// [`StoreError::NotFound`], [`StoreError::Busy`], [`StoreError::Locked`],
+    /// [`StoreError::Corrupt`], or I/O.
     async fn open(
         &self,
         id: &SessionId,
@@ -194,6 +211,6 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Delete a log that no writer holds.
     ///
     /// # Errors
-    /// [`StoreError::NotFound`], [`StoreError::Busy`], or I/O.
+    /// [`StoreError::NotFound`], [`StoreError::Busy`], [`StoreError::Locked`], or I/O.
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError>;
 }

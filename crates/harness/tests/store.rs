@@ -335,15 +335,15 @@ async fn two_jsonl_stores_on_one_directory_exclude_each_other() {
     let second = JsonlStore::new(dir.path(), Durability::None).unwrap();
     let log = first.create(&header("a"), &events(0, 1)).await.unwrap();
     let err = second.open(&sid("a")).await.err().unwrap();
-    assert!(matches!(err, StoreError::Busy(_)), "{err:?}");
+    assert!(matches!(err, StoreError::Locked(_)), "{err:?}");
     let err = second.remove(&sid("a")).await.err().unwrap();
-    assert!(matches!(err, StoreError::Busy(_)), "{err:?}");
+    assert!(matches!(err, StoreError::Locked(_)), "{err:?}");
     assert_eq!(second.load(&sid("a")).await.unwrap().events.len(), 1);
     drop(log);
     let (loaded, log) = second.open(&sid("a")).await.unwrap();
     assert_eq!(loaded.events.len(), 1);
     let err = first.open(&sid("a")).await.err().unwrap();
-    assert!(matches!(err, StoreError::Busy(_)), "{err:?}");
+    assert!(matches!(err, StoreError::Locked(_)), "{err:?}");
     drop(log);
     first.open(&sid("a")).await.unwrap();
 }

@@ -404,7 +404,7 @@ impl SubagentRuntime {
             Err(dsh_core::AgentError::Cancelled) => Err(SubagentError::Cancelled),
             Err(
                 err @ (dsh_core::AgentError::AlreadyLive(_)
-                | dsh_core::AgentError::Store(StoreError::Busy(_))),
+                | dsh_core::AgentError::Store(StoreError::Busy(_) | StoreError::Locked(_))),
             ) => Err(SubagentError::Agent(err)),
             Err(err) => Err(SubagentError::NotResumable {
                 id: target.clone(),

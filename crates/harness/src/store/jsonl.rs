@@ -402,7 +402,7 @@ where
 fn try_lock(file: &File, id: &SessionId, path: &Path) -> Result<(), StoreError> {
     match file.try_lock() {
         Ok(()) => Ok(()),
-        Err(TryLockError::WouldBlock) => Err(StoreError::Busy(id.clone())),
+        Err(TryLockError::WouldBlock) => Err(StoreError::Locked(id.clone())),
         Err(TryLockError::Error(source)) => Err(io_error(path, source)),
     }
 }
