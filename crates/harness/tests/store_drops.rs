@@ -206,8 +206,7 @@ fn a_dropped_open_holds_the_id_until_its_work_ends() {
     let rt = one_blocking_thread();
     let other = elsewhere();
     let (_dir, store) = store(Durability::TurnBoundary);
-    let log = rt.block_on(store.create(&header("a"), &[turn(0)])).unwrap();
-    rt.block_on(log.close());
+    drop(rt.block_on(store.create(&header("a"), &[turn(0)])).unwrap());
     let blocker = occupy(&rt);
     let id = sid("a");
     let mut open = store.open(&id).boxed();
