@@ -586,3 +586,89 @@ pub(super) fn open_log(
         len,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use dsh_core::session::{EventPayload, TurnStart};
+
+    use super::*;
+
+    fn shared(dir: &Path) -> Arc<Shared> {
+        Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            durability: Durability::EveryEvent,
+            writers: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn log_over(file: File, shared: &Arc<Shared>, path: &Path, len: u64) -> JsonlLog {
+        let id = SessionId::new("a").unwrap();
+        let slot = WriterSlot::claim(shared, &id).unwrap();
+        let held = Held {
+            file: LockedFile::try_new(file).unwrap(),
+            slot,
+        };
+        JsonlLog::new(held, path.to_path_buf(), Durability::EveryEvent, 0, len)
+    }
+
+    fn turn(seq: u64) -> SessionEvent {
+        SessionEvent {
+            seq,
+            time: seq,
+            payload: EventPayload::TurnStart(TurnStart { turn: seq }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_poisons_the_handle_and_says_the_cut_failed_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = shared(dir.path());
+        // fsync and truncate both fail on /dev/null (EINVAL).
+        let file = OpenOptions::new().write(true).open("/dev/null").unwrap();
+        let log = log_over(file, &shared, Path::new("/dev/null"), 0);
+        let err = log.append(&[turn(0)]).await.unwrap_err();
+        let StoreError::Io { source, .. } = &err else {
+            panic!("expected an I/O error, got {err:?}");
+        };
+        assert_eq!(source.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("also failed"), "{err}");
+        // Poisoned: the same error, and nothing more is written.
+        assert_eq!(
+            log.append(&[turn(0)]).await.unwrap_err().to_string(),
+            err.to_string()
+        );
+        assert_eq!(
+            log.checkpoint().await.unwrap_err().to_string(),
+            err.to_string()
+        );
+        log.close().await;
+        assert!(shared.writers().is_empty());
+    }
+
+    #[test]
+    fn a_sync_whose_batch_a_concurrent_failure_cut_fails_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let shared = shared(dir.path());
+        let log = log_over(file, &shared, &path, 0);
+        let held = log.log.state().held.clone().unwrap();
+        // Another append's failed sync cut the file back to 10 bytes and
+        // poisoned the handle; this batch, bytes 10..20, is gone with it.
+        {
+            let mut state = log.log.state();
+            state.len = 10;
+            state.poisoned = Some(StoreError::Closed(SessionId::new("a").unwrap()));
+        }
+        assert!(log.log.sync(&held, Some((10, 20))).is_err());
+        // A batch that ended before the cut is intact.
+        assert!(log.log.sync(&held, Some((0, 10))).is_ok());
+    }
+}
