@@ -122,8 +122,8 @@ impl JsonlStore {
 impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: a dropped create leaves no log. If the detached work has
-    /// already published it, it withdraws it while still holding it; the id
-    /// is `Busy` until then.
+    /// already published it, it withdraws it while still holding it; until
+    /// then an open of the id is `Busy` and a create `Exists`.
     async fn create(
         &self,
         header: &SessionHeader,
