@@ -54,8 +54,8 @@ async fn a_turn_appends_every_model_visible_fact() {
         [
             "inbox/accepted",
             "turn/start",
-            "inbox/claimed",
             "user/message",
+            "inbox/claimed",
             "step/start",
             "assistant/message",
             "usage",
