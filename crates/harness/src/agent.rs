@@ -274,7 +274,9 @@ impl LoopAgent {
         let mut guard = self.log.lock().await;
         if let Some(log) = guard.as_ref() {
             // Errors are kept in `broken`, which `fault` reports.
-            let _ = self.write_and_apply(log.as_ref(), Vec::new(), |_, _| ()).await;
+            let _ = self
+                .write_and_apply(log.as_ref(), Vec::new(), |_, _| ())
+                .await;
         }
         let log = guard.take();
         drop(guard);
@@ -494,7 +496,9 @@ impl LoopAgent {
             EventPayload::TurnEnd(TurnEnd {
                 turn,
                 stop_reason: StopReason::ERROR,
-                diagnostic: Some(format!("the session log could not be written: {diagnostic}")),
+                diagnostic: Some(format!(
+                    "the session log could not be written: {diagnostic}"
+                )),
             }),
         );
         state.turn_cancel = None;

@@ -176,7 +176,11 @@ async fn run_case(durability: Durability, which: Call, op: Op, point: Point) {
             .unwrap();
         bounded(until(|| world.model.requests().len() == 1)).await;
         agent
-            .send(UserMessage::user_text("queued"), InboxTarget::NextTurn, false)
+            .send(
+                UserMessage::user_text("queued"),
+                InboxTarget::NextTurn,
+                false,
+            )
             .await
             .unwrap();
     }
@@ -241,7 +245,11 @@ async fn check(world: &World, what: &str) {
         "{what}"
     );
     let stored = world.store.inner().load(&id).await.unwrap();
-    assert_eq!(stored.events, agent.events(), "{what}: memory and log differ");
+    assert_eq!(
+        stored.events,
+        agent.events(),
+        "{what}: memory and log differ"
+    );
     let loop_agent = agent.as_any().downcast_ref::<LoopAgent>().unwrap();
     bounded(loop_agent.dispose()).await;
     assert!(

@@ -158,7 +158,11 @@ pub fn every_line_parses(path: &std::path::Path) {
         serde_json::from_str::<Value>(line)
             .unwrap_or_else(|err| panic!("{}:{}: {err}: {line}", path.display(), n + 1));
     }
-    assert!(text.is_empty() || text.ends_with('\n'), "{}: a torn last line", path.display());
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "{}: a torn last line",
+        path.display()
+    );
 }
 
 /// Every tool call has exactly one result, after it and before the turn's
