@@ -6,38 +6,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "test code")]
 
+mod store_support;
+
 use std::io;
 use std::sync::Arc;
 
-use dsh_core::session::{EventPayload, SessionEvent, SessionHeader, TurnStart};
-use dsh_core::{Durability, SessionId, SessionStore, StoreError};
+use dsh_core::{Durability, SessionStore};
 use dsh_harness::store::{JsonlStore, MemoryStore};
 use dsh_test_support::store::{Fault, FaultStore, GatedStore, Op, Point};
 use dsh_test_support::wait::{bounded, until};
 use futures::FutureExt;
 
-fn sid(id: &str) -> SessionId {
-    SessionId::new(id).unwrap()
-}
-
-fn header(id: &str) -> SessionHeader {
-    SessionHeader::new(sid(id), "/work/project")
-}
-
-fn turn(seq: u64) -> SessionEvent {
-    SessionEvent {
-        seq,
-        time: seq,
-        payload: EventPayload::TurnStart(TurnStart { turn: seq }),
-    }
-}
-
-fn io_source(err: &StoreError) -> &io::Error {
-    match err {
-        StoreError::Io { source, .. } => source,
-        other => panic!("expected an I/O error, got {other:?}"),
-    }
-}
+use store_support::{header, io_source, sid, turn};
 
 #[tokio::test]
 async fn a_fault_fails_exactly_the_kth_call_with_the_os_error() {
