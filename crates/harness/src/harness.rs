@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use dsh_core::projection::{PendingInboxProjection, TranscriptProjection, replay};
+use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::session::{ToolResultEntry, TurnEnd, completed_turn_prefix};
 use dsh_core::{
     AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, CallId,
@@ -343,11 +343,9 @@ impl AgentFactory for Harness {
             return Err(AgentError::AlreadyLive(header.id));
         }
         let log = self.shared.store.create(&header, &seed).await?;
-        let transcript = replay(&TranscriptProjection, &header, &seed);
         let restored = Restored {
             turns: count_turns(&seed),
             pending: Vec::new(),
-            transcript,
             events: seed,
         };
         let id = header.id.clone();
@@ -399,7 +397,6 @@ impl AgentFactory for Harness {
                 own_events(&header, &events),
             )
             .into_items(),
-            transcript: replay(&TranscriptProjection, &header, &events),
             events,
         };
         let agent = LoopAgent::new(self.shared.clone(), header, composed, log, restored);

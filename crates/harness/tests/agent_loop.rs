@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::{
-    AgentError, AgentFactory, AgentOptions, AgentStatus, CancelCause, CancelOptions,
-    CancellationToken, Composition, ContentBlock, EventPayload, InboxTarget, Message,
-    MessageSource, ModelError, ModelErrorKind, Preset, PresetCatalog, RegistryEvent, ResumeAgent,
-    SessionStore, StopReason, ToolRestriction, UserMessage,
+    AgentError, AgentFactory, AgentOptions, AgentStatus, CancelCause, CancelOptions, Composition,
+    ContentBlock, EventPayload, InboxTarget, Message, MessageSource, ModelError, ModelErrorKind,
+    Preset, PresetCatalog, RegistryEvent, SessionStore, StopReason, ToolRestriction, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel, SystemPrompt};
 use serde_json::json;

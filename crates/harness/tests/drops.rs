@@ -302,8 +302,7 @@ async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
     let world = world(Durability::EveryEvent);
     let agent = create(&world.harness, "a").await.agent().clone();
     let gate = world.store.gate(Op::Append, Point::After);
-    let send = agent.send(UserMessage::user_text("one"), InboxTarget::NextTurn, false);
-    tokio::pin!(send);
+    let mut send = agent.send(UserMessage::user_text("one"), InboxTarget::NextTurn, false);
     bounded(async {
         tokio::select! {
             _ = &mut send => panic!("the send passed the gate"),
