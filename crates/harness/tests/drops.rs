@@ -23,7 +23,6 @@ use dsh_core::{
 };
 use dsh_harness::{Harness, JsonlStore, LoopAgent, Scripted, ScriptedModel};
 use dsh_test_support::store::{GatedStore, Op, Point};
-use dsh_test_support::wait::{bounded, until};
 use serde_json::json;
 use support::*;
 

@@ -19,7 +19,6 @@ use dsh_core::{
     ToolContext, ToolError, ToolOutput, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, LoopAgent, MemoryStore, Scripted, ScriptedModel};
-use dsh_test_support::wait::{bounded, until};
 use serde_json::{Value, json};
 use support::*;
 use tokio::sync::Semaphore;
