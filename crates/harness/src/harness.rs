@@ -291,6 +291,11 @@ impl Harness {
     }
 
     /// Dispose every live agent this harness published and wait for every task.
+    ///
+    /// # Cancel safety
+    /// Each disposal, once begun, finishes on the tracker (see
+    /// [`LoopAgent::dispose`]); dropped between two of them, the agents not
+    /// reached yet stay live and the tracker stays open. Call it again.
     pub async fn shutdown(&self) {
         for reference in self.shared.registry.list() {
             if let Some(agent) = self.shared.registry.resolve(&reference)
