@@ -19,7 +19,7 @@ use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::session::{StepStart, TurnStart, UserEntry};
 use dsh_core::{
     Agent, AgentFactory, CallId, CancelCause, CancelOptions, ContentBlock, Durability,
-    EventPayload, InboxTarget, SessionEvent, SessionHeader, SessionStore, ToolCall, UserMessage,
+    EventPayload, InboxTarget, SessionHeader, SessionStore, ToolCall, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, LoopAgent, Scripted, ScriptedModel};
 use dsh_test_support::store::{GatedStore, Op, Point};
@@ -105,15 +105,7 @@ async fn write_open_turn(store: &Store) {
             input: json!({}),
         }),
     ];
-    let events: Vec<SessionEvent> = payloads
-        .into_iter()
-        .enumerate()
-        .map(|(seq, payload)| SessionEvent {
-            seq: seq as u64,
-            time: 0,
-            payload,
-        })
-        .collect();
+    let events = numbered(payloads);
     let log = store.inner().create(&header, &events).await.unwrap();
     log.close().await;
 }

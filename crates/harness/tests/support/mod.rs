@@ -133,6 +133,30 @@ pub async fn settle(agent: &Arc<dyn Agent>) {
     bounded(agent.wait_idle()).await;
 }
 
+/// Send `text` as a follow-up, wait (bounded) until the agent is idle, and
+/// return its log.
+pub async fn turn(agent: &Arc<dyn Agent>, text: &str) -> Vec<SessionEvent> {
+    agent
+        .followup(dsh_core::UserMessage::user_text(text))
+        .await
+        .unwrap();
+    bounded(agent.wait_idle()).await;
+    agent.events()
+}
+
+/// Events carrying `payloads`, seqs from 0.
+pub fn numbered(payloads: Vec<EventPayload>) -> Vec<SessionEvent> {
+    payloads
+        .into_iter()
+        .enumerate()
+        .map(|(seq, payload)| SessionEvent {
+            seq: seq as u64,
+            time: 0,
+            payload,
+        })
+        .collect()
+}
+
 /// Every line of the JSONL file at `path` is a whole JSON value.
 pub fn every_line_parses(path: &std::path::Path) {
     let text = std::fs::read_to_string(path).unwrap();
