@@ -105,6 +105,9 @@ impl Agent for TappedAgent {
     async fn wait_idle(&self) {
         self.inner.wait_idle().await;
     }
+    fn fault(&self) -> Option<AgentError> {
+        self.inner.fault()
+    }
     fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival> {
         self.inner.observe_inbox()
     }
