@@ -3,8 +3,11 @@
 //! default (an embedded scripted demo); `--model openai:<model>` drives an
 //! OpenAI-compatible API.
 //!
-//! This file parses the command line and maps every failure to one line on
-//! stderr and an exit code; the commands live in their own modules. The
+//! This file parses the command line, installs the diagnostics subscriber
+//! (`-v` or `RUST_LOG`: tracing's warnings and errors on stderr; silent by
+//! default, because every failure already reaches stderr as the command's
+//! own one line), and maps every failure to one line on stderr and an exit
+//! code; the commands live in their own modules. The
 //! command wires the harness, the runtime, the providers and the tools
 //! together; it must never reach an agent except through the runtime and
 //! the core traits, never write to a session directory it was only asked to
@@ -24,8 +27,10 @@ mod run;
 mod send;
 mod sessions;
 mod show;
+mod signals;
 mod transcript;
 mod world;
+mod writes;
 
 use error::CliError;
 
@@ -40,6 +45,11 @@ const DEFAULT_DIR: &str = "./.dsh/sessions";
     about = "A lead agent that delegates to subagents: run it, list its tree, message and read its agents."
 )]
 struct Cli {
+    /// Print the agents' diagnostics on stderr: `-v` warnings and errors,
+    /// `-vv` also progress, `-vvv` debugging detail. `RUST_LOG` (a
+    /// `target=level,...` list) overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -94,10 +104,16 @@ enum Command {
         )]
         acp_args: Vec<String>,
     },
-    /// List the persisted agent trees: names, labels, modes, diagnostics.
+    /// List the persisted agent trees: names, labels, modes, diagnostics;
+    /// logs that cannot be read; and orphans, child logs that no catalog
+    /// names (left by a crash between creating a child and recording it).
     Agents {
         #[command(flatten)]
         dir: DirArg,
+        /// Remove the orphans' logs (a log that another process is still
+        /// writing is kept). Nothing else is changed.
+        #[arg(long)]
+        prune_orphans: bool,
     },
     /// Send a message to a child as the user and print its reply.
     Send {
@@ -124,7 +140,7 @@ enum Command {
 }
 
 /// One line of text, whatever the error's text holds.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -143,6 +159,45 @@ fn quiet_panics() {
             .unwrap_or_default();
         eprintln!("dsh: internal error{place}: {}", one_line(&message));
     }));
+}
+
+/// Install the tracing subscriber when asked for: `RUST_LOG` when set (a
+/// `target=level,...` list), else `-v`'s level; nothing otherwise. Output
+/// goes to stderr, one plain line per event.
+fn diagnostics(verbose: u8) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let from_env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|spec| !spec.trim().is_empty());
+    let filter = match from_env {
+        Some(spec) => match spec.parse::<Targets>() {
+            Ok(filter) => filter,
+            Err(err) => {
+                eprintln!("dsh: warning: ignoring RUST_LOG `{spec}`: {err}");
+                return;
+            }
+        },
+        None => {
+            let level = match verbose {
+                0 => return,
+                1 => LevelFilter::WARN,
+                2 => LevelFilter::INFO,
+                _ => LevelFilter::DEBUG,
+            };
+            Targets::new().with_default(level)
+        }
+    };
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .without_time();
+    // Another subscriber already installed (never, in `dsh`) keeps its place.
+    let _ = tracing_subscriber::registry()
+        .with(layer)
+        .with(filter)
+        .try_init();
 }
 
 fn main() -> ExitCode {
@@ -172,6 +227,7 @@ fn main() -> ExitCode {
         }
     };
     quiet_panics();
+    diagnostics(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -215,7 +271,13 @@ async fn execute(command: Command) -> Result<(), CliError> {
             })
             .await
         }
-        Command::Agents { dir } => agents::agents(&dir.dir).await,
+        Command::Agents { dir, prune_orphans } => {
+            agents::agents(agents::AgentsArgs {
+                dir: &dir.dir,
+                prune_orphans,
+            })
+            .await
+        }
         Command::Send {
             name,
             message,

@@ -1,10 +1,15 @@
 //! `dsh run`: create a lead agent with the delegation and control tools,
 //! give it the prompt, show the tree while it works, and return only when
 //! the whole tree is done (B33: the lead idle, then the runtime's tree work
-//! joined, then the lead checked again, until nothing progresses). Ctrl-C
-//! interrupts the lead, drains its tree and exits. Every check that can
-//! refuse the run (the model, its address, the directory) runs before the
-//! first session is written.
+//! joined, then the lead checked again, until nothing progresses). Ctrl-C,
+//! SIGTERM or SIGHUP interrupts the lead, drains its tree and exits with
+//! `128 + n`. A write that fails anywhere in the tree (a full disk, a
+//! medium error) stops the tree the same way and exits non-zero naming the
+//! OS error (B56): the run never waits for a turn that cannot be recorded,
+//! and never reports success after a failed write. Every check that can
+//! refuse the run (the model, its address) runs before the first session is
+//! written; other logs of the directory are never needed, so a foreign or
+//! unreadable file there is only warned about (B57).
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -17,17 +22,25 @@ use dsh_core::{
 };
 use dsh_harness::JsonlStore;
 use dsh_subagent_acp::AcpConfig;
+use tokio::time::timeout;
 
 use crate::demo::{DEMO_PROMPT, Demo};
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
 use crate::observe::{Mode, Reporter, compact};
 use crate::sessions;
+use crate::signals::Signals;
 use crate::transcript;
 use crate::world::World;
+use crate::writes::{Watched, WriteFaults};
 
 /// How often the live view refreshes from the agents' logs.
 const TICK: Duration = Duration::from_millis(100);
+
+/// How long stopping a tree (after a signal or a failed write) and shutting
+/// the world down may take before `dsh` exits anyway: a bound on teardown,
+/// so that an agent that does not stop cannot keep the command alive.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// What `dsh run` was asked.
 #[derive(Debug)]
@@ -54,13 +67,18 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         }
         ModelChoice::OpenAi { model } => (model::openai(model).await?, None),
     };
+    let mut signals = Signals::install()?;
     if args.dir.exists() {
-        // Refuse to add sessions to a directory that cannot be read back.
+        // A new lead needs none of the other logs: a bad one is only named.
         let store = sessions::existing_store(&args.dir)?;
-        sessions::headers(store.as_ref()).await?;
+        sessions::scan(&args.dir, store.as_ref()).await?.warn();
     }
     let cwd = std::env::current_dir()?;
-    let store = Arc::new(JsonlStore::new(&args.dir, Durability::TurnBoundary)?);
+    let faults = WriteFaults::new();
+    let store = Watched::wrap(
+        Arc::new(JsonlStore::new(&args.dir, Durability::TurnBoundary)?),
+        &faults,
+    );
     let mode = if std::io::stdout().is_terminal() {
         Mode::Live
     } else {
@@ -112,25 +130,82 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         Ok(_) => {
             tokio::select! {
                 outcome = settle(&world, &lead, &reporter) => outcome,
-                _ = tokio::signal::ctrl_c() => {
+                err = faults.failed() => {
+                    stop(&world, &lead, Some(&*reporter)).await;
+                    Err(CliError::WriteFailed(err))
+                }
+                signal = signals.recv() => {
                     reporter.line("interrupted: stopping the tree");
-                    lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
-                    if let Err(err) = world.runtime.drain_descendants(std::slice::from_ref(&lead)).await {
-                        reporter.line(&format!("while stopping: {}", compact(&err.to_string(), 200)));
-                    }
-                    lead.wait_idle().await;
-                    Err(CliError::Interrupted)
+                    stop(&world, &lead, Some(&*reporter)).await;
+                    Err(CliError::Interrupted(signal))
                 }
             }
         }
+    };
+    // A failed write wins over whatever the tree made of it.
+    let outcome = match (outcome, faults.first()) {
+        (Err(CliError::Interrupted(signal)), _) => Err(CliError::Interrupted(signal)),
+        (_, Some(err)) => Err(CliError::WriteFailed(err)),
+        (outcome, None) => outcome,
     };
     ticking.cancel();
     reporter.tick();
     if mode == Mode::Plain && outcome.is_ok() {
         summary(&world, &lead, &reporter).await;
     }
-    world.shutdown().await;
+    shutdown(&world, Some(&*reporter)).await;
     outcome
+}
+
+/// Say `line`: through the reporter in a run, on stderr otherwise.
+fn say(reporter: Option<&Reporter>, line: &str) {
+    match reporter {
+        Some(reporter) => reporter.line(line),
+        None => eprintln!("dsh: {line}"),
+    }
+}
+
+/// Interrupt the lead and drain its tree, within [`STOP_GRACE`].
+pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Reporter>) {
+    lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
+    let stopping = async {
+        if let Err(err) = world
+            .runtime
+            .drain_descendants(std::slice::from_ref(lead))
+            .await
+        {
+            say(
+                reporter,
+                &format!(
+                    "while stopping: {}",
+                    compact(&crate::error::person(&err), 200)
+                ),
+            );
+        }
+        lead.wait_idle().await;
+    };
+    if timeout(STOP_GRACE, stopping).await.is_err() {
+        say(
+            reporter,
+            &format!(
+                "the tree did not stop within {} s; exiting anyway",
+                STOP_GRACE.as_secs()
+            ),
+        );
+    }
+}
+
+/// Shut the world down, within [`STOP_GRACE`].
+pub async fn shutdown(world: &World, reporter: Option<&Reporter>) {
+    if timeout(STOP_GRACE, world.shutdown()).await.is_err() {
+        say(
+            reporter,
+            &format!(
+                "the agents did not shut down within {} s; exiting anyway",
+                STOP_GRACE.as_secs()
+            ),
+        );
+    }
 }
 
 /// Wait until the tree is done (B33), printing each of the lead's answers
@@ -208,8 +283,15 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
             "  ".repeat(row.depth as usize),
             sessions::display_name(&row)
         );
-        let (stop, tokens, tools) = match world.store.load(&row.entry.child_id).await {
-            Ok(log) => {
+        // An external child's transcript is kept by its agent program.
+        let loaded = if row.entry.mode == dsh_subagent::ChildMode::EXTERNAL {
+            None
+        } else {
+            Some(world.store.load(&row.entry.child_id).await)
+        };
+        let (stop, tokens, tools) = match loaded {
+            None => ("external".to_owned(), (0, 0), String::new()),
+            Some(Ok(log)) => {
                 let own = log
                     .events
                     .get(usize::try_from(log.header.seed_len).unwrap_or(usize::MAX)..)
@@ -222,7 +304,7 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
                     transcript::tool_calls(own),
                 )
             }
-            Err(err) => (format!("unreadable: {}", err.code()), (0, 0), String::new()),
+            Some(Err(err)) => (format!("unreadable: {}", err.code()), (0, 0), String::new()),
         };
         rows.push((name, row.entry.provider.clone(), stop, tokens, tools));
     }

@@ -5,7 +5,7 @@
 
 use dsh_core::content::joined_text;
 use dsh_core::session::TurnEnd;
-use dsh_core::{EventPayload, MessageSource, SessionEvent, SessionId, StopReason};
+use dsh_core::{EventPayload, MessageId, MessageSource, SessionEvent, SessionId, StopReason};
 
 /// Token totals of a log (every `usage` event).
 pub fn tokens(events: &[SessionEvent]) -> (u64, u64) {
@@ -70,6 +70,30 @@ pub fn finished_turns(events: &[SessionEvent]) -> Vec<FinishedTurn> {
         }
     }
     turns
+}
+
+/// The finished turn that claimed message `id` (the turn whose start or a
+/// later step took it from the inbox), with its answer; `None` when no
+/// recorded turn claimed it, or that turn has not ended in `events`.
+pub fn turn_claiming(events: &[SessionEvent], id: &MessageId) -> Option<FinishedTurn> {
+    let claimed = events.iter().position(|event| {
+        matches!(&event.payload, EventPayload::InboxClaimed(ids) if ids.message_ids.contains(id))
+    })?;
+    let start = events[..claimed]
+        .iter()
+        .rposition(|event| matches!(event.payload, EventPayload::TurnStart(_)))?;
+    let end = claimed
+        + events[claimed..]
+            .iter()
+            .position(|event| matches!(event.payload, EventPayload::TurnEnd(_)))?;
+    let EventPayload::TurnEnd(turn_end) = &events[end].payload else {
+        return None;
+    };
+    let output = dsh_subagent::result::final_output(&events[start..end]);
+    Some(FinishedTurn {
+        end: turn_end.clone(),
+        answer: joined_text(&output),
+    })
 }
 
 /// Who a user-role message is from, for the transcript.

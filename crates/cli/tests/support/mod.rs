@@ -1,0 +1,162 @@
+//! What every `dsh` process test shares: a scratch directory with the
+//! sessions under `sessions/`, the real binary run in it with the model
+//! variables cleared, the checks of a clean refusal, and snapshots that
+//! redact session ids, the scratch path and token counts.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// A scratch directory with the sessions under `sessions/`.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn sessions(&self) -> PathBuf {
+        self.dir.path().join("sessions")
+    }
+
+    /// Run `dsh args...` in the scratch directory with `--dir` set (for the
+    /// subcommands that take it) and only `env` of the model variables.
+    pub fn dsh(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        command
+            .current_dir(self.dir.path())
+            .args(args)
+            .arg("--dir")
+            .arg(self.sessions());
+        for var in ["DSH_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "COLUMNS"] {
+            command.env_remove(var);
+        }
+        for (var, value) in env {
+            command.env(var, value);
+        }
+        command.output().unwrap()
+    }
+
+    /// Run the offline demo once; it must succeed.
+    pub fn demo(&self) -> String {
+        let output = self.dsh(&["run"], &[]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert_eq!(text(&output.stderr), "");
+        text(&output.stdout)
+    }
+
+    /// Every file under the session directory with its bytes (a symlink
+    /// with its target).
+    pub fn listing(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                let kind = std::fs::symlink_metadata(&path).unwrap().file_type();
+                if kind.is_symlink() {
+                    // A link is its target, never followed.
+                    let target = std::fs::read_link(&path).unwrap();
+                    files.insert(path.clone(), target.into_os_string().into_encoded_bytes());
+                } else if kind.is_dir() {
+                    walk(&path, files);
+                } else {
+                    files.insert(path.clone(), std::fs::read(&path).unwrap());
+                }
+            }
+        }
+        let mut files = BTreeMap::new();
+        walk(&self.sessions(), &mut files);
+        files
+    }
+
+    /// The session id of the child named `name` in the latest tree.
+    pub fn child_id(&self, name: &str) -> String {
+        let agents = text(&self.dsh(&["agents"], &[]).stdout);
+        let line = agents
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {agents}"));
+        line.split_whitespace().nth(3).unwrap().to_owned()
+    }
+
+    /// How many `user/message` events written by the user a log holds.
+    pub fn user_messages(&self, id: &str) -> usize {
+        let log = std::fs::read_to_string(self.sessions().join(format!("{id}.jsonl"))).unwrap();
+        log.lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .filter(|event| {
+                event["type"] == "user/message"
+                    && event["payload"]["message"]["source"]["kind"] == "user"
+            })
+            .count()
+    }
+
+    /// Run `dsh args...` and check it is refused cleanly: a non-zero
+    /// `code`, one line on stderr (returned), no panic, nothing on stdout,
+    /// and the session directory unchanged.
+    pub fn refused(&self, args: &[&str], env: &[(&str, &str)], code: i32) -> String {
+        let before = self.listing();
+        let output = self.dsh(args, env);
+        let after = self.listing();
+        let stderr = text(&output.stderr);
+        assert_eq!(
+            output.status.code(),
+            Some(code),
+            "dsh {args:?}: stderr {stderr:?}"
+        );
+        assert_eq!(stderr.lines().count(), 1, "dsh {args:?}: {stderr:?}");
+        assert!(
+            stderr.ends_with('\n') && stderr.starts_with("dsh: "),
+            "{stderr:?}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(text(&output.stdout), "", "dsh {args:?} printed to stdout");
+        assert!(
+            before == after,
+            "dsh {args:?} changed the session directory"
+        );
+        stderr
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// The snapshot settings of a scratch: session ids, the scratch path and
+/// token counts redacted.
+pub fn redacted(scratch: &Scratch) -> insta::Settings {
+    let path = regex_escape(&scratch.dir.path().display().to_string());
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(&path, "[scratch]");
+    settings.add_filter(r"s-[0-9a-f]{32}", "[id]");
+    settings.add_filter(r"tokens \d+/\d+", "tokens [in]/[out]");
+    settings
+}
+
+/// Snapshot `value` under `name` with [`redacted`] settings, named after
+/// the calling test file.
+macro_rules! snapshot {
+    ($scratch:expr, $name:expr, $value:expr) => {
+        support::redacted($scratch).bind(|| insta::assert_snapshot!($name, $value))
+    };
+}
+
+pub fn regex_escape(text: &str) -> String {
+    let mut escaped = String::new();
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
