@@ -208,3 +208,74 @@ pub fn render(
 pub fn failed(reason: &StopReason) -> bool {
     reason == &StopReason::ERROR || reason == &StopReason::REFUSAL
 }
+
+#[cfg(test)]
+mod tests {
+    use dsh_core::ContentBlock;
+    use dsh_core::session::{AssistantEntry, InboxIds, TurnStart};
+
+    use super::*;
+
+    fn log(payloads: Vec<EventPayload>) -> Vec<SessionEvent> {
+        payloads
+            .into_iter()
+            .enumerate()
+            .map(|(seq, payload)| SessionEvent {
+                seq: seq as u64 + 1,
+                time: 0,
+                payload,
+            })
+            .collect()
+    }
+
+    fn turn(turn: u64, claims: &[&MessageId], answer: &str) -> Vec<EventPayload> {
+        vec![
+            EventPayload::TurnStart(TurnStart { turn }),
+            EventPayload::InboxClaimed(InboxIds {
+                message_ids: claims.iter().map(|id| (*id).clone()).collect(),
+            }),
+            EventPayload::AssistantMessage(AssistantEntry {
+                content: vec![ContentBlock::text(answer)],
+            }),
+            EventPayload::TurnEnd(TurnEnd {
+                turn,
+                stop_reason: StopReason::COMPLETED,
+                diagnostic: None,
+            }),
+        ]
+    }
+
+    /// The reply to a message is the turn that claimed it, never the last
+    /// turn of the log (B56: a turn that could not be recorded must not
+    /// leave the previous answer to be printed as the reply).
+    #[test]
+    fn the_reply_is_the_turn_that_claimed_the_message() {
+        let (old, mine, other) = (
+            MessageId::generate(),
+            MessageId::generate(),
+            MessageId::generate(),
+        );
+        let mut payloads = turn(0, &[&old], "the old answer");
+        let events = log(payloads.clone());
+        assert!(turn_claiming(&events, &mine).is_none());
+        assert_eq!(
+            turn_claiming(&events, &old).map(|t| t.answer).as_deref(),
+            Some("the old answer")
+        );
+        // Claimed, but the turn has not ended: no reply yet.
+        payloads.extend(turn(1, &[&mine], "mine").into_iter().take(3));
+        let events = log(payloads.clone());
+        assert!(turn_claiming(&events, &mine).is_none());
+        payloads.push(EventPayload::TurnEnd(TurnEnd {
+            turn: 1,
+            stop_reason: StopReason::COMPLETED,
+            diagnostic: None,
+        }));
+        payloads.extend(turn(2, &[&other], "a later answer"));
+        let events = log(payloads);
+        assert_eq!(
+            turn_claiming(&events, &mine).map(|t| t.answer).as_deref(),
+            Some("mine")
+        );
+    }
+}

@@ -5,9 +5,47 @@
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod model;
+
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any one `dsh` process may run before the test fails as a hang.
+pub const BOUND: Duration = Duration::from_secs(120);
+
+/// Wait for `child` (spawned with piped stdout and stderr) to exit within
+/// `bound`, collecting its output; on timeout, kill it and fail the test.
+pub fn wait_bounded(mut child: Child, bound: Duration, what: &str) -> Output {
+    let pipe = |mut reader: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = reader.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = pipe(Box::new(child.stdout.take().unwrap()));
+    let stderr = pipe(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + bound;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            panic!("{what} did not exit within {bound:?}: a hang");
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    }
+}
 
 /// A scratch directory with the sessions under `sessions/`.
 pub struct Scratch {
@@ -28,6 +66,22 @@ impl Scratch {
     /// Run `dsh args...` in the scratch directory with `--dir` set (for the
     /// subcommands that take it) and only `env` of the model variables.
     pub fn dsh(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let child = self.spawn(args, env);
+        wait_bounded(child, BOUND, &format!("dsh {args:?}"))
+    }
+
+    /// Start `dsh args...` as [`Scratch::dsh`] does, with piped output.
+    pub fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
+        self.command(args, env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The command [`Scratch::dsh`] runs.
+    pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
         command
             .current_dir(self.dir.path())
@@ -40,7 +94,7 @@ impl Scratch {
         for (var, value) in env {
             command.env(var, value);
         }
-        command.output().unwrap()
+        command
     }
 
     /// Run the offline demo once; it must succeed.
@@ -159,4 +213,52 @@ pub fn regex_escape(text: &str) -> String {
         escaped.push(c);
     }
     escaped
+}
+
+/// A tmpfs of a fixed size mounted for one test (tests run as root here),
+/// unmounted on drop. Declare it after the [`Scratch`] it lives in, so it
+/// is unmounted before the scratch directory is removed.
+pub struct Tmpfs {
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mount a tmpfs of `size` (`mount`'s syntax, `16k`) at `path`
+    /// (created); the reason when this machine cannot.
+    pub fn mount(path: &Path, size: &str) -> Result<Self, String> {
+        std::fs::create_dir_all(path).map_err(|err| err.to_string())?;
+        let output = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .output()
+            .map_err(|err| format!("cannot run mount: {err}"))?;
+        if output.status.success() {
+            Ok(Self {
+                path: path.to_path_buf(),
+            })
+        } else {
+            Err(text(&output.stderr).trim().to_owned())
+        }
+    }
+
+    /// Fill the file system: write `filler` until the disk refuses.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.path.join("filler")).unwrap();
+        let block = vec![0u8; 1024];
+        loop {
+            match file.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(err) if err.raw_os_error() == Some(28) => break,
+                Err(err) => panic!("filling the tmpfs: {err}"),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
 }
