@@ -198,6 +198,7 @@ pub fn redacted(scratch: &Scratch) -> insta::Settings {
 
 /// Snapshot `value` under `name` with [`redacted`] settings, named after
 /// the calling test file.
+#[allow(unused_macros)]
 macro_rules! snapshot {
     ($scratch:expr, $name:expr, $value:expr) => {
         support::redacted($scratch).bind(|| insta::assert_snapshot!($name, $value))
