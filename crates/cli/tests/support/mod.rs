@@ -18,7 +18,13 @@ pub const BOUND: Duration = Duration::from_secs(120);
 
 /// Wait for `child` (spawned with piped stdout and stderr) to exit within
 /// `bound`, collecting its output; on timeout, kill it and fail the test.
-pub fn wait_bounded(mut child: Child, bound: Duration, what: &str) -> Output {
+pub fn wait_bounded(child: Child, bound: Duration, what: &str) -> Output {
+    within(child, bound).unwrap_or_else(|_| panic!("{what} did not exit within {bound:?}: a hang"))
+}
+
+/// Wait for `child` as [`wait_bounded`] does; on timeout, kill it and
+/// return what it printed as the error.
+pub fn within(mut child: Child, bound: Duration) -> Result<Output, Output> {
     let pipe = |mut reader: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
@@ -29,22 +35,24 @@ pub fn wait_bounded(mut child: Child, bound: Duration, what: &str) -> Output {
     let stdout = pipe(Box::new(child.stdout.take().unwrap()));
     let stderr = pipe(Box::new(child.stderr.take().unwrap()));
     let deadline = Instant::now() + bound;
+    let mut hung = false;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
         if Instant::now() > deadline {
             let _ = child.kill();
-            let _ = child.wait();
-            panic!("{what} did not exit within {bound:?}: a hang");
+            hung = true;
+            break child.wait().unwrap();
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    Output {
+    let output = Output {
         status,
         stdout: stdout.join().unwrap(),
         stderr: stderr.join().unwrap(),
-    }
+    };
+    if hung { Err(output) } else { Ok(output) }
 }
 
 /// A scratch directory with the sessions under `sessions/`.

@@ -1,0 +1,402 @@
+//! The process-level kill test (issue 13): the real `dsh run` of the
+//! offline demo (a lead delegating to a spawn child and a fork child, a
+//! message by name, two settlement notices) SIGKILLed at 50 random points
+//! chosen from a printed seed (`DSH_KILL_SEED=<n>` replays a run), most
+//! over one session directory that accumulates what every kill left, some
+//! over a fresh one. After each kill:
+//! - no process of the run is left behind;
+//! - every complete line of every log parses (only an unterminated last
+//!   line, a torn tail that the next open cuts, may not);
+//! - `dsh agents` succeeds and lists every tree (every root log);
+//! - a `dsh send` to a cold child of the killed tree answers within a bound;
+//! - after that resume, every tool call of the resumed logs has a result,
+//!   and every child of the tree whose turn ended has a settlement notice
+//!   in the root's log (B54: a notice lost to the kill is delivered once
+//!   the tree is live again);
+//! - no hidden temporary file is left once the store has opened.
+//!
+//! Every wait is bounded, so a hang fails the test instead of blocking it.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{BOUND, Scratch, text, wait_bounded, within};
+
+/// How many kills.
+const KILLS: usize = 50;
+/// How long a reply to a cold child may take.
+const SEND_BOUND: Duration = Duration::from_secs(20);
+/// How long the whole test may take.
+const TOTAL_BOUND: Duration = Duration::from_secs(600);
+/// After this many sends that did not answer, later kills skip the send
+/// (each costs [`SEND_BOUND`]); the failures are reported all the same.
+const MAX_HUNG_SENDS: usize = 3;
+
+/// One log as it is on disk.
+struct Log {
+    id: String,
+    header: Value,
+    events: Vec<Value>,
+}
+
+/// Every log of `dir`; fails on a complete line that does not parse.
+fn logs(dir: &Path) -> Vec<Log> {
+    let mut logs = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return logs;
+    };
+    for entry in entries {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(id) = name.strip_suffix(".jsonl") else {
+            continue;
+        };
+        if id.starts_with('.') {
+            continue;
+        }
+        let bytes = std::fs::read(&path).unwrap();
+        let complete = bytes.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+        let mut lines = bytes[..complete]
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .enumerate()
+            .map(|(index, line)| {
+                serde_json::from_slice::<Value>(line).unwrap_or_else(|err| {
+                    panic!(
+                        "{}:{}: a complete line does not parse: {err}",
+                        path.display(),
+                        index + 1
+                    )
+                })
+            });
+        // A file whose header line is torn holds no session yet.
+        let Some(header) = lines.next() else {
+            continue;
+        };
+        logs.push(Log {
+            id: id.to_owned(),
+            header,
+            events: lines.collect(),
+        });
+    }
+    logs
+}
+
+fn is_root(log: &Log) -> bool {
+    log.header.get("parent_session").is_none_or(Value::is_null)
+}
+
+/// Live processes whose command line mentions `needle`.
+fn processes(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let name = entry.file_name().to_string_lossy().into_owned();
+        if !name.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let cmdline = std::fs::read(format!("/proc/{name}/cmdline")).unwrap_or_default();
+        let state = std::fs::read_to_string(format!("/proc/{name}/stat")).unwrap_or_default();
+        let zombie = state
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !zombie && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(format!("{name}: {}", String::from_utf8_lossy(&cmdline)));
+        }
+    }
+    found
+}
+
+/// The first continuable child of `root`'s tree in a listing, with its name.
+fn cold_child(agents: &str, root: &str) -> Option<String> {
+    let header = format!("tree {root}");
+    agents
+        .lines()
+        .skip_while(|line| !line.starts_with(&header))
+        .skip(1)
+        .take_while(|line| !line.is_empty() && !line.starts_with("tree "))
+        .map(|line| line.split_whitespace().collect::<Vec<_>>())
+        .find(|row| {
+            row.len() >= 4 && row[2] == "continuable" && !row.iter().any(|w| w.starts_with('('))
+        })
+        .map(|row| row[0].to_owned())
+}
+
+/// Every `tool/call` of `log` without a `tool/result`.
+fn unanswered(log: &Log) -> Vec<String> {
+    let mut calls = Vec::new();
+    let mut answered = HashSet::new();
+    for event in &log.events {
+        let call = event["payload"]["call_id"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        match event["type"].as_str() {
+            Some("tool/call") => calls.push(call),
+            Some("tool/result") => {
+                answered.insert(call);
+            }
+            _ => {}
+        }
+    }
+    calls.retain(|call| !answered.contains(call));
+    calls
+}
+
+/// The children of `root` (by catalog) whose own log has a finished turn
+/// and that have no settlement notice in `root`'s log.
+fn unnoticed(root: &Log, all: &HashMap<String, &Log>) -> Vec<String> {
+    let children: Vec<String> = root
+        .events
+        .iter()
+        .filter(|e| e["type"] == "subagent/child")
+        .filter_map(|e| e["payload"]["child_id"].as_str().map(str::to_owned))
+        .collect();
+    let noticed: HashSet<&str> = root
+        .events
+        .iter()
+        .filter(|e| e["type"] == "inbox/accepted")
+        .map(|e| &e["payload"]["message"]["source"])
+        .filter(|source| source["kind"] == "subagent-settled")
+        .filter_map(|source| source["sender_session_id"].as_str())
+        .collect();
+    children
+        .into_iter()
+        .filter(|child| {
+            all.get(child).is_some_and(|log| {
+                let seed = log.header["seed_len"].as_u64().unwrap_or(0) as usize;
+                log.events
+                    .iter()
+                    .skip(seed)
+                    .any(|e| e["type"] == "turn/end")
+            })
+        })
+        .filter(|child| !noticed.contains(child.as_str()))
+        .collect()
+}
+
+/// Hidden files (a crash's temporaries) in `dir`.
+fn hidden(dir: &Path) -> Vec<PathBuf> {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .is_some_and(|n| n.to_string_lossy().starts_with('.'))
+                })
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// How long a whole demo run takes, and how long until its first log
+/// appears: kills are drawn between the two.
+fn calibrate() -> (Duration, Duration) {
+    let scratch = Scratch::new();
+    let started = Instant::now();
+    let mut child = scratch.spawn(&["run"], &[]);
+    let mut first = None;
+    loop {
+        if first.is_none() && !logs(&scratch.sessions()).is_empty() {
+            first = Some(started.elapsed());
+        }
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        assert!(started.elapsed() < BOUND, "the demo did not finish");
+        std::thread::sleep(Duration::from_micros(200));
+    }
+    let whole = started.elapsed();
+    (first.unwrap_or(whole / 2).min(whole), whole)
+}
+
+#[test]
+fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
+    let seed = std::env::var("DSH_KILL_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    println!("kill test seed: {seed} (DSH_KILL_SEED={seed} replays it)");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let started = Instant::now();
+    let (first_write, whole) = calibrate();
+    println!("a whole demo run takes {whole:?}, its first log appears after {first_write:?}");
+    let low = first_write.mul_f64(0.8);
+    let span = whole.saturating_sub(low).max(Duration::from_millis(1));
+
+    let shared = Scratch::new();
+    let mut fresh = None;
+    let (mut sends, mut finished, mut unwritten, mut hung_sends) = (0, 0, 0, 0);
+    let mut failures: Vec<String> = Vec::new();
+    let mut temporaries: HashSet<PathBuf> = HashSet::new();
+    let mut reported: HashSet<PathBuf> = HashSet::new();
+    for kill in 0..KILLS {
+        assert!(
+            started.elapsed() < TOTAL_BOUND,
+            "the kill test took longer than {TOTAL_BOUND:?}"
+        );
+        // Every fifth kill over a fresh directory.
+        let scratch = if kill % 5 == 4 {
+            fresh.insert(Scratch::new())
+        } else {
+            &shared
+        };
+        let dir = scratch.sessions();
+        let earlier: HashSet<String> = logs(&dir)
+            .into_iter()
+            .filter(is_root)
+            .map(|log| log.id)
+            .collect();
+        let delay = low + span.mul_f64(rng.f64());
+        let mut child = scratch.spawn(&["run"], &[]);
+        std::thread::sleep(delay);
+        if child.try_wait().unwrap().is_some() {
+            finished += 1;
+        } else {
+            child.kill().unwrap();
+        }
+        let _ = wait_bounded(child, BOUND, "the killed dsh run");
+        let at = format!("kill {kill} after {delay:?}");
+
+        // Nothing of the run survives it.
+        let needle = dir.display().to_string();
+        let deadline = Instant::now() + BOUND;
+        while !processes(&needle).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "{at}: left behind: {:?}",
+                processes(&needle)
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
+
+        // Every complete line parses (checked by `logs`).
+        let before = logs(&dir);
+        let roots: Vec<&Log> = before.iter().filter(|log| is_root(log)).collect();
+        for path in hidden(&dir) {
+            temporaries.insert(path);
+        }
+        let agents = scratch.dsh(&["agents"], &[]);
+        let listing = text(&agents.stdout);
+        if roots.is_empty() {
+            // Killed before the lead's header was written.
+            unwritten += 1;
+            continue;
+        }
+        assert!(
+            agents.status.success(),
+            "{at}: dsh agents: {}",
+            text(&agents.stderr)
+        );
+        for root in &roots {
+            assert!(
+                listing.contains(&format!("tree {}", root.id)),
+                "{at}: {} not listed:\n{listing}",
+                root.id
+            );
+        }
+
+        // The killed tree, if the kill left one.
+        let Some(newest) = roots.iter().find(|log| !earlier.contains(&log.id)) else {
+            unwritten += 1;
+            continue;
+        };
+        let Some(name) = cold_child(&listing, &newest.id) else {
+            continue;
+        };
+        if hung_sends >= MAX_HUNG_SENDS {
+            continue;
+        }
+        sends += 1;
+        let send = within(
+            scratch.spawn(
+                &["send", &name, "Are you still there?", "--root", &newest.id],
+                &[],
+            ),
+            SEND_BOUND,
+        );
+        let hung = send.is_err();
+        let send = send.unwrap_or_else(|output| output);
+        let reply = text(&send.stdout);
+        if hung {
+            hung_sends += 1;
+            failures.push(format!(
+                "{at}: dsh send {name} did not answer within {SEND_BOUND:?}"
+            ));
+        } else if !send.status.success() || !reply.starts_with(&format!("{name}: ")) {
+            failures.push(format!(
+                "{at}: dsh send {name} (exit {:?}): {}{}",
+                send.status.code(),
+                reply.trim(),
+                text(&send.stderr).trim()
+            ));
+        }
+        let after = logs(&dir);
+        let by_id: HashMap<String, &Log> = after.iter().map(|log| (log.id.clone(), log)).collect();
+        let root = by_id[&newest.id];
+        let child_id = listing
+            .lines()
+            .find(|line| line.split_whitespace().next() == Some(&name))
+            .and_then(|line| line.split_whitespace().nth(3))
+            .unwrap_or_default()
+            .to_owned();
+        for log in [Some(root), by_id.get(&child_id).copied()]
+            .into_iter()
+            .flatten()
+        {
+            let open = unanswered(log);
+            if !open.is_empty() {
+                failures.push(format!(
+                    "{at}: {} has tool calls without a result after resume: {open:?}",
+                    log.id
+                ));
+            }
+        }
+        let lost = unnoticed(root, &by_id);
+        if !lost.is_empty() {
+            failures.push(format!(
+                "{at}: children without a settlement notice in {}: {lost:?}",
+                root.id
+            ));
+        }
+        // The sends opened the store: a crash's temporaries must be gone.
+        // Each file is reported once, at the first kill it outlived.
+        let left: Vec<PathBuf> = hidden(&dir)
+            .into_iter()
+            .filter(|path| reported.insert(path.clone()))
+            .collect();
+        if !left.is_empty() {
+            failures.push(format!(
+                "{at}: {} temporary files left after the store opened: {left:?}",
+                left.len()
+            ));
+        }
+    }
+    if hung_sends >= MAX_HUNG_SENDS {
+        failures.push(format!(
+            "later sends skipped after {hung_sends} did not answer"
+        ));
+    }
+    println!(
+        "{KILLS} kills in {:?}: {finished} runs finished first, {unwritten} left no new tree, {sends} sends to a cold child, {} temporary files seen after kills",
+        started.elapsed(),
+        temporaries.len()
+    );
+    assert!(
+        sends >= KILLS / 5,
+        "too few kills left a child to message ({sends})"
+    );
+    assert!(
+        failures.is_empty(),
+        "{} failures:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
