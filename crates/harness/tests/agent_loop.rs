@@ -31,14 +31,6 @@ fn text_of(message: &Message) -> String {
     }
 }
 
-fn resume_spec(name: &str) -> ResumeAgent {
-    ResumeAgent {
-        id: id(name),
-        setup: Default::default(),
-        cancel: CancellationToken::new(),
-    }
-}
-
 #[tokio::test]
 async fn a_turn_appends_every_model_visible_fact() {
     let model = Arc::new(ScriptedModel::with_responses([Scripted::Text(
@@ -54,8 +46,8 @@ async fn a_turn_appends_every_model_visible_fact() {
         [
             "inbox/accepted",
             "turn/start",
-            "inbox/claimed",
             "user/message",
+            "inbox/claimed",
             "step/start",
             "assistant/message",
             "usage",

@@ -8,8 +8,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentHandle, CancellationToken, CreateAgent, EventPayload, SessionEvent, SessionHeader,
-    SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
+    Agent, AgentHandle, CallId, CancellationToken, CreateAgent, EventPayload, Message,
+    ModelRequest, ResumeAgent, SessionEvent, SessionHeader, SessionId, SessionStore, Tool,
+    ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, ScriptedModel};
 use serde_json::{Value, json};
@@ -89,6 +90,14 @@ pub fn create_spec(name: &str) -> CreateAgent {
     }
 }
 
+pub fn resume_spec(name: &str) -> ResumeAgent {
+    ResumeAgent {
+        id: id(name),
+        setup: Default::default(),
+        cancel: CancellationToken::new(),
+    }
+}
+
 pub async fn create(harness: &Harness, name: &str) -> AgentHandle {
     use dsh_core::AgentFactory;
     harness.create(create_spec(name)).await.unwrap()
@@ -127,4 +136,52 @@ pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
         tokio::task::yield_now().await;
     }
     panic!("timed out waiting until {what}");
+}
+
+/// The text of the last user message of a request ("" without one).
+pub fn last_user_text(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find_map(|message| match message {
+            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// Every line of the JSONL file at `path` is a whole JSON value.
+pub fn every_line_parses(path: &std::path::Path) {
+    let text = std::fs::read_to_string(path).unwrap();
+    for (n, line) in text.lines().enumerate() {
+        serde_json::from_str::<Value>(line)
+            .unwrap_or_else(|err| panic!("{}:{}: {err}: {line}", path.display(), n + 1));
+    }
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "{}: a torn last line",
+        path.display()
+    );
+}
+
+/// Every tool call has exactly one result, after it and before the turn's
+/// end (B53): what every model API requires of a transcript.
+pub fn assert_every_call_answered(events: &[SessionEvent], what: &str) {
+    let mut open: Vec<&CallId> = Vec::new();
+    for event in events {
+        match &event.payload {
+            EventPayload::ToolCall(call) => open.push(&call.call_id),
+            EventPayload::ToolResult(result) => {
+                let before = open.len();
+                open.retain(|id| **id != result.call_id);
+                assert_eq!(before, open.len() + 1, "{what}: a result without its call");
+            }
+            EventPayload::TurnEnd(_) | EventPayload::UserMessage(_) => {
+                assert!(open.is_empty(), "{what}: calls left unanswered: {open:?}");
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "{what}: calls left unanswered: {open:?}");
 }
