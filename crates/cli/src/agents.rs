@@ -63,7 +63,7 @@ pub struct AgentsArgs<'a> {
 pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
     let dir = args.dir;
     let store = sessions::existing_store(dir)?;
-    let scan = sessions::scan(dir, store.as_ref()).await?;
+    let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let roots = scan.roots();
     let orphans = sessions::orphans(&scan, store.as_ref()).await;
@@ -131,10 +131,15 @@ pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
         if !out.is_empty() {
             out.push('\n');
         }
-        out.push_str("unreadable logs (no listed tree names them)\n");
+        out.push_str("logs that cannot be read (no listed tree names them)\n");
         for log in stray {
+            let kind = match &log.error {
+                StoreError::Corrupt { .. } | StoreError::OutOfSequence { .. } => "corrupt",
+                StoreError::UnsupportedFormat { .. } => "unsupported",
+                _ => "unavailable",
+            };
             out.push_str(&format!(
-                "  {}  (unavailable: {})\n",
+                "  {}  ({kind}: {})\n",
                 log.id,
                 crate::one_line(&log.error.to_string())
             ));

@@ -199,6 +199,7 @@ impl From<AgentError> for CliError {
     fn from(err: AgentError) -> Self {
         match err {
             AgentError::Store(err) => err.into(),
+            AgentError::LogFailed(err) => Self::WriteFailed(err),
             err => Self::Agent(err),
         }
     }

@@ -71,7 +71,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     if args.dir.exists() {
         // A new lead needs none of the other logs: a bad one is only named.
         let store = sessions::existing_store(&args.dir)?;
-        sessions::scan(&args.dir, store.as_ref()).await?.warn();
+        sessions::scan(store.as_ref()).await?.warn();
     }
     let cwd = std::env::current_dir()?;
     let faults = WriteFaults::new();
@@ -215,6 +215,10 @@ async fn settle(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) -> Re
     loop {
         lead.wait_idle().await;
         printed = print_answers(lead, reporter, printed);
+        // A lead whose log failed runs no further turn: waiting would hang.
+        if let Some(err) = lead.fault() {
+            return Err(err.into());
+        }
         if world.runtime.wait_for_tree_work(lead).await {
             continue;
         }

@@ -56,7 +56,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     }
     let mut signals = Signals::install()?;
     let store = sessions::existing_store(&args.dir)?;
-    let scan = sessions::scan(&args.dir, store.as_ref()).await?;
+    let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(&args.dir, args.root.as_deref())?;
     let model: Arc<dyn Model> = match &choice {
@@ -182,6 +182,9 @@ async fn deliver(
     // The notice wakes the root; the tree is done when nothing progresses.
     loop {
         lead.wait_idle().await;
+        if let Some(err) = lead.fault() {
+            return Err(err.into());
+        }
         if world.runtime.wait_for_tree_work(&lead).await || lead.status() == AgentStatus::Running {
             continue;
         }

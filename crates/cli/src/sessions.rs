@@ -36,7 +36,7 @@ pub struct Foreign {
 }
 
 /// A log whose header cannot be read (permission, a medium error, a path
-/// that is not a readable file).
+/// that is not a readable file, a damaged header, a newer format).
 #[derive(Debug, Clone)]
 pub struct Unreadable {
     /// The session the file name claims.
@@ -56,14 +56,14 @@ pub struct Scan {
     pub foreign: Vec<Foreign>,
 }
 
-/// Whether a header error means "this file is not a session log" rather
-/// than "this log cannot be read now": an empty file, or a first line that
-/// is not a header naming this file's session.
-fn not_a_session(err: &StoreError) -> Option<String> {
+/// The file and the reason, when a header error means "this file is not a
+/// session log at all" rather than "this log cannot be read".
+fn not_a_session(err: &StoreError) -> Option<Foreign> {
     match err {
-        StoreError::Corrupt {
-            line: 1, message, ..
-        } => Some(message.clone()),
+        StoreError::NotASession { path, reason } => Some(Foreign {
+            path: path.clone(),
+            reason: reason.clone(),
+        }),
         _ => None,
     }
 }
@@ -71,16 +71,13 @@ fn not_a_session(err: &StoreError) -> Option<String> {
 /// Read every log's header. Only a directory that cannot be listed fails;
 /// each file that cannot be read is sorted into [`Scan::unreadable`] or
 /// [`Scan::foreign`].
-pub async fn scan(dir: &Path, store: &dyn SessionStore) -> Result<Scan, CliError> {
+pub async fn scan(store: &dyn SessionStore) -> Result<Scan, CliError> {
     let mut scan = Scan::default();
     for id in store.list().await? {
         match store.header(&id).await {
             Ok(header) => scan.headers.push(header),
             Err(err) => match not_a_session(&err) {
-                Some(reason) => scan.foreign.push(Foreign {
-                    path: dir.join(format!("{id}.jsonl")),
-                    reason,
-                }),
+                Some(foreign) => scan.foreign.push(foreign),
                 None => scan.unreadable.push(Unreadable { id, error: err }),
             },
         }

@@ -19,7 +19,7 @@ use crate::world::World;
 /// Run the command.
 pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliError> {
     let store = sessions::existing_store(dir)?;
-    let scan = sessions::scan(dir, store.as_ref()).await?;
+    let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(dir, root)?;
     let world = World::build(store, Arc::new(ScriptedModel::new()), None, None)?;

@@ -13,8 +13,8 @@ use std::sync::Arc;
 use dsh_core::session::{AssistantEntry, TurnEnd, TurnStart, UserEntry};
 use dsh_core::{
     AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
-    SessionEvent, SessionHeader, SessionId, SessionStore, StopReason, Tool, ToolContext,
-    ToolError, ToolOutput, UserMessage,
+    SessionEvent, SessionHeader, SessionId, SessionStore, StopReason, Tool, ToolContext, ToolError,
+    ToolOutput, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel, SystemPrompt};
 use dsh_test_support::alloc::{CountingAllocator, live_bytes};
