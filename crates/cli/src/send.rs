@@ -4,8 +4,10 @@
 //! live root), the runtime resumes the cold child and delivers the message
 //! under the user's authority, and the child's reply is printed when that
 //! turn ends. The child settles as any resumed child does, so its notice
-//! reaches the root, which may take a turn about it; the command returns
-//! once that tree work is done too.
+//! reaches the root's inbox; then the tree is stopped: the root's reaction
+//! to the notice is not this command's work (it could wait for a sibling
+//! that nothing resumes), so a notice it has not claimed stays queued for
+//! the root's next run, and a turn it started is interrupted.
 //!
 //! The reply printed is the answer of the turn that claimed this message
 //! (found by its id in the child's log), never merely the log's last turn:
@@ -18,8 +20,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dsh_core::{
-    Agent, AgentFactory, AgentStatus, CancellationToken, ContentBlock, MessageId, Model,
-    ResumeAgent,
+    Agent, AgentFactory, CancellationToken, ContentBlock, MessageId, Model, ResumeAgent,
 };
 use dsh_subagent::{ChildMode, PromptDelivery, RunOutcome, SubagentEvent, TrustedHost, UserPrompt};
 
@@ -179,16 +180,13 @@ async fn deliver(
         )));
     }
     println!("{name}: {}", turn.answer.trim().replace('\n', "\n  "));
-    // The notice wakes the root; the tree is done when nothing progresses.
-    loop {
-        lead.wait_idle().await;
-        if let Some(err) = lead.fault() {
-            return Err(err.into());
-        }
-        if world.runtime.wait_for_tree_work(&lead).await || lead.status() == AgentStatus::Running {
-            continue;
-        }
-        break;
+    // The child's notice is in the root's inbox (the runtime notifies the
+    // parent before it reports the end). The root's reaction to it is not
+    // this command's work, and may wait on siblings no one resumes: stop
+    // the tree, keeping what is still queued for the root's next run.
+    crate::run::stop(world, &lead, None).await;
+    if let Some(err) = lead.fault() {
+        return Err(err.into());
     }
     Ok(())
 }

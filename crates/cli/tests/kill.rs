@@ -196,25 +196,27 @@ fn hidden(dir: &Path) -> Vec<PathBuf> {
         .unwrap_or_default()
 }
 
-/// How long a whole demo run takes, and how long until its first log
-/// appears: kills are drawn between the two.
-fn calibrate() -> (Duration, Duration) {
+/// The bytes of every file in `dir` (logs and temporaries).
+fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
+/// How many bytes a whole demo run writes: each kill falls once the run
+/// has written a random number of bytes up to that, so the kills cover the
+/// whole run however fast this machine is.
+fn calibrate() -> u64 {
     let scratch = Scratch::new();
-    let started = Instant::now();
-    let mut child = scratch.spawn(&["run"], &[]);
-    let mut first = None;
-    loop {
-        if first.is_none() && !logs(&scratch.sessions()).is_empty() {
-            first = Some(started.elapsed());
-        }
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        assert!(started.elapsed() < BOUND, "the demo did not finish");
-        std::thread::sleep(Duration::from_micros(200));
-    }
-    let whole = started.elapsed();
-    (first.unwrap_or(whole / 2).min(whole), whole)
+    let run = scratch.dsh(&["run"], &[]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    dir_bytes(&scratch.sessions())
 }
 
 #[test]
@@ -226,10 +228,8 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
     println!("kill test seed: {seed} (DSH_KILL_SEED={seed} replays it)");
     let mut rng = fastrand::Rng::with_seed(seed);
     let started = Instant::now();
-    let (first_write, whole) = calibrate();
-    println!("a whole demo run takes {whole:?}, its first log appears after {first_write:?}");
-    let low = first_write.mul_f64(0.8);
-    let span = whole.saturating_sub(low).max(Duration::from_millis(1));
+    let whole = calibrate();
+    println!("a whole demo run writes {whole} bytes");
 
     let shared = Scratch::new();
     let mut fresh = None;
@@ -254,16 +254,28 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
             .filter(is_root)
             .map(|log| log.id)
             .collect();
-        let delay = low + span.mul_f64(rng.f64());
+        // Kill once the run has written `point` bytes (or just before).
+        let point = rng.u64(0..whole);
+        let base = dir_bytes(&dir);
         let mut child = scratch.spawn(&["run"], &[]);
-        std::thread::sleep(delay);
-        if child.try_wait().unwrap().is_some() {
-            finished += 1;
-        } else {
-            child.kill().unwrap();
+        let deadline = Instant::now() + BOUND;
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                finished += 1;
+                break;
+            }
+            if dir_bytes(&dir).saturating_sub(base) >= point {
+                child.kill().unwrap();
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kill {kill}: the run did not finish"
+            );
+            std::thread::sleep(Duration::from_micros(50));
         }
         let _ = wait_bounded(child, BOUND, "the killed dsh run");
-        let at = format!("kill {kill} after {delay:?}");
+        let at = format!("kill {kill} at byte {point}");
 
         // Nothing of the run survives it.
         let needle = dir.display().to_string();
