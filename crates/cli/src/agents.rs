@@ -61,8 +61,15 @@ pub struct AgentsArgs<'a> {
 
 /// Run the command.
 pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
+    let store = sessions::existing_store(args.dir)?;
+    let out = listing(store, &args).await?;
+    print!("{out}");
+    Ok(())
+}
+
+/// The listing of the directory `store` reads, pruning orphans when asked.
+async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<String, CliError> {
     let dir = args.dir;
-    let store = sessions::existing_store(dir)?;
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let roots = scan.roots();
@@ -170,8 +177,7 @@ pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
             out.push('\n');
         }
     }
-    print!("{out}");
-    Ok(())
+    Ok(out)
 }
 
 /// What an orphan is, in a few words.
@@ -187,4 +193,84 @@ fn orphan_text(orphan: &Orphan) -> String {
         n => format!("{n} events"),
     };
     format!("{whose} ({events})")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use std::io::ErrorKind;
+
+    use dsh_core::{AgentFactory, CreateAgent, Durability, SessionHeader};
+    use dsh_harness::JsonlStore;
+    use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
+    use dsh_subagent::{CatalogEntry, ChildMode};
+    use dsh_test_support::store::{Fault, FaultStore, Op};
+
+    use super::*;
+
+    /// A log the OS refuses to read (permission denied, as mode 000 is for
+    /// anyone but root; tests run as root, so the refusal is injected by a
+    /// `FaultStore` over the real directory) is an `unavailable` row under
+    /// its tree, and the rest of the tree lists.
+    #[tokio::test]
+    async fn a_log_that_cannot_be_read_is_an_unavailable_row() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
+        let world =
+            World::build(jsonl.clone(), Arc::new(ScriptedModel::new()), None, None).unwrap();
+        let lead = world
+            .harness
+            .create(CreateAgent {
+                header: SessionHeader::new(SessionId::generate(), dir.path()),
+                seed: Vec::new(),
+                setup: Default::default(),
+                cancel: CancellationToken::new(),
+            })
+            .await
+            .unwrap();
+        let lead = lead.agent().clone();
+        let mut children = Vec::new();
+        for name in ["locked", "open"] {
+            let mut header =
+                SessionHeader::new(SessionId::new(format!("s-{name}")).unwrap(), dir.path());
+            header.parent_session = Some(lead.id().clone());
+            header.delegation_depth = 1;
+            jsonl.create(&header, &[]).await.unwrap().close().await;
+            let entry = CatalogEntry {
+                child_id: header.id.clone(),
+                name: Some(name.to_owned()),
+                label: format!("the {name} one"),
+                provider: "spawn".to_owned(),
+                mode: ChildMode::CONTINUABLE,
+            };
+            lead.record(CATALOG_EVENT, catalog_payload(&entry))
+                .await
+                .unwrap();
+            children.push(header.id);
+        }
+        world.shutdown().await;
+
+        let faults = FaultStore::new((*jsonl).clone());
+        for nth in 1..=4 {
+            faults.fail_on_log(
+                &children[0],
+                Op::Load,
+                nth,
+                Fault::Kind(ErrorKind::PermissionDenied),
+            );
+        }
+        let store: Arc<dyn SessionStore> = Arc::new(faults);
+        let out = listing(
+            store,
+            &AgentsArgs {
+                dir: dir.path(),
+                prune_orphans: false,
+            },
+        )
+        .await
+        .unwrap();
+        let out = out.replace(lead.id().as_str(), "[lead]");
+        insta::assert_snapshot!(out);
+    }
 }
