@@ -11,7 +11,9 @@
 //! command wires the harness, the runtime, the providers and the tools
 //! together; it must never reach an agent except through the runtime and
 //! the core traits, never write to a session directory it was only asked to
-//! read, and never panic or print a trace on bad input.
+//! read (opening the store sweeps a crashed writer's temporaries; only
+//! `agents --prune-orphans` removes logs, and only orphans), and never
+//! panic or print a trace on bad input.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
