@@ -118,3 +118,25 @@ fn a_send_on_a_full_disk_fails_and_never_prints_an_old_answer() {
         }
     }
 }
+
+#[test]
+fn with_v_the_agents_diagnostics_reach_stderr_before_the_one_line() {
+    let Some((scratch, _tmpfs)) = on_tmpfs("12k") else {
+        return;
+    };
+    let run = scratch.dsh(&["run", "-v"], &[]);
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    let lines: Vec<&str> = stderr.lines().collect();
+    assert!(lines.len() > 1, "-v printed no diagnostics: {stderr}");
+    assert!(
+        lines[..lines.len() - 1]
+            .iter()
+            .all(|l| l.contains("WARN") || l.contains("ERROR")),
+        "{stderr}"
+    );
+    assert!(
+        lines[lines.len() - 1].starts_with("dsh: ") && stderr.contains(ENOSPC),
+        "{stderr}"
+    );
+}
