@@ -18,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
 use dsh_core::message::Message;
-use dsh_core::projection::{PendingItem, Projection, TranscriptProjection};
+use dsh_core::projection::{PendingItem, Projection, TranscriptProjection, replay};
 use dsh_core::session::{
     AssistantEntry, InboxAccepted, InboxIds, StepStart, ToolResultEntry, TurnEnd, TurnStart,
     UserEntry, now_millis,
@@ -43,14 +43,18 @@ const ARRIVAL_BUFFER: usize = 64;
 /// State rebuilt from a log before an agent goes live.
 pub(crate) struct Restored {
     pub(crate) events: Vec<SessionEvent>,
-    pub(crate) transcript: Vec<Message>,
     pub(crate) pending: Vec<PendingItem>,
     pub(crate) turns: u64,
 }
 
 struct State {
+    /// The log: the one copy of it the agent keeps.
     events: Vec<SessionEvent>,
-    transcript: Vec<Message>,
+    /// The model-visible conversation while a turn runs (projected from
+    /// `events` when the turn starts, then kept up to date by each write),
+    /// shared with each model request; `None` between turns, so an idle
+    /// agent holds its log once.
+    transcript: Option<Arc<Vec<Message>>>,
     next_turn: VecDeque<PendingItem>,
     next_step: VecDeque<PendingItem>,
     /// A driver task exists (running turns or about to).
@@ -159,7 +163,7 @@ impl LoopAgent {
             system: composed.system,
             state: Mutex::new(State {
                 events: restored.events,
-                transcript: restored.transcript,
+                transcript: None,
                 next_turn,
                 next_step,
                 driver: false,
@@ -353,11 +357,17 @@ impl LoopAgent {
             return Err(err.into());
         }
         let mut state = self.state();
+        let state = &mut *state;
         for event in events {
-            TranscriptProjection.apply(&mut state.transcript, &event);
+            if let Some(transcript) = &mut state.transcript
+                && is_conversation(&event.payload)
+            {
+                // Copies only if a model still holds the last request.
+                TranscriptProjection.apply(Arc::make_mut(transcript), &event);
+            }
             state.events.push(event);
         }
-        Ok(after(self, &mut state))
+        Ok(after(self, state))
     }
 
     /// The turn-boundary sync; a failure breaks the agent like a failed append.
@@ -415,10 +425,18 @@ impl LoopAgent {
     }
 
     async fn run_turn(&self, cancel: CancellationToken) -> Result<(), AgentError> {
+        let result = self.run_turn_steps(cancel).await;
+        self.state().transcript = None;
+        result
+    }
+
+    async fn run_turn_steps(&self, cancel: CancellationToken) -> Result<(), AgentError> {
         let (turn, batch) = {
             let mut state = self.state();
             let turn = state.turns;
             state.turns += 1;
+            let transcript = replay(&TranscriptProjection, &self.header, &state.events);
+            state.transcript = Some(Arc::new(transcript));
             (turn, state.claim(true))
         };
         let mut payloads = vec![EventPayload::TurnStart(TurnStart { turn })];
@@ -513,22 +531,21 @@ impl LoopAgent {
         if cancel.is_cancelled() {
             return Ok(StepOutcome::End(StopReason::ABORTED, None));
         }
-        let request = {
-            let state = self.state();
-            ModelRequest {
-                model: self.options.model.clone(),
-                system: self.system.clone(),
-                messages: state.transcript.clone(),
-                tools: self.tools.specs(self),
-                max_output_tokens: self.options.max_output_tokens,
-                reasoning_effort: self.options.reasoning_effort.clone(),
-            }
-        };
         self.commit(
             vec![EventPayload::StepStart(StepStart { turn, step })],
             |_, _| (),
         )
         .await?;
+        // Shares the transcript: nothing of the conversation is copied.
+        let messages = self.state().transcript.clone().unwrap_or_default();
+        let request = ModelRequest {
+            model: self.options.model.clone(),
+            system: self.system.clone(),
+            messages,
+            tools: self.tools.specs(self),
+            max_output_tokens: self.options.max_output_tokens,
+            reasoning_effort: self.options.reasoning_effort.clone(),
+        };
         // Streamed text survives an abort or a failure of the step (B13).
         let mut streamed = String::new();
         let reply = {
@@ -694,6 +711,17 @@ impl LoopAgent {
             "the response ended without a finish reason",
         ))
     }
+}
+
+/// Whether `payload` changes the model-visible conversation.
+fn is_conversation(payload: &EventPayload) -> bool {
+    matches!(
+        payload,
+        EventPayload::UserMessage(_)
+            | EventPayload::AssistantMessage(_)
+            | EventPayload::ToolCall(_)
+            | EventPayload::ToolResult(_)
+    )
 }
 
 /// The turn that was started and never ended, if any.

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use dsh_core::projection::{PendingInboxProjection, TranscriptProjection, replay};
+use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::session::{ToolResultEntry, TurnEnd, completed_turn_prefix};
 use dsh_core::{
     AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, CallId,
@@ -291,6 +291,11 @@ impl Harness {
     }
 
     /// Dispose every live agent this harness published and wait for every task.
+    ///
+    /// # Cancel safety
+    /// Each disposal, once begun, finishes on the tracker (see
+    /// [`LoopAgent::dispose`]); dropped between two of them, the agents not
+    /// reached yet stay live and the tracker stays open. Call it again.
     pub async fn shutdown(&self) {
         for reference in self.shared.registry.list() {
             if let Some(agent) = self.shared.registry.resolve(&reference)
@@ -343,11 +348,9 @@ impl AgentFactory for Harness {
             return Err(AgentError::AlreadyLive(header.id));
         }
         let log = self.shared.store.create(&header, &seed).await?;
-        let transcript = replay(&TranscriptProjection, &header, &seed);
         let restored = Restored {
             turns: count_turns(&seed),
             pending: Vec::new(),
-            transcript,
             events: seed,
         };
         let id = header.id.clone();
@@ -399,7 +402,6 @@ impl AgentFactory for Harness {
                 own_events(&header, &events),
             )
             .into_items(),
-            transcript: replay(&TranscriptProjection, &header, &events),
             events,
         };
         let agent = LoopAgent::new(self.shared.clone(), header, composed, log, restored);

@@ -433,10 +433,10 @@ mod tests {
         ModelRequest {
             model: None,
             system: system.to_owned(),
-            messages: vec![Message::User {
+            messages: std::sync::Arc::new(vec![Message::User {
                 content: vec![ContentBlock::text(user)],
                 source: MessageSource::User,
-            }],
+            }]),
             tools: Vec::new(),
             max_output_tokens: None,
             reasoning_effort: None,
@@ -616,7 +616,7 @@ mod tests {
         let users: Vec<Message> = model
             .requests()
             .into_iter()
-            .flat_map(|r| r.messages)
+            .flat_map(|r| r.messages.to_vec())
             .collect();
         assert_eq!(
             users,

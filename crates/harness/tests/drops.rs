@@ -19,11 +19,10 @@ use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::session::{StepStart, TurnStart, UserEntry};
 use dsh_core::{
     Agent, AgentFactory, CallId, CancelCause, CancelOptions, ContentBlock, Durability,
-    EventPayload, InboxTarget, SessionEvent, SessionHeader, SessionStore, ToolCall, UserMessage,
+    EventPayload, InboxTarget, SessionHeader, SessionStore, ToolCall, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, LoopAgent, Scripted, ScriptedModel};
 use dsh_test_support::store::{GatedStore, Op, Point};
-use dsh_test_support::wait::{bounded, until};
 use serde_json::json;
 use support::*;
 
@@ -106,15 +105,7 @@ async fn write_open_turn(store: &Store) {
             input: json!({}),
         }),
     ];
-    let events: Vec<SessionEvent> = payloads
-        .into_iter()
-        .enumerate()
-        .map(|(seq, payload)| SessionEvent {
-            seq: seq as u64,
-            time: 0,
-            payload,
-        })
-        .collect();
+    let events = numbered(payloads);
     let log = store.inner().create(&header, &events).await.unwrap();
     log.close().await;
 }
@@ -302,8 +293,7 @@ async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
     let world = world(Durability::EveryEvent);
     let agent = create(&world.harness, "a").await.agent().clone();
     let gate = world.store.gate(Op::Append, Point::After);
-    let send = agent.send(UserMessage::user_text("one"), InboxTarget::NextTurn, false);
-    tokio::pin!(send);
+    let mut send = agent.send(UserMessage::user_text("one"), InboxTarget::NextTurn, false);
     bounded(async {
         tokio::select! {
             _ = &mut send => panic!("the send passed the gate"),

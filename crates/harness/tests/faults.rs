@@ -16,7 +16,6 @@ use dsh_core::{
 };
 use dsh_harness::{Harness, JsonlStore, LoopAgent, Scripted, ScriptedModel};
 use dsh_test_support::store::{Fault, FaultStore, Op};
-use dsh_test_support::wait::bounded;
 use serde_json::json;
 use support::*;
 

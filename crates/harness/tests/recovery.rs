@@ -19,7 +19,6 @@ use dsh_core::{
     ToolContext, ToolError, ToolOutput, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, LoopAgent, MemoryStore, Scripted, ScriptedModel};
-use dsh_test_support::wait::{bounded, until};
 use serde_json::{Value, json};
 use support::*;
 use tokio::sync::Semaphore;
@@ -177,12 +176,7 @@ async fn b55_a_turn_that_loops_on_a_tool_ends_at_its_step_limit() {
         ..AgentOptions::default()
     });
     let agent = create(&harness, "a").await.agent().clone();
-    agent
-        .followup(UserMessage::user_text("loop"))
-        .await
-        .unwrap();
-    bounded(agent.wait_idle()).await;
-    let events = agent.events();
+    let events = turn(&agent, "loop").await;
     assert_eq!(step_starts(&events), 3);
     assert_eq!(stop_reasons(&events), [StopReason::STEP_LIMIT.as_str()]);
     assert_every_call_answered(&events, "step limit");
@@ -266,12 +260,7 @@ async fn b13_the_text_a_failed_step_streamed_is_kept() {
     }]));
     let harness = harness(memory(), model);
     let agent = create(&harness, "a").await.agent().clone();
-    agent
-        .followup(UserMessage::user_text("look"))
-        .await
-        .unwrap();
-    bounded(agent.wait_idle()).await;
-    let events = agent.events();
+    let events = turn(&agent, "look").await;
     assert_eq!(assistant_texts(&events), ["partial"]);
     assert_eq!(stop_reasons(&events), ["error"]);
     dispose(&agent).await;

@@ -1,18 +1,26 @@
 //! Fixtures shared by the harness integration tests: tools that record their
-//! calls, a harness builder over either store, and log queries.
+//! calls, a harness builder over either store, and log queries; waits and
+//! request queries come from `dsh-test-support`.
 
-#![allow(dead_code, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    unused_imports,
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentHandle, CallId, CancellationToken, CreateAgent, EventPayload, Message,
-    ModelRequest, ResumeAgent, SessionEvent, SessionHeader, SessionId, SessionStore, Tool,
-    ToolContext, ToolError, ToolOutput,
+    Agent, AgentHandle, CallId, CancellationToken, CreateAgent, EventPayload, ResumeAgent,
+    SessionEvent, SessionHeader, SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, ScriptedModel};
+pub use dsh_test_support::requests::{last_user_text, message_text};
+pub use dsh_test_support::wait::{bounded, until};
 use serde_json::{Value, json};
 
 /// A tool that counts its executions and echoes its `text` argument.
@@ -122,33 +130,31 @@ pub fn stop_reasons(events: &[SessionEvent]) -> Vec<String> {
 /// Wait until the agent is idle and has no driver, bounded so a bug fails
 /// instead of hanging.
 pub async fn settle(agent: &Arc<dyn Agent>) {
-    tokio::time::timeout(std::time::Duration::from_secs(10), agent.wait_idle())
+    bounded(agent.wait_idle()).await;
+}
+
+/// Send `text` as a follow-up, wait (bounded) until the agent is idle, and
+/// return its log.
+pub async fn turn(agent: &Arc<dyn Agent>, text: &str) -> Vec<SessionEvent> {
+    agent
+        .followup(dsh_core::UserMessage::user_text(text))
         .await
-        .expect("agent did not become idle");
+        .unwrap();
+    bounded(agent.wait_idle()).await;
+    agent.events()
 }
 
-/// Yield until `condition` holds (no sleeping), failing after a bound.
-pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if condition() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("timed out waiting until {what}");
-}
-
-/// The text of the last user message of a request ("" without one).
-pub fn last_user_text(request: &ModelRequest) -> String {
-    request
-        .messages
-        .iter()
-        .rev()
-        .find_map(|message| match message {
-            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
-            _ => None,
+/// Events carrying `payloads`, seqs from 0.
+pub fn numbered(payloads: Vec<EventPayload>) -> Vec<SessionEvent> {
+    payloads
+        .into_iter()
+        .enumerate()
+        .map(|(seq, payload)| SessionEvent {
+            seq: seq as u64,
+            time: 0,
+            payload,
         })
-        .unwrap_or_default()
+        .collect()
 }
 
 /// Every line of the JSONL file at `path` is a whole JSON value.
