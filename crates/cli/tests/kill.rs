@@ -8,7 +8,9 @@
 //! - every complete line of every log parses (only an unterminated last
 //!   line, a torn tail that the next open cuts, may not);
 //! - `dsh agents` succeeds and lists every tree (every root log);
-//! - a `dsh send` to a cold child of the killed tree answers within a bound;
+//! - a `dsh send` to a cold child of the killed tree answers within a
+//!   bound (or, for a child whose task never reached its log, is refused in
+//!   one line instead of taking the message as its task);
 //! - after that resume, every tool call of the resumed logs has a result,
 //!   and every child of the tree whose turn ended has a settlement notice
 //!   in the root's log (B54: a notice lost to the kill is delivered once
@@ -112,8 +114,9 @@ fn processes(needle: &str) -> Vec<String> {
     found
 }
 
-/// The first continuable child of `root`'s tree in a listing, with its name.
-fn cold_child(agents: &str, root: &str) -> Option<String> {
+/// The first continuable child of `root`'s tree in a listing: its name and
+/// session id.
+fn cold_child(agents: &str, root: &str) -> Option<(String, String)> {
     let header = format!("tree {root}");
     agents
         .lines()
@@ -124,7 +127,18 @@ fn cold_child(agents: &str, root: &str) -> Option<String> {
         .find(|row| {
             row.len() >= 4 && row[2] == "continuable" && !row.iter().any(|w| w.starts_with('('))
         })
-        .map(|row| row[0].to_owned())
+        .map(|row| (row[0].to_owned(), row[3].to_owned()))
+}
+
+/// Whether a child's own events (after its seed) accepted a message: a
+/// child catalogued whose task never reached its log has none, and must
+/// refuse a message rather than take it as its task (B54).
+fn has_taken_a_task(log: &Log) -> bool {
+    let seed = log.header["seed_len"].as_u64().unwrap_or(0) as usize;
+    log.events
+        .iter()
+        .skip(seed)
+        .any(|e| e["type"] == "inbox/accepted")
 }
 
 /// Every `tool/call` of `log` without a `tool/result`.
@@ -320,9 +334,13 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
             unwritten += 1;
             continue;
         };
-        let Some(name) = cold_child(&listing, &newest.id) else {
+        let Some((name, child_id)) = cold_child(&listing, &newest.id) else {
             continue;
         };
+        let tasked = before
+            .iter()
+            .find(|log| log.id == child_id)
+            .is_some_and(has_taken_a_task);
         if hung_sends >= MAX_HUNG_SENDS {
             continue;
         }
@@ -342,9 +360,20 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
             failures.push(format!(
                 "{at}: dsh send {name} did not answer within {SEND_BOUND:?}"
             ));
-        } else if !send.status.success() || !reply.starts_with(&format!("{name}: ")) {
+        } else if tasked && (!send.status.success() || !reply.starts_with(&format!("{name}: "))) {
             failures.push(format!(
                 "{at}: dsh send {name} (exit {:?}): {}{}",
+                send.status.code(),
+                reply.trim(),
+                text(&send.stderr).trim()
+            ));
+        } else if !tasked
+            && (send.status.success()
+                || !reply.is_empty()
+                || text(&send.stderr).lines().count() != 1)
+        {
+            failures.push(format!(
+                "{at}: dsh send {name}, a child that never accepted its task, was not refused in one line (exit {:?}): {}{}",
                 send.status.code(),
                 reply.trim(),
                 text(&send.stderr).trim()
@@ -353,12 +382,6 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
         let after = logs(&dir);
         let by_id: HashMap<String, &Log> = after.iter().map(|log| (log.id.clone(), log)).collect();
         let root = by_id[&newest.id];
-        let child_id = listing
-            .lines()
-            .find(|line| line.split_whitespace().next() == Some(&name))
-            .and_then(|line| line.split_whitespace().nth(3))
-            .unwrap_or_default()
-            .to_owned();
         for log in [Some(root), by_id.get(&child_id).copied()]
             .into_iter()
             .flatten()
