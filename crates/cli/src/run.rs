@@ -1,7 +1,9 @@
 //! `dsh run`: create a lead agent with the delegation and control tools,
 //! give it the prompt, show the tree while it works, and return only when
 //! the whole tree is done (B33: the lead idle, then the runtime's tree work
-//! joined, then the lead checked again, until nothing progresses). Ctrl-C,
+//! joined, then the lead checked again, until nothing progresses; a
+//! background external child, which has no local agent for the runtime to
+//! join, is waited for through the runtime's start and end events). Ctrl-C,
 //! SIGTERM or SIGHUP interrupts the lead, drains its tree and exits with
 //! `128 + n`. A write that fails anywhere in the tree (a full disk, a
 //! medium error) stops the tree the same way and exits non-zero naming the
@@ -11,17 +13,21 @@
 //! written; other logs of the directory are never needed, so a foreign or
 //! unreadable file there is only warned about (B57).
 
+use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
     Durability, Model, SessionHeader, SessionId, UserMessage,
 };
 use dsh_harness::JsonlStore;
+use dsh_subagent::SubagentEvent;
 use dsh_subagent_acp::AcpConfig;
+use tokio::sync::Notify;
 use tokio::time::timeout;
 
 use crate::demo::{DEMO_PROMPT, Demo};
@@ -93,6 +99,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);
     let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
+    let (external, _tracking) = External::track(&world.runtime);
     let what = match &choice {
         ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
         ModelChoice::OpenAi { model } => format!("model openai:{model}"),
@@ -129,7 +136,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         Err(err) => Err(err.into()),
         Ok(_) => {
             tokio::select! {
-                outcome = settle(&world, &lead, &reporter) => outcome,
+                outcome = settle(&world, &lead, &reporter, &external) => outcome,
                 err = faults.failed() => {
                     stop(&world, &lead, Some(&*reporter)).await;
                     Err(CliError::WriteFailed(err))
@@ -208,9 +215,65 @@ pub async fn shutdown(world: &World, reporter: Option<&Reporter>) {
     }
 }
 
+/// External children (no local agent) started and not yet ended: the
+/// runtime's `wait_for_tree_work` joins members through their local agents,
+/// so the run waits for these through the runtime's start and end events.
+struct External {
+    running: Mutex<HashSet<SessionId>>,
+    changed: Notify,
+}
+
+impl External {
+    /// Track the runtime's external activations from now on.
+    fn track(runtime: &dsh_subagent::SubagentRuntime) -> (Arc<Self>, Subscription) {
+        let external = Arc::new(Self {
+            running: Mutex::new(HashSet::new()),
+            changed: Notify::new(),
+        });
+        let seen = Arc::clone(&external);
+        let subscription = runtime.events().listen(move |event| {
+            let mut running = seen.running.lock().unwrap_or_else(PoisonError::into_inner);
+            match event {
+                SubagentEvent::Start(info) if !info.local => {
+                    running.insert(info.child_id.clone());
+                }
+                SubagentEvent::End(info, _) if !info.local => {
+                    running.remove(&info.child_id);
+                    seen.changed.notify_waiters();
+                }
+                _ => {}
+            }
+        });
+        (external, subscription)
+    }
+
+    /// Wait for one external child to end; `false` at once when none runs.
+    ///
+    /// # Cancel safety
+    /// Only observes; dropping it loses nothing.
+    async fn wait_one(&self) -> bool {
+        let ended = self.changed.notified();
+        if self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            return false;
+        }
+        ended.await;
+        true
+    }
+}
+
 /// Wait until the tree is done (B33), printing each of the lead's answers
 /// as its turn ends. Errors when the lead's last turn failed.
-async fn settle(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) -> Result<(), CliError> {
+async fn settle(
+    world: &World,
+    lead: &Arc<dyn Agent>,
+    reporter: &Reporter,
+    external: &External,
+) -> Result<(), CliError> {
     let mut printed = 0;
     loop {
         lead.wait_idle().await;
@@ -223,6 +286,10 @@ async fn settle(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) -> Re
             continue;
         }
         if lead.status() == AgentStatus::Running {
+            continue;
+        }
+        // A background external child still running: its notice is to come.
+        if external.wait_one().await {
             continue;
         }
         break;

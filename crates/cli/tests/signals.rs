@@ -11,7 +11,6 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rustix::process::{Pid, Signal, kill_process};
@@ -70,15 +69,6 @@ fn each_stopping_signal_interrupts_a_waiting_lead_and_exits_128_plus_n() {
     }
 }
 
-/// A Python for the test-only ACP agent: the ACP suite's venv when it is
-/// installed, else the system's.
-fn python() -> Option<PathBuf> {
-    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../subagent-acp/peers/venv/bin/python");
-    [venv, PathBuf::from("/usr/bin/python3")]
-        .into_iter()
-        .find(|path| path.is_file())
-}
-
 /// `(pid, process group)` of every live process but `dsh` itself whose
 /// command line holds `needle`, and of every process in those groups.
 fn processes(needle: &str, dsh: u32) -> Vec<(i32, i32)> {
@@ -122,12 +112,10 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
-    let Some(python) = python() else {
+    let Some((python, rogue)) = support::rogue_agent() else {
         println!("skipped: no Python for the test-only ACP agent");
         return;
     };
-    let rogue =
-        Path::new(env!("CARGO_MANIFEST_DIR")).join("../subagent-acp/tests/agents/rogue_agent.py");
     for (sig, code, what) in SIGNALS {
         let scratch = Scratch::new();
         let marker = format!("--dsh-signal-test-{}", std::process::id());

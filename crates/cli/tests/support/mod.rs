@@ -271,3 +271,17 @@ impl Drop for Tmpfs {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
 }
+
+/// The ACP suite's test-only agent: a Python to run it with (the suite's
+/// venv when installed, else the system's) and its script; `None` (the
+/// caller prints why it skips) when there is no Python.
+pub fn rogue_agent() -> Option<(PathBuf, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../subagent-acp");
+    let python = [
+        root.join("peers/venv/bin/python"),
+        PathBuf::from("/usr/bin/python3"),
+    ]
+    .into_iter()
+    .find(|path| path.is_file())?;
+    Some((python, root.join("tests/agents/rogue_agent.py")))
+}
