@@ -22,7 +22,7 @@ use std::time::Duration;
 use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
-    Durability, Model, SessionHeader, SessionId, UserMessage,
+    Durability, Model, SessionHeader, SessionId, SessionStore, UserMessage,
 };
 use dsh_harness::JsonlStore;
 use dsh_subagent::SubagentEvent;
@@ -65,6 +65,20 @@ pub struct RunArgs {
 
 /// Run the command.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
+    run_over(args, |dir| {
+        let store: Arc<dyn SessionStore> =
+            Arc::new(JsonlStore::new(dir, Durability::TurnBoundary)?);
+        Ok(store)
+    })
+    .await
+}
+
+/// Run the command over the store `open` makes of the session directory
+/// (called once every refusing check has passed).
+async fn run_over(
+    args: RunArgs,
+    open: impl FnOnce(&std::path::Path) -> Result<Arc<dyn SessionStore>, CliError>,
+) -> Result<(), CliError> {
     let choice = model::parse_choice(args.model.as_deref())?;
     let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &choice {
         ModelChoice::Demo => {
@@ -81,10 +95,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     }
     let cwd = std::env::current_dir()?;
     let faults = WriteFaults::new();
-    let store = Watched::wrap(
-        Arc::new(JsonlStore::new(&args.dir, Durability::TurnBoundary)?),
-        &faults,
-    );
+    let store = Watched::wrap(open(&args.dir)?, &faults);
     let mode = if std::io::stdout().is_terminal() {
         Mode::Live
     } else {
@@ -391,5 +402,68 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
             format!("  {name:<14} {provider:<6} {stop:<10} tokens {input}/{output}{tools}")
                 .trim_end(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use dsh_test_support::store::{Fault, FaultStore, Op};
+
+    use super::*;
+
+    fn demo_args(dir: &std::path::Path) -> RunArgs {
+        RunArgs {
+            prompt: None,
+            dir: dir.to_path_buf(),
+            model: Some("demo".to_owned()),
+            acp_command: None,
+            acp_args: Vec::new(),
+        }
+    }
+
+    /// The demo run over a store that fails the `nth` call of `op`.
+    async fn run_failing(op: Op, nth: u64, fault: Fault) -> (Result<(), CliError>, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Arc::new(FaultStore::new(
+            JsonlStore::new(dir.path(), Durability::TurnBoundary).unwrap(),
+        ));
+        faults.fail(op, nth, fault);
+        let store = Arc::clone(&faults);
+        let outcome = timeout(
+            Duration::from_secs(60),
+            run_over(demo_args(dir.path()), move |_| {
+                Ok(store as Arc<dyn SessionStore>)
+            }),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("dsh run hung after {op} {nth} failed"));
+        (outcome, faults.calls(op))
+    }
+
+    /// B56 at every write of the demo's tree: EIO at the k-th append, or
+    /// at the k-th turn-boundary sync, of any agent's log, for every k of a
+    /// whole run. The run ends (never hangs) with the OS error, never with
+    /// success.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_write_at_any_point_of_the_tree_ends_the_run_with_the_os_error() {
+        for op in [Op::Append, Op::Checkpoint] {
+            // A clean run counts the calls (a fault beyond them never fires).
+            let (clean, total) = run_failing(op, u64::MAX, Fault::EIO).await;
+            assert!(clean.is_ok(), "{clean:?}");
+            assert!(total > 0, "{op}: no calls");
+            for nth in 1..=total {
+                let (outcome, _) = run_failing(op, nth, Fault::EIO).await;
+                let err = outcome.expect_err("a run whose write failed succeeded");
+                assert!(matches!(err, CliError::WriteFailed(_)), "{op} {nth}: {err}");
+                assert!(
+                    err.to_string().contains("Input/output error"),
+                    "{op} {nth}: {err}"
+                );
+                assert_eq!(err.exit_code(), 1);
+            }
+            println!("{op}: all {total} failure points end the run with the OS error");
+        }
     }
 }
