@@ -22,7 +22,9 @@ use std::sync::Arc;
 use dsh_core::{
     Agent, AgentFactory, CancellationToken, ContentBlock, MessageId, Model, ResumeAgent,
 };
-use dsh_subagent::{ChildMode, PromptDelivery, RunOutcome, SubagentEvent, TrustedHost, UserPrompt};
+use dsh_subagent::{
+    ChildMode, PromptDelivery, RunOutcome, SubagentError, SubagentEvent, TrustedHost, UserPrompt,
+};
 
 use crate::demo::Demo;
 use crate::error::CliError;
@@ -148,7 +150,14 @@ async fn deliver(
             &TrustedHost,
             &CancellationToken::new(),
         )
-        .await?;
+        .await
+        .map_err(|err| match err {
+            // Named as the person named it, not by session id.
+            SubagentError::NotResumable { reason, .. } => {
+                CliError::Refused(format!("`{name}` cannot be resumed: {reason}"))
+            }
+            err => err.into(),
+        })?;
     let settled = async {
         while let Some(event) = events.recv().await {
             if let SubagentEvent::End(info, outcome) = event

@@ -198,3 +198,35 @@ fn an_orphan_child_log_is_listed_and_removed_only_on_request() {
     );
     assert!(!agents.contains(parentless), "{agents}");
 }
+
+#[test]
+fn a_message_to_a_corrupt_child_is_refused_in_words_for_a_person() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    let researcher = scratch.child_id("researcher");
+    let log = scratch.sessions().join(format!("{researcher}.jsonl"));
+    let text_of_log = std::fs::read_to_string(&log).unwrap();
+    let mut lines: Vec<&str> = text_of_log.lines().collect();
+    lines[2] = "garbage";
+    std::fs::write(&log, format!("{}\n", lines.join("\n"))).unwrap();
+
+    let agents = scratch.dsh(&["agents"], &[]);
+    assert!(agents.status.success(), "{}", text(&agents.stderr));
+    assert!(
+        text(&agents.stdout).contains("(corrupt: "),
+        "{}",
+        text(&agents.stdout)
+    );
+    let err = scratch.refused(&["send", "researcher", "hello"], &[], 1);
+    assert!(
+        err.starts_with("dsh: `researcher` cannot be resumed: "),
+        "{err}"
+    );
+    snapshot!(&scratch, "send_to_corrupt_child", &err);
+    for model_words in ["Do not retry", "start a new agent", "instead"] {
+        assert!(!err.contains(model_words), "{err}");
+    }
+    // The reviewer, whose log is intact, still answers.
+    let send = scratch.dsh(&["send", "reviewer", "Still sound?"], &[]);
+    assert!(send.status.success(), "{}", text(&send.stderr));
+}
