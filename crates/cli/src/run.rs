@@ -354,11 +354,21 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
         transcript::tokens(&events),
         transcript::tool_calls(&events),
     )];
-    let listed = world
+    let listed = match world
         .runtime
         .list_descendants(lead.id(), &CancellationToken::new())
         .await
-        .unwrap_or_default();
+    {
+        Ok(listed) => listed,
+        Err(err) => {
+            // The summary is shown without the children, and says why.
+            reporter.line(&format!(
+                "the tree cannot be listed: {}",
+                compact(&crate::error::person(&err), 200)
+            ));
+            Vec::new()
+        }
+    };
     for row in listed {
         let name = format!(
             "{}{}",
