@@ -248,4 +248,32 @@ mod tests {
         faults.record(&StoreError::NotFound(SessionId::generate()));
         assert!(faults.first().unwrap().to_string().contains("No space"));
     }
+
+    /// A waiter dropped while pending loses nothing: the failure is still
+    /// recorded, and a later waiter sees it at once.
+    #[tokio::test]
+    async fn a_dropped_waiter_loses_nothing() {
+        let faults = WriteFaults::new();
+        {
+            let waiting = faults.failed();
+            tokio::pin!(waiting);
+            assert!(futures_poll(waiting.as_mut()).is_none(), "no failure yet");
+        }
+        faults.record(&full_disk());
+        assert!(faults.first().is_some());
+        let seen = tokio::time::timeout(std::time::Duration::from_secs(30), faults.failed())
+            .await
+            .expect("a recorded failure is seen at once");
+        assert!(seen.to_string().contains("No space left on device"));
+    }
+
+    /// Poll `future` once.
+    fn futures_poll<F: std::future::Future>(future: std::pin::Pin<&mut F>) -> Option<F::Output> {
+        let waker = std::task::Waker::noop();
+        let mut cx = std::task::Context::from_waker(waker);
+        match future.poll(&mut cx) {
+            std::task::Poll::Ready(output) => Some(output),
+            std::task::Poll::Pending => None,
+        }
+    }
 }

@@ -12,9 +12,9 @@
 //!   bound (or, for a child whose task never reached its log, is refused in
 //!   one line instead of taking the message as its task);
 //! - after that resume, every tool call of the resumed logs has a result,
-//!   and every child of the tree whose turn ended has a settlement notice
-//!   in the root's log (B54: a notice lost to the kill is delivered once
-//!   the tree is live again);
+//!   every child of the tree whose turn ended has a settlement notice in
+//!   the root's log (B54: a notice lost to the kill is delivered once the
+//!   tree is live again), and no message or notice was accepted twice;
 //! - no hidden temporary file is left once the store has opened.
 //!
 //! Every wait is bounded, so a hang fails the test instead of blocking it.
@@ -191,6 +191,19 @@ fn unnoticed(root: &Log, all: &HashMap<String, &Log>) -> Vec<String> {
             })
         })
         .filter(|child| !noticed.contains(child.as_str()))
+        .collect()
+}
+
+/// Message ids accepted more than once by `log`'s inbox (a notice or a
+/// message delivered twice).
+fn accepted_twice(log: &Log) -> Vec<String> {
+    let mut seen = HashSet::new();
+    log.events
+        .iter()
+        .filter(|e| e["type"] == "inbox/accepted")
+        .filter_map(|e| e["payload"]["message"]["id"].as_str())
+        .filter(|id| !seen.insert(*id))
+        .map(str::to_owned)
         .collect()
 }
 
@@ -390,6 +403,18 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
             if !open.is_empty() {
                 failures.push(format!(
                     "{at}: {} has tool calls without a result after resume: {open:?}",
+                    log.id
+                ));
+            }
+        }
+        for log in [Some(root), by_id.get(&child_id).copied()]
+            .into_iter()
+            .flatten()
+        {
+            let twice = accepted_twice(log);
+            if !twice.is_empty() {
+                failures.push(format!(
+                    "{at}: {} accepted messages twice: {twice:?}",
                     log.id
                 ));
             }
