@@ -51,8 +51,8 @@ pub enum CliError {
     /// The session directory holds no root session.
     #[error("no agent sessions in {}", .0.display())]
     NoSessions(PathBuf),
-    /// A log in the session directory cannot be read.
-    #[error("corrupt session directory: {0}")]
+    /// A log the command needs is corrupt (the text names file and line).
+    #[error("{0}")]
     Corrupt(String),
     /// `--root` names no root session.
     #[error("no root session `{0}` in the session directory")]

@@ -156,7 +156,12 @@ async fn deliver(
             SubagentError::NotResumable { reason, .. } => {
                 CliError::Refused(format!("`{name}` cannot be resumed: {reason}"))
             }
-            err => err.into(),
+            err => match CliError::from(err) {
+                CliError::Corrupt(text) => {
+                    CliError::Corrupt(format!("`{name}` cannot be resumed: {text}"))
+                }
+                err => err,
+            },
         })?;
     let settled = async {
         while let Some(event) = events.recv().await {

@@ -165,14 +165,22 @@ impl Scratch {
     /// `code`, one line on stderr (returned), no panic, nothing on stdout,
     /// and the session directory unchanged.
     pub fn refused(&self, args: &[&str], env: &[(&str, &str)], code: i32) -> String {
+        self.refused_with(args, env, &[code])
+    }
+
+    /// [`Scratch::refused`] with any of `codes`.
+    pub fn refused_with(&self, args: &[&str], env: &[(&str, &str)], codes: &[i32]) -> String {
         let before = self.listing();
         let output = self.dsh(args, env);
         let after = self.listing();
         let stderr = text(&output.stderr);
-        assert_eq!(
-            output.status.code(),
-            Some(code),
-            "dsh {args:?}: stderr {stderr:?}"
+        assert!(
+            output
+                .status
+                .code()
+                .is_some_and(|code| codes.contains(&code)),
+            "dsh {args:?}: exit {:?}, stderr {stderr:?}",
+            output.status.code()
         );
         assert_eq!(stderr.lines().count(), 1, "dsh {args:?}: {stderr:?}");
         assert!(
