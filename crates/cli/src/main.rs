@@ -86,6 +86,10 @@ struct RootArg {
 enum Command {
     /// Run a lead agent with the subagent, fork and control tools until its
     /// whole tree is done.
+    ///
+    /// Ctrl-C, SIGTERM or SIGHUP stops the tree and
+    /// keeps its sessions (exit 128 + the signal's number); a write the
+    /// disk refuses stops it too, naming the OS error (exit 1).
     Run {
         /// What to ask the lead (the demo has its own task when omitted).
         prompt: Option<String>,
@@ -106,9 +110,12 @@ enum Command {
         )]
         acp_args: Vec<String>,
     },
-    /// List the persisted agent trees: names, labels, modes, diagnostics;
-    /// logs that cannot be read; and orphans, child logs that no catalog
-    /// names (left by a crash between creating a child and recording it).
+    /// List the persisted agent trees: names, labels, modes, diagnostics.
+    ///
+    /// Also the logs that cannot be read, and the orphans: child logs that
+    /// no catalog names (left by a crash between creating a child and
+    /// recording it). A file that is not a session log is skipped with a
+    /// warning.
     Agents {
         #[command(flatten)]
         dir: DirArg,
@@ -118,6 +125,10 @@ enum Command {
         prune_orphans: bool,
     },
     /// Send a message to a child as the user and print its reply.
+    ///
+    /// The reply is the answer of the turn that took this message, never an
+    /// older one; then the tree is stopped, and the child's notice waits in
+    /// the root's inbox for its next run.
     Send {
         /// The child's name or path (`researcher`, `a/b`) or session id.
         name: String,
