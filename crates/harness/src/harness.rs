@@ -119,6 +119,11 @@ impl Shared {
                 "max_output_tokens must be positive".into(),
             ));
         }
+        if options.max_turn_steps == Some(0) {
+            return Err(AgentError::Composition(
+                "max_turn_steps must be positive".into(),
+            ));
+        }
         let model = self
             .models
             .resolve(options.provider.as_deref())

@@ -213,6 +213,11 @@ async fn the_step_limit_is_overridable_per_agent_and_defaults_to_200() {
     assert_eq!(step_starts(&short.events()), 2);
     dispose(&short).await;
 
+    let mut spec = create_spec("none");
+    spec.header.composition.options.max_turn_steps = Some(0);
+    let refused = harness.create(spec).await.unwrap_err();
+    assert_eq!(refused.code(), "COMPOSITION", "{refused}");
+
     let harness = looping_harness(AgentOptions::default());
     let agent = create(&harness, "default").await.agent().clone();
     agent
