@@ -22,9 +22,8 @@ use std::time::Duration;
 use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
-    Durability, Model, SessionHeader, SessionId, SessionStore, UserMessage,
+    Model, SessionHeader, SessionId, SessionStore, UserMessage,
 };
-use dsh_harness::JsonlStore;
 use dsh_subagent::SubagentEvent;
 use dsh_subagent_acp::AcpConfig;
 use tokio::sync::Notify;
@@ -66,8 +65,7 @@ pub struct RunArgs {
 /// Run the command.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
     run_over(args, |dir| {
-        let store: Arc<dyn SessionStore> =
-            Arc::new(JsonlStore::new(dir, Durability::TurnBoundary)?);
+        let store: Arc<dyn SessionStore> = sessions::open_store(dir)?;
         Ok(store)
     })
     .await
@@ -88,14 +86,15 @@ async fn run_over(
         ModelChoice::OpenAi { model } => (model::openai(model).await?, None),
     };
     let mut signals = Signals::install()?;
-    if args.dir.exists() {
+    let existed = args.dir.exists();
+    let opened = open(&args.dir)?;
+    if existed {
         // A new lead needs none of the other logs: a bad one is only named.
-        let store = sessions::existing_store(&args.dir)?;
-        sessions::scan(store.as_ref()).await?.warn();
+        sessions::scan(opened.as_ref()).await?.warn();
     }
     let cwd = std::env::current_dir()?;
     let faults = WriteFaults::new();
-    let store = Watched::wrap(open(&args.dir)?, &faults);
+    let store = Watched::wrap(opened, &faults);
     let mode = if std::io::stdout().is_terminal() {
         Mode::Live
     } else {
@@ -419,6 +418,8 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
 mod tests {
     #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+    use dsh_core::Durability;
+    use dsh_harness::JsonlStore;
     use dsh_test_support::store::{Fault, FaultStore, Op};
 
     use super::*;

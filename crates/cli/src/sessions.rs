@@ -23,7 +23,21 @@ pub fn existing_store(dir: &Path) -> Result<Arc<JsonlStore>, CliError> {
     if !dir.is_dir() {
         return Err(CliError::NoSessionDir(dir.to_path_buf()));
     }
-    Ok(Arc::new(JsonlStore::new(dir, Durability::TurnBoundary)?))
+    open_store(dir)
+}
+
+/// The store over `dir` (created if missing). Opening it sweeps the
+/// temporary files a crashed writer left; one it could not remove is named
+/// in a warning line on stderr, never only in a log.
+pub fn open_store(dir: &Path) -> Result<Arc<JsonlStore>, CliError> {
+    let store = JsonlStore::new(dir, Durability::TurnBoundary)?;
+    for failure in store.sweep_failures() {
+        eprintln!(
+            "dsh: warning: cannot remove a crash leftover: {}",
+            crate::one_line(&failure.to_string())
+        );
+    }
+    Ok(Arc::new(store))
 }
 
 /// A `*.jsonl` file that is not a session log, skipped by every command.

@@ -233,3 +233,28 @@ fn a_message_to_a_corrupt_child_is_refused_in_words_for_a_person() {
     let send = scratch.dsh(&["send", "reviewer", "Still sound?"], &[]);
     assert!(send.status.success(), "{}", text(&send.stderr));
 }
+
+#[test]
+fn a_crash_leftover_that_cannot_be_removed_is_named_and_nothing_else_stops() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    // A temporary file's name whose writer (pid 0) is gone, but a directory:
+    // removing it as a file fails for root too (EISDIR).
+    let leftover = scratch.sessions().join(".s-leftover.0-1-0.tmp");
+    std::fs::create_dir(&leftover).unwrap();
+    for args in [&["agents"][..], &["show", "researcher"], &["run"]] {
+        let output = scratch.dsh(args, &[]);
+        assert!(
+            output.status.success(),
+            "dsh {args:?}: {}",
+            text(&output.stderr)
+        );
+        let stderr = text(&output.stderr);
+        assert_eq!(stderr.lines().count(), 1, "dsh {args:?}: {stderr}");
+        assert!(
+            stderr.starts_with("dsh: warning: cannot remove a crash leftover: ")
+                && stderr.contains(".s-leftover.0-1-0.tmp"),
+            "dsh {args:?}: {stderr}"
+        );
+    }
+}
