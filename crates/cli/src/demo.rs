@@ -16,7 +16,10 @@
 //!
 //! Later sessions over the same logs (`dsh send`) use the same responder
 //! without gates: every agent answers a user's message directly, and the
-//! lead acknowledges a notice that arrives in a later turn.
+//! lead acknowledges a notice that arrives in a later turn, also when a
+//! crash cut the agent's last turn short (its history then ends in a tool
+//! result, never in an answer): a resumed agent never replays the first
+//! run's script (it would wait for a message no one sends).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU8, Ordering};
@@ -102,10 +105,19 @@ fn later_turn(request: &ModelRequest) -> bool {
         && matches!(before_input, Some(Message::Assistant { tool_calls, .. }) if tool_calls.is_empty())
 }
 
-/// The text of the latest message the user wrote, when it is the last message.
+/// The text of the latest message the user wrote, when it is the last
+/// message and not the agent's first: a follow-up after a turn that ended,
+/// or after one a crash cut short (whose history ends in a tool result).
 fn user_follow_up(request: &ModelRequest) -> Option<String> {
+    let first_user = request
+        .messages
+        .iter()
+        .position(|m| matches!(m, Message::User { .. }));
+    let last = request.messages.len().checked_sub(1)?;
     match request.messages.last().and_then(user_text) {
-        Some((MessageSource::User, text)) if later_turn(request) => Some(text),
+        Some((MessageSource::User, text)) if later_turn(request) || first_user < Some(last) => {
+            Some(text)
+        }
         _ => None,
     }
 }
@@ -287,7 +299,15 @@ impl Demo {
     }
 
     fn lead(&self, request: &ModelRequest) -> Scripted {
-        if later_turn(request) && last_tool(request).is_some() {
+        // Later sessions answer any new input at once, also after a turn a
+        // crash cut short: the first run's script is never replayed.
+        let resumed = self.gates.is_none()
+            && matches!(request.messages.last(), Some(Message::User { .. }))
+            && request
+                .messages
+                .iter()
+                .any(|m| matches!(m, Message::Assistant { .. }));
+        if resumed || (later_turn(request) && last_tool(request).is_some()) {
             // A later turn: a user's follow-up, or a notice after the summary.
             let said = request
                 .messages

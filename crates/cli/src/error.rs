@@ -1,7 +1,10 @@
 //! Every way a `dsh` command fails, as one typed error whose text is the one
 //! line the user reads on stderr, and the exit code `main` maps it to. No
 //! text here may carry an API key (the model client's errors never do) or a
-//! multi-line trace.
+//! multi-line trace, nor a sentence written for a model: the runtime's
+//! errors are worded for the agent that called a tool ("Do not retry; start
+//! a new agent instead"), so [`person`] words each of them again for the
+//! person at the terminal.
 
 use std::path::PathBuf;
 
@@ -16,8 +19,9 @@ pub const EXIT_NOT_FOUND: u8 = 3;
 pub const EXIT_CORRUPT: u8 = 4;
 /// Exit code: the model API cannot be reached.
 pub const EXIT_UNAVAILABLE: u8 = 5;
-/// Exit code: the run was interrupted (Ctrl-C), as shells report SIGINT.
-pub const EXIT_INTERRUPTED: u8 = 130;
+/// Exit code base for a run stopped by a signal: `128 + n`, as shells
+/// report it (130 for SIGINT, 129 for SIGHUP, 143 for SIGTERM).
+pub const EXIT_SIGNAL_BASE: u8 = 128;
 
 /// Why a command failed.
 #[derive(Debug, thiserror::Error)]
@@ -47,8 +51,8 @@ pub enum CliError {
     /// The session directory holds no root session.
     #[error("no agent sessions in {}", .0.display())]
     NoSessions(PathBuf),
-    /// A log in the session directory cannot be read.
-    #[error("corrupt session directory: {0}")]
+    /// A log the command needs is corrupt (the text names file and line).
+    #[error("{0}")]
     Corrupt(String),
     /// `--root` names no root session.
     #[error("no root session `{0}` in the session directory")]
@@ -71,8 +75,13 @@ pub enum CliError {
     #[error("agent: {0}")]
     Agent(AgentError),
     /// The subagent runtime refused or failed.
-    #[error("{0}")]
+    #[error("{}", person(.0))]
     Subagent(SubagentError),
+    /// A write to the session directory failed while the command ran (a
+    /// full disk, a medium error, a permission): the command stopped its
+    /// agents and reports no answer.
+    #[error("cannot write the sessions: {0}; the agents were stopped")]
+    WriteFailed(StoreError),
     /// The lead ended a turn with an error or refusal.
     #[error("the lead stopped ({reason}){}", .diagnostic.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     LeadStopped {
@@ -81,9 +90,12 @@ pub enum CliError {
         /// What went wrong, as the loop recorded it.
         diagnostic: Option<String>,
     },
-    /// The run was interrupted from the terminal.
-    #[error("interrupted; the tree was stopped and its sessions kept")]
-    Interrupted,
+    /// The command was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP).
+    #[error("{}; the tree was stopped and its sessions kept", signal_text(*.0))]
+    Interrupted(i32),
+    /// The signal handlers could not be installed.
+    #[error("cannot install the signal handlers: {0}")]
+    Signals(std::io::Error),
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(#[from] std::io::Error),
@@ -101,14 +113,68 @@ impl CliError {
             Self::Corrupt(_) => EXIT_CORRUPT,
             Self::Store(err) if is_corrupt(err) => EXIT_CORRUPT,
             Self::Unreachable { .. } => EXIT_UNAVAILABLE,
-            Self::Interrupted => EXIT_INTERRUPTED,
+            Self::Interrupted(signal) => {
+                EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
+            }
             Self::Refused(_)
+            | Self::WriteFailed(_)
             | Self::Store(_)
             | Self::Agent(_)
             | Self::Subagent(_)
             | Self::LeadStopped { .. }
+            | Self::Signals(_)
             | Self::Output(_) => 1,
         }
+    }
+}
+
+/// What a signal did, for the one line.
+fn signal_text(signal: i32) -> String {
+    match signal {
+        SIGINT => "interrupted".to_owned(),
+        SIGTERM => "terminated (SIGTERM)".to_owned(),
+        SIGHUP => "hung up (SIGHUP)".to_owned(),
+        other => format!("stopped by signal {other}"),
+    }
+}
+
+/// SIGHUP's number.
+pub const SIGHUP: i32 = 1;
+/// SIGINT's number.
+pub const SIGINT: i32 = 2;
+/// SIGTERM's number.
+pub const SIGTERM: i32 = 15;
+
+/// A runtime error worded for the person at the terminal: what happened,
+/// never what an agent should do about it.
+pub fn person(err: &SubagentError) -> String {
+    match err {
+        SubagentError::NotResumable { id, reason } => {
+            format!("agent {id} cannot be resumed: {reason}")
+        }
+        SubagentError::DeliveryUnavailable(id) => {
+            format!("agent {id} cannot take a message now: its tree is at its live-agent limit")
+        }
+        SubagentError::Draining => "the tree is shutting down".to_owned(),
+        SubagentError::AgentNameNotFound(name) => {
+            format!("no agent named `{name}` in the tree (see `dsh agents`)")
+        }
+        SubagentError::DepthLimit { depth, max } => {
+            format!("a child would be at depth {depth}, deeper than the limit of {max}")
+        }
+        SubagentError::NameTaken(name) => {
+            format!("the name `{name}` is already used by another child of that agent")
+        }
+        SubagentError::Capacity(limit) => {
+            format!("the tree already has its limit of {limit} live agents")
+        }
+        SubagentError::DuplicateProvider(name) => {
+            format!("a provider named `{name}` is registered twice")
+        }
+        SubagentError::Unauthorized(text) => text.clone(),
+        SubagentError::Agent(err) => err.to_string(),
+        // The remaining texts say what happened and nothing more.
+        other => other.to_string(),
     }
 }
 
@@ -133,6 +199,7 @@ impl From<AgentError> for CliError {
     fn from(err: AgentError) -> Self {
         match err {
             AgentError::Store(err) => err.into(),
+            AgentError::LogFailed(err) => Self::WriteFailed(err),
             err => Self::Agent(err),
         }
     }
@@ -144,5 +211,77 @@ impl From<SubagentError> for CliError {
             SubagentError::Agent(err) => err.into(),
             err => Self::Subagent(err),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use dsh_core::SessionId;
+
+    /// Every runtime error the cli can print, as the person reads it.
+    #[test]
+    fn runtime_errors_are_worded_for_a_person() {
+        let id = SessionId::new("s-child").unwrap();
+        let errors = vec![
+            SubagentError::DuplicateProvider("spawn".into()),
+            SubagentError::NoProvider("acp".into()),
+            SubagentError::UnsupportedCapability {
+                provider: "acp".into(),
+                capability: "fork",
+            },
+            SubagentError::InvalidRequest("unknown tool `x`".into()),
+            SubagentError::DepthLimit { depth: 4, max: 3 },
+            SubagentError::InvalidName {
+                name: "A B".into(),
+                reason: "spaces are not allowed",
+            },
+            SubagentError::NameTaken("researcher".into()),
+            SubagentError::Capacity(8),
+            SubagentError::Cancelled,
+            SubagentError::NotLive(id.clone()),
+            SubagentError::DuplicateName {
+                parent: id.clone(),
+                name: "researcher".into(),
+            },
+            SubagentError::AgentNameNotFound("nobody".into()),
+            SubagentError::Unauthorized("`s-child` cannot receive messages".into()),
+            SubagentError::NotResumable {
+                id: id.clone(),
+                reason: "s/s-child.jsonl:3: corrupt session log: unreadable event".into(),
+            },
+            SubagentError::DeliveryUnavailable(id.clone()),
+            SubagentError::Draining,
+            SubagentError::CorruptCatalog {
+                parent: id.clone(),
+                seq: 7,
+                message: "missing field `child_id`".into(),
+            },
+            SubagentError::Provider {
+                provider: "acp".into(),
+                message: "the agent exited".into(),
+            },
+            SubagentError::Teardown("the agent did not stop".into()),
+        ];
+        let text: Vec<String> = errors
+            .iter()
+            .map(|err| format!("{}: {}", err.code(), CliError::from(err.clone())))
+            .collect();
+        for line in &text {
+            for model_words in [
+                "Do not retry",
+                "yourself",
+                "try again",
+                "instead",
+                "list_agents",
+                "choose",
+                "wait for",
+            ] {
+                assert!(!line.contains(model_words), "{line}");
+            }
+        }
+        insta::assert_snapshot!(text.join("\n"));
     }
 }

@@ -3,12 +3,17 @@
 //! default (an embedded scripted demo); `--model openai:<model>` drives an
 //! OpenAI-compatible API.
 //!
-//! This file parses the command line and maps every failure to one line on
-//! stderr and an exit code; the commands live in their own modules. The
+//! This file parses the command line, installs the diagnostics subscriber
+//! (`-v` or `RUST_LOG`: tracing's warnings and errors on stderr; silent by
+//! default, because every failure already reaches stderr as the command's
+//! own one line), and maps every failure to one line on stderr and an exit
+//! code; the commands live in their own modules. The
 //! command wires the harness, the runtime, the providers and the tools
 //! together; it must never reach an agent except through the runtime and
 //! the core traits, never write to a session directory it was only asked to
-//! read, and never panic or print a trace on bad input.
+//! read (opening the store sweeps a crashed writer's temporaries; only
+//! `agents --prune-orphans` removes logs, and only orphans), and never
+//! panic or print a trace on bad input.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -24,8 +29,10 @@ mod run;
 mod send;
 mod sessions;
 mod show;
+mod signals;
 mod transcript;
 mod world;
+mod writes;
 
 use error::CliError;
 
@@ -40,6 +47,11 @@ const DEFAULT_DIR: &str = "./.dsh/sessions";
     about = "A lead agent that delegates to subagents: run it, list its tree, message and read its agents."
 )]
 struct Cli {
+    /// Print the agents' diagnostics on stderr: `-v` warnings and errors,
+    /// `-vv` also progress, `-vvv` debugging detail. `RUST_LOG` (a
+    /// `target=level,...` list) overrides it.
+    #[arg(short, long, action = clap::ArgAction::Count, global = true)]
+    verbose: u8,
     #[command(subcommand)]
     command: Command,
 }
@@ -74,6 +86,10 @@ struct RootArg {
 enum Command {
     /// Run a lead agent with the subagent, fork and control tools until its
     /// whole tree is done.
+    ///
+    /// Ctrl-C, SIGTERM or SIGHUP stops the tree and
+    /// keeps its sessions (exit 128 + the signal's number); a write the
+    /// disk refuses stops it too, naming the OS error (exit 1).
     Run {
         /// What to ask the lead (the demo has its own task when omitted).
         prompt: Option<String>,
@@ -95,11 +111,24 @@ enum Command {
         acp_args: Vec<String>,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
+    ///
+    /// Also the logs that cannot be read, and the orphans: child logs that
+    /// no catalog names (left by a crash between creating a child and
+    /// recording it). A file that is not a session log is skipped with a
+    /// warning.
     Agents {
         #[command(flatten)]
         dir: DirArg,
+        /// Remove the orphans' logs (a log that another process is still
+        /// writing is kept). Nothing else is changed.
+        #[arg(long)]
+        prune_orphans: bool,
     },
     /// Send a message to a child as the user and print its reply.
+    ///
+    /// The reply is the answer of the turn that took this message, never an
+    /// older one; then the tree is stopped, and the child's notice waits in
+    /// the root's inbox for its next run.
     Send {
         /// The child's name or path (`researcher`, `a/b`) or session id.
         name: String,
@@ -124,7 +153,7 @@ enum Command {
 }
 
 /// One line of text, whatever the error's text holds.
-fn one_line(text: &str) -> String {
+pub(crate) fn one_line(text: &str) -> String {
     text.split_whitespace().collect::<Vec<_>>().join(" ")
 }
 
@@ -143,6 +172,45 @@ fn quiet_panics() {
             .unwrap_or_default();
         eprintln!("dsh: internal error{place}: {}", one_line(&message));
     }));
+}
+
+/// Install the tracing subscriber when asked for: `RUST_LOG` when set (a
+/// `target=level,...` list), else `-v`'s level; nothing otherwise. Output
+/// goes to stderr, one plain line per event.
+fn diagnostics(verbose: u8) {
+    use tracing_subscriber::filter::{LevelFilter, Targets};
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
+    let from_env = std::env::var("RUST_LOG")
+        .ok()
+        .filter(|spec| !spec.trim().is_empty());
+    let filter = match from_env {
+        Some(spec) => match spec.parse::<Targets>() {
+            Ok(filter) => filter,
+            Err(err) => {
+                eprintln!("dsh: warning: ignoring RUST_LOG `{spec}`: {err}");
+                return;
+            }
+        },
+        None => {
+            let level = match verbose {
+                0 => return,
+                1 => LevelFilter::WARN,
+                2 => LevelFilter::INFO,
+                _ => LevelFilter::DEBUG,
+            };
+            Targets::new().with_default(level)
+        }
+    };
+    let layer = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .without_time();
+    // Another subscriber already installed (never, in `dsh`) keeps its place.
+    let _ = tracing_subscriber::registry()
+        .with(layer)
+        .with(filter)
+        .try_init();
 }
 
 fn main() -> ExitCode {
@@ -172,6 +240,7 @@ fn main() -> ExitCode {
         }
     };
     quiet_panics();
+    diagnostics(cli.verbose);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -215,7 +284,13 @@ async fn execute(command: Command) -> Result<(), CliError> {
             })
             .await
         }
-        Command::Agents { dir } => agents::agents(&dir.dir).await,
+        Command::Agents { dir, prune_orphans } => {
+            agents::agents(agents::AgentsArgs {
+                dir: &dir.dir,
+                prune_orphans,
+            })
+            .await
+        }
         Command::Send {
             name,
             message,

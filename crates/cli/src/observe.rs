@@ -138,15 +138,26 @@ impl Reporter {
     fn event(&self, event: &SubagentEvent) {
         match event {
             SubagentEvent::Start(info) => {
-                let name = self.name_of(&info.child_id);
                 let parent_name = self.name_of(&info.parent_session_id);
                 let runtime = self.runtime.get();
                 let agent = runtime.and_then(|r| r.registry().get(&info.child_id));
-                let label = runtime
+                let entry = runtime
                     .and_then(|r| r.registry().get(&info.parent_session_id))
                     .and_then(|parent| fold_catalog(parent.header(), &parent.events()).ok())
-                    .and_then(|catalog| catalog.get(&info.child_id).map(|e| e.label.clone()))
-                    .unwrap_or_default();
+                    .and_then(|catalog| catalog.get(&info.child_id).cloned());
+                let label = entry.as_ref().map(|e| e.label.clone()).unwrap_or_default();
+                let mut name = self.name_of(&info.child_id);
+                // A child the runtime cannot name (an external one has no
+                // live agent) is named by its creator's catalog.
+                if name == info.child_id.as_str()
+                    && let Some(own) = entry.as_ref().and_then(|e| e.name.clone())
+                {
+                    name = if parent_name == dsh_subagent::ROOT_NAME {
+                        own
+                    } else {
+                        format!("{parent_name}/{own}")
+                    };
+                }
                 let mut state = lock(&self.state);
                 let row = Row {
                     id: info.child_id.clone(),

@@ -1,33 +1,51 @@
 //! `dsh run`: create a lead agent with the delegation and control tools,
 //! give it the prompt, show the tree while it works, and return only when
 //! the whole tree is done (B33: the lead idle, then the runtime's tree work
-//! joined, then the lead checked again, until nothing progresses). Ctrl-C
-//! interrupts the lead, drains its tree and exits. Every check that can
-//! refuse the run (the model, its address, the directory) runs before the
-//! first session is written.
+//! joined, then the lead checked again, until nothing progresses; a
+//! background external child, which has no local agent for the runtime to
+//! join, is waited for through the runtime's start and end events). Ctrl-C,
+//! SIGTERM or SIGHUP interrupts the lead, drains its tree and exits with
+//! `128 + n`. A write that fails anywhere in the tree (a full disk, a
+//! medium error) stops the tree the same way and exits non-zero naming the
+//! OS error (B56): the run never waits for a turn that cannot be recorded,
+//! and never reports success after a failed write. Every check that can
+//! refuse the run (the model, its address) runs before the first session is
+//! written; other logs of the directory are never needed, so a foreign or
+//! unreadable file there is only warned about (B57).
 
+use std::collections::HashSet;
 use std::io::IsTerminal;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
-    Durability, Model, SessionHeader, SessionId, UserMessage,
+    Model, SessionHeader, SessionId, SessionStore, UserMessage,
 };
-use dsh_harness::JsonlStore;
+use dsh_subagent::SubagentEvent;
 use dsh_subagent_acp::AcpConfig;
+use tokio::sync::Notify;
+use tokio::time::timeout;
 
 use crate::demo::{DEMO_PROMPT, Demo};
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
 use crate::observe::{Mode, Reporter, compact};
 use crate::sessions;
+use crate::signals::Signals;
 use crate::transcript;
 use crate::world::World;
+use crate::writes::{Watched, WriteFaults};
 
 /// How often the live view refreshes from the agents' logs.
 const TICK: Duration = Duration::from_millis(100);
+
+/// How long stopping a tree (after a signal or a failed write) and shutting
+/// the world down may take before `dsh` exits anyway: a bound on teardown,
+/// so that an agent that does not stop cannot keep the command alive.
+pub const STOP_GRACE: Duration = Duration::from_secs(10);
 
 /// What `dsh run` was asked.
 #[derive(Debug)]
@@ -46,6 +64,19 @@ pub struct RunArgs {
 
 /// Run the command.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
+    run_over(args, |dir| {
+        let store: Arc<dyn SessionStore> = sessions::open_store(dir)?;
+        Ok(store)
+    })
+    .await
+}
+
+/// Run the command over the store `open` makes of the session directory
+/// (called once every refusing check has passed).
+async fn run_over(
+    args: RunArgs,
+    open: impl FnOnce(&std::path::Path) -> Result<Arc<dyn SessionStore>, CliError>,
+) -> Result<(), CliError> {
     let choice = model::parse_choice(args.model.as_deref())?;
     let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &choice {
         ModelChoice::Demo => {
@@ -54,13 +85,16 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         }
         ModelChoice::OpenAi { model } => (model::openai(model).await?, None),
     };
-    if args.dir.exists() {
-        // Refuse to add sessions to a directory that cannot be read back.
-        let store = sessions::existing_store(&args.dir)?;
-        sessions::headers(store.as_ref()).await?;
+    let mut signals = Signals::install()?;
+    let existed = args.dir.exists();
+    let opened = open(&args.dir)?;
+    if existed {
+        // A new lead needs none of the other logs: a bad one is only named.
+        sessions::scan(opened.as_ref()).await?.warn();
     }
     let cwd = std::env::current_dir()?;
-    let store = Arc::new(JsonlStore::new(&args.dir, Durability::TurnBoundary)?);
+    let faults = WriteFaults::new();
+    let store = Watched::wrap(opened, &faults);
     let mode = if std::io::stdout().is_terminal() {
         Mode::Live
     } else {
@@ -75,6 +109,7 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);
     let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
+    let (external, _tracking) = External::track(&world.runtime);
     let what = match &choice {
         ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
         ModelChoice::OpenAi { model } => format!("model openai:{model}"),
@@ -111,39 +146,160 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
         Err(err) => Err(err.into()),
         Ok(_) => {
             tokio::select! {
-                outcome = settle(&world, &lead, &reporter) => outcome,
-                _ = tokio::signal::ctrl_c() => {
+                outcome = settle(&world, &lead, &reporter, &external) => outcome,
+                err = faults.failed() => {
+                    stop(&world, &lead, Some(&*reporter)).await;
+                    Err(CliError::WriteFailed(err))
+                }
+                signal = signals.recv() => {
                     reporter.line("interrupted: stopping the tree");
-                    lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
-                    if let Err(err) = world.runtime.drain_descendants(std::slice::from_ref(&lead)).await {
-                        reporter.line(&format!("while stopping: {}", compact(&err.to_string(), 200)));
-                    }
-                    lead.wait_idle().await;
-                    Err(CliError::Interrupted)
+                    stop(&world, &lead, Some(&*reporter)).await;
+                    Err(CliError::Interrupted(signal))
                 }
             }
         }
+    };
+    // A failed write wins over whatever the tree made of it.
+    let outcome = match (outcome, faults.first()) {
+        (Err(CliError::Interrupted(signal)), _) => Err(CliError::Interrupted(signal)),
+        (_, Some(err)) => Err(CliError::WriteFailed(err)),
+        (outcome, None) => outcome,
     };
     ticking.cancel();
     reporter.tick();
     if mode == Mode::Plain && outcome.is_ok() {
         summary(&world, &lead, &reporter).await;
     }
-    world.shutdown().await;
+    shutdown(&world, Some(&*reporter)).await;
     outcome
+}
+
+/// Say `line`: through the reporter in a run, on stderr otherwise.
+fn say(reporter: Option<&Reporter>, line: &str) {
+    match reporter {
+        Some(reporter) => reporter.line(line),
+        None => eprintln!("dsh: {line}"),
+    }
+}
+
+/// Interrupt the lead and drain its tree, within [`STOP_GRACE`].
+pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Reporter>) {
+    lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
+    let stopping = async {
+        if let Err(err) = world
+            .runtime
+            .drain_descendants(std::slice::from_ref(lead))
+            .await
+        {
+            say(
+                reporter,
+                &format!(
+                    "while stopping: {}",
+                    compact(&crate::error::person(&err), 200)
+                ),
+            );
+        }
+        lead.wait_idle().await;
+    };
+    if timeout(STOP_GRACE, stopping).await.is_err() {
+        say(
+            reporter,
+            &format!(
+                "the tree did not stop within {} s; exiting anyway",
+                STOP_GRACE.as_secs()
+            ),
+        );
+    }
+}
+
+/// Shut the world down, within [`STOP_GRACE`].
+pub async fn shutdown(world: &World, reporter: Option<&Reporter>) {
+    if timeout(STOP_GRACE, world.shutdown()).await.is_err() {
+        say(
+            reporter,
+            &format!(
+                "the agents did not shut down within {} s; exiting anyway",
+                STOP_GRACE.as_secs()
+            ),
+        );
+    }
+}
+
+/// External children (no local agent) started and not yet ended: the
+/// runtime's `wait_for_tree_work` joins members through their local agents,
+/// so the run waits for these through the runtime's start and end events.
+struct External {
+    running: Mutex<HashSet<SessionId>>,
+    changed: Notify,
+}
+
+impl External {
+    /// Track the runtime's external activations from now on.
+    fn track(runtime: &dsh_subagent::SubagentRuntime) -> (Arc<Self>, Subscription) {
+        let external = Arc::new(Self {
+            running: Mutex::new(HashSet::new()),
+            changed: Notify::new(),
+        });
+        let seen = Arc::clone(&external);
+        let subscription = runtime.events().listen(move |event| {
+            let mut running = seen.running.lock().unwrap_or_else(PoisonError::into_inner);
+            match event {
+                SubagentEvent::Start(info) if !info.local => {
+                    running.insert(info.child_id.clone());
+                }
+                SubagentEvent::End(info, _) if !info.local => {
+                    running.remove(&info.child_id);
+                    seen.changed.notify_waiters();
+                }
+                _ => {}
+            }
+        });
+        (external, subscription)
+    }
+
+    /// Wait for one external child to end; `false` at once when none runs.
+    ///
+    /// # Cancel safety
+    /// Only observes; dropping it loses nothing.
+    async fn wait_one(&self) -> bool {
+        let ended = self.changed.notified();
+        if self
+            .running
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_empty()
+        {
+            return false;
+        }
+        ended.await;
+        true
+    }
 }
 
 /// Wait until the tree is done (B33), printing each of the lead's answers
 /// as its turn ends. Errors when the lead's last turn failed.
-async fn settle(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) -> Result<(), CliError> {
+async fn settle(
+    world: &World,
+    lead: &Arc<dyn Agent>,
+    reporter: &Reporter,
+    external: &External,
+) -> Result<(), CliError> {
     let mut printed = 0;
     loop {
         lead.wait_idle().await;
         printed = print_answers(lead, reporter, printed);
+        // A lead whose log failed runs no further turn: waiting would hang.
+        if let Some(err) = lead.fault() {
+            return Err(err.into());
+        }
         if world.runtime.wait_for_tree_work(lead).await {
             continue;
         }
         if lead.status() == AgentStatus::Running {
+            continue;
+        }
+        // A background external child still running: its notice is to come.
+        if external.wait_one().await {
             continue;
         }
         break;
@@ -197,19 +353,36 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
         transcript::tokens(&events),
         transcript::tool_calls(&events),
     )];
-    let listed = world
+    let listed = match world
         .runtime
         .list_descendants(lead.id(), &CancellationToken::new())
         .await
-        .unwrap_or_default();
+    {
+        Ok(listed) => listed,
+        Err(err) => {
+            // The summary is shown without the children, and says why.
+            reporter.line(&format!(
+                "the tree cannot be listed: {}",
+                compact(&crate::error::person(&err), 200)
+            ));
+            Vec::new()
+        }
+    };
     for row in listed {
         let name = format!(
             "{}{}",
             "  ".repeat(row.depth as usize),
             sessions::display_name(&row)
         );
-        let (stop, tokens, tools) = match world.store.load(&row.entry.child_id).await {
-            Ok(log) => {
+        // An external child's transcript is kept by its agent program.
+        let loaded = if row.entry.mode == dsh_subagent::ChildMode::EXTERNAL {
+            None
+        } else {
+            Some(world.store.load(&row.entry.child_id).await)
+        };
+        let (stop, tokens, tools) = match loaded {
+            None => ("external".to_owned(), (0, 0), String::new()),
+            Some(Ok(log)) => {
                 let own = log
                     .events
                     .get(usize::try_from(log.header.seed_len).unwrap_or(usize::MAX)..)
@@ -222,7 +395,7 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
                     transcript::tool_calls(own),
                 )
             }
-            Err(err) => (format!("unreadable: {}", err.code()), (0, 0), String::new()),
+            Some(Err(err)) => (format!("unreadable: {}", err.code()), (0, 0), String::new()),
         };
         rows.push((name, row.entry.provider.clone(), stop, tokens, tools));
     }
@@ -238,5 +411,70 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
             format!("  {name:<14} {provider:<6} {stop:<10} tokens {input}/{output}{tools}")
                 .trim_end(),
         );
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use dsh_core::Durability;
+    use dsh_harness::JsonlStore;
+    use dsh_test_support::store::{Fault, FaultStore, Op};
+
+    use super::*;
+
+    fn demo_args(dir: &std::path::Path) -> RunArgs {
+        RunArgs {
+            prompt: None,
+            dir: dir.to_path_buf(),
+            model: Some("demo".to_owned()),
+            acp_command: None,
+            acp_args: Vec::new(),
+        }
+    }
+
+    /// The demo run over a store that fails the `nth` call of `op`.
+    async fn run_failing(op: Op, nth: u64, fault: Fault) -> (Result<(), CliError>, u64) {
+        let dir = tempfile::tempdir().unwrap();
+        let faults = Arc::new(FaultStore::new(
+            JsonlStore::new(dir.path(), Durability::TurnBoundary).unwrap(),
+        ));
+        faults.fail(op, nth, fault);
+        let store = Arc::clone(&faults);
+        let outcome = timeout(
+            Duration::from_secs(60),
+            run_over(demo_args(dir.path()), move |_| {
+                Ok(store as Arc<dyn SessionStore>)
+            }),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("dsh run hung after {op} {nth} failed"));
+        (outcome, faults.calls(op))
+    }
+
+    /// B56 at every write of the demo's tree: EIO at the k-th append, or
+    /// at the k-th turn-boundary sync, of any agent's log, for every k of a
+    /// whole run. The run ends (never hangs) with the OS error, never with
+    /// success.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_failed_write_at_any_point_of_the_tree_ends_the_run_with_the_os_error() {
+        for op in [Op::Append, Op::Checkpoint] {
+            // A clean run counts the calls (a fault beyond them never fires).
+            let (clean, total) = run_failing(op, u64::MAX, Fault::EIO).await;
+            assert!(clean.is_ok(), "{clean:?}");
+            assert!(total > 0, "{op}: no calls");
+            for nth in 1..=total {
+                let (outcome, _) = run_failing(op, nth, Fault::EIO).await;
+                let err = outcome.expect_err("a run whose write failed succeeded");
+                assert!(matches!(err, CliError::WriteFailed(_)), "{op} {nth}: {err}");
+                assert!(
+                    err.to_string().contains("Input/output error"),
+                    "{op} {nth}: {err}"
+                );
+                assert_eq!(err.exit_code(), 1);
+            }
+            println!("{op}: all {total} failure points end the run with the OS error");
+        }
     }
 }

@@ -4,23 +4,37 @@
 //! live root), the runtime resumes the cold child and delivers the message
 //! under the user's authority, and the child's reply is printed when that
 //! turn ends. The child settles as any resumed child does, so its notice
-//! reaches the root, which may take a turn about it; the command returns
-//! once that tree work is done too.
+//! reaches the root's inbox; then the tree is stopped: the root's reaction
+//! to the notice is not this command's work (it could wait for a sibling
+//! that nothing resumes), so a notice it has not claimed stays queued for
+//! the root's next run, and a turn it started is interrupted.
+//!
+//! The reply printed is the answer of the turn that claimed this message
+//! (found by its id in the child's log), never merely the log's last turn:
+//! when that turn could not be recorded, the command fails instead of
+//! printing an older answer (B56). A failed write anywhere in the tree, a
+//! signal, or a runtime refusal each end the command with one line on
+//! stderr; the refusal is worded for the person, not for a model.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use dsh_core::{
-    AgentFactory, AgentStatus, CancellationToken, ContentBlock, MessageId, Model, ResumeAgent,
+    Agent, AgentFactory, CancellationToken, ContentBlock, MessageId, Model, ResumeAgent,
 };
-use dsh_subagent::{ChildMode, PromptDelivery, RunOutcome, SubagentEvent, TrustedHost, UserPrompt};
+use dsh_subagent::{
+    ChildMode, PromptDelivery, RunOutcome, SubagentError, SubagentEvent, TrustedHost, UserPrompt,
+};
 
 use crate::demo::Demo;
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
+use crate::run::shutdown;
 use crate::sessions::{self, Member};
+use crate::signals::Signals;
 use crate::transcript;
 use crate::world::World;
+use crate::writes::{Watched, WriteFaults};
 
 /// What `dsh send` was asked.
 #[derive(Debug)]
@@ -43,23 +57,45 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     if args.message.trim().is_empty() {
         return Err(CliError::Refused("the message is empty".to_owned()));
     }
+    let mut signals = Signals::install()?;
     let store = sessions::existing_store(&args.dir)?;
-    let headers = sessions::headers(store.as_ref()).await?;
-    let root = sessions::pick_root(&args.dir, &headers, args.root.as_deref())?;
+    let scan = sessions::scan(store.as_ref()).await?;
+    scan.warn();
+    let root = scan.pick_root(&args.dir, args.root.as_deref())?;
     let model: Arc<dyn Model> = match &choice {
         ModelChoice::Demo => Demo::new(false).model(),
         ModelChoice::OpenAi { model } => model::openai(model).await?,
     };
-    let world = World::build(store, model, None, None)?;
-    let outcome = deliver(&world, &root, &args).await;
-    world.shutdown().await;
+    let faults = WriteFaults::new();
+    let world = World::build(Watched::wrap(store, &faults), model, None, None)?;
+    let mut lead = None;
+    let outcome = tokio::select! {
+        outcome = deliver(&world, &root, &args, &mut lead) => outcome,
+        err = faults.failed() => Err(CliError::WriteFailed(err)),
+        signal = signals.recv() => Err(CliError::Interrupted(signal)),
+    };
+    // A failed write wins: an answer printed after one could be stale.
+    let outcome = match (outcome, faults.first()) {
+        (Err(CliError::Interrupted(signal)), _) => Err(CliError::Interrupted(signal)),
+        (_, Some(err)) => Err(CliError::WriteFailed(err)),
+        (outcome, None) => outcome,
+    };
+    if outcome.is_err()
+        && let Some(lead) = &lead
+    {
+        crate::run::stop(&world, lead, None).await;
+    }
+    shutdown(&world, None).await;
     outcome
 }
 
+/// Resolve, resume, deliver and wait; the resumed root is left in `lead`
+/// so that a caller that stops waiting can stop its tree.
 async fn deliver(
     world: &World,
     root: &dsh_core::SessionId,
     args: &SendArgs,
+    resumed: &mut Option<Arc<dyn Agent>>,
 ) -> Result<(), CliError> {
     let row = match sessions::resolve(&world.runtime, root, &args.name).await? {
         Member::Root(_) => {
@@ -72,8 +108,18 @@ async fn deliver(
     };
     if row.entry.mode != ChildMode::CONTINUABLE {
         return Err(CliError::Refused(format!(
-            "`{}` is a {} child and cannot receive messages",
+            "`{}` is {} {} child and cannot receive messages",
             args.name,
+            if row
+                .entry
+                .mode
+                .as_str()
+                .starts_with(['a', 'e', 'i', 'o', 'u'])
+            {
+                "an"
+            } else {
+                "a"
+            },
             row.entry.mode.as_str()
         )));
     }
@@ -89,20 +135,34 @@ async fn deliver(
         })
         .await?;
     let lead = lead.agent().clone();
+    *resumed = Some(lead.clone());
     let (_subscription, mut events) = world.runtime.events().subscribe();
+    let request_id = MessageId::generate();
     world
         .runtime
         .prompt(
             UserPrompt {
                 child: child.clone(),
-                request_id: MessageId::generate(),
+                request_id: request_id.clone(),
                 content: vec![ContentBlock::text(args.message.clone())],
                 delivery: PromptDelivery::Queue,
             },
             &TrustedHost,
             &CancellationToken::new(),
         )
-        .await?;
+        .await
+        .map_err(|err| match err {
+            // Named as the person named it, not by session id.
+            SubagentError::NotResumable { reason, .. } => {
+                CliError::Refused(format!("`{name}` cannot be resumed: {reason}"))
+            }
+            err => match CliError::from(err) {
+                CliError::Corrupt(text) => {
+                    CliError::Corrupt(format!("`{name}` cannot be resumed: {text}"))
+                }
+                err => err,
+            },
+        })?;
     let settled = async {
         while let Some(event) = events.recv().await {
             if let SubagentEvent::End(info, outcome) = event
@@ -113,21 +173,14 @@ async fn deliver(
         }
         None
     };
-    let outcome = tokio::select! {
-        outcome = settled => outcome,
-        _ = tokio::signal::ctrl_c() => {
-            world.runtime.interrupt_by_user(&child, &TrustedHost).await?;
-            world.runtime.drain_descendants(std::slice::from_ref(&lead)).await?;
-            return Err(CliError::Interrupted);
-        }
-    };
-    if let Some(RunOutcome::Error(error)) = outcome {
+    if let Some(RunOutcome::Error(error)) = settled.await {
         return Err(CliError::Refused(format!("`{name}` failed: {error}")));
     }
     let log = world.store.load(&child).await?;
-    let turns = transcript::finished_turns(&log.events);
-    let Some(turn) = turns.last() else {
-        return Err(CliError::Refused(format!("`{name}` did not answer")));
+    let Some(turn) = transcript::turn_claiming(&log.events, &request_id) else {
+        return Err(CliError::Refused(format!(
+            "`{name}` did not answer: no turn of its log took the message"
+        )));
     };
     if transcript::failed(&turn.end.stop_reason) {
         return Err(CliError::Refused(format!(
@@ -141,13 +194,13 @@ async fn deliver(
         )));
     }
     println!("{name}: {}", turn.answer.trim().replace('\n', "\n  "));
-    // The notice wakes the root; the tree is done when nothing progresses.
-    loop {
-        lead.wait_idle().await;
-        if world.runtime.wait_for_tree_work(&lead).await || lead.status() == AgentStatus::Running {
-            continue;
-        }
-        break;
+    // The child's notice is in the root's inbox (the runtime notifies the
+    // parent before it reports the end). The root's reaction to it is not
+    // this command's work, and may wait on siblings no one resumes: stop
+    // the tree, keeping what is still queued for the root's next run.
+    crate::run::stop(world, &lead, None).await;
+    if let Some(err) = lead.fault() {
+        return Err(err.into());
     }
     Ok(())
 }

@@ -1,14 +1,19 @@
 //! Reading a session directory as trees: its roots (sessions with no parent),
-//! the most recent one, and a name resolved within a root's tree from the
-//! persisted catalogs. Everything here only reads: it never creates the
-//! directory, opens a log for writing or resumes an agent.
+//! the most recent one, a name resolved within a root's tree from the
+//! persisted catalogs, and the debris a crash can leave (child logs that no
+//! catalog names). One bad file affects only what needs it (B57): a
+//! `*.jsonl` that is not a session log (empty, or a header that does not
+//! parse) is skipped with one warning line; a log that cannot be read is
+//! kept aside as unreadable; only a directory that cannot be listed at all
+//! fails a command here. Everything here only reads.
 
-use std::path::Path;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dsh_core::{CancellationToken, Durability, SessionHeader, SessionId, SessionStore};
+use dsh_core::{CancellationToken, Durability, SessionHeader, SessionId, SessionStore, StoreError};
 use dsh_harness::JsonlStore;
-use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentRuntime};
+use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentRuntime, fold_catalog};
 
 use crate::error::CliError;
 
@@ -18,53 +23,197 @@ pub fn existing_store(dir: &Path) -> Result<Arc<JsonlStore>, CliError> {
     if !dir.is_dir() {
         return Err(CliError::NoSessionDir(dir.to_path_buf()));
     }
-    Ok(Arc::new(JsonlStore::new(dir, Durability::TurnBoundary)?))
+    open_store(dir)
 }
 
-/// Every session's header, in id order; any log whose header cannot be read
-/// makes the directory corrupt.
-pub async fn headers(store: &dyn SessionStore) -> Result<Vec<SessionHeader>, CliError> {
-    let mut headers = Vec::new();
+/// The store over `dir` (created if missing). Opening it sweeps the
+/// temporary files a crashed writer left; one it could not remove is named
+/// in a warning line on stderr, never only in a log.
+pub fn open_store(dir: &Path) -> Result<Arc<JsonlStore>, CliError> {
+    let store = JsonlStore::new(dir, Durability::TurnBoundary)?;
+    for failure in store.sweep_failures() {
+        eprintln!(
+            "dsh: warning: cannot remove a crash leftover: {}",
+            crate::one_line(&failure.to_string())
+        );
+    }
+    Ok(Arc::new(store))
+}
+
+/// A `*.jsonl` file that is not a session log, skipped by every command.
+#[derive(Debug, Clone)]
+pub struct Foreign {
+    /// The file.
+    pub path: PathBuf,
+    /// Why it is not a session log.
+    pub reason: String,
+}
+
+/// A log whose header cannot be read (permission, a medium error, a path
+/// that is not a readable file, a damaged header, a newer format).
+#[derive(Debug, Clone)]
+pub struct Unreadable {
+    /// The session the file name claims.
+    pub id: SessionId,
+    /// What reading it said.
+    pub error: StoreError,
+}
+
+/// A session directory as the commands see it.
+#[derive(Debug, Default)]
+pub struct Scan {
+    /// Every readable session header, in id order.
+    pub headers: Vec<SessionHeader>,
+    /// Logs whose header cannot be read, in id order.
+    pub unreadable: Vec<Unreadable>,
+    /// Files that are not session logs, in id order.
+    pub foreign: Vec<Foreign>,
+}
+
+/// The file and the reason, when a header error means "this file is not a
+/// session log at all" rather than "this log cannot be read".
+fn not_a_session(err: &StoreError) -> Option<Foreign> {
+    match err {
+        StoreError::NotASession { path, reason } => Some(Foreign {
+            path: path.clone(),
+            reason: reason.clone(),
+        }),
+        _ => None,
+    }
+}
+
+/// Read every log's header. Only a directory that cannot be listed fails;
+/// each file that cannot be read is sorted into [`Scan::unreadable`] or
+/// [`Scan::foreign`].
+pub async fn scan(store: &dyn SessionStore) -> Result<Scan, CliError> {
+    let mut scan = Scan::default();
     for id in store.list().await? {
-        let header = store.header(&id).await.map_err(|err| match err {
-            dsh_core::StoreError::Io { .. } | dsh_core::StoreError::NotFound(_) => {
-                CliError::from(err)
-            }
-            err => CliError::Corrupt(err.to_string()),
-        })?;
-        headers.push(header);
+        match store.header(&id).await {
+            Ok(header) => scan.headers.push(header),
+            Err(err) => match not_a_session(&err) {
+                Some(foreign) => scan.foreign.push(foreign),
+                None => scan.unreadable.push(Unreadable { id, error: err }),
+            },
+        }
     }
-    Ok(headers)
+    Ok(scan)
 }
 
-/// The root sessions, oldest first (creation time, then id).
-pub fn roots(headers: &[SessionHeader]) -> Vec<&SessionHeader> {
-    let mut roots: Vec<&SessionHeader> = headers
-        .iter()
-        .filter(|header| header.parent_session.is_none())
-        .collect();
-    roots.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
-    roots
+/// The one-line warning `dsh` prints for a file every command skips.
+pub fn foreign_warning(foreign: &Foreign) -> String {
+    format!(
+        "dsh: warning: skipping {}: not a session log ({})",
+        foreign.path.display(),
+        crate::one_line(&foreign.reason)
+    )
 }
 
-/// The root `wanted` names, or the most recent root.
-pub fn pick_root(
-    dir: &Path,
-    headers: &[SessionHeader],
-    wanted: Option<&str>,
-) -> Result<SessionId, CliError> {
-    let roots = roots(headers);
-    match wanted {
-        Some(wanted) => roots
+impl Scan {
+    /// Print a warning line on stderr for each skipped file. Unreadable
+    /// logs are not warned about: `dsh agents` lists them, and a command
+    /// that needs one fails with its error.
+    pub fn warn(&self) {
+        for foreign in &self.foreign {
+            eprintln!("{}", foreign_warning(foreign));
+        }
+    }
+
+    /// The root sessions, oldest first (creation time, then id).
+    pub fn roots(&self) -> Vec<&SessionHeader> {
+        let mut roots: Vec<&SessionHeader> = self
+            .headers
             .iter()
-            .find(|header| header.id.as_str() == wanted)
-            .map(|header| header.id.clone())
-            .ok_or_else(|| CliError::UnknownRoot(wanted.to_owned())),
-        None => roots
-            .last()
-            .map(|header| header.id.clone())
-            .ok_or_else(|| CliError::NoSessions(dir.to_path_buf())),
+            .filter(|header| header.parent_session.is_none())
+            .collect();
+        roots.sort_by(|a, b| (a.created_at, &a.id).cmp(&(b.created_at, &b.id)));
+        roots
     }
+
+    /// The root `wanted` names, or the most recent root.
+    pub fn pick_root(&self, dir: &Path, wanted: Option<&str>) -> Result<SessionId, CliError> {
+        let roots = self.roots();
+        match wanted {
+            Some(wanted) => {
+                if let Some(log) = self.unreadable.iter().find(|log| log.id.as_str() == wanted) {
+                    return Err(log.error.clone().into());
+                }
+                roots
+                    .iter()
+                    .find(|header| header.id.as_str() == wanted)
+                    .map(|header| header.id.clone())
+                    .ok_or_else(|| CliError::UnknownRoot(wanted.to_owned()))
+            }
+            None => roots
+                .last()
+                .map(|header| header.id.clone())
+                .ok_or_else(|| CliError::NoSessions(dir.to_path_buf())),
+        }
+    }
+}
+
+/// A child log that no catalog names: the debris of a crash between
+/// creating a child and recording it in its parent's catalog, or a child
+/// whose parent's log is gone. No command can reach it.
+#[derive(Debug, Clone)]
+pub struct Orphan {
+    /// The child's session.
+    pub id: SessionId,
+    /// The parent its header names.
+    pub parent: SessionId,
+    /// Whether the parent's log exists (else it is gone).
+    pub parent_exists: bool,
+    /// How many events the log holds after its header.
+    pub events: usize,
+}
+
+/// Every orphan of the directory, in id order. A child whose parent's log
+/// exists but cannot be read or folded is not an orphan (its parent's
+/// tree is reported as unreadable instead): only a parent whose catalog is
+/// known and does not name the child, or a parent with no log at all,
+/// makes an orphan.
+pub async fn orphans(scan: &Scan, store: &dyn SessionStore) -> Vec<Orphan> {
+    let present = |id: &SessionId| {
+        scan.headers.iter().any(|h| &h.id == id) || scan.unreadable.iter().any(|u| &u.id == id)
+    };
+    // The catalog of each parent, folded once: `None` when unreadable.
+    let mut catalogs: HashMap<SessionId, Option<Vec<SessionId>>> = HashMap::new();
+    let mut found = Vec::new();
+    for header in &scan.headers {
+        let Some(parent) = &header.parent_session else {
+            continue;
+        };
+        let parent_exists = present(parent);
+        if parent_exists {
+            if !catalogs.contains_key(parent) {
+                let named = match store.load(parent).await {
+                    Ok(log) => fold_catalog(&log.header, &log.events).ok().map(|catalog| {
+                        catalog
+                            .entries()
+                            .iter()
+                            .map(|e| e.child_id.clone())
+                            .collect()
+                    }),
+                    Err(_) => None,
+                };
+                catalogs.insert(parent.clone(), named);
+            }
+            match catalogs.get(parent) {
+                Some(Some(named)) if !named.contains(&header.id) => {}
+                _ => continue,
+            }
+        }
+        let events = match store.load(&header.id).await {
+            Ok(log) => log.events.len(),
+            Err(_) => 0,
+        };
+        found.push(Orphan {
+            id: header.id.clone(),
+            parent: parent.clone(),
+            parent_exists,
+            events,
+        });
+    }
+    found
 }
 
 /// A member of a tree, found by name.
@@ -96,6 +245,9 @@ pub fn display_name(row: &DescendantRow) -> String {
 
 /// Resolve `name` in `root`'s persisted tree: `lead`, a slash path of names,
 /// or a member's session id.
+///
+/// # Cancel safety
+/// Only reads; dropping the future leaves nothing behind.
 pub async fn resolve(
     runtime: &SubagentRuntime,
     root: &SessionId,

@@ -1,6 +1,7 @@
 //! `dsh show <name>`: an agent's transcript, read from its log (user,
 //! assistant and tool messages, turn ends), with senders named by their
-//! place in the tree. It only reads the directory.
+//! place in the tree. It only reads the directory, and only the logs of the
+//! tree it shows: a bad file elsewhere is warned about and left out.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -18,10 +19,20 @@ use crate::world::World;
 /// Run the command.
 pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliError> {
     let store = sessions::existing_store(dir)?;
-    let headers = sessions::headers(store.as_ref()).await?;
-    let root = sessions::pick_root(dir, &headers, root)?;
+    let scan = sessions::scan(store.as_ref()).await?;
+    scan.warn();
+    let root = scan.pick_root(dir, root)?;
     let world = World::build(store, Arc::new(ScriptedModel::new()), None, None)?;
     let member = sessions::resolve(&world.runtime, &root, name).await?;
+    if let Member::Child(row) = &member
+        && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL
+    {
+        world.shutdown().await;
+        return Err(CliError::Refused(format!(
+            "`{name}` is an external agent: its transcript is kept by the agent program, not in {}",
+            dir.display()
+        )));
+    }
     let mut names: HashMap<SessionId, String> = HashMap::new();
     names.insert(root.clone(), ROOT_NAME.to_owned());
     for row in world

@@ -5,7 +5,7 @@
 
 use dsh_core::content::joined_text;
 use dsh_core::session::TurnEnd;
-use dsh_core::{EventPayload, MessageSource, SessionEvent, SessionId, StopReason};
+use dsh_core::{EventPayload, MessageId, MessageSource, SessionEvent, SessionId, StopReason};
 
 /// Token totals of a log (every `usage` event).
 pub fn tokens(events: &[SessionEvent]) -> (u64, u64) {
@@ -70,6 +70,30 @@ pub fn finished_turns(events: &[SessionEvent]) -> Vec<FinishedTurn> {
         }
     }
     turns
+}
+
+/// The finished turn that claimed message `id` (the turn whose start or a
+/// later step took it from the inbox), with its answer; `None` when no
+/// recorded turn claimed it, or that turn has not ended in `events`.
+pub fn turn_claiming(events: &[SessionEvent], id: &MessageId) -> Option<FinishedTurn> {
+    let claimed = events.iter().position(|event| {
+        matches!(&event.payload, EventPayload::InboxClaimed(ids) if ids.message_ids.contains(id))
+    })?;
+    let start = events[..claimed]
+        .iter()
+        .rposition(|event| matches!(event.payload, EventPayload::TurnStart(_)))?;
+    let end = claimed
+        + events[claimed..]
+            .iter()
+            .position(|event| matches!(event.payload, EventPayload::TurnEnd(_)))?;
+    let EventPayload::TurnEnd(turn_end) = &events[end].payload else {
+        return None;
+    };
+    let output = dsh_subagent::result::final_output(&events[start..end]);
+    Some(FinishedTurn {
+        end: turn_end.clone(),
+        answer: joined_text(&output),
+    })
 }
 
 /// Who a user-role message is from, for the transcript.
@@ -183,4 +207,75 @@ pub fn render(
 /// Whether a stop reason means the turn did not finish its work.
 pub fn failed(reason: &StopReason) -> bool {
     reason == &StopReason::ERROR || reason == &StopReason::REFUSAL
+}
+
+#[cfg(test)]
+mod tests {
+    use dsh_core::ContentBlock;
+    use dsh_core::session::{AssistantEntry, InboxIds, TurnStart};
+
+    use super::*;
+
+    fn log(payloads: Vec<EventPayload>) -> Vec<SessionEvent> {
+        payloads
+            .into_iter()
+            .enumerate()
+            .map(|(seq, payload)| SessionEvent {
+                seq: seq as u64 + 1,
+                time: 0,
+                payload,
+            })
+            .collect()
+    }
+
+    fn turn(turn: u64, claims: &[&MessageId], answer: &str) -> Vec<EventPayload> {
+        vec![
+            EventPayload::TurnStart(TurnStart { turn }),
+            EventPayload::InboxClaimed(InboxIds {
+                message_ids: claims.iter().map(|id| (*id).clone()).collect(),
+            }),
+            EventPayload::AssistantMessage(AssistantEntry {
+                content: vec![ContentBlock::text(answer)],
+            }),
+            EventPayload::TurnEnd(TurnEnd {
+                turn,
+                stop_reason: StopReason::COMPLETED,
+                diagnostic: None,
+            }),
+        ]
+    }
+
+    /// The reply to a message is the turn that claimed it, never the last
+    /// turn of the log (B56: a turn that could not be recorded must not
+    /// leave the previous answer to be printed as the reply).
+    #[test]
+    fn the_reply_is_the_turn_that_claimed_the_message() {
+        let (old, mine, other) = (
+            MessageId::generate(),
+            MessageId::generate(),
+            MessageId::generate(),
+        );
+        let mut payloads = turn(0, &[&old], "the old answer");
+        let events = log(payloads.clone());
+        assert!(turn_claiming(&events, &mine).is_none());
+        assert_eq!(
+            turn_claiming(&events, &old).map(|t| t.answer).as_deref(),
+            Some("the old answer")
+        );
+        // Claimed, but the turn has not ended: no reply yet.
+        payloads.extend(turn(1, &[&mine], "mine").into_iter().take(3));
+        let events = log(payloads.clone());
+        assert!(turn_claiming(&events, &mine).is_none());
+        payloads.push(EventPayload::TurnEnd(TurnEnd {
+            turn: 1,
+            stop_reason: StopReason::COMPLETED,
+            diagnostic: None,
+        }));
+        payloads.extend(turn(2, &[&other], "a later answer"));
+        let events = log(payloads);
+        assert_eq!(
+            turn_claiming(&events, &mine).map(|t| t.answer).as_deref(),
+            Some("mine")
+        );
+    }
 }

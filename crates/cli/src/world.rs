@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use dsh_core::{Model, SessionStore, Tool};
-use dsh_harness::{Harness, JsonlStore, SystemPrompt};
+use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
 use dsh_subagent_acp::{AcpConfig, AcpProvider};
 use dsh_subagent_fork::ForkProvider;
@@ -45,12 +45,11 @@ impl World {
     /// Build the world over `store` with `model`; tools report to `reporter`;
     /// `acp`, when given, adds the `acp` provider and its tool.
     pub fn build(
-        store: Arc<JsonlStore>,
+        store: Arc<dyn SessionStore>,
         model: Arc<dyn Model>,
         reporter: Option<&Arc<Reporter>>,
         acp: Option<AcpConfig>,
     ) -> Result<Self, CliError> {
-        let store: Arc<dyn SessionStore> = store;
         let harness = Harness::builder(store.clone())
             .model(model)
             .prompt(SystemPrompt::new().section("role", SYSTEM_PROMPT))

@@ -9,156 +9,20 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+#[macro_use]
+mod support;
 
-/// A scratch directory with the sessions under `sessions/`.
-struct Scratch {
-    dir: tempfile::TempDir,
-}
-
-impl Scratch {
-    fn new() -> Self {
-        Self {
-            dir: tempfile::tempdir().unwrap(),
-        }
-    }
-
-    fn sessions(&self) -> PathBuf {
-        self.dir.path().join("sessions")
-    }
-
-    /// Run `dsh args...` in the scratch directory with `--dir` set (for the
-    /// subcommands that take it) and only `env` of the model variables.
-    fn dsh(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
-        command
-            .current_dir(self.dir.path())
-            .args(args)
-            .arg("--dir")
-            .arg(self.sessions());
-        for var in ["DSH_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "COLUMNS"] {
-            command.env_remove(var);
-        }
-        for (var, value) in env {
-            command.env(var, value);
-        }
-        command.output().unwrap()
-    }
-
-    /// Run the offline demo once; it must succeed.
-    fn demo(&self) -> String {
-        let output = self.dsh(&["run"], &[]);
-        assert!(output.status.success(), "{}", text(&output.stderr));
-        assert_eq!(text(&output.stderr), "");
-        text(&output.stdout)
-    }
-
-    /// Every file under the session directory with its bytes.
-    fn listing(&self) -> BTreeMap<PathBuf, Vec<u8>> {
-        fn walk(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
-            let Ok(entries) = std::fs::read_dir(dir) else {
-                return;
-            };
-            for entry in entries {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    walk(&path, files);
-                } else {
-                    files.insert(path.clone(), std::fs::read(&path).unwrap());
-                }
-            }
-        }
-        let mut files = BTreeMap::new();
-        walk(&self.sessions(), &mut files);
-        files
-    }
-
-    /// The session id of the child named `name` in the latest tree.
-    fn child_id(&self, name: &str) -> String {
-        let agents = text(&self.dsh(&["agents"], &[]).stdout);
-        let line = agents
-            .lines()
-            .find(|line| line.trim_start().starts_with(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no {name} in {agents}"));
-        line.split_whitespace().nth(3).unwrap().to_owned()
-    }
-
-    /// How many `user/message` events written by the user a log holds.
-    fn user_messages(&self, id: &str) -> usize {
-        let log = std::fs::read_to_string(self.sessions().join(format!("{id}.jsonl"))).unwrap();
-        log.lines()
-            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
-            .filter(|event| {
-                event["type"] == "user/message"
-                    && event["payload"]["message"]["source"]["kind"] == "user"
-            })
-            .count()
-    }
-
-    /// Run `dsh args...` and check it is refused cleanly: a non-zero
-    /// `code`, one line on stderr (returned), no panic, nothing on stdout,
-    /// and the session directory unchanged.
-    fn refused(&self, args: &[&str], env: &[(&str, &str)], code: i32) -> String {
-        let before = self.listing();
-        let output = self.dsh(args, env);
-        let after = self.listing();
-        let stderr = text(&output.stderr);
-        assert_eq!(
-            output.status.code(),
-            Some(code),
-            "dsh {args:?}: stderr {stderr:?}"
-        );
-        assert_eq!(stderr.lines().count(), 1, "dsh {args:?}: {stderr:?}");
-        assert!(
-            stderr.ends_with('\n') && stderr.starts_with("dsh: "),
-            "{stderr:?}"
-        );
-        assert!(!stderr.contains("panicked"), "{stderr}");
-        assert_eq!(text(&output.stdout), "", "dsh {args:?} printed to stdout");
-        assert!(
-            before == after,
-            "dsh {args:?} changed the session directory"
-        );
-        stderr
-    }
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8(bytes.to_vec()).unwrap()
-}
-
-/// Snapshot `value` with session ids, the scratch path and token counts redacted.
-fn snapshot(scratch: &Scratch, name: &str, value: &str) {
-    let path = regex_escape(&scratch.dir.path().display().to_string());
-    let mut settings = insta::Settings::clone_current();
-    settings.add_filter(&path, "[scratch]");
-    settings.add_filter(r"s-[0-9a-f]{32}", "[id]");
-    settings.add_filter(r"tokens \d+/\d+", "tokens [in]/[out]");
-    settings.bind(|| insta::assert_snapshot!(name, value));
-}
-
-fn regex_escape(text: &str) -> String {
-    let mut escaped = String::new();
-    for c in text.chars() {
-        if "\\.+*?()|[]{}^$#&-~".contains(c) {
-            escaped.push('\\');
-        }
-        escaped.push(c);
-    }
-    escaped
-}
+use support::{Scratch, text};
 
 #[test]
 fn the_offline_demo_runs_the_whole_tree_and_leaves_it_to_list_message_and_read() {
     let scratch = Scratch::new();
     let run = scratch.demo();
-    snapshot(&scratch, "run_demo", &run);
+    snapshot!(&scratch, "run_demo", &run);
 
     let agents = scratch.dsh(&["agents"], &[]);
     assert!(agents.status.success(), "{}", text(&agents.stderr));
-    snapshot(&scratch, "agents", &text(&agents.stdout));
+    snapshot!(&scratch, "agents", &text(&agents.stdout));
 
     // The researcher is cold (the run ended); `send` resumes it for one turn.
     let researcher = scratch.child_id("researcher");
@@ -179,12 +43,12 @@ fn the_offline_demo_runs_the_whole_tree_and_leaves_it_to_list_message_and_read()
 
     let show = scratch.dsh(&["show", "researcher"], &[]);
     assert!(show.status.success(), "{}", text(&show.stderr));
-    snapshot(&scratch, "show_researcher", &text(&show.stdout));
+    snapshot!(&scratch, "show_researcher", &text(&show.stdout));
 
     // The forked reviewer shows its own turns only.
     let show = scratch.dsh(&["show", "reviewer"], &[]);
     assert!(show.status.success(), "{}", text(&show.stderr));
-    snapshot(&scratch, "show_reviewer", &text(&show.stdout));
+    snapshot!(&scratch, "show_reviewer", &text(&show.stdout));
 }
 
 #[test]
@@ -282,27 +146,6 @@ fn an_unreachable_base_url_fails_fast_without_leaking_the_key() {
 }
 
 #[test]
-fn a_corrupt_session_directory_is_refused_by_every_command() {
-    let scratch = Scratch::new();
-    scratch.demo();
-    std::fs::write(
-        scratch.sessions().join("garbage.jsonl"),
-        "this is not a session log\n",
-    )
-    .unwrap();
-    for args in [
-        &["agents"][..],
-        &["show", "researcher"],
-        &["send", "researcher", "hello"],
-        &["run"],
-    ] {
-        let err = scratch.refused(args, &[], 4);
-        assert!(err.contains("corrupt session directory"), "{err}");
-        assert!(err.contains("garbage.jsonl"), "{err}");
-    }
-}
-
-#[test]
 fn a_bad_model_spec_is_refused() {
     let scratch = Scratch::new();
     scratch.demo();
@@ -325,7 +168,7 @@ fn agents_marks_a_child_whose_log_is_gone_and_lists_the_rest() {
     std::fs::remove_file(scratch.sessions().join(format!("{reviewer}.jsonl"))).unwrap();
     let agents = scratch.dsh(&["agents"], &[]);
     assert!(agents.status.success(), "{}", text(&agents.stderr));
-    snapshot(&scratch, "agents_unavailable", &text(&agents.stdout));
+    snapshot!(&scratch, "agents_unavailable", &text(&agents.stdout));
 }
 
 #[test]

@@ -1,0 +1,157 @@
+//! SIGINT, SIGTERM and SIGHUP stop `dsh` alike (field run item 6): the
+//! real binary, driven by a loopback OpenAI-compatible server, is signalled
+//! while its lead waits for the model, or while an ACP child (the ACP
+//! suite's test-only agent, standard-library Python) hangs inside its
+//! prompt with a grandchild in its process group; `dsh` exits `128 + n`
+//! with one line, keeps its sessions, and leaves no process behind. SIGKILL
+//! cannot be handled by any process; what it leaves is the kill test's
+//! subject (`kill.rs`).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::time::{Duration, Instant};
+
+use rustix::process::{Pid, Signal, kill_process};
+use support::model::{FakeModel, Reply};
+use support::{BOUND, Scratch, text, wait_bounded};
+
+const SIGNALS: [(Signal, i32, &str); 3] = [
+    (Signal::TERM, 143, "terminated (SIGTERM)"),
+    (Signal::HUP, 129, "hung up (SIGHUP)"),
+    (Signal::INT, 130, "interrupted"),
+];
+
+fn signal(child: &std::process::Child, signal: Signal) {
+    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap()).unwrap();
+    kill_process(pid, signal).unwrap();
+}
+
+fn model_env(model: &FakeModel) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_API_KEY", "sk-test".to_owned()),
+        ("OPENAI_BASE_URL", model.base_url.clone()),
+    ]
+}
+
+fn env_refs<'a>(env: &'a [(&'static str, String)]) -> Vec<(&'static str, &'a str)> {
+    env.iter().map(|(k, v)| (*k, v.as_str())).collect()
+}
+
+/// The stopped command's output: exit `code`, its last stderr line `what`.
+fn stopped(output: &std::process::Output, code: i32, what: &str) {
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(code), "{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some(format!("dsh: {what}; the tree was stopped and its sessions kept").as_str()),
+        "{stderr}"
+    );
+    assert!(text(&output.stdout).contains("interrupted: stopping the tree"));
+}
+
+#[test]
+fn each_stopping_signal_interrupts_a_waiting_lead_and_exits_128_plus_n() {
+    for (sig, code, what) in SIGNALS {
+        let scratch = Scratch::new();
+        let model = FakeModel::start(vec![Reply::Hang]);
+        let env = model_env(&model);
+        let child = scratch.spawn(&["run", "--model", "openai:fake", "hi"], &env_refs(&env));
+        // The lead is waiting for the model: the tree is live.
+        model.next_request(BOUND);
+        signal(&child, sig);
+        let output = wait_bounded(child, BOUND, "dsh run after a signal");
+        stopped(&output, code, what);
+        let agents = scratch.dsh(&["agents"], &[]);
+        assert!(agents.status.success(), "{}", text(&agents.stderr));
+        assert_eq!(text(&agents.stdout).matches("tree s-").count(), 1);
+    }
+}
+
+/// `(pid, process group)` of every live process but `dsh` itself whose
+/// command line holds `needle`, and of every process in those groups.
+fn processes(needle: &str, dsh: u32) -> Vec<(i32, i32)> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command name, which may hold spaces: state ppid pgrp.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest.to_owned()) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        let pgrp = fields.get(2).and_then(|g| g.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let marked = String::from_utf8_lossy(&cmdline).contains(needle);
+        all.push((pid, pgrp, marked && i64::from(pid) != i64::from(dsh)));
+    }
+    let groups: Vec<i32> = all.iter().filter(|p| p.2).map(|p| p.1).collect();
+    all.into_iter()
+        .filter(|(pid, pgrp, marked)| {
+            *marked || (groups.contains(pgrp) && i64::from(*pid) != i64::from(dsh))
+        })
+        .map(|(pid, pgrp, _)| (pid, pgrp))
+        .collect()
+}
+
+fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
+    let Some((python, rogue)) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    for (sig, code, what) in SIGNALS {
+        let scratch = Scratch::new();
+        let marker = format!("--dsh-signal-test-{}", std::process::id());
+        let model = FakeModel::start(vec![Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": "hang",
+                "prompt": "say working; grandchild; hang",
+            }),
+        }]);
+        let env = model_env(&model);
+        let child = scratch.spawn(
+            &[
+                "run",
+                "--model",
+                "openai:fake",
+                "--acp-command",
+                python.to_str().unwrap(),
+                "--acp-arg",
+                rogue.to_str().unwrap(),
+                "--acp-arg",
+                &marker,
+                "delegate",
+            ],
+            &env_refs(&env),
+        );
+        // The agent and its grandchild (`sleep`, in its process group).
+        let dsh = child.id();
+        wait_for("the ACP agent and its grandchild start", || {
+            processes(&marker, dsh).len() >= 2
+        });
+        signal(&child, sig);
+        let output = wait_bounded(child, BOUND, "dsh run after a signal");
+        stopped(&output, code, what);
+        wait_for("every ACP process is gone", || {
+            processes(&marker, dsh).is_empty()
+        });
+    }
+}

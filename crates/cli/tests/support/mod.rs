@@ -1,0 +1,295 @@
+//! What every `dsh` process test shares: a scratch directory with the
+//! sessions under `sessions/`, the real binary run in it with the model
+//! variables cleared, the checks of a clean refusal, and snapshots that
+//! redact session ids, the scratch path and token counts.
+
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+pub mod model;
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+/// How long any one `dsh` process may run before the test fails as a hang.
+pub const BOUND: Duration = Duration::from_secs(120);
+
+/// Wait for `child` (spawned with piped stdout and stderr) to exit within
+/// `bound`, collecting its output; on timeout, kill it and fail the test.
+pub fn wait_bounded(child: Child, bound: Duration, what: &str) -> Output {
+    within(child, bound).unwrap_or_else(|_| panic!("{what} did not exit within {bound:?}: a hang"))
+}
+
+/// Wait for `child` as [`wait_bounded`] does; on timeout, kill it and
+/// return what it printed as the error.
+pub fn within(mut child: Child, bound: Duration) -> Result<Output, Output> {
+    let pipe = |mut reader: Box<dyn Read + Send>| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = reader.read_to_end(&mut bytes);
+            bytes
+        })
+    };
+    let stdout = pipe(Box::new(child.stdout.take().unwrap()));
+    let stderr = pipe(Box::new(child.stderr.take().unwrap()));
+    let deadline = Instant::now() + bound;
+    let mut hung = false;
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            hung = true;
+            break child.wait().unwrap();
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let output = Output {
+        status,
+        stdout: stdout.join().unwrap(),
+        stderr: stderr.join().unwrap(),
+    };
+    if hung { Err(output) } else { Ok(output) }
+}
+
+/// A scratch directory with the sessions under `sessions/`.
+pub struct Scratch {
+    pub dir: tempfile::TempDir,
+}
+
+impl Scratch {
+    pub fn new() -> Self {
+        Self {
+            dir: tempfile::tempdir().unwrap(),
+        }
+    }
+
+    pub fn sessions(&self) -> PathBuf {
+        self.dir.path().join("sessions")
+    }
+
+    /// Run `dsh args...` in the scratch directory with `--dir` set (for the
+    /// subcommands that take it) and only `env` of the model variables.
+    pub fn dsh(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let child = self.spawn(args, env);
+        wait_bounded(child, BOUND, &format!("dsh {args:?}"))
+    }
+
+    /// Start `dsh args...` as [`Scratch::dsh`] does, with piped output.
+    pub fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
+        self.command(args, env)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// The command [`Scratch::dsh`] runs.
+    pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        command
+            .current_dir(self.dir.path())
+            .args(args)
+            .arg("--dir")
+            .arg(self.sessions());
+        for var in ["DSH_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "COLUMNS"] {
+            command.env_remove(var);
+        }
+        for (var, value) in env {
+            command.env(var, value);
+        }
+        command
+    }
+
+    /// Run the offline demo once; it must succeed.
+    pub fn demo(&self) -> String {
+        let output = self.dsh(&["run"], &[]);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        assert_eq!(text(&output.stderr), "");
+        text(&output.stdout)
+    }
+
+    /// Every file under the session directory with its bytes (a symlink
+    /// with its target).
+    pub fn listing(&self) -> BTreeMap<PathBuf, Vec<u8>> {
+        fn walk(dir: &Path, files: &mut BTreeMap<PathBuf, Vec<u8>>) {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                return;
+            };
+            for entry in entries {
+                let path = entry.unwrap().path();
+                let kind = std::fs::symlink_metadata(&path).unwrap().file_type();
+                if kind.is_symlink() {
+                    // A link is its target, never followed.
+                    let target = std::fs::read_link(&path).unwrap();
+                    files.insert(path.clone(), target.into_os_string().into_encoded_bytes());
+                } else if kind.is_dir() {
+                    walk(&path, files);
+                } else {
+                    files.insert(path.clone(), std::fs::read(&path).unwrap());
+                }
+            }
+        }
+        let mut files = BTreeMap::new();
+        walk(&self.sessions(), &mut files);
+        files
+    }
+
+    /// The session id of the child named `name` in the latest tree.
+    pub fn child_id(&self, name: &str) -> String {
+        let agents = text(&self.dsh(&["agents"], &[]).stdout);
+        let line = agents
+            .lines()
+            .find(|line| line.trim_start().starts_with(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no {name} in {agents}"));
+        line.split_whitespace().nth(3).unwrap().to_owned()
+    }
+
+    /// How many `user/message` events written by the user a log holds.
+    pub fn user_messages(&self, id: &str) -> usize {
+        let log = std::fs::read_to_string(self.sessions().join(format!("{id}.jsonl"))).unwrap();
+        log.lines()
+            .map(|line| serde_json::from_str::<serde_json::Value>(line).unwrap())
+            .filter(|event| {
+                event["type"] == "user/message"
+                    && event["payload"]["message"]["source"]["kind"] == "user"
+            })
+            .count()
+    }
+
+    /// Run `dsh args...` and check it is refused cleanly: a non-zero
+    /// `code`, one line on stderr (returned), no panic, nothing on stdout,
+    /// and the session directory unchanged.
+    pub fn refused(&self, args: &[&str], env: &[(&str, &str)], code: i32) -> String {
+        self.refused_with(args, env, &[code])
+    }
+
+    /// [`Scratch::refused`] with any of `codes`.
+    pub fn refused_with(&self, args: &[&str], env: &[(&str, &str)], codes: &[i32]) -> String {
+        let before = self.listing();
+        let output = self.dsh(args, env);
+        let after = self.listing();
+        let stderr = text(&output.stderr);
+        assert!(
+            output
+                .status
+                .code()
+                .is_some_and(|code| codes.contains(&code)),
+            "dsh {args:?}: exit {:?}, stderr {stderr:?}",
+            output.status.code()
+        );
+        assert_eq!(stderr.lines().count(), 1, "dsh {args:?}: {stderr:?}");
+        assert!(
+            stderr.ends_with('\n') && stderr.starts_with("dsh: "),
+            "{stderr:?}"
+        );
+        assert!(!stderr.contains("panicked"), "{stderr}");
+        assert_eq!(text(&output.stdout), "", "dsh {args:?} printed to stdout");
+        assert!(
+            before == after,
+            "dsh {args:?} changed the session directory"
+        );
+        stderr
+    }
+}
+
+pub fn text(bytes: &[u8]) -> String {
+    String::from_utf8(bytes.to_vec()).unwrap()
+}
+
+/// The snapshot settings of a scratch: session ids, the scratch path and
+/// token counts redacted.
+pub fn redacted(scratch: &Scratch) -> insta::Settings {
+    let path = regex_escape(&scratch.dir.path().display().to_string());
+    let mut settings = insta::Settings::clone_current();
+    settings.add_filter(&path, "[scratch]");
+    settings.add_filter(r"s-[0-9a-f]{32}", "[id]");
+    settings.add_filter(r"tokens \d+/\d+", "tokens [in]/[out]");
+    settings
+}
+
+/// Snapshot `value` under `name` with [`redacted`] settings, named after
+/// the calling test file.
+#[allow(unused_macros)]
+macro_rules! snapshot {
+    ($scratch:expr, $name:expr, $value:expr) => {
+        support::redacted($scratch).bind(|| insta::assert_snapshot!($name, $value))
+    };
+}
+
+pub fn regex_escape(text: &str) -> String {
+    let mut escaped = String::new();
+    for c in text.chars() {
+        if "\\.+*?()|[]{}^$#&-~".contains(c) {
+            escaped.push('\\');
+        }
+        escaped.push(c);
+    }
+    escaped
+}
+
+/// A tmpfs of a fixed size mounted for one test (tests run as root here),
+/// unmounted on drop. Declare it after the [`Scratch`] it lives in, so it
+/// is unmounted before the scratch directory is removed.
+pub struct Tmpfs {
+    path: PathBuf,
+}
+
+impl Tmpfs {
+    /// Mount a tmpfs of `size` (`mount`'s syntax, `16k`) at `path`
+    /// (created); the reason when this machine cannot.
+    pub fn mount(path: &Path, size: &str) -> Result<Self, String> {
+        std::fs::create_dir_all(path).map_err(|err| err.to_string())?;
+        let output = Command::new("mount")
+            .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+            .arg(path)
+            .output()
+            .map_err(|err| format!("cannot run mount: {err}"))?;
+        if output.status.success() {
+            Ok(Self {
+                path: path.to_path_buf(),
+            })
+        } else {
+            Err(text(&output.stderr).trim().to_owned())
+        }
+    }
+
+    /// Fill the file system: write `filler` until the disk refuses.
+    pub fn fill(&self) {
+        use std::io::Write;
+        let mut file = std::fs::File::create(self.path.join("filler")).unwrap();
+        let block = vec![0u8; 1024];
+        loop {
+            match file.write(&block) {
+                Ok(0) => break,
+                Ok(_) => {}
+                Err(err) if err.raw_os_error() == Some(28) => break,
+                Err(err) => panic!("filling the tmpfs: {err}"),
+            }
+        }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.path).status();
+    }
+}
+
+/// The ACP suite's test-only agent: a Python to run it with (the suite's
+/// venv when installed, else the system's) and its script; `None` (the
+/// caller prints why it skips) when there is no Python.
+pub fn rogue_agent() -> Option<(PathBuf, PathBuf)> {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../subagent-acp");
+    let python = [
+        root.join("peers/venv/bin/python"),
+        PathBuf::from("/usr/bin/python3"),
+    ]
+    .into_iter()
+    .find(|path| path.is_file())?;
+    Some((python, root.join("tests/agents/rogue_agent.py")))
+}
