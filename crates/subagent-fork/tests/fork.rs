@@ -559,6 +559,7 @@ async fn a_resumed_child_has_no_capture_tool() {
     let child = world.runtime.start_activation(s).await.unwrap();
     let result = child.result().await.unwrap();
     assert_eq!(result.structured, Some(serde_json::json!({"ok": true})));
+    let asked = world.model.requests().len();
     world
         .runtime
         .send_message(
@@ -569,8 +570,10 @@ async fn a_resumed_child_has_no_capture_tool() {
         )
         .await
         .unwrap();
-    let agent = world.harness.registry().get(child.child_id()).unwrap();
-    agent.wait_idle().await;
+    dsh_test_support::world::eventually("the resumed turn asks the model", || {
+        world.model.requests().len() > asked
+    })
+    .await;
     let last = world.model.requests().pop().unwrap();
     assert!(
         last.tools.iter().all(|t| t.name != "submit_result"),

@@ -120,6 +120,15 @@ pub enum SubagentError {
     /// Teardown of an activation failed; its result, if any, stands.
     #[error("teardown failed: {0}")]
     Teardown(String),
+    /// A local child was created and cataloged but did not accept its
+    /// initial prompt; it was torn down without running.
+    #[error("child `{child}` did not accept its initial prompt: {reason}")]
+    InitialPrompt {
+        /// The child.
+        child: SessionId,
+        /// Why the prompt was refused.
+        reason: String,
+    },
     /// The agent layer failed.
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -155,6 +164,7 @@ impl SubagentError {
             Self::CorruptCatalog { .. } => "CORRUPT_CATALOG",
             Self::Provider { .. } => "PROVIDER_FAILED",
             Self::Teardown(_) => "TEARDOWN_FAILED",
+            Self::InitialPrompt { .. } => "INITIAL_PROMPT_FAILED",
             Self::Agent(err) => err.code(),
         }
     }

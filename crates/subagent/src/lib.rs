@@ -11,19 +11,26 @@
 //! runtime owns each child, its token and its teardown, and callers reach it
 //! only through [`SubagentActivation::dispose`].
 
+mod activation;
+mod admission;
 pub mod capture;
 pub mod catalog;
+mod compose;
 pub mod drain;
 pub mod error;
 pub mod events;
 pub mod messaging;
 pub mod names;
+mod notice;
+mod owned;
 pub mod provider;
 pub mod request;
 pub mod result;
 pub mod runtime;
+mod start;
 pub mod tree;
 
+pub use activation::SubagentActivation;
 pub use catalog::{Catalog, CatalogEntry, CatalogFold, ChildMode, fold_catalog};
 pub use error::SubagentError;
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
@@ -37,5 +44,5 @@ pub use provider::{
 };
 pub use request::{ActivationSpec, Delivery, StartRequest};
 pub use result::SubagentResult;
-pub use runtime::{MemberNames, RuntimeConfig, SubagentActivation, SubagentRuntime};
+pub use runtime::{MemberNames, RuntimeConfig, SubagentRuntime};
 pub use tree::{DescendantRow, RowDiagnostic};

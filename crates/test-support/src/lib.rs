@@ -6,6 +6,7 @@
 //! dependency of a library crate.
 
 pub mod alloc;
+pub mod world;
 
 use std::any::Any;
 use std::path::PathBuf;
