@@ -6,9 +6,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use dsh_core::{Durability, SessionStore};
-use dsh_subagent::{RuntimeConfig, SubagentEvent};
-use dsh_test_support::world::{Backing, Op, Point, When, World, bounded, create_root, sid};
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dsh_core::{
+    Agent, CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionId,
+    SessionStore, StopReason,
+};
+use dsh_harness::Scripted;
+use dsh_subagent::{
+    InterruptAuthority, ResolvedStartRequest, RuntimeConfig, StartExternal, SubagentActivation,
+    SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider, SubagentResult,
+    SubagentRun, fold_catalog,
+};
+use dsh_test_support::world::{
+    Backing, Op, Point, When, World, bounded, create_root, eventually, sid,
+};
+use tokio::sync::Semaphore;
 
 fn jsonl() -> Backing {
     Backing::Jsonl(Durability::None)
@@ -80,4 +94,326 @@ async fn a_refused_initial_prompt_fails_the_start_and_leaves_no_live_child() {
         .await
         .unwrap();
     bounded("the next child", next.result()).await.unwrap();
+}
+
+async fn send(world: &World, to: &str, text: &str) -> Result<dsh_core::MessageId, SubagentError> {
+    world
+        .runtime
+        .send_message(
+            world.root.agent(),
+            &sid(to),
+            vec![ContentBlock::text(text)],
+            &CancellationToken::new(),
+        )
+        .await
+}
+
+/// Wait until the runtime has no task, no activation, and every live agent is idle.
+async fn quiesce(world: &World) {
+    for _ in 0..2 {
+        eventually("the runtime is quiet", || {
+            world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0
+        })
+        .await;
+        for reference in world.runtime.registry().list() {
+            if let Some(agent) = world.runtime.registry().resolve(&reference) {
+                bounded("a live agent settles", agent.wait_idle()).await;
+            }
+        }
+    }
+}
+
+fn notices_from(agent: &Arc<dyn Agent>, child: &str) -> Vec<StopReason> {
+    agent
+        .events()
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
+                MessageSource::SubagentSettled {
+                    sender_session_id,
+                    stop_reason,
+                    ..
+                } if sender_session_id.as_str() == child => stop_reason.clone(),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// Start `child` under the root, wait until it settled and went cold.
+async fn cold(world: &World, child: &str) -> SubagentActivation {
+    let mut spec = world.spec(Some(child));
+    spec.child_id = Some(sid(child));
+    let activation = world.runtime.start_activation(spec).await.unwrap();
+    bounded("the child settles", activation.result())
+        .await
+        .unwrap();
+    quiesce(world).await;
+    activation
+}
+
+// B15: disposing an old handle never stops a later resume of the child.
+#[tokio::test]
+async fn an_old_handles_dispose_never_stops_a_later_resume() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    let old = cold(&world, "child").await;
+    let gate = Arc::new(Semaphore::new(0));
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("resumed work".into())),
+    });
+    send(&world, "child", "again").await.unwrap();
+    assert_eq!(world.runtime.live_activations(), 1);
+    bounded("the old handle's dispose", old.dispose())
+        .await
+        .unwrap();
+    gate.add_permits(1);
+    quiesce(&world).await;
+    assert_eq!(
+        notices_from(world.root.agent(), "child"),
+        [StopReason::COMPLETED, StopReason::COMPLETED],
+        "the resumed activation completed its turn"
+    );
+}
+
+// Finding 0.6: a delivery that fails leaves the resumed child cold, never
+// an activation that settles "aborted" and wakes its creator.
+#[tokio::test]
+async fn a_failed_delivery_undoes_the_resume() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    cold(&world, "child").await;
+    let (_subscription, mut events) = world.runtime.events().subscribe();
+    world.store.fail(Point {
+        op: Op::Append,
+        id: sid("child"),
+        when: When::Before,
+    });
+    send(&world, "child", "again").await.unwrap_err();
+    quiesce(&world).await;
+    assert_eq!(starts(&mut events), 0, "no activation was announced");
+    assert_eq!(world.runtime.registry().len(), 1, "the child is cold");
+    assert_eq!(
+        notices_from(world.root.agent(), "child").len(),
+        1,
+        "no notice for an activation that never ran"
+    );
+}
+
+// B11/3.2.12: a run id that names a stored session is refused, even when
+// no activation of this process used it.
+#[tokio::test]
+async fn an_external_run_id_naming_a_stored_session_is_refused() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    cold(&world, "child").await;
+    // A runtime of a later process: it never saw `child` as a run id.
+    let later = dsh_subagent::SubagentRuntime::new(
+        Arc::new(world.harness.clone()),
+        world.store.clone(),
+        RuntimeConfig::default(),
+    );
+    later.register(Arc::new(FixedRun(sid("child")))).unwrap();
+    let mut spec = world.spec(Some("external"));
+    spec.provider = "fixed".into();
+    let err = later.start_activation(spec).await.unwrap_err();
+    assert_eq!(err.code(), "DUPLICATE_RUN_ID", "{err}");
+}
+
+/// An external provider whose runs all carry one id and complete at once.
+struct FixedRun(SessionId);
+
+#[async_trait]
+impl StartExternal for FixedRun {
+    async fn start(
+        &self,
+        _request: ResolvedStartRequest,
+    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
+        Ok(Arc::new(Completed(self.0.clone())))
+    }
+}
+
+impl SubagentProvider for FixedRun {
+    fn name(&self) -> &str {
+        "fixed"
+    }
+
+    fn capabilities(&self) -> SubagentCapabilities {
+        SubagentCapabilities::ALL
+    }
+
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+
+    fn external(&self) -> Option<&dyn StartExternal> {
+        Some(self)
+    }
+}
+
+struct Completed(SessionId);
+
+#[async_trait]
+impl SubagentRun for Completed {
+    fn id(&self) -> &SessionId {
+        &self.0
+    }
+
+    async fn result(&self) -> Result<SubagentResult, SubagentError> {
+        Ok(SubagentResult::stopped(StopReason::COMPLETED))
+    }
+
+    async fn dispose(&self) -> Result<(), SubagentError> {
+        Ok(())
+    }
+}
+
+// B32: a drain cancels a start in flight; nothing publishes into the tree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    let hold = world.store.hold(Point {
+        op: Op::Create,
+        id: sid("child"),
+        when: When::Before,
+    });
+    let mut spec = world.spec(Some("child"));
+    spec.child_id = Some(sid("child"));
+    let runtime = world.runtime.clone();
+    let start = tokio::spawn(async move { runtime.start_activation(spec).await });
+    bounded("the start reaches the store", hold.reached()).await;
+    let runtime = world.runtime.clone();
+    let root = world.root.agent().clone();
+    let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
+    hold.release();
+    let started = bounded("the start", start).await.unwrap();
+    assert_eq!(started.unwrap_err().code(), "CANCELLED");
+    bounded("the drain", drain).await.unwrap().unwrap();
+    quiesce(&world).await;
+    let root = world.root.agent();
+    assert!(
+        fold_catalog(root.header(), &root.events())
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(world.sessions().await, [sid("lead")]);
+}
+
+// B32: a drain cancels a resume in flight and waits for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_cancels_a_resume_in_flight_and_waits_for_it() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    cold(&world, "child").await;
+    let hold = world.store.hold(Point {
+        op: Op::Open,
+        id: sid("child"),
+        when: When::Before,
+    });
+    let runtime = world.runtime.clone();
+    let root = world.root.agent().clone();
+    let message = tokio::spawn(async move {
+        runtime
+            .send_message(
+                &root,
+                &sid("child"),
+                vec![ContentBlock::text("again")],
+                &CancellationToken::new(),
+            )
+            .await
+    });
+    bounded("the resume reaches the store", hold.reached()).await;
+    let runtime = world.runtime.clone();
+    let root = world.root.agent().clone();
+    let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
+    hold.release();
+    bounded("the drain", drain).await.unwrap().unwrap();
+    // Once the drain returned, nothing of the tree is live.
+    assert_eq!(world.runtime.live_activations(), 0);
+    assert_eq!(world.runtime.registry().len(), 1);
+    let sent = bounded("the message", message).await.unwrap();
+    assert_eq!(sent.unwrap_err().code(), "CANCELLED");
+}
+
+// B32: a member resumed while its creator is cold, then interrupted (parked),
+// is stopped by the drain, which completes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_drain_stops_a_parked_member_resumed_under_a_cold_creator() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    let gate = Arc::new(Semaphore::new(0));
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("a is done".into())),
+    });
+    let mut a = world.spec(Some("a"));
+    a.child_id = Some(sid("a"));
+    let a = world.runtime.start_activation(a).await.unwrap();
+    eventually("a asks the model", || world.model.requests().len() == 1).await;
+    let a_agent = world.runtime.registry().get(a.child_id()).unwrap();
+    let mut a1 = world.spec(Some("a1"));
+    a1.child_id = Some(sid("a1"));
+    a1.request.parent = a_agent.clone();
+    let a1 = world.runtime.start_activation(a1).await.unwrap();
+    bounded("a1 settles", a1.result()).await.unwrap();
+    gate.add_permits(1);
+    bounded("a settles", a.result()).await.unwrap();
+    quiesce(&world).await;
+    assert!(
+        world.runtime.registry().get(&sid("a")).is_none(),
+        "a is cold"
+    );
+
+    world.model.push(Scripted::Hang);
+    send(&world, "a1", "again").await.unwrap();
+    eventually("a1 runs", || {
+        world
+            .runtime
+            .registry()
+            .get(&sid("a1"))
+            .is_some_and(|agent| agent.status() == dsh_core::AgentStatus::Running)
+    })
+    .await;
+    world
+        .runtime
+        .interrupt(&sid("a1"), &InterruptAuthority::User)
+        .await
+        .unwrap();
+    let a1_agent = world.runtime.registry().get(&sid("a1")).unwrap();
+    bounded("a1 parks", a1_agent.wait_idle()).await;
+    assert_eq!(
+        world.runtime.live_activations(),
+        1,
+        "parked, still resident"
+    );
+
+    bounded(
+        "the drain",
+        world
+            .runtime
+            .drain_descendants(std::slice::from_ref(world.root.agent())),
+    )
+    .await
+    .unwrap();
+    assert_eq!(world.runtime.live_activations(), 0);
+    assert_eq!(world.runtime.registry().len(), 1);
+}
+
+// B35: concurrent messages to one cold child resume it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_messages_to_a_cold_child_resume_it_once() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    cold(&world, "child").await;
+    let (_subscription, mut events) = world.runtime.events().subscribe();
+    let gate = Arc::new(Semaphore::new(0));
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("both seen".into())),
+    });
+    let (first, second) = tokio::join!(
+        send(&world, "child", "first"),
+        send(&world, "child", "second")
+    );
+    first.unwrap();
+    second.unwrap();
+    gate.add_permits(1);
+    quiesce(&world).await;
+    assert_eq!(starts(&mut events), 1, "one resume, one subagent/start");
 }
