@@ -467,9 +467,9 @@ async fn a_cold_member_is_resumed_once_and_gets_its_messages() {
     let results = futures::future::join_all(sends).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let agent = tree.runtime.registry().get(&target).unwrap();
-    assert_eq!(tree.runtime.names_of(&target).self_name, "a/a1/a1x");
+    assert_eq!(tree.runtime.names_of(&agent).unwrap().self_name, "a/a1/a1x");
     assert_eq!(
-        tree.runtime.names_of(&target).parent.as_deref(),
+        tree.runtime.names_of(&agent).unwrap().parent.as_deref(),
         Some("a/a1")
     );
     held.add_permits(1);

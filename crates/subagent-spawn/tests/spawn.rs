@@ -1471,21 +1471,24 @@ async fn b26_b27_names_default_are_unique_and_form_paths_from_the_root() {
     assert_eq!(unnamed.name(), "reviewer/agent-1");
 
     assert_eq!(
-        world.runtime.names_of(parent.id()),
+        world.runtime.names_of(&parent).unwrap(),
         MemberNames {
             self_name: "lead".into(),
             parent: None
         }
     );
     assert_eq!(
-        world.runtime.names_of(reviewer.child_id()),
+        world.runtime.names_of(&reviewer_agent).unwrap(),
         MemberNames {
             self_name: "reviewer".into(),
             parent: Some("lead".into())
         }
     );
     assert_eq!(
-        world.runtime.names_of(checker.child_id()),
+        world
+            .runtime
+            .names_of(&world.runtime.registry().get(checker.child_id()).unwrap())
+            .unwrap(),
         MemberNames {
             self_name: "reviewer/checker".into(),
             parent: Some("reviewer".into())

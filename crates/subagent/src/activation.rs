@@ -125,6 +125,14 @@ impl Activation {
         }
     }
 
+    /// Whether the activation takes no more input: it is retiring, or its
+    /// child submitted a valid structured result (B23), which closes this
+    /// activation's input. A message then goes to a later resume.
+    pub(crate) fn input_closed(&self) -> bool {
+        self.retiring.load(Ordering::SeqCst)
+            || matches!(&self.execution, Execution::Local { capture: Some(capture), .. } if capture.captured().is_some())
+    }
+
     /// Whether this is the activation of the exact agent `reference`.
     pub(crate) fn is_agent(&self, reference: &AgentRef) -> bool {
         self.agent()

@@ -5,12 +5,16 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dsh_core::{AgentOptions, Composition, SessionHeader, SessionId};
+use std::collections::BTreeSet;
+
+use dsh_core::{AgentOptions, Composition, SessionHeader, SessionId, ToolRestriction};
 
 use crate::error::SubagentError;
 use crate::provider::SubagentProvider;
 use crate::request::StartRequest;
 
+/// Refuse a request whose options the provider does not support, before
+/// any provider code runs (B4).
 pub(crate) fn check_capabilities(
     provider: &dyn SubagentProvider,
     request: &StartRequest,
@@ -48,6 +52,12 @@ pub(crate) fn check_capabilities(
             });
         }
     }
+    if request.agent_preset.is_some() && provider.continuable().is_none() {
+        return Err(SubagentError::UnsupportedCapability {
+            provider: provider.name().to_owned(),
+            capability: "agent_preset (an external run is composed by its provider)",
+        });
+    }
     if request.agent_preset.is_some() && provider.inherits_parent_context() {
         return Err(SubagentError::UnsupportedCapability {
             provider: provider.name().to_owned(),
@@ -60,6 +70,44 @@ pub(crate) fn check_capabilities(
         return Err(SubagentError::InvalidRequest("the persona is empty".into()));
     }
     Ok(())
+}
+
+/// The child's tool restriction: the requested filter applied on top of
+/// the inherited one (B4, B58). It can only narrow what the parent may use:
+/// a request that allows a tool the parent's restriction hides is refused.
+pub(crate) fn narrow_tools(
+    inherited: Option<&ToolRestriction>,
+    requested: Option<&ToolRestriction>,
+) -> Result<Option<ToolRestriction>, SubagentError> {
+    let widening = |names: &BTreeSet<String>, inherited: &ToolRestriction| {
+        let hidden: Vec<&str> = names
+            .iter()
+            .filter(|name| !inherited.permits(name))
+            .map(String::as_str)
+            .collect();
+        if hidden.is_empty() {
+            Ok(())
+        } else {
+            Err(SubagentError::InvalidRequest(format!(
+                "the tool filter allows {}, which this agent may not use itself; a child's tools can only be narrowed",
+                hidden.join(", ")
+            )))
+        }
+    };
+    Ok(match (inherited, requested) {
+        (None, requested) => requested.cloned(),
+        (Some(inherited), None) => Some(inherited.clone()),
+        (Some(inherited), Some(ToolRestriction::Allow(names))) => {
+            widening(names, inherited)?;
+            Some(ToolRestriction::Allow(names.clone()))
+        }
+        (Some(ToolRestriction::Allow(allowed)), Some(ToolRestriction::Deny(denied))) => Some(
+            ToolRestriction::Allow(allowed.difference(denied).cloned().collect()),
+        ),
+        (Some(ToolRestriction::Deny(inherited)), Some(ToolRestriction::Deny(denied))) => Some(
+            ToolRestriction::Deny(inherited.union(denied).cloned().collect()),
+        ),
+    })
 }
 
 /// Resolve the child's directory: relative to the parent's, and an existing directory.
@@ -84,6 +132,25 @@ pub(crate) fn resolve_cwd(
             "the working directory `{}` is not an existing directory",
             cwd.display()
         ))),
+    }
+}
+
+/// The agent options of an external start: the request's over the
+/// provider's default route.
+pub(crate) fn external_options(
+    provider: &dyn SubagentProvider,
+    requested: Option<AgentOptions>,
+) -> Option<AgentOptions> {
+    match provider.agent_route_defaults() {
+        None => requested,
+        Some(route) => {
+            let route = AgentOptions {
+                provider: Some(route.provider),
+                model: Some(route.model),
+                ..AgentOptions::default()
+            };
+            Some(requested.unwrap_or_default().merged_over(&route))
+        }
     }
 }
 
@@ -131,10 +198,8 @@ pub(crate) fn child_header(
                 .persona
                 .clone()
                 .or_else(|| parent_composition.persona.clone()),
-            tools: request
-                .tool_filter
-                .clone()
-                .or_else(|| parent_composition.tools.clone()),
+            // Already narrowed over the parent's restriction at admission.
+            tools: request.tool_filter.clone(),
             options,
         }
     };
@@ -145,7 +210,7 @@ pub(crate) fn child_header(
         .origin
         .clone()
         .or_else(|| Some(parent.header().cwd.display().to_string()));
-    header.delegation_depth = depth.max(parent.header().delegation_depth + 1);
+    header.delegation_depth = depth;
     header.composition = composition;
     header
 }

@@ -129,6 +129,9 @@ pub enum SubagentError {
         /// Why the prompt was refused.
         reason: String,
     },
+    /// A live agent is neither a tree root nor the child of a live activation.
+    #[error("agent `{0}` is not a member of a live agent tree")]
+    NotAMember(SessionId),
     /// The agent layer failed.
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -165,6 +168,7 @@ impl SubagentError {
             Self::Provider { .. } => "PROVIDER_FAILED",
             Self::Teardown(_) => "TEARDOWN_FAILED",
             Self::InitialPrompt { .. } => "INITIAL_PROMPT_FAILED",
+            Self::NotAMember(_) => "NOT_A_MEMBER",
             Self::Agent(err) => err.code(),
         }
     }

@@ -7,12 +7,10 @@
 
 use std::sync::Arc;
 
-use std::sync::atomic::Ordering;
-
 use dsh_core::{
     Agent, AgentError, AgentRef, AgentStatus, CancelCause, CancelOptions, CancellationToken,
-    ContentBlock, InboxTarget, MessageId, MessageSource, ResumeAgent, SessionId, StoreError,
-    UserMessage,
+    ContentBlock, EventPayload, InboxTarget, MessageId, MessageSource, ResumeAgent, SessionId,
+    StoreError, UserMessage,
 };
 
 use crate::activation::{Execution, NewActivation};
@@ -73,6 +71,34 @@ impl Drop for PruneGate<'_> {
         {
             resuming.remove(self.target);
         }
+    }
+}
+
+/// A user request id being delivered, released on drop.
+struct RequestInFlight<'a> {
+    runtime: &'a SubagentRuntime,
+    key: (SessionId, MessageId),
+}
+
+impl<'a> RequestInFlight<'a> {
+    fn claim(
+        runtime: &'a SubagentRuntime,
+        child: &SessionId,
+        id: &MessageId,
+    ) -> Result<Self, SubagentError> {
+        let key = (child.clone(), id.clone());
+        if !lock(&runtime.inner.requests).insert(key.clone()) {
+            return Err(SubagentError::InvalidRequest(format!(
+                "request `{id}` for `{child}` is already being delivered"
+            )));
+        }
+        Ok(Self { runtime, key })
+    }
+}
+
+impl Drop for RequestInFlight<'_> {
+    fn drop(&mut self) {
+        lock(&self.runtime.inner.requests).remove(&self.key);
     }
 }
 
@@ -218,7 +244,7 @@ impl SubagentRuntime {
                 "an agent cannot send a message to itself".into(),
             ));
         }
-        let root = self.root_of(sender.id());
+        let root = self.root_id(sender.id());
         self.check_admission(&root)?;
         if target != &root {
             let member = match self.is_ancestor(&root, target).await {
@@ -314,7 +340,7 @@ impl SubagentRuntime {
         self.inner
             .activations
             .get(target)
-            .is_some_and(|activation| activation.retiring.load(Ordering::SeqCst))
+            .is_some_and(|activation| activation.input_closed())
     }
 
     /// Resume a cold `target` and deliver `message` to it, as work the
@@ -612,6 +638,15 @@ impl SubagentRuntime {
                 )));
             }
         }
+        // The request id is an idempotency key: a repeat of an accepted
+        // request is not delivered again, and one in flight is refused.
+        let _in_flight = RequestInFlight::claim(self, &request.child, &request.request_id)?;
+        if self
+            .was_accepted(&request.child, &request.request_id)
+            .await?
+        {
+            return Ok(request.request_id);
+        }
         let message = UserMessage {
             id: request.request_id,
             content: request.content,
@@ -623,6 +658,17 @@ impl SubagentRuntime {
         };
         self.deliver_with_resume(&request.child, &root, message, Some(into), None, cancel)
             .await
+    }
+
+    /// Whether `child`'s log already holds an accepted message `id`.
+    async fn was_accepted(&self, child: &SessionId, id: &MessageId) -> Result<bool, SubagentError> {
+        let events = match self.registry().get(child) {
+            Some(agent) => agent.events(),
+            None => self.inner.store.load(child).await?.events,
+        };
+        Ok(events.iter().any(|event| {
+            matches!(&event.payload, EventPayload::InboxAccepted(accepted) if &accepted.message.id == id)
+        }))
     }
 
     /// Interrupt a child for the user, authorised on its session first.

@@ -41,14 +41,15 @@ impl SubagentRuntime {
         }
     }
 
-    /// Whether the exact live agent `agent` is a child being stopped, or a
-    /// root whose tree is draining (its notices must not wake it).
+    /// Whether the exact live agent `agent` is a child being stopped or
+    /// taking no more input, or a root whose tree is draining (its notices
+    /// must not wake it).
     fn is_stopping(&self, agent: &dsh_core::AgentRef) -> bool {
         let stopping = self
             .inner
             .activations
             .of_agent(agent)
-            .is_some_and(|activation| activation.stop.is_cancelled());
+            .is_some_and(|activation| activation.stop.is_cancelled() || activation.input_closed());
         stopping || self.inner.admissions.is_draining(self.registry(), agent)
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dsh_core::observe::EventBus;
-use dsh_core::{AgentFactory, AgentRef, AgentRegistry, SessionId, SessionStore};
+use dsh_core::{Agent, AgentFactory, AgentRef, AgentRegistry, MessageId, SessionId, SessionStore};
 use tokio_util::task::TaskTracker;
 
 use crate::activation::Activations;
@@ -55,6 +55,8 @@ pub(crate) struct Inner {
     pub(crate) names: NameReservations,
     pub(crate) activations: Activations,
     pub(crate) run_ids: Mutex<HashSet<SessionId>>,
+    /// User request ids being delivered, per child.
+    pub(crate) requests: Mutex<HashSet<(SessionId, MessageId)>>,
     /// One lock per child being resumed, so concurrent resumes coalesce.
     pub(crate) resuming: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Draining roots and the starts and resumes in flight.
@@ -103,6 +105,7 @@ impl SubagentRuntime {
                 names: NameReservations::new(),
                 activations: Activations::default(),
                 run_ids: Mutex::new(HashSet::new()),
+                requests: Mutex::new(HashSet::new()),
                 resuming: Mutex::new(HashMap::new()),
                 admissions: Arc::default(),
                 catalogs: Mutex::new(HashMap::new()),
@@ -196,42 +199,77 @@ impl SubagentRuntime {
         self.inner.activations.len()
     }
 
-    /// The root session of `agent`'s tree.
-    pub fn root_of(&self, agent: &SessionId) -> SessionId {
+    /// The root session of the tree `agent` (a session id) belongs to, by
+    /// the live activations: a session with none is taken as a root.
+    pub(crate) fn root_id(&self, agent: &SessionId) -> SessionId {
         match self.inner.activations.get(agent) {
             Some(activation) => activation.root.clone(),
             None => agent.clone(),
         }
     }
 
-    /// The model-facing names of a live member and its creator.
-    pub fn names_of(&self, agent: &SessionId) -> MemberNames {
-        let activations = &self.inner.activations;
-        match activations.get(agent) {
-            None => MemberNames {
+    /// The activation of the exact live member `agent`, or `None` for a
+    /// live root.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` for an agent that is not the exact live one;
+    /// `NOT_A_MEMBER` for a live agent that is neither a root nor the agent
+    /// of a live activation.
+    fn member(
+        &self,
+        agent: &Arc<dyn Agent>,
+    ) -> Result<Option<Arc<crate::activation::Activation>>, SubagentError> {
+        let reference = agent.reference();
+        if !self.registry().is_live(&reference) {
+            return Err(SubagentError::NotLive(reference.id));
+        }
+        match self.inner.activations.of_agent(&reference) {
+            Some(activation) => Ok(Some(activation)),
+            None if agent.header().parent_session.is_none() => Ok(None),
+            None => Err(SubagentError::NotAMember(reference.id)),
+        }
+    }
+
+    /// The root session of the exact live member `agent`'s tree.
+    ///
+    /// # Errors
+    /// As [`SubagentRuntime::names_of`].
+    pub fn root_of(&self, agent: &Arc<dyn Agent>) -> Result<SessionId, SubagentError> {
+        Ok(match self.member(agent)? {
+            Some(activation) => activation.root.clone(),
+            None => agent.id().clone(),
+        })
+    }
+
+    /// The model-facing names of the exact live member `agent` and its creator.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` when `agent` is not the exact live agent, `NOT_A_MEMBER`
+    /// when it is live but neither a root nor a live activation's child.
+    pub fn names_of(&self, agent: &Arc<dyn Agent>) -> Result<MemberNames, SubagentError> {
+        let Some(activation) = self.member(agent)? else {
+            return Ok(MemberNames {
                 self_name: ROOT_NAME.to_owned(),
                 parent: None,
-            },
-            Some(activation) => {
-                let parent = match activations.get(&activation.parent.id) {
-                    Some(parent) => parent.name.clone(),
-                    None if activation.parent.id == activation.root => ROOT_NAME.to_owned(),
-                    // A cold creator: its name is this path without the last level.
-                    None => activation
-                        .path
-                        .as_deref()
-                        .and_then(|path| path.rsplit_once('/'))
-                        .map_or_else(
-                            || activation.parent.id.to_string(),
-                            |(parent, _)| parent.to_owned(),
-                        ),
-                };
-                MemberNames {
-                    self_name: activation.name.clone(),
-                    parent: Some(parent),
-                }
-            }
-        }
+            });
+        };
+        let parent = match self.inner.activations.of_agent(&activation.parent) {
+            Some(parent) => parent.name.clone(),
+            None if activation.parent.id == activation.root => ROOT_NAME.to_owned(),
+            // A cold creator: its name is this path without the last level.
+            None => activation
+                .path
+                .as_deref()
+                .and_then(|path| path.rsplit_once('/'))
+                .map_or_else(
+                    || activation.parent.id.to_string(),
+                    |(parent, _)| parent.to_owned(),
+                ),
+        };
+        Ok(MemberNames {
+            self_name: activation.name.clone(),
+            parent: Some(parent),
+        })
     }
 
     pub(crate) fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {

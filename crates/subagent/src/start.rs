@@ -19,7 +19,9 @@ use crate::activation::{Execution, NewActivation, SubagentActivation};
 use crate::admission::{AdmissionTicket, CapacitySlot};
 use crate::capture::CaptureTool;
 use crate::catalog::{CATALOG_EVENT, CatalogEntry, CatalogFold, ChildMode, catalog_payload};
-use crate::compose::{check_capabilities, child_header, resolve_cwd};
+use crate::compose::{
+    check_capabilities, child_header, external_options, narrow_tools, resolve_cwd,
+};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
 use crate::names::{NameReservation, validate_name};
@@ -91,7 +93,7 @@ impl SubagentRuntime {
         if !self.registry().is_live(&parent_ref) {
             return Err(SubagentError::NotLive(parent_ref.id));
         }
-        let root = self.root_of(parent.id());
+        let root = self.root_id(parent.id());
         let cancel = spec.cancel.child_token();
         let ticket = self
             .inner
@@ -110,6 +112,11 @@ impl SubagentRuntime {
             return Err(SubagentError::DepthLimit { depth, max });
         }
         let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
+        let mut spec = spec;
+        spec.request.tool_filter = narrow_tools(
+            parent.composition().tools.as_ref(),
+            spec.request.tool_filter.as_ref(),
+        )?;
         let slot = self.reserve_capacity(&root)?;
         let reservation = self.reserve_name(&parent, spec.name.as_deref())?;
         if let Some(child_id) = &spec.child_id
@@ -358,7 +365,7 @@ impl SubagentRuntime {
             cwd,
             prompt: request.prompt,
             parent: parent.clone(),
-            agent_options: request.agent_options,
+            agent_options: external_options(provider.as_ref(), request.agent_options),
             output_schema: request.output_schema,
             max_depth: request.max_depth,
             tool_filter: request.tool_filter,

@@ -199,7 +199,7 @@ impl SubagentRuntime {
         if !self.registry().is_live(&reference) {
             return Err(SubagentError::NotLive(reference.id));
         }
-        let root = self.root_of(caller.id());
+        let root = self.root_id(caller.id());
         if name == ROOT_NAME {
             return Ok(root);
         }

@@ -13,6 +13,7 @@ use async_trait::async_trait;
 use dsh_core::{
     AgentFactory, AgentHandle, CancellationToken, ContentBlock, CreateAgent, Durability,
     LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
+    Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::{
@@ -272,6 +273,36 @@ pub enum Backing {
     Jsonl(Durability),
 }
 
+/// The host tools every world registers (each answers `ok`).
+pub const HOST_TOOLS: [&str; 3] = ["alpha", "beta", "gamma"];
+
+/// A host tool that answers `ok`.
+#[derive(Debug)]
+pub struct NamedTool(pub &'static str);
+
+#[async_trait]
+impl Tool for NamedTool {
+    fn name(&self) -> &str {
+        self.0
+    }
+
+    fn description(&self) -> String {
+        format!("The `{}` test tool.", self.0)
+    }
+
+    fn input_schema(&self) -> serde_json::Value {
+        serde_json::json!({"type": "object", "properties": {}, "additionalProperties": false})
+    }
+
+    async fn execute(
+        &self,
+        _input: serde_json::Value,
+        _ctx: ToolContext,
+    ) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text("ok"))
+    }
+}
+
 /// A harness, a live root and a subagent runtime over one holding store.
 pub struct World {
     /// Keeps the JSONL directory for the world's life.
@@ -304,10 +335,13 @@ impl World {
         };
         let store = Arc::new(HoldingStore::new(inner));
         let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-        let harness = Harness::builder(store.clone())
-            .model(model.clone())
-            .build()
-            .expect("a harness");
+        let mut builder = Harness::builder(store.clone()).model(model.clone());
+        for name in HOST_TOOLS {
+            builder = builder
+                .tool(Arc::new(NamedTool(name)))
+                .expect("the host tool registers");
+        }
+        let harness = builder.build().expect("a harness");
         let root = create_root(&harness, &sid("lead"), dir.path()).await;
         let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store.clone(), config);
         runtime
