@@ -89,6 +89,8 @@ async fn deliver(
         })
         .await?;
     let lead = lead.agent().clone();
+    // Its tree is live again: notices a crash kept from it arrive first (B54).
+    world.runtime.deliver_lost_notices(&lead).await?;
     let (_subscription, mut events) = world.runtime.events().subscribe();
     world
         .runtime

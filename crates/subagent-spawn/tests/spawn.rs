@@ -368,11 +368,17 @@ async fn b8_b25_start_returns_after_the_prompt_is_accepted_and_the_child_is_cata
     // Live in the registry, created by this parent.
     let child = world.live(&child_id);
     assert_eq!(child.header().parent_session.as_ref(), Some(parent.id()));
-    // Its durable log opens with the accepted prompt, whose id is returned.
+    // Its durable log opens with the activation's record (its delivery,
+    // B54), then the accepted prompt, whose id is returned.
     assert!(world.store.exists(&child_id).await.unwrap());
     let log = world.store.load(&child_id).await.unwrap();
-    let EventPayload::InboxAccepted(accepted) = &log.events[0].payload else {
-        panic!("the child's first event is {:?}", log.events[0].payload);
+    assert!(
+        matches!(&log.events[0].payload, EventPayload::Extension { kind, .. } if kind == "subagent/activation"),
+        "the child's first event is {:?}",
+        log.events[0].payload
+    );
+    let EventPayload::InboxAccepted(accepted) = &log.events[1].payload else {
+        panic!("the child's second event is {:?}", log.events[1].payload);
     };
     assert_eq!(
         accepted.message.content,

@@ -382,8 +382,23 @@ impl SubagentRuntime {
                 })
             }
         };
-        if let Ok(result) = &result {
-            self.notify_parent(&activation, result).await;
+        // The input is closed now: a reply to the notice goes to a resume.
+        let reported = match &activation.execution {
+            Execution::Local {
+                handle, start_seq, ..
+            } => crate::notice::last_turn_end(&handle.agent().events_since(*start_seq))
+                .map(|seq| crate::notice::notice_id(&activation.child_id, seq)),
+            Execution::External { .. } => None,
+        }
+        .unwrap_or_else(MessageId::generate);
+        match &result {
+            Ok(result) => self.notify_parent(&activation, result, reported).await,
+            // An infrastructure failure is reported too, never swallowed.
+            Err(err) => {
+                let failed = SubagentResult::stopped(StopReason::ERROR)
+                    .with_diagnostic(bound_diagnostic(err.to_string()));
+                self.notify_parent(&activation, &failed, reported).await;
+            }
         }
         let teardown = match (&activation.execution, early_teardown) {
             (Execution::Local { handle, .. }, _) => {

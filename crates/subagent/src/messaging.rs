@@ -18,6 +18,7 @@ use crate::admission::{AdmissionTicket, CapacitySlot};
 use crate::catalog::ChildMode;
 use crate::error::SubagentError;
 use crate::events::RunInfo;
+use crate::notice::{ACTIVATION_EVENT, activation_payload};
 use crate::owned::Owned;
 use crate::request::Delivery;
 use crate::runtime::{SubagentRuntime, lock};
@@ -100,6 +101,17 @@ impl Drop for RequestInFlight<'_> {
     fn drop(&mut self) {
         lock(&self.runtime.inner.requests).remove(&self.key);
     }
+}
+
+/// Whether a session's own log shows it accepted any input (its task).
+fn has_taken_a_task(agent: &dyn Agent) -> bool {
+    let seed = usize::try_from(agent.header().seed_len).unwrap_or(usize::MAX);
+    agent
+        .events()
+        .get(seed..)
+        .unwrap_or_default()
+        .iter()
+        .any(|event| matches!(event.payload, EventPayload::InboxAccepted(_)))
 }
 
 /// The provider of a member whose creator's catalog cannot be read.
@@ -394,6 +406,15 @@ impl SubagentRuntime {
         let agent = handle.agent().clone();
         // This activation's own events start here, whatever runs next.
         let start_seq = agent.events().len() as u64;
+        if !has_taken_a_task(agent.as_ref()) {
+            // Cataloged, never given its task (B54): it must not take the
+            // next message as one. Its creator gets the failure as a notice.
+            handle.dispose().await;
+            return Err(SubagentError::NotResumable {
+                id: target,
+                reason: "it was created but never accepted its task".into(),
+            });
+        }
         let creator = agent.header().parent_session.clone();
         let parent = creator
             .as_ref()
@@ -421,13 +442,24 @@ impl SubagentRuntime {
             },
             slot,
         });
-        match self
-            .deliver(sender.as_ref(), &root, &agent, message, into, &stop)
+        let delivered = match agent
+            .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
             .await
         {
+            Ok(_) => {
+                self.deliver(sender.as_ref(), &root, &agent, message, into, &stop)
+                    .await
+            }
+            Err(err) => Err(err.into()),
+        };
+        match delivered {
             Ok(id) => {
                 self.launch(&activation);
                 drop(ticket);
+                // Its own tree is live again: notices its children owe it.
+                if let Err(err) = self.deliver_lost_notices(&agent).await {
+                    tracing::warn!(member = %target, "lost notices were not delivered: {err}");
+                }
                 Ok(id)
             }
             Err(err) => {

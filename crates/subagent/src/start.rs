@@ -25,6 +25,7 @@ use crate::compose::{
 use crate::error::SubagentError;
 use crate::events::RunInfo;
 use crate::names::{NameReservation, validate_name};
+use crate::notice::{ACTIVATION_EVENT, activation_payload};
 use crate::owned::Owned;
 use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
 use crate::request::{ActivationSpec, Delivery};
@@ -322,7 +323,14 @@ impl SubagentRuntime {
                 sender_session_id: parent.id().clone(),
             },
         );
-        match child.followup(prompt).await {
+        let accepted = match child
+            .record(ACTIVATION_EVENT, activation_payload(delivery))
+            .await
+        {
+            Ok(_) => child.followup(prompt).await,
+            Err(err) => Err(err),
+        };
+        match accepted {
             Ok(message_id) => {
                 self.launch(&activation);
                 drop(ticket);

@@ -12,8 +12,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dsh_core::{
     AgentFactory, AgentHandle, CancellationToken, ContentBlock, CreateAgent, Durability,
-    LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
-    Tool, ToolContext, ToolError, ToolOutput,
+    LoadedSession, ResumeAgent, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
+    StoreError, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::{
@@ -87,7 +87,8 @@ impl Hold {
 
 #[derive(Default)]
 struct Holds {
-    armed: Mutex<Option<(Point, Hold)>>,
+    /// The armed point, how many matching calls still pass first, its hold.
+    armed: Mutex<Option<(Point, usize, Hold)>>,
     failing: Mutex<Option<Point>>,
 }
 
@@ -95,14 +96,15 @@ impl Holds {
     /// The armed hold for this call, disarmed as it fires.
     fn take(&self, op: Op, id: &SessionId, when: When) -> Option<Hold> {
         let mut armed = self.armed.lock().unwrap_or_else(PoisonError::into_inner);
-        let fires = armed
-            .as_ref()
-            .is_some_and(|(point, _)| point.op == op && &point.id == id && point.when == when);
-        if fires {
-            armed.take().map(|(_, hold)| hold)
-        } else {
-            None
+        let (point, pass, _) = armed.as_mut()?;
+        if point.op != op || &point.id != id || point.when != when {
+            return None;
         }
+        if *pass > 0 {
+            *pass -= 1;
+            return None;
+        }
+        armed.take().map(|(_, _, hold)| hold)
     }
 
     async fn at(&self, op: Op, id: &SessionId, when: When) {
@@ -145,6 +147,12 @@ impl HoldingStore {
 
     /// Arm a hold at `point` (replacing any armed one).
     pub fn hold(&self, point: Point) -> Hold {
+        self.hold_after(point, 0)
+    }
+
+    /// Arm a hold at `point` that lets the first `pass` matching calls
+    /// through and stops the next one.
+    pub fn hold_after(&self, point: Point, pass: usize) -> Hold {
         let hold = Hold {
             reached: Arc::new(Semaphore::new(0)),
             release: Arc::new(Semaphore::new(0)),
@@ -153,7 +161,7 @@ impl HoldingStore {
             .holds
             .armed
             .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((point, hold.clone()));
+            .unwrap_or_else(PoisonError::into_inner) = Some((point, pass, hold.clone()));
         hold
     }
 
@@ -320,13 +328,47 @@ pub struct World {
 }
 
 impl World {
-    /// A world on `backing` whose model answers every request with `done`.
+    /// A world on `backing` whose model answers every request with `done`,
+    /// with a fresh root `lead`.
     ///
     /// # Panics
     /// When the world cannot be built (a test failure).
-    #[allow(clippy::expect_used)]
     pub async fn new(backing: Backing, config: RuntimeConfig) -> Self {
+        Self::build(backing, config, None).await
+    }
+
+    /// A world of a later process: the JSONL logs of `from` (copied as a
+    /// killed process left them) under a new harness and runtime, with the
+    /// root `lead` resumed.
+    ///
+    /// # Panics
+    /// When the copy or the resume fails.
+    pub async fn restarted(from: &std::path::Path, durability: Durability) -> Self {
+        Self::build(
+            Backing::Jsonl(durability),
+            RuntimeConfig::default(),
+            Some(from),
+        )
+        .await
+    }
+
+    #[allow(clippy::expect_used)]
+    async fn build(
+        backing: Backing,
+        config: RuntimeConfig,
+        from: Option<&std::path::Path>,
+    ) -> Self {
         let dir = tempfile::tempdir().expect("a temporary directory");
+        if let Some(from) = from {
+            for entry in std::fs::read_dir(from).expect("the old directory lists") {
+                let path = entry.expect("a directory entry").path();
+                if path.is_file()
+                    && let Some(name) = path.file_name()
+                {
+                    std::fs::copy(&path, dir.path().join(name)).expect("a log copies");
+                }
+            }
+        }
         let inner: Arc<dyn SessionStore> = match backing {
             Backing::Memory => Arc::new(MemoryStore::new()),
             Backing::Jsonl(durability) => {
@@ -342,7 +384,17 @@ impl World {
                 .expect("the host tool registers");
         }
         let harness = builder.build().expect("a harness");
-        let root = create_root(&harness, &sid("lead"), dir.path()).await;
+        let root = match from {
+            None => create_root(&harness, &sid("lead"), dir.path()).await,
+            Some(_) => harness
+                .resume(ResumeAgent {
+                    id: sid("lead"),
+                    setup: Default::default(),
+                    cancel: CancellationToken::new(),
+                })
+                .await
+                .expect("the root resumes"),
+        };
         let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store.clone(), config);
         runtime
             .register(Arc::new(LocalProvider::new("local")))

@@ -1,0 +1,244 @@
+//! Every child ends with a terminal record (B54): a notice lost to a crash
+//! between a child's last turn and its notice is delivered exactly once
+//! when its creator is live again; an infrastructure failure of a
+//! background child reaches its creator as a notice; a child cataloged
+//! that never accepted its task is reported as failed and never takes the
+//! next message as its task. A crash is simulated by copying the logs
+//! while the process is held at the crash point (what a SIGKILL leaves on
+//! disk under `Durability::None`) and opening them in a new world.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dsh_core::{
+    Agent, CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionId,
+    StopReason,
+};
+use dsh_subagent::{
+    Delivery, ResolvedStartRequest, RuntimeConfig, StartExternal, SubagentCapabilities,
+    SubagentError, SubagentProvider, SubagentResult, SubagentRun,
+};
+use dsh_test_support::world::{Backing, Op, Point, When, World, bounded, eventually, sid};
+
+const DURABILITY: Durability = Durability::None;
+
+/// The notices `agent`'s log holds from `child`: stop reason and text.
+fn notices_from(agent: &Arc<dyn Agent>, child: &str) -> Vec<(Option<StopReason>, String)> {
+    agent
+        .events()
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
+                MessageSource::SubagentSettled {
+                    sender_session_id,
+                    stop_reason,
+                    ..
+                } if sender_session_id.as_str() == child => Some((
+                    stop_reason.clone(),
+                    dsh_core::content::joined_text(&accepted.message.content),
+                )),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+async fn idle(world: &World) {
+    eventually("the runtime is quiet", || world.runtime.tasks().is_empty()).await;
+    bounded("the root settles", world.root.agent().wait_idle()).await;
+}
+
+// A child's turn ended, the process died before its notice was written;
+// the next process delivers it once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b54_a_lost_notice_is_delivered_once_after_a_kill() {
+    let before = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    // The root's first append is the catalog entry; the second, the notice.
+    let hold = before.store.hold_after(
+        Point {
+            op: Op::Append,
+            id: sid("lead"),
+            when: When::Before,
+        },
+        1,
+    );
+    let mut spec = before.spec(Some("worker"));
+    spec.child_id = Some(sid("child"));
+    before.runtime.start_activation(spec).await.unwrap();
+    bounded("the notice is about to be written", hold.reached()).await;
+
+    // The kill: what is on disk now is all the next process gets.
+    let after = World::restarted(before.dir.path(), DURABILITY).await;
+    hold.release();
+    drop(before);
+    let lead = after.root.agent().clone();
+    assert!(notices_from(&lead, "child").is_empty(), "lost by the kill");
+
+    assert_eq!(after.runtime.deliver_lost_notices(&lead).await.unwrap(), 1);
+    idle(&after).await;
+    assert_eq!(after.runtime.deliver_lost_notices(&lead).await.unwrap(), 0);
+    let notices = notices_from(&lead, "child");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].0, Some(StopReason::COMPLETED));
+    assert!(
+        notices[0].1.contains("worker completed"),
+        "{}",
+        notices[0].1
+    );
+    assert!(
+        notices[0].1.contains("done"),
+        "the child's output: {}",
+        notices[0].1
+    );
+}
+
+// A notice that did arrive is never sent again by a later process.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b54_a_delivered_notice_is_never_repeated_after_a_restart() {
+    let before = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    let mut spec = before.spec(Some("worker"));
+    spec.child_id = Some(sid("child"));
+    let child = before.runtime.start_activation(spec).await.unwrap();
+    bounded("the child settles", child.result()).await.unwrap();
+    idle(&before).await;
+    let dir = before.dir.path().to_path_buf();
+    let copy = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.path().join(path.file_name().unwrap())).unwrap();
+    }
+    drop(before);
+    let after = World::restarted(copy.path(), DURABILITY).await;
+    let lead = after.root.agent().clone();
+    assert_eq!(after.runtime.deliver_lost_notices(&lead).await.unwrap(), 0);
+    assert_eq!(notices_from(&lead, "child").len(), 1);
+}
+
+// The process died between the catalog entry and the initial prompt: the
+// creator learns the child failed; the child never takes a message as its task.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b54_a_child_cataloged_without_its_task_is_reported_failed_and_never_resumed() {
+    let before = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    // The child's first append is its activation record; the second, the prompt.
+    let hold = before.store.hold_after(
+        Point {
+            op: Op::Append,
+            id: sid("child"),
+            when: When::Before,
+        },
+        1,
+    );
+    let mut spec = before.spec(Some("worker"));
+    spec.child_id = Some(sid("child"));
+    let runtime = before.runtime.clone();
+    let start = tokio::spawn(async move { runtime.start_activation(spec).await });
+    bounded("the prompt is about to be written", hold.reached()).await;
+    let after = World::restarted(before.dir.path(), DURABILITY).await;
+    hold.release();
+    let _ = bounded("the old start", start).await;
+    drop(before);
+
+    let lead = after.root.agent().clone();
+    assert_eq!(after.runtime.deliver_lost_notices(&lead).await.unwrap(), 1);
+    idle(&after).await;
+    let notices = notices_from(&lead, "child");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].0, Some(StopReason::ERROR));
+    assert!(
+        notices[0].1.contains("never accepted its task"),
+        "{}",
+        notices[0].1
+    );
+
+    let err = after
+        .runtime
+        .send_message(
+            &lead,
+            &sid("child"),
+            vec![ContentBlock::text("take this as your task")],
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "NOT_RESUMABLE", "{err}");
+    assert_eq!(after.runtime.registry().len(), 1, "the child is not live");
+    assert_eq!(after.runtime.deliver_lost_notices(&lead).await.unwrap(), 0);
+}
+
+// A background child whose run fails (an infrastructure fault, not a stop
+// reason) still reaches its creator, with the error as the diagnostic.
+#[tokio::test]
+async fn b54_an_infrastructure_failure_of_a_background_child_reaches_its_creator() {
+    let world = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    world.runtime.register(Arc::new(Failing)).unwrap();
+    let mut spec = world.spec(Some("remote"));
+    spec.provider = "failing".into();
+    spec.delivery = Delivery::Parent;
+    let run = world.runtime.start_activation(spec).await.unwrap();
+    let err = bounded("the run", run.result()).await.unwrap_err();
+    assert_eq!(err.code(), "PROVIDER_FAILED");
+    idle(&world).await;
+    let child = run.child_id().as_str().to_owned();
+    let notices = notices_from(world.root.agent(), &child);
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].0, Some(StopReason::ERROR));
+    assert!(
+        notices[0].1.contains("the remote end went away"),
+        "{}",
+        notices[0].1
+    );
+}
+
+/// An external provider whose runs fail with an infrastructure error.
+struct Failing;
+
+#[async_trait]
+impl StartExternal for Failing {
+    async fn start(
+        &self,
+        _request: ResolvedStartRequest,
+    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
+        Ok(Arc::new(Broken(SessionId::generate())))
+    }
+}
+
+impl SubagentProvider for Failing {
+    fn name(&self) -> &str {
+        "failing"
+    }
+
+    fn capabilities(&self) -> SubagentCapabilities {
+        SubagentCapabilities::ALL
+    }
+
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+
+    fn external(&self) -> Option<&dyn StartExternal> {
+        Some(self)
+    }
+}
+
+struct Broken(SessionId);
+
+#[async_trait]
+impl SubagentRun for Broken {
+    fn id(&self) -> &SessionId {
+        &self.0
+    }
+
+    async fn result(&self) -> Result<SubagentResult, SubagentError> {
+        Err(SubagentError::Provider {
+            provider: "failing".into(),
+            message: "the remote end went away".into(),
+        })
+    }
+
+    async fn dispose(&self) -> Result<(), SubagentError> {
+        Ok(())
+    }
+}
