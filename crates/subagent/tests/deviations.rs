@@ -73,7 +73,7 @@ async fn cold(world: &World, name: &str) {
 #[tokio::test]
 async fn b58_a_childs_tool_filter_narrows_the_inherited_restriction_and_never_widens_it() {
     let world = world().await;
-    let mut header = SessionHeader::new(sid("restricted"), world.dir.path());
+    let mut header = SessionHeader::new(sid("restricted"), world.dir());
     header.composition.tools = Some(ToolRestriction::allow(["alpha", "beta"]));
     let parent = session(&world, header).await;
     let parent = parent.agent();
@@ -218,7 +218,7 @@ async fn names_and_roots_are_only_for_exact_live_members() {
         "NOT_LIVE"
     );
     // A live session with a creator that is no activation is no member.
-    let mut header = SessionHeader::new(sid("stray"), world.dir.path());
+    let mut header = SessionHeader::new(sid("stray"), world.dir());
     header.parent_session = Some(sid("lead"));
     let stray = session(&world, header).await;
     assert_eq!(
@@ -301,7 +301,7 @@ async fn a_resumed_activation_names_its_real_provider() {
 #[tokio::test]
 async fn a_depth_that_would_overflow_is_refused() {
     let world = world().await;
-    let mut header = SessionHeader::new(sid("deep"), world.dir.path());
+    let mut header = SessionHeader::new(sid("deep"), world.dir());
     header.delegation_depth = u32::MAX;
     let deep = session(&world, header).await;
     let mut spec = world.spec(None);

@@ -47,7 +47,7 @@ fn starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> u
 #[tokio::test]
 async fn a_caller_supplied_child_id_naming_a_stored_session_is_refused_and_kept() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
-    let old = create_root(&world.harness, &sid("old"), world.dir.path()).await;
+    let old = create_root(&world.harness, &sid("old"), world.dir()).await;
     old.agent()
         .followup(dsh_core::UserMessage::new(
             vec![dsh_core::ContentBlock::text("earlier work")],

@@ -71,7 +71,7 @@ async fn b54_a_lost_notice_is_delivered_once_after_a_kill() {
     bounded("the notice is about to be written", hold.reached()).await;
 
     // The kill: what is on disk now is all the next process gets.
-    let after = World::restarted(before.dir.path(), DURABILITY).await;
+    let after = World::restarted(before.dir(), DURABILITY).await;
     hold.release();
     drop(before);
     let lead = after.root.agent().clone();
@@ -104,7 +104,7 @@ async fn b54_a_delivered_notice_is_never_repeated_after_a_restart() {
     let child = before.runtime.start_activation(spec).await.unwrap();
     bounded("the child settles", child.result()).await.unwrap();
     idle(&before).await;
-    let dir = before.dir.path().to_path_buf();
+    let dir = before.dir().to_path_buf();
     let copy = tempfile::tempdir().unwrap();
     for entry in std::fs::read_dir(&dir).unwrap() {
         let path = entry.unwrap().path();
@@ -136,7 +136,7 @@ async fn b54_a_child_cataloged_without_its_task_is_reported_failed_and_never_res
     let runtime = before.runtime.clone();
     let start = tokio::spawn(async move { runtime.start_activation(spec).await });
     bounded("the prompt is about to be written", hold.reached()).await;
-    let after = World::restarted(before.dir.path(), DURABILITY).await;
+    let after = World::restarted(before.dir(), DURABILITY).await;
     hold.release();
     let _ = bounded("the old start", start).await;
     drop(before);

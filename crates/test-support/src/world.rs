@@ -313,8 +313,10 @@ impl Tool for NamedTool {
 
 /// A harness, a live root and a subagent runtime over one holding store.
 pub struct World {
-    /// Keeps the JSONL directory for the world's life.
-    pub dir: tempfile::TempDir,
+    /// The JSONL directory.
+    dir: std::path::PathBuf,
+    /// Keeps a temporary directory for the world's life.
+    _temp: Option<tempfile::TempDir>,
     /// The store every agent writes through.
     pub store: Arc<HoldingStore>,
     /// The scripted model every agent asks.
@@ -334,7 +336,27 @@ impl World {
     /// # Panics
     /// When the world cannot be built (a test failure).
     pub async fn new(backing: Backing, config: RuntimeConfig) -> Self {
-        Self::build(backing, config, None).await
+        Self::build(backing, config, None, None).await
+    }
+
+    /// A world over the JSONL directory `dir` (kept when the world goes),
+    /// with a fresh root `lead`: what a process the test kills runs.
+    ///
+    /// # Panics
+    /// When the world cannot be built.
+    pub async fn in_dir(dir: &std::path::Path, durability: Durability) -> Self {
+        Self::build(
+            Backing::Jsonl(durability),
+            RuntimeConfig::default(),
+            None,
+            Some(dir),
+        )
+        .await
+    }
+
+    /// The JSONL directory.
+    pub fn dir(&self) -> &std::path::Path {
+        &self.dir
     }
 
     /// A world of a later process: the JSONL logs of `from` (copied as a
@@ -348,6 +370,7 @@ impl World {
             Backing::Jsonl(durability),
             RuntimeConfig::default(),
             Some(from),
+            None,
         )
         .await
     }
@@ -357,22 +380,29 @@ impl World {
         backing: Backing,
         config: RuntimeConfig,
         from: Option<&std::path::Path>,
+        at: Option<&std::path::Path>,
     ) -> Self {
-        let dir = tempfile::tempdir().expect("a temporary directory");
+        let (dir, temp) = match at {
+            Some(at) => (at.to_path_buf(), None),
+            None => {
+                let temp = tempfile::tempdir().expect("a temporary directory");
+                (temp.path().to_path_buf(), Some(temp))
+            }
+        };
         if let Some(from) = from {
             for entry in std::fs::read_dir(from).expect("the old directory lists") {
                 let path = entry.expect("a directory entry").path();
                 if path.is_file()
                     && let Some(name) = path.file_name()
                 {
-                    std::fs::copy(&path, dir.path().join(name)).expect("a log copies");
+                    std::fs::copy(&path, dir.join(name)).expect("a log copies");
                 }
             }
         }
         let inner: Arc<dyn SessionStore> = match backing {
             Backing::Memory => Arc::new(MemoryStore::new()),
             Backing::Jsonl(durability) => {
-                Arc::new(JsonlStore::new(dir.path(), durability).expect("a JSONL store"))
+                Arc::new(JsonlStore::new(&dir, durability).expect("a JSONL store"))
             }
         };
         let store = Arc::new(HoldingStore::new(inner));
@@ -385,7 +415,7 @@ impl World {
         }
         let harness = builder.build().expect("a harness");
         let root = match from {
-            None => create_root(&harness, &sid("lead"), dir.path()).await,
+            None => create_root(&harness, &sid("lead"), &dir).await,
             Some(_) => harness
                 .resume(ResumeAgent {
                     id: sid("lead"),
@@ -401,6 +431,7 @@ impl World {
             .expect("the local provider registers");
         Self {
             dir,
+            _temp: temp,
             store,
             model,
             harness,
