@@ -19,7 +19,12 @@ use crate::message::{InboxTarget, ToolCall, Usage, UserMessage};
 use crate::options::Composition;
 use crate::stop::StopReason;
 
-/// The version of the durable format this crate writes.
+/// The version of the durable format this crate writes, and the newest it
+/// reads. It counts breaking changes only: a change that an older reader can
+/// safely ignore (an optional field, a new event type) keeps the number, so
+/// a log whose header names a greater `format` is one this build must not
+/// read; stores refuse it with [`crate::StoreError::UnsupportedFormat`],
+/// naming both versions.
 pub const FORMAT_VERSION: u32 = 1;
 
 /// The first line of every session log.

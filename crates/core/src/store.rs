@@ -89,6 +89,35 @@ pub enum StoreError {
         /// The seq offered.
         got: u64,
     },
+    /// The file is not a session log at all (an empty file, or a first line
+    /// that is not a session header, such as a stray `README.jsonl`). A
+    /// consumer listing a directory can skip it with a warning; nothing was
+    /// changed. A log created under [`Durability::None`] can be left empty by
+    /// a power loss, and is then reported so.
+    #[error("{}: not a session log: {reason}", path.display())]
+    NotASession {
+        /// The file.
+        path: PathBuf,
+        /// Why it is not one.
+        reason: String,
+    },
+    /// The log was written in a newer durable format than this build reads
+    /// (its header's `format` is above [`crate::session::FORMAT_VERSION`]).
+    #[error(
+        "{}: the session log is in format {found}, newer than format {supported} that this build reads; open it with a newer dsh",
+        path.display()
+    )]
+    UnsupportedFormat {
+        /// The file.
+        path: PathBuf,
+        /// The format the header names.
+        found: u64,
+        /// The newest format this build reads.
+        supported: u32,
+    },
+    /// The handle was closed ([`SessionLog::close`]); reopen the log.
+    #[error("the log of session `{0}` is closed")]
+    Closed(SessionId),
     /// The medium failed.
     #[error("{}: {source}", path.display())]
     Io {
@@ -110,27 +139,44 @@ impl StoreError {
             Self::Locked(_) => "SESSION_LOCKED",
             Self::Corrupt { .. } => "SESSION_CORRUPT",
             Self::OutOfSequence { .. } => "OUT_OF_SEQUENCE",
+            Self::NotASession { .. } => "NOT_A_SESSION",
+            Self::UnsupportedFormat { .. } => "SESSION_FORMAT_UNSUPPORTED",
+            Self::Closed(_) => "SESSION_CLOSED",
             Self::Io { .. } => "STORE_IO",
         }
     }
 }
 
 /// The append handle of one open log. Only one exists per log at a time;
-/// dropping it releases the log.
+/// dropping it (or [`SessionLog::close`]) releases the log.
 #[async_trait]
 pub trait SessionLog: Send + Sync {
     /// Append events, whose seqs must continue the log. Returns once they are
     /// written (and synced, under [`Durability::EveryEvent`]).
     ///
     /// # Errors
-    /// [`StoreError::OutOfSequence`] or an I/O failure; on failure nothing of
-    /// the batch counts as written and the handle must not be used further.
+    /// [`StoreError::OutOfSequence`], [`StoreError::Closed`] or an I/O
+    /// failure; on failure nothing of the batch counts as written (a durable
+    /// store cuts whatever part of it reached the medium) and the handle
+    /// must not be used further.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe. A future dropped before it is first polled writes
+    /// nothing; a store may write the batch at its first poll, so a future
+    /// dropped at any await (an fsync, say) may have written it and advanced
+    /// the log's next seq without the caller learning so. The store finishes
+    /// such detached work itself and holds the log until it ends. A caller
+    /// that must keep memory and log in step must not drop it.
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError>;
 
     /// A turn boundary: under [`Durability::TurnBoundary`], sync to stable storage.
     ///
     /// # Errors
-    /// An I/O failure.
+    /// [`StoreError::Closed`] or an I/O failure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped checkpoint changes nothing that was written;
+    /// a sync already started finishes detached, holding the log until then.
     async fn checkpoint(&self) -> Result<(), StoreError>;
 
     /// Release the log: wait until no operation of this handle is still in
@@ -153,6 +199,12 @@ pub trait SessionStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::Exists`], [`StoreError::OutOfSequence`], or an I/O failure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a create whose future is dropped leaves no log behind
+    /// (one already published is withdrawn), though the id may be held
+    /// ([`StoreError::Busy`] in this process) until the store's detached
+    /// work on it has ended.
     async fn create(
         &self,
         header: &SessionHeader,
@@ -164,7 +216,13 @@ pub trait SessionStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::NotFound`], [`StoreError::Busy`], [`StoreError::Locked`],
-    /// [`StoreError::Corrupt`], or I/O.
+    /// [`StoreError::Corrupt`], [`StoreError::NotASession`],
+    /// [`StoreError::UnsupportedFormat`], or I/O.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped open leaves the log closed, with at most its
+    /// torn tail cut; the id may be held ([`StoreError::Busy`]) until the
+    /// store's detached work on it has ended.
     async fn open(
         &self,
         id: &SessionId,
@@ -174,12 +232,20 @@ pub trait SessionStore: Send + Sync + 'static {
     /// place and ignored (a writer may be mid-append).
     ///
     /// # Errors
-    /// [`StoreError::NotFound`], [`StoreError::Corrupt`], or I/O.
+    /// [`StoreError::NotFound`], [`StoreError::Corrupt`],
+    /// [`StoreError::NotASession`], [`StoreError::UnsupportedFormat`], or I/O.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError>;
 
     /// Read several logs as [`SessionStore::load`] does, results in the
-    /// order of `ids`. The default reads them one by one; a store can batch
-    /// them (one trip to a blocking pool, one query) for listings.
+    /// order of `ids`; one bad log fails only its own entry. The default
+    /// reads them one by one; a store can batch them (one trip to a blocking
+    /// pool, one query) for listings.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
         let mut loaded = Vec::with_capacity(ids.len());
         for id in ids {
@@ -192,6 +258,9 @@ pub trait SessionStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`SessionStore::load`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
         Ok(self.load(id).await?.header)
     }
@@ -200,17 +269,28 @@ pub trait SessionStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// An I/O failure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn exists(&self, id: &SessionId) -> Result<bool, StoreError>;
 
-    /// The ids of every log, sorted.
+    /// The ids of every log, sorted. Cheap: it reads no log, so a listed id
+    /// may still fail to load (a file that is not a session, say).
     ///
     /// # Errors
     /// An I/O failure.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn list(&self) -> Result<Vec<SessionId>, StoreError>;
 
     /// Delete a log that no writer holds.
     ///
     /// # Errors
     /// [`StoreError::NotFound`], [`StoreError::Busy`], [`StoreError::Locked`], or I/O.
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped at an await, the log may or may not be gone
+    /// (the removal finishes detached, holding the id until it ends).
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError>;
 }

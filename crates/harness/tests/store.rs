@@ -329,6 +329,27 @@ async fn a_log_has_one_writer_at_a_time() {
 }
 
 #[tokio::test]
+async fn a_closed_log_refuses_writes_and_reopens_at_once() {
+    for fx in fixtures() {
+        let log = fx.store.create(&header("a"), &[]).await.unwrap();
+        log.append(&events(0, 2)).await.unwrap();
+        log.close().await;
+        let refused = log.append(&events(2, 1)).await.unwrap_err();
+        assert_eq!(refused.code(), "SESSION_CLOSED", "{}: {refused}", fx.name);
+        assert_eq!(log.checkpoint().await.unwrap_err().code(), "SESSION_CLOSED");
+        let (loaded, reopened) = fx.store.open(&sid("a")).await.unwrap();
+        assert_eq!(loaded.events, events(0, 2), "{}", fx.name);
+        // Closing (or dropping) the old handle again never releases the new one.
+        log.close().await;
+        drop(log);
+        let busy = fx.store.open(&sid("a")).await.err().unwrap();
+        assert_eq!(busy.code(), "SESSION_BUSY", "{}: {busy}", fx.name);
+        reopened.append(&events(2, 1)).await.unwrap();
+        assert_eq!(fx.store.load(&sid("a")).await.unwrap().events, events(0, 3));
+    }
+}
+
+#[tokio::test]
 async fn two_jsonl_stores_on_one_directory_exclude_each_other() {
     let dir = TempDir::new().unwrap();
     let first = JsonlStore::new(dir.path(), Durability::None).unwrap();
@@ -546,10 +567,12 @@ async fn h10_a_corrupt_header_is_corrupt_at_line_one() {
     let err = store.load(&sid("a")).await.err().unwrap();
     expect_corrupt(err, &path, 1, "`b`");
 
-    // No header at all.
+    // No header at all: not a session (what a power loss can leave of a
+    // log created under `Durability::None`).
     std::fs::write(&path, "").unwrap();
     let err = store.load(&sid("a")).await.err().unwrap();
-    expect_corrupt(err, &path, 1, "empty");
+    assert_eq!(err.code(), "NOT_A_SESSION", "{err}");
+    assert!(err.to_string().contains("empty"), "{err}");
 }
 
 #[tokio::test]

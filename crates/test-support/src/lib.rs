@@ -1,11 +1,14 @@
 //! Test doubles shared by the workspace's test suites and benches, so that
 //! none carries its own copy: a forwarding agent with taps, which lets a
 //! test see (or stall) the moment the code under test reads an agent's
-//! pending inbox or its events, and a counting allocator for the memory
-//! benches. Used only as a dev-dependency; it must never become a
+//! pending inbox or its events; session-store wrappers that fail, hold or
+//! stop calls ([`store`]); bounded waits ([`wait`]); and a counting
+//! allocator for the memory benches. Used only as a dev-dependency; it must never become a
 //! dependency of a library crate.
 
 pub mod alloc;
+pub mod store;
+pub mod wait;
 pub mod world;
 
 use std::any::Any;

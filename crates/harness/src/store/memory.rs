@@ -4,6 +4,7 @@
 //! and never hands out a second writer for a log.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
@@ -32,6 +33,11 @@ fn lock(logs: &Mutex<BTreeMap<SessionId, Entry>>) -> MutexGuard<'_, BTreeMap<Ses
 
 /// A [`SessionStore`] that keeps every log in memory. Clones share the same
 /// logs; nothing survives the last clone.
+///
+/// # Cancel safety
+/// Every method of the store and of its [`MemoryLog`] does all its work in
+/// its first poll and never awaits: a future dropped before that poll did
+/// nothing, one polled once has finished.
 #[derive(Debug, Clone, Default)]
 pub struct MemoryStore {
     logs: Logs,
@@ -44,19 +50,38 @@ impl MemoryStore {
     }
 }
 
-/// The append handle of one log in a [`MemoryStore`]; dropping it releases
-/// the log.
+/// The append handle of one log in a [`MemoryStore`]; dropping or closing
+/// it releases the log.
 #[derive(Debug)]
 pub struct MemoryLog {
     id: SessionId,
     logs: Logs,
+    /// Set once the handle has let go of the log (closed).
+    released: AtomicBool,
+}
+
+impl MemoryLog {
+    fn new(id: SessionId, logs: Logs) -> Self {
+        Self {
+            id,
+            logs,
+            released: AtomicBool::new(false),
+        }
+    }
+
+    /// Let go of the log, once: a later writer's claim is never undone.
+    fn release(&self) {
+        if !self.released.swap(true, Ordering::SeqCst)
+            && let Some(entry) = lock(&self.logs).get_mut(&self.id)
+        {
+            entry.writer = false;
+        }
+    }
 }
 
 impl Drop for MemoryLog {
     fn drop(&mut self) {
-        if let Some(entry) = lock(&self.logs).get_mut(&self.id) {
-            entry.writer = false;
-        }
+        self.release();
     }
 }
 
@@ -64,6 +89,9 @@ impl Drop for MemoryLog {
 impl SessionLog for MemoryLog {
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
         let mut logs = lock(&self.logs);
+        if self.released.load(Ordering::SeqCst) {
+            return Err(StoreError::Closed(self.id.clone()));
+        }
         // The entry cannot vanish while this handle holds it (remove refuses a
         // held log), but answer sensibly rather than panic if it did.
         let entry = logs
@@ -75,7 +103,14 @@ impl SessionLog for MemoryLog {
     }
 
     async fn checkpoint(&self) -> Result<(), StoreError> {
+        if self.released.load(Ordering::SeqCst) {
+            return Err(StoreError::Closed(self.id.clone()));
+        }
         Ok(())
+    }
+
+    async fn close(&self) {
+        self.release();
     }
 }
 
@@ -100,10 +135,7 @@ impl SessionStore for MemoryStore {
                 writer: true,
             },
         );
-        Ok(Arc::new(MemoryLog {
-            id,
-            logs: Arc::clone(&self.logs),
-        }))
+        Ok(Arc::new(MemoryLog::new(id, Arc::clone(&self.logs))))
     }
 
     async fn open(
@@ -123,10 +155,7 @@ impl SessionStore for MemoryStore {
             events: entry.events.clone(),
             torn_tail: None,
         };
-        let log = MemoryLog {
-            id: id.clone(),
-            logs: Arc::clone(&self.logs),
-        };
+        let log = MemoryLog::new(id.clone(), Arc::clone(&self.logs));
         Ok((loaded, Arc::new(log)))
     }
 

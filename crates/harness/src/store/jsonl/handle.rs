@@ -1,0 +1,555 @@
+//! The writer side of a JSON-lines log: who holds it, how it is published,
+//! appended to, synced and released. One owner, [`Held`], carries both the
+//! open file (with its exclusive OS lock) and the in-process writer claim;
+//! every blocking closure that touches the file (an fsync, the create or
+//! open that builds it) owns a share of it, so the claim lives exactly as
+//! long as the last descriptor, whoever dropped which future. A failed
+//! append cuts the file back to where its batch began. This module must
+//! never write to a file it does not hold the lock for, and never leave a
+//! log published that nobody owns.
+
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+
+use async_trait::async_trait;
+use dsh_core::{Durability, LoadedSession, SessionEvent, SessionId, SessionLog, StoreError};
+use tokio::sync::watch;
+
+use super::parse::parse_log;
+use super::{Shared, blocking, io_error, open_error};
+use crate::store::check_contiguous;
+
+/// A write buffer larger than this is released after use rather than kept.
+const KEEP_BUFFER: usize = 1 << 20;
+
+/// A reservation in the in-process writer registry. Dropping it releases the
+/// id and then tells the log's [`JsonlLog::close`] that the log is free.
+#[derive(Debug)]
+pub(super) struct WriterSlot {
+    shared: Arc<Shared>,
+    id: SessionId,
+    released: watch::Sender<bool>,
+}
+
+impl WriterSlot {
+    /// Reserve `id`, or `None` when a writer in this process holds it (or is
+    /// creating, opening or removing it).
+    pub(super) fn claim(shared: &Arc<Shared>, id: &SessionId) -> Option<Self> {
+        shared.writers().insert(id.clone()).then(|| Self {
+            shared: Arc::clone(shared),
+            id: id.clone(),
+            released: watch::Sender::new(false),
+        })
+    }
+}
+
+impl Drop for WriterSlot {
+    fn drop(&mut self) {
+        self.shared.writers().remove(&self.id);
+        self.released.send_replace(true);
+    }
+}
+
+/// The one owner of a held log: its locked file and its registry claim.
+/// Shared (in an `Arc`) by the handle and every blocking operation in
+/// flight; the last share to go closes the file (releasing the OS lock) and
+/// then the claim.
+#[derive(Debug)]
+pub(super) struct Held {
+    // Declared first: the file (and its lock) is closed before the claim is
+    // released, so an in-process opener never meets a lock still held.
+    file: File,
+    slot: WriterSlot,
+}
+
+/// A freshly published log not yet handed to its caller. If it is dropped
+/// instead (the create's future was dropped), it withdraws the log while
+/// still holding it: a cancelled create leaves no log behind.
+pub(super) struct Published {
+    // Declared first: the log is withdrawn while `held` still locks it.
+    withdraw: Withdraw,
+    held: Held,
+}
+
+impl Published {
+    /// Hand the log to its caller: it is no longer withdrawn on drop.
+    pub(super) fn keep(self) -> Held {
+        let Self { mut withdraw, held } = self;
+        withdraw.armed = false;
+        held
+    }
+}
+
+/// Removes a published log on drop unless disarmed.
+struct Withdraw {
+    armed: bool,
+    path: PathBuf,
+    dir: PathBuf,
+    durability: Durability,
+}
+
+impl Drop for Withdraw {
+    fn drop(&mut self) {
+        if !self.armed {
+            return;
+        }
+        // Nobody will ever learn of this log, and the `Held` dropped right
+        // after this still locks and claims it, so nobody else touched it.
+        // No caller is left to tell of a failure: the future was dropped.
+        match fs::remove_file(&self.path) {
+            Ok(()) => {
+                if self.durability != Durability::None
+                    && let Err(err) = sync_dir(&self.dir)
+                {
+                    tracing::warn!(dir = %self.dir.display(), error = %err, "could not sync the withdrawal of an abandoned session log");
+                }
+            }
+            Err(err) => {
+                tracing::warn!(path = %self.path.display(), error = %err, "could not withdraw a session log whose create was abandoned");
+            }
+        }
+    }
+}
+
+/// The append handle of one log in a [`super::JsonlStore`]. It shares the
+/// log's one owner (file, OS lock, registry claim) with any blocking
+/// operation still in flight; [`SessionLog::close`] lets go of its share
+/// and waits until every other share is gone, so that "closed" means
+/// "openable now". Dropping the handle lets go without waiting.
+///
+/// Each append is one `write` of whole lines. A failed write or fsync
+/// poisons the handle: that call and every later append or checkpoint return
+/// the same error, and the log must be reopened. A failed append first cuts
+/// the file back to where its batch began, so nothing of it stays on disk.
+#[derive(Debug)]
+pub struct JsonlLog {
+    log: Arc<LogState>,
+    /// Turns true once the registry claim has been released.
+    released: watch::Receiver<bool>,
+}
+
+/// What the handle and its blocking operations share.
+#[derive(Debug)]
+struct LogState {
+    path: PathBuf,
+    id: SessionId,
+    durability: Durability,
+    state: Mutex<WriterState>,
+}
+
+/// What an append needs under the handle's mutex.
+#[derive(Debug)]
+struct WriterState {
+    /// The handle's share of the owner; `None` once closed.
+    held: Option<Arc<Held>>,
+    /// The seq the next appended event must carry.
+    next_seq: u64,
+    /// The length of the file: where the next batch begins.
+    len: u64,
+    /// The failure that made the handle unusable, if any.
+    poisoned: Option<StoreError>,
+    /// Reused serialisation buffer.
+    buf: Vec<u8>,
+}
+
+impl JsonlLog {
+    /// A handle over `held`, whose file is `len` bytes long and whose next
+    /// event is `next_seq`.
+    pub(super) fn new(
+        held: Held,
+        path: PathBuf,
+        durability: Durability,
+        next_seq: u64,
+        len: u64,
+    ) -> Self {
+        let released = held.slot.released.subscribe();
+        let id = held.slot.id.clone();
+        Self {
+            log: Arc::new(LogState {
+                path,
+                id,
+                durability,
+                state: Mutex::new(WriterState {
+                    held: Some(Arc::new(held)),
+                    next_seq,
+                    len,
+                    poisoned: None,
+                    buf: Vec::new(),
+                }),
+            }),
+            released,
+        }
+    }
+
+    /// The file this handle appends to.
+    pub fn path(&self) -> &Path {
+        &self.log.path
+    }
+
+    /// The session whose log this is.
+    pub fn id(&self) -> &SessionId {
+        &self.log.id
+    }
+
+    /// Fsync on the blocking pool, the closure owning a share of the log.
+    /// `batch` is the byte range of an append whose durability this sync
+    /// decides: on failure it is cut from the file.
+    async fn sync(&self, held: Arc<Held>, batch: Option<(u64, u64)>) -> Result<(), StoreError> {
+        let log = Arc::clone(&self.log);
+        let result = blocking(&self.log.path, move || log.sync(&held, batch)).await;
+        if let Err(err) = &result {
+            // Also when the closure never ran (the runtime shut down).
+            self.log.state().poisoned.get_or_insert_with(|| err.clone());
+        }
+        result
+    }
+}
+
+impl LogState {
+    fn state(&self) -> MutexGuard<'_, WriterState> {
+        // Every critical section leaves the state consistent (a failed write
+        // poisons it explicitly), so a panic elsewhere does not invalidate it.
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// The blocking half of [`JsonlLog::sync`].
+    fn sync(&self, held: &Held, batch: Option<(u64, u64)>) -> Result<(), StoreError> {
+        let synced = held.file.sync_data();
+        let mut state = self.state();
+        match synced {
+            Ok(()) => match batch {
+                // A concurrent append's failed sync cut this batch too.
+                Some((_, end)) if state.len < end => Err(state
+                    .poisoned
+                    .clone()
+                    .unwrap_or_else(|| StoreError::Closed(self.id.clone()))),
+                _ => Ok(()),
+            },
+            Err(source) => {
+                let mut err = io_error(&self.path, source);
+                if let Some((start, _)) = batch
+                    && state.len > start
+                {
+                    err = cut(&held.file, &self.path, start, err);
+                    state.len = start;
+                }
+                state.poisoned.get_or_insert_with(|| err.clone());
+                Err(err)
+            }
+        }
+    }
+}
+
+/// Cut `file` back to `len` after `err`; if that fails too, say so in the
+/// error, whose kind stays the original one.
+fn cut(file: &File, path: &Path, len: u64, err: StoreError) -> StoreError {
+    match file.set_len(len) {
+        Ok(()) => err,
+        Err(undo) => {
+            let (kind, first) = match &err {
+                StoreError::Io { source, .. } => (source.kind(), source.to_string()),
+                other => (io::ErrorKind::Other, other.to_string()),
+            };
+            let message =
+                format!("{first}; cutting the failed batch off again also failed: {undo}");
+            io_error(path, io::Error::new(kind, message))
+        }
+    }
+}
+
+#[async_trait]
+impl SessionLog for JsonlLog {
+    async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
+        let to_sync = {
+            let mut state = self.log.state();
+            let WriterState {
+                held,
+                next_seq,
+                len,
+                poisoned,
+                buf,
+            } = &mut *state;
+            if let Some(err) = poisoned {
+                return Err(err.clone());
+            }
+            let Some(held) = held else {
+                return Err(StoreError::Closed(self.log.id.clone()));
+            };
+            if events.is_empty() {
+                return Ok(());
+            }
+            check_contiguous(&self.log.id, *next_seq, events)?;
+            buf.clear();
+            for event in events {
+                serde_json::to_writer(&mut *buf, event).map_err(|err| {
+                    io_error(
+                        &self.log.path,
+                        io::Error::new(io::ErrorKind::InvalidData, err),
+                    )
+                })?;
+                buf.push(b'\n');
+            }
+            // One write of whole lines: a crash can tear only the last one.
+            let start = *len;
+            if let Err(source) = (&held.file).write_all(buf) {
+                // Nothing of a failed batch may stay: cut what reached the file.
+                let err = cut(
+                    &held.file,
+                    &self.log.path,
+                    start,
+                    io_error(&self.log.path, source),
+                );
+                *poisoned = Some(err.clone());
+                return Err(err);
+            }
+            *len += buf.len() as u64;
+            *next_seq += events.len() as u64;
+            let end = *len;
+            if buf.capacity() > KEEP_BUFFER {
+                *buf = Vec::new();
+            }
+            (self.log.durability == Durability::EveryEvent).then(|| (Arc::clone(held), start, end))
+        };
+        if let Some((held, start, end)) = to_sync {
+            self.sync(held, Some((start, end))).await?;
+        }
+        Ok(())
+    }
+
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        let held = {
+            let state = self.log.state();
+            if let Some(err) = &state.poisoned {
+                return Err(err.clone());
+            }
+            let Some(held) = &state.held else {
+                return Err(StoreError::Closed(self.log.id.clone()));
+            };
+            match self.log.durability {
+                Durability::TurnBoundary => Arc::clone(held),
+                // Nothing to force, or every append already forced itself.
+                Durability::None | Durability::EveryEvent => return Ok(()),
+            }
+        };
+        self.sync(held, None).await
+    }
+
+    async fn close(&self) {
+        let share = self.log.state().held.take();
+        drop(share);
+        let mut released = self.released.clone();
+        // The claim is released once the last share (a detached fsync,
+        // say) is gone; a closed channel means the same.
+        let _ = released.wait_for(|released| *released).await;
+    }
+}
+
+/// Take the exclusive advisory lock on `file`, or report the log locked.
+pub(super) fn try_lock(file: &File, id: &SessionId, path: &Path) -> Result<(), StoreError> {
+    match file.try_lock() {
+        Ok(()) => Ok(()),
+        Err(TryLockError::WouldBlock) => Err(StoreError::Locked(id.clone())),
+        Err(TryLockError::Error(source)) => Err(io_error(path, source)),
+    }
+}
+
+/// After locking an open `file`, make sure `path` still names it: a log
+/// removed (or removed and re-created) between open and lock is not the log.
+pub(super) fn still_linked(file: &File, id: &SessionId, path: &Path) -> Result<(), StoreError> {
+    let held = file.metadata().map_err(|source| io_error(path, source))?;
+    let named = fs::metadata(path).map_err(|source| open_error(id, path, source))?;
+    if same_file(&held, &named) {
+        Ok(())
+    } else {
+        Err(StoreError::NotFound(id.clone()))
+    }
+}
+
+#[cfg(unix)]
+fn same_file(a: &fs::Metadata, b: &fs::Metadata) -> bool {
+    use std::os::unix::fs::MetadataExt;
+    a.dev() == b.dev() && a.ino() == b.ino()
+}
+
+#[cfg(not(unix))]
+fn same_file(_: &fs::Metadata, _: &fs::Metadata) -> bool {
+    true
+}
+
+/// Fsync a directory so that a link or unlink in it survives a power failure.
+pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
+    File::open(dir)
+        .and_then(|handle| handle.sync_all())
+        .map_err(|source| io_error(dir, source))
+}
+
+/// A temporary file removed when dropped.
+struct TempFile {
+    path: PathBuf,
+}
+
+impl Drop for TempFile {
+    fn drop(&mut self) {
+        if let Err(err) = fs::remove_file(&self.path)
+            && err.kind() != io::ErrorKind::NotFound
+        {
+            // Left behind, it is swept when a store next opens the directory.
+            tracing::warn!(path = %self.path.display(), error = %err, "could not remove a temporary session file");
+        }
+    }
+}
+
+/// The suffix of every temporary file: `.<id>.<pid>-<nanos>-<n>.tmp`.
+pub(super) const TEMP_SUFFIX: &str = ".tmp";
+
+/// Create a fresh hidden temporary file next to the log of `id`, named so
+/// that a sweep can tell which process wrote it.
+fn create_temp(dir: &Path, id: &SessionId) -> Result<(TempFile, File), StoreError> {
+    static COUNTER: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.subsec_nanos());
+    let mut attempts = 0;
+    loop {
+        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+        let path = dir.join(format!(".{id}.{pid}-{nanos}-{n}{TEMP_SUFFIX}"));
+        match OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(&path)
+        {
+            Ok(file) => return Ok((TempFile { path }, file)),
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists && attempts < 16 => {
+                attempts += 1;
+            }
+            Err(source) => return Err(io_error(&path, source)),
+        }
+    }
+}
+
+/// Write `contents` to a temporary file, lock it, and publish it as `path`
+/// without clobbering. Runs on the blocking pool and owns `slot`, so the id
+/// stays claimed until the result is dropped or handed on.
+///
+/// Under [`Durability::None`] nothing is fsynced, before or after the link:
+/// a power loss can leave the published log empty (or its header unwritten),
+/// which loading then reports as [`StoreError::NotASession`].
+pub(super) fn create_log(
+    dir: &Path,
+    slot: WriterSlot,
+    path: &Path,
+    contents: &[u8],
+    durability: Durability,
+) -> Result<Published, StoreError> {
+    let id = slot.id.clone();
+    let (temp, file) = create_temp(dir, &id)?;
+    // Locked before it is visible under its real name, so no other writer
+    // can slip in between publication and this handle.
+    try_lock(&file, &id, &temp.path)?;
+    (&file)
+        .write_all(contents)
+        .map_err(|source| io_error(&temp.path, source))?;
+    if durability != Durability::None {
+        file.sync_all()
+            .map_err(|source| io_error(&temp.path, source))?;
+    }
+    match fs::hard_link(&temp.path, path) {
+        Ok(()) => {}
+        Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+            return Err(StoreError::Exists(id));
+        }
+        Err(source) => return Err(io_error(path, source)),
+    }
+    let published = Published {
+        withdraw: Withdraw {
+            armed: true,
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+            durability,
+        },
+        held: Held { file, slot },
+    };
+    drop(temp);
+    if durability != Durability::None
+        && let Err(err) = sync_dir(dir)
+    {
+        // All or nothing: dropping `published` withdraws a log whose
+        // publication may not last.
+        drop(published);
+        return Err(err);
+    }
+    Ok(published)
+}
+
+/// A log opened for appending: what it holds, its owner and its length.
+pub(super) struct Opened {
+    pub(super) loaded: LoadedSession,
+    pub(super) held: Held,
+    pub(super) len: u64,
+}
+
+/// Open, lock, read and repair the log of `id` for appending. Runs on the
+/// blocking pool and owns `slot`, so the id stays claimed until the result
+/// is dropped or handed on.
+pub(super) fn open_log(
+    slot: WriterSlot,
+    path: &Path,
+    durability: Durability,
+) -> Result<Opened, StoreError> {
+    let id = slot.id.clone();
+    let mut attempts = 0;
+    let mut file = loop {
+        let file = OpenOptions::new()
+            .read(true)
+            .append(true)
+            .open(path)
+            .map_err(|source| open_error(&id, path, source))?;
+        try_lock(&file, &id, path)?;
+        match still_linked(&file, &id, path) {
+            Ok(()) => break file,
+            // Removed (and perhaps created afresh) under us: look again.
+            Err(StoreError::NotFound(_)) if attempts < 3 => attempts += 1,
+            Err(err) => return Err(err),
+        }
+    };
+    let size = file.metadata().map_or(0, |meta| meta.len());
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
+    file.read_to_end(&mut bytes)
+        .map_err(|source| io_error(path, source))?;
+    let parsed = parse_log(&id, path, bytes)?;
+    let mut len = parsed.keep;
+    if let Some(torn) = &parsed.torn_tail {
+        file.set_len(parsed.keep)
+            .map_err(|source| io_error(path, source))?;
+        tracing::warn!(
+            path = %path.display(),
+            line = torn.line,
+            bytes = torn.bytes,
+            "cut a torn last line from a session log"
+        );
+    }
+    if parsed.missing_newline {
+        (&file)
+            .write_all(b"\n")
+            .map_err(|source| io_error(path, source))?;
+        len += 1;
+        tracing::warn!(path = %path.display(), "restored the missing newline after the last line of a session log");
+    }
+    if durability != Durability::None && (parsed.torn_tail.is_some() || parsed.missing_newline) {
+        file.sync_data().map_err(|source| io_error(path, source))?;
+    }
+    Ok(Opened {
+        loaded: LoadedSession {
+            header: parsed.header,
+            events: parsed.events,
+            torn_tail: parsed.torn_tail,
+        },
+        held: Held { file, slot },
+        len,
+    })
+}

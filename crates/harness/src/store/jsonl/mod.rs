@@ -1,0 +1,446 @@
+//! The embedded default session store: one JSON-lines file per session,
+//! `<dir>/<session-id>.jsonl`, whose first line is the header and every later
+//! line one event. A log is published whole (written to a hidden temporary
+//! file, then hard-linked into place so an existing log is never clobbered),
+//! has exactly one writer at a time (an in-process registry plus an exclusive
+//! OS file lock, both held by one owner, in `handle`), and only ever
+//! grows by whole lines. Reading never skips a line: the one thing repaired
+//! is a torn last line, cut on open and reported (in `parse`). Opening a
+//! store sweeps the temporary files a crashed writer left. This module must
+//! never rewrite, reorder or drop a complete line, and never write to a log
+//! it does not hold the lock for.
+
+mod handle;
+mod parse;
+
+use std::collections::HashSet;
+use std::fs::{self, File};
+use std::io::{self, BufRead, BufReader};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use dsh_core::{
+    Durability, LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
+    StoreError,
+};
+
+pub use handle::JsonlLog;
+use handle::{
+    JsonlLog as Log, TEMP_SUFFIX, WriterSlot, create_log, open_log, still_linked, sync_dir,
+    try_lock,
+};
+use parse::{parse_header, parse_log};
+
+use super::check_contiguous;
+
+/// The file extension of a session log.
+const EXTENSION: &str = ".jsonl";
+
+/// A temporary file whose writer may still be alive is swept only if it is
+/// unlocked and at least this old (its pid may have been reused): a live
+/// writer locks its temporary file within microseconds of creating it.
+const STALE_TEMP: Duration = Duration::from_secs(60);
+
+/// State shared by every clone of a [`JsonlStore`].
+#[derive(Debug)]
+struct Shared {
+    dir: PathBuf,
+    durability: Durability,
+    /// Ids held by a writer (or being created, opened or removed) in this
+    /// process.
+    writers: Mutex<HashSet<SessionId>>,
+}
+
+impl Shared {
+    fn writers(&self) -> MutexGuard<'_, HashSet<SessionId>> {
+        // The set stays consistent whatever panicked while holding it.
+        self.writers.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+/// A [`SessionStore`] keeping each log as a JSON-lines file in one directory.
+/// Clones share the directory and the in-process writer registry.
+///
+/// Every append is written to the file before it returns; [`Durability`]
+/// decides only when the file is also forced to stable storage. Under
+/// [`Durability::None`] a create is not fsynced either: after a power loss
+/// (never after a mere crash) its log may be empty, which then loads as
+/// [`StoreError::NotASession`].
+#[derive(Debug, Clone)]
+pub struct JsonlStore {
+    shared: Arc<Shared>,
+}
+
+impl JsonlStore {
+    /// A store over `dir`, created (with its parents) if missing. Temporary
+    /// files left by a writer that crashed (`.<id>.<pid>-….tmp`, unpublished
+    /// logs and second links of published ones) are removed: those whose
+    /// writing process is gone, and unlocked ones older than a minute.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when the directory cannot be created or read, or a
+    /// leftover cannot be removed.
+    pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Result<Self, StoreError> {
+        let dir = dir.into();
+        fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
+        sweep_temps(&dir)?;
+        Ok(Self {
+            shared: Arc::new(Shared {
+                dir,
+                durability,
+                writers: Mutex::new(HashSet::new()),
+            }),
+        })
+    }
+
+    /// The directory holding the logs.
+    pub fn dir(&self) -> &Path {
+        &self.shared.dir
+    }
+
+    /// When this store forces writes to stable storage.
+    pub fn durability(&self) -> Durability {
+        self.shared.durability
+    }
+
+    /// The file that holds (or would hold) the log of `id`.
+    pub fn log_path(&self, id: &SessionId) -> PathBuf {
+        let mut name = String::with_capacity(id.as_str().len() + EXTENSION.len());
+        name.push_str(id.as_str());
+        name.push_str(EXTENSION);
+        self.shared.dir.join(name)
+    }
+}
+
+/// Every public async method below runs its file work on the blocking pool.
+/// A dropped future detaches that work, which finishes on its own; the
+/// writer claim travels with it, so the id stays [`StoreError::Busy`] in
+/// this process until it ends (and never `Locked` by a file nobody owns).
+#[async_trait]
+impl SessionStore for JsonlStore {
+    /// # Cancel safety
+    /// Cancel safe: a dropped create leaves no log. If the detached work has
+    /// already published it, it withdraws it while still holding it; the id
+    /// is `Busy` until then.
+    async fn create(
+        &self,
+        header: &SessionHeader,
+        seed: &[SessionEvent],
+    ) -> Result<Arc<dyn SessionLog>, StoreError> {
+        let id = header.id.clone();
+        check_contiguous(&id, 0, seed)?;
+        let path = self.log_path(&id);
+        let mut buf = Vec::new();
+        serde_json::to_writer(&mut buf, header).map_err(|err| {
+            let message = format!("the session header cannot be written as JSON: {err}");
+            io_error(&path, io::Error::new(io::ErrorKind::InvalidInput, message))
+        })?;
+        buf.push(b'\n');
+        for event in seed {
+            serde_json::to_writer(&mut buf, event)
+                .map_err(|err| io_error(&path, io::Error::new(io::ErrorKind::InvalidData, err)))?;
+            buf.push(b'\n');
+        }
+        // A held id names a log that exists (or is being created right now).
+        let slot =
+            WriterSlot::claim(&self.shared, &id).ok_or_else(|| StoreError::Exists(id.clone()))?;
+        let dir = self.shared.dir.clone();
+        let durability = self.shared.durability;
+        let task_path = path.clone();
+        let len = buf.len() as u64;
+        let published = blocking(&path, move || {
+            create_log(&dir, slot, &task_path, &buf, durability)
+        })
+        .await?;
+        let next_seq = seed.len() as u64;
+        Ok(Arc::new(Log::new(
+            published.keep(),
+            path,
+            durability,
+            next_seq,
+            len,
+        )))
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: a dropped open leaves the log closed (a torn tail may
+    /// have been cut); the id is `Busy` until the detached work ends.
+    async fn open(
+        &self,
+        id: &SessionId,
+    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
+        let slot =
+            WriterSlot::claim(&self.shared, id).ok_or_else(|| StoreError::Busy(id.clone()))?;
+        let path = self.log_path(id);
+        let durability = self.shared.durability;
+        let task_path = path.clone();
+        let opened = blocking(&path, move || open_log(slot, &task_path, durability)).await?;
+        let next_seq = opened.loaded.events.len() as u64;
+        let log = Log::new(opened.held, path, durability, next_seq, opened.len);
+        Ok((opened.loaded, Arc::new(log)))
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
+        let path = self.log_path(id);
+        let (task_id, task_path) = (id.clone(), path.clone());
+        blocking(&path, move || load_log(&task_id, &task_path)).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
+        // One trip to the blocking pool for the whole batch: per-file task
+        // hand-offs dominate the cost of reading many small logs.
+        let paths: Vec<(SessionId, PathBuf)> = ids
+            .iter()
+            .map(|id| (id.clone(), self.log_path(id)))
+            .collect();
+        let dir = self.dir().to_path_buf();
+        let count = ids.len();
+        let batch = blocking(&dir, move || {
+            Ok(paths
+                .iter()
+                .map(|(id, path)| load_log(id, path))
+                .collect::<Vec<_>>())
+        })
+        .await;
+        match batch {
+            Ok(loaded) => loaded,
+            Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
+        }
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
+        let path = self.log_path(id);
+        let (task_id, task_path) = (id.clone(), path.clone());
+        blocking(&path, move || read_header(&task_id, &task_path)).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let path = self.log_path(id);
+        path.try_exists().map_err(|source| io_error(&path, source))
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        let dir = self.shared.dir.clone();
+        blocking(&self.shared.dir, move || list_logs(&dir)).await
+    }
+
+    /// # Cancel safety
+    /// Not cancel safe: a dropped remove finishes detached (the log is then
+    /// gone unless another process held it); the id is `Busy` until then.
+    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        let slot =
+            WriterSlot::claim(&self.shared, id).ok_or_else(|| StoreError::Busy(id.clone()))?;
+        let path = self.log_path(id);
+        let dir = self.shared.dir.clone();
+        let durability = self.shared.durability;
+        let (task_id, task_path) = (id.clone(), path.clone());
+        blocking(&path, move || {
+            let result = remove_log(&dir, &task_id, &task_path, durability);
+            drop(slot);
+            result
+        })
+        .await
+    }
+}
+
+/// Wrap an OS error with the path it concerns.
+fn io_error(path: &Path, source: io::Error) -> StoreError {
+    StoreError::Io {
+        path: path.to_path_buf(),
+        source: Arc::new(source),
+    }
+}
+
+/// Like [`io_error`], but a missing file is [`StoreError::NotFound`].
+fn open_error(id: &SessionId, path: &Path, source: io::Error) -> StoreError {
+    if source.kind() == io::ErrorKind::NotFound {
+        StoreError::NotFound(id.clone())
+    } else {
+        io_error(path, source)
+    }
+}
+
+/// Run `work` on the blocking pool. A panic in it is resumed here; a task
+/// cancelled by runtime shutdown is an I/O failure on `path`.
+async fn blocking<T, F>(path: &Path, work: F) -> Result<T, StoreError>
+where
+    T: Send + 'static,
+    F: FnOnce() -> Result<T, StoreError> + Send + 'static,
+{
+    match tokio::task::spawn_blocking(work).await {
+        Ok(result) => result,
+        Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+        Err(err) => Err(io_error(
+            path,
+            io::Error::other(format!("blocking task failed: {err}")),
+        )),
+    }
+}
+
+/// Read the log of `id` without locking or changing it.
+fn load_log(id: &SessionId, path: &Path) -> Result<LoadedSession, StoreError> {
+    let bytes = fs::read(path).map_err(|source| open_error(id, path, source))?;
+    let parsed = parse_log(id, path, bytes)?;
+    if let Some(torn) = &parsed.torn_tail {
+        tracing::debug!(
+            path = %path.display(),
+            line = torn.line,
+            bytes = torn.bytes,
+            "ignoring an incomplete last line of a session log"
+        );
+    }
+    Ok(LoadedSession {
+        header: parsed.header,
+        events: parsed.events,
+        torn_tail: parsed.torn_tail,
+    })
+}
+
+/// Read and check only the first line of the log of `id`.
+fn read_header(id: &SessionId, path: &Path) -> Result<SessionHeader, StoreError> {
+    let file = File::open(path).map_err(|source| open_error(id, path, source))?;
+    let mut line = Vec::new();
+    BufReader::new(file)
+        .read_until(b'\n', &mut line)
+        .map_err(|source| io_error(path, source))?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+    }
+    parse_header(id, path, &line)
+}
+
+/// The ids of every log in `dir`, sorted. Reads no file: a stray that is not
+/// a session is listed, and fails (alone) when loaded.
+fn list_logs(dir: &Path) -> Result<Vec<SessionId>, StoreError> {
+    let mut ids = Vec::new();
+    for entry in fs::read_dir(dir).map_err(|source| io_error(dir, source))? {
+        let entry = entry.map_err(|source| io_error(dir, source))?;
+        let name = entry.file_name();
+        let Some(stem) = name.to_str().and_then(|name| name.strip_suffix(EXTENSION)) else {
+            continue;
+        };
+        // Hidden files (temporaries) and foreign names are not session ids.
+        let Ok(id) = SessionId::new(stem) else {
+            continue;
+        };
+        let file_type = entry
+            .file_type()
+            .map_err(|source| io_error(&entry.path(), source))?;
+        if !file_type.is_dir() {
+            ids.push(id);
+        }
+    }
+    ids.sort();
+    Ok(ids)
+}
+
+/// Delete the log of `id` once no writer (in any process) holds it.
+fn remove_log(
+    dir: &Path,
+    id: &SessionId,
+    path: &Path,
+    durability: Durability,
+) -> Result<(), StoreError> {
+    let file = File::open(path).map_err(|source| open_error(id, path, source))?;
+    try_lock(&file, id, path)?;
+    still_linked(&file, id, path)?;
+    fs::remove_file(path).map_err(|source| open_error(id, path, source))?;
+    drop(file);
+    if durability != Durability::None {
+        sync_dir(dir)?;
+    }
+    Ok(())
+}
+
+/// The pid in a temporary file's name `.<id>.<pid>-<nanos>-<n>.tmp`.
+fn temp_writer(name: &str) -> Option<u32> {
+    let stem = name.strip_prefix('.')?.strip_suffix(TEMP_SUFFIX)?;
+    let (id, stamp) = stem.rsplit_once('.')?;
+    SessionId::new(id).ok()?;
+    let mut parts = stamp.split('-');
+    let pid = parts.next()?.parse().ok()?;
+    let numbers = parts.filter(|part| part.parse::<u64>().is_ok()).count();
+    (numbers == 2 && stamp.split('-').count() == 3).then_some(pid)
+}
+
+/// Whether process `pid` may still be running. Where that cannot be told,
+/// it may.
+fn may_be_alive(pid: u32) -> bool {
+    if pid == std::process::id() {
+        return true;
+    }
+    let proc = Path::new("/proc");
+    if cfg!(target_os = "linux") && proc.join("self").exists() {
+        proc.join(pid.to_string()).exists()
+    } else {
+        true
+    }
+}
+
+/// Remove the temporary files of writers that crashed: a file whose writer
+/// is gone, or that nobody locks and is older than [`STALE_TEMP`]. A locked
+/// one belongs to a live create (or is a second link of a log a live writer
+/// holds) and is left alone.
+fn sweep_temps(dir: &Path) -> Result<(), StoreError> {
+    for entry in fs::read_dir(dir).map_err(|source| io_error(dir, source))? {
+        let entry = entry.map_err(|source| io_error(dir, source))?;
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(temp_writer) else {
+            continue;
+        };
+        let path = entry.path();
+        let file = match File::open(&path) {
+            Ok(file) => file,
+            // Finished (or swept) by its writer meanwhile.
+            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
+            Err(source) => return Err(io_error(&path, source)),
+        };
+        if file.try_lock().is_err() {
+            continue;
+        }
+        let old = file
+            .metadata()
+            .and_then(|meta| meta.modified())
+            .ok()
+            .and_then(|modified| modified.elapsed().ok())
+            .is_some_and(|age| age >= STALE_TEMP);
+        if !old && may_be_alive(pid) {
+            continue;
+        }
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                tracing::info!(path = %path.display(), "removed a temporary session file left by a crash")
+            }
+            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
+            Err(source) => return Err(io_error(&path, source)),
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temp_names_give_their_writer() {
+        assert_eq!(temp_writer(".s-1.2.4242-17-3.tmp"), Some(4242));
+        assert_eq!(temp_writer(".a.7-0-0.tmp"), Some(7));
+        assert_eq!(temp_writer("a.jsonl"), None);
+        assert_eq!(temp_writer(".a.x-0-0.tmp"), None);
+        assert_eq!(temp_writer(".notes.tmp"), None);
+        assert_eq!(temp_writer(".vim.1234.tmp"), None);
+    }
+}
