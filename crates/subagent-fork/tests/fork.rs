@@ -570,10 +570,7 @@ async fn a_resumed_child_has_no_capture_tool() {
         )
         .await
         .unwrap();
-    dsh_test_support::world::eventually("the resumed turn asks the model", || {
-        world.model.requests().len() > asked
-    })
-    .await;
+    dsh_test_support::wait::until(|| world.model.requests().len() > asked).await;
     let last = world.model.requests().pop().unwrap();
     assert!(
         last.tools.iter().all(|t| t.name != "submit_result"),

@@ -22,7 +22,8 @@ use dsh_core::{
     CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionStore,
 };
 use dsh_subagent::{ChildMode, SubagentEvent};
-use dsh_test_support::world::{World, bounded, eventually, sid};
+use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::world::{World, sid};
 
 /// The variable that turns the child-process run on, naming its directory.
 const DIR_VAR: &str = "DSH_KILL_POINTS_DIR";
@@ -75,7 +76,7 @@ async fn delegating_run(dir: PathBuf) {
         }
         child.result().await.unwrap();
     }
-    eventually("the run is quiet", || world.runtime.tasks().is_empty()).await;
+    until(|| world.runtime.tasks().is_empty()).await;
     std::fs::write(dir.join("finished"), b"").unwrap();
 }
 
@@ -153,7 +154,6 @@ async fn check(dir: &Path) -> Found {
     let after = World::restarted(&dir.join("sessions"), DURABILITY).await;
     let lead = after.root.agent().clone();
     let rows = bounded(
-        "the listing",
         after
             .runtime
             .list_descendants(lead.id(), &CancellationToken::new()),
@@ -167,8 +167,8 @@ async fn check(dir: &Path) -> Found {
         }
     }
     found.lost_notices = after.runtime.deliver_lost_notices(&lead).await.unwrap();
-    eventually("the runtime is quiet", || after.runtime.tasks().is_empty()).await;
-    bounded("the root settles", lead.wait_idle()).await;
+    until(|| after.runtime.tasks().is_empty()).await;
+    bounded(lead.wait_idle()).await;
     assert_eq!(
         after.runtime.deliver_lost_notices(&lead).await.unwrap(),
         0,
@@ -218,7 +218,7 @@ async fn check(dir: &Path) -> Found {
             .await;
         match sent {
             Ok(_) => {
-                bounded("the cold child answers", async {
+                bounded(async {
                     while let Some(event) = events.recv().await {
                         if let SubagentEvent::End(info, _) = event
                             && &info.child_id == child
@@ -234,7 +234,7 @@ async fn check(dir: &Path) -> Found {
             Err(err) => panic!("a message to the cold child {child} failed: {err}"),
         }
     }
-    eventually("the runtime is quiet", || after.runtime.tasks().is_empty()).await;
+    until(|| after.runtime.tasks().is_empty()).await;
     found
 }
 

@@ -720,7 +720,7 @@ async fn a_user_prompt_resumes_a_cold_child() {
         .unwrap();
     assert_eq!(id.as_str(), "req-cold");
     // The resumed turn sees the prompt (it may settle and go cold at once).
-    dsh_test_support::world::eventually("the resumed turn sees the prompt", || {
+    dsh_test_support::wait::until(|| {
         tree.model.requests().iter().any(|r| r.messages.iter().any(|m| matches!(
             m, Message::User { content, .. } if dsh_core::content::joined_text(content) == "are you there?"
         )))

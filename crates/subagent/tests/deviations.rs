@@ -22,7 +22,8 @@ use dsh_subagent::{
     SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider, SubagentResult,
     SubagentRun, TrustedHost, UserPrompt,
 };
-use dsh_test_support::world::{Backing, World, bounded, eventually, sid};
+use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::world::{Backing, World, sid};
 use tokio::sync::Semaphore;
 
 async fn world() -> World {
@@ -32,13 +33,10 @@ async fn world() -> World {
 /// Wait until the runtime has no task, no activation, and every live agent is idle.
 async fn quiesce(world: &World) {
     for _ in 0..2 {
-        eventually("the runtime is quiet", || {
-            world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0
-        })
-        .await;
+        until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
         for reference in world.runtime.registry().list() {
             if let Some(agent) = world.runtime.registry().resolve(&reference) {
-                bounded("a live agent settles", agent.wait_idle()).await;
+                bounded(agent.wait_idle()).await;
             }
         }
     }
@@ -63,9 +61,7 @@ async fn cold(world: &World, name: &str) {
     let mut spec = world.spec(Some(name));
     spec.child_id = Some(sid(name));
     let activation = world.runtime.start_activation(spec).await.unwrap();
-    bounded("the child settles", activation.result())
-        .await
-        .unwrap();
+    bounded(activation.result()).await.unwrap();
     quiesce(world).await;
 }
 
@@ -91,7 +87,7 @@ async fn b58_a_childs_tool_filter_narrows_the_inherited_restriction_and_never_wi
         header.composition.tools,
         Some(ToolRestriction::allow(["beta"]))
     );
-    bounded("the child settles", child.result()).await.unwrap();
+    bounded(child.result()).await.unwrap();
 
     // An allow list naming a tool the parent may not use is refused.
     let mut spec = world.spec(Some("widened"));
@@ -144,14 +140,14 @@ async fn b23_a_valid_capture_closes_the_activations_input() {
         .unwrap(),
     );
     let child = world.runtime.start_activation(spec).await.unwrap();
-    eventually("the child asks", || world.model.requests().len() == 1).await;
+    until(|| world.model.requests().len() == 1).await;
     let child_agent = world.runtime.registry().get(child.child_id()).unwrap();
     let mut grandchild = world.spec(Some("helper"));
     grandchild.request.parent = child_agent.clone();
     let grandchild = world.runtime.start_activation(grandchild).await.unwrap();
-    eventually("the grandchild asks", || world.model.requests().len() == 2).await;
+    until(|| world.model.requests().len() == 2).await;
     capture_gate.add_permits(1);
-    eventually("the child captured and went idle", || {
+    until(|| {
         child_agent.status() == dsh_core::AgentStatus::Idle
             && child_agent
                 .events()
@@ -172,10 +168,8 @@ async fn b23_a_valid_capture_closes_the_activations_input() {
             .await
     });
     grandchild_gate.add_permits(1);
-    bounded("the grandchild", grandchild.result())
-        .await
-        .unwrap();
-    let result = bounded("the result", child.result()).await.unwrap();
+    bounded(grandchild.result()).await.unwrap();
+    let result = bounded(child.result()).await.unwrap();
     assert_eq!(result.structured, Some(serde_json::json!({"ok": true})));
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     assert_eq!(
@@ -183,7 +177,7 @@ async fn b23_a_valid_capture_closes_the_activations_input() {
         "captured answer",
         "no later turn changed the captured activation's output"
     );
-    bounded("the message", message).await.unwrap().unwrap();
+    bounded(message).await.unwrap().unwrap();
     quiesce(&world).await;
 }
 
@@ -209,7 +203,7 @@ async fn names_and_roots_are_only_for_exact_live_members() {
     assert_eq!(names.parent.as_deref(), Some("lead"));
     assert_eq!(world.runtime.root_of(&agent).unwrap(), sid("lead"));
     gate.add_permits(1);
-    bounded("the child settles", child.result()).await.unwrap();
+    bounded(child.result()).await.unwrap();
     quiesce(&world).await;
 
     // The agent object of a settled activation is no longer the live one.
@@ -332,7 +326,7 @@ async fn an_external_start_refuses_a_preset_and_gets_the_route_under_its_options
         ..AgentOptions::default()
     });
     let run = world.runtime.start_activation(spec).await.unwrap();
-    bounded("the run", run.result()).await.unwrap();
+    bounded(run.result()).await.unwrap();
     let seen = seen.lock().unwrap().clone().unwrap();
     assert_eq!(seen.provider.as_deref(), Some("remote"));
     assert_eq!(seen.model.as_deref(), Some("chosen"));

@@ -20,7 +20,8 @@ use dsh_subagent::{
     InterruptAuthority, PromptDelivery, RuntimeConfig, SubagentEvent, TrustedHost, UserPrompt,
     fold_catalog,
 };
-use dsh_test_support::world::{Backing, Op, Point, When, World, bounded, eventually, sid};
+use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::world::{Backing, Op, Point, When, World, sid};
 use futures::future::BoxFuture;
 
 const BACKINGS: [Backing; 2] = [
@@ -85,28 +86,20 @@ fn spec(world: &World) -> dsh_subagent::ActivationSpec {
 /// Start the child and wait until it settled and went cold.
 async fn cold_child(world: &World) {
     let activation = world.runtime.start_activation(spec(world)).await.unwrap();
-    bounded("the child settles", activation.result())
-        .await
-        .unwrap();
+    bounded(activation.result()).await.unwrap();
     quiesce(world).await;
     assert!(world.runtime.registry().get(&child()).is_none());
 }
 
 /// Wait until the runtime has no task, no activation, and every live agent is idle.
 async fn quiesce(world: &World) {
-    eventually("the runtime is quiet", || {
-        world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0
-    })
-    .await;
+    until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
     for reference in world.runtime.registry().list() {
         if let Some(agent) = world.runtime.registry().resolve(&reference) {
-            bounded("a live agent settles", agent.wait_idle()).await;
+            bounded(agent.wait_idle()).await;
         }
     }
-    eventually("the runtime is quiet again", || {
-        world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0
-    })
-    .await;
+    until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
 }
 
 fn operation(world: &World, operation: Operation) -> BoxFuture<'_, ()> {
@@ -197,7 +190,7 @@ async fn run_case(backing: Backing, operation_kind: Operation, point: Point) {
         activation = Some(world.runtime.start_activation(spec(&world)).await.unwrap());
     }
     let (_subscription, mut events) = world.runtime.events().subscribe();
-    let hold = world.store.hold(point.clone());
+    let hold = world.hold(&point);
     {
         let mut future = pin!(operation(&world, operation_kind));
         tokio::select! {
@@ -273,16 +266,11 @@ async fn run_case(backing: Backing, operation_kind: Operation, point: Point) {
         again.child_id = None;
         let again = world.runtime.start_activation(again).await;
         let again = again.unwrap_or_else(|err| panic!("{label}: a later start failed: {err}"));
-        bounded("the later child settles", again.result())
-            .await
-            .unwrap();
+        bounded(again.result()).await.unwrap();
     }
-    bounded(
-        "the drain",
-        world.runtime.drain_descendants(std::slice::from_ref(root)),
-    )
-    .await
-    .unwrap();
+    bounded(world.runtime.drain_descendants(std::slice::from_ref(root)))
+        .await
+        .unwrap();
     quiesce(&world).await;
     assert_eq!(world.runtime.registry().len(), 1, "{label}");
 }

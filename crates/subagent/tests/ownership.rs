@@ -19,9 +19,8 @@ use dsh_subagent::{
     SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider, SubagentResult,
     SubagentRun, fold_catalog,
 };
-use dsh_test_support::world::{
-    Backing, Op, Point, When, World, bounded, create_root, eventually, sid,
-};
+use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::world::{Backing, Op, Point, When, World, create_root, sid};
 use tokio::sync::Semaphore;
 
 fn jsonl() -> Backing {
@@ -55,7 +54,7 @@ async fn a_caller_supplied_child_id_naming_a_stored_session_is_refused_and_kept(
         ))
         .await
         .unwrap();
-    bounded("the old session settles", old.agent().wait_idle()).await;
+    bounded(old.agent().wait_idle()).await;
     old.dispose().await;
     let before = world.store.load(&sid("old")).await.unwrap().events;
 
@@ -75,7 +74,7 @@ async fn a_caller_supplied_child_id_naming_a_stored_session_is_refused_and_kept(
 async fn a_refused_initial_prompt_fails_the_start_and_leaves_no_live_child() {
     let world = World::new(jsonl(), one_child()).await;
     let (_subscription, mut events) = world.runtime.events().subscribe();
-    world.store.fail(Point {
+    world.fail(&Point {
         op: Op::Append,
         id: sid("child"),
         when: When::Before,
@@ -93,7 +92,7 @@ async fn a_refused_initial_prompt_fails_the_start_and_leaves_no_live_child() {
         .start_activation(world.spec(None))
         .await
         .unwrap();
-    bounded("the next child", next.result()).await.unwrap();
+    bounded(next.result()).await.unwrap();
 }
 
 async fn send(world: &World, to: &str, text: &str) -> Result<dsh_core::MessageId, SubagentError> {
@@ -111,13 +110,10 @@ async fn send(world: &World, to: &str, text: &str) -> Result<dsh_core::MessageId
 /// Wait until the runtime has no task, no activation, and every live agent is idle.
 async fn quiesce(world: &World) {
     for _ in 0..2 {
-        eventually("the runtime is quiet", || {
-            world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0
-        })
-        .await;
+        until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
         for reference in world.runtime.registry().list() {
             if let Some(agent) = world.runtime.registry().resolve(&reference) {
-                bounded("a live agent settles", agent.wait_idle()).await;
+                bounded(agent.wait_idle()).await;
             }
         }
     }
@@ -146,9 +142,7 @@ async fn cold(world: &World, child: &str) -> SubagentActivation {
     let mut spec = world.spec(Some(child));
     spec.child_id = Some(sid(child));
     let activation = world.runtime.start_activation(spec).await.unwrap();
-    bounded("the child settles", activation.result())
-        .await
-        .unwrap();
+    bounded(activation.result()).await.unwrap();
     quiesce(world).await;
     activation
 }
@@ -165,9 +159,7 @@ async fn an_old_handles_dispose_never_stops_a_later_resume() {
     });
     send(&world, "child", "again").await.unwrap();
     assert_eq!(world.runtime.live_activations(), 1);
-    bounded("the old handle's dispose", old.dispose())
-        .await
-        .unwrap();
+    bounded(old.dispose()).await.unwrap();
     gate.add_permits(1);
     quiesce(&world).await;
     assert_eq!(
@@ -184,7 +176,7 @@ async fn a_failed_delivery_undoes_the_resume() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
     cold(&world, "child").await;
     let (_subscription, mut events) = world.runtime.events().subscribe();
-    world.store.fail(Point {
+    world.fail(&Point {
         op: Op::Append,
         id: sid("child"),
         when: When::Before,
@@ -271,7 +263,7 @@ impl SubagentRun for Completed {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
-    let hold = world.store.hold(Point {
+    let hold = world.hold(&Point {
         op: Op::Create,
         id: sid("child"),
         when: When::Before,
@@ -280,14 +272,14 @@ async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
     spec.child_id = Some(sid("child"));
     let runtime = world.runtime.clone();
     let start = tokio::spawn(async move { runtime.start_activation(spec).await });
-    bounded("the start reaches the store", hold.reached()).await;
+    bounded(hold.reached()).await;
     let runtime = world.runtime.clone();
     let root = world.root.agent().clone();
     let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
     hold.release();
-    let started = bounded("the start", start).await.unwrap();
+    let started = bounded(start).await.unwrap();
     assert_eq!(started.unwrap_err().code(), "CANCELLED");
-    bounded("the drain", drain).await.unwrap().unwrap();
+    bounded(drain).await.unwrap().unwrap();
     quiesce(&world).await;
     let root = world.root.agent();
     assert!(
@@ -303,7 +295,7 @@ async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
 async fn a_drain_cancels_a_resume_in_flight_and_waits_for_it() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
     cold(&world, "child").await;
-    let hold = world.store.hold(Point {
+    let hold = world.hold(&Point {
         op: Op::Open,
         id: sid("child"),
         when: When::Before,
@@ -320,16 +312,16 @@ async fn a_drain_cancels_a_resume_in_flight_and_waits_for_it() {
             )
             .await
     });
-    bounded("the resume reaches the store", hold.reached()).await;
+    bounded(hold.reached()).await;
     let runtime = world.runtime.clone();
     let root = world.root.agent().clone();
     let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
     hold.release();
-    bounded("the drain", drain).await.unwrap().unwrap();
+    bounded(drain).await.unwrap().unwrap();
     // Once the drain returned, nothing of the tree is live.
     assert_eq!(world.runtime.live_activations(), 0);
     assert_eq!(world.runtime.registry().len(), 1);
-    let sent = bounded("the message", message).await.unwrap();
+    let sent = bounded(message).await.unwrap();
     assert_eq!(sent.unwrap_err().code(), "CANCELLED");
 }
 
@@ -346,15 +338,15 @@ async fn a_drain_stops_a_parked_member_resumed_under_a_cold_creator() {
     let mut a = world.spec(Some("a"));
     a.child_id = Some(sid("a"));
     let a = world.runtime.start_activation(a).await.unwrap();
-    eventually("a asks the model", || world.model.requests().len() == 1).await;
+    until(|| world.model.requests().len() == 1).await;
     let a_agent = world.runtime.registry().get(a.child_id()).unwrap();
     let mut a1 = world.spec(Some("a1"));
     a1.child_id = Some(sid("a1"));
     a1.request.parent = a_agent.clone();
     let a1 = world.runtime.start_activation(a1).await.unwrap();
-    bounded("a1 settles", a1.result()).await.unwrap();
+    bounded(a1.result()).await.unwrap();
     gate.add_permits(1);
-    bounded("a settles", a.result()).await.unwrap();
+    bounded(a.result()).await.unwrap();
     quiesce(&world).await;
     assert!(
         world.runtime.registry().get(&sid("a")).is_none(),
@@ -363,7 +355,7 @@ async fn a_drain_stops_a_parked_member_resumed_under_a_cold_creator() {
 
     world.model.push(Scripted::Hang);
     send(&world, "a1", "again").await.unwrap();
-    eventually("a1 runs", || {
+    until(|| {
         world
             .runtime
             .registry()
@@ -377,7 +369,7 @@ async fn a_drain_stops_a_parked_member_resumed_under_a_cold_creator() {
         .await
         .unwrap();
     let a1_agent = world.runtime.registry().get(&sid("a1")).unwrap();
-    bounded("a1 parks", a1_agent.wait_idle()).await;
+    bounded(a1_agent.wait_idle()).await;
     assert_eq!(
         world.runtime.live_activations(),
         1,
@@ -385,7 +377,6 @@ async fn a_drain_stops_a_parked_member_resumed_under_a_cold_creator() {
     );
 
     bounded(
-        "the drain",
         world
             .runtime
             .drain_descendants(std::slice::from_ref(world.root.agent())),

@@ -16,11 +16,14 @@ use dsh_core::{
     Agent, CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionId,
     StopReason,
 };
+use dsh_harness::Scripted;
 use dsh_subagent::{
     Delivery, ResolvedStartRequest, RuntimeConfig, StartExternal, SubagentCapabilities,
     SubagentError, SubagentProvider, SubagentResult, SubagentRun,
 };
-use dsh_test_support::world::{Backing, Op, Point, When, World, bounded, eventually, sid};
+use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::world::{Backing, Op, Point, When, World, sid};
+use tokio::sync::Semaphore;
 
 const DURABILITY: Durability = Durability::None;
 
@@ -47,8 +50,8 @@ fn notices_from(agent: &Arc<dyn Agent>, child: &str) -> Vec<(Option<StopReason>,
 }
 
 async fn idle(world: &World) {
-    eventually("the runtime is quiet", || world.runtime.tasks().is_empty()).await;
-    bounded("the root settles", world.root.agent().wait_idle()).await;
+    until(|| world.runtime.tasks().is_empty()).await;
+    bounded(world.root.agent().wait_idle()).await;
 }
 
 // A child's turn ended, the process died before its notice was written;
@@ -56,19 +59,22 @@ async fn idle(world: &World) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b54_a_lost_notice_is_delivered_once_after_a_kill() {
     let before = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
-    // The root's first append is the catalog entry; the second, the notice.
-    let hold = before.store.hold_after(
-        Point {
-            op: Op::Append,
-            id: sid("lead"),
-            when: When::Before,
-        },
-        1,
-    );
+    // The root's first append is the catalog entry; the next, the notice.
     let mut spec = before.spec(Some("worker"));
     spec.child_id = Some(sid("child"));
+    let gate = Arc::new(Semaphore::new(0));
+    before.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("done".into())),
+    });
     before.runtime.start_activation(spec).await.unwrap();
-    bounded("the notice is about to be written", hold.reached()).await;
+    let hold = before.hold(&Point {
+        op: Op::Append,
+        id: sid("lead"),
+        when: When::Before,
+    });
+    gate.add_permits(1);
+    bounded(hold.reached()).await;
 
     // The kill: what is on disk now is all the next process gets.
     let after = World::restarted(before.dir(), DURABILITY).await;
@@ -102,7 +108,7 @@ async fn b54_a_delivered_notice_is_never_repeated_after_a_restart() {
     let mut spec = before.spec(Some("worker"));
     spec.child_id = Some(sid("child"));
     let child = before.runtime.start_activation(spec).await.unwrap();
-    bounded("the child settles", child.result()).await.unwrap();
+    bounded(child.result()).await.unwrap();
     idle(&before).await;
     let dir = before.dir().to_path_buf();
     let copy = tempfile::tempdir().unwrap();
@@ -123,22 +129,26 @@ async fn b54_a_delivered_notice_is_never_repeated_after_a_restart() {
 async fn b54_a_child_cataloged_without_its_task_is_reported_failed_and_never_resumed() {
     let before = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
     // The child's first append is its activation record; the second, the prompt.
-    let hold = before.store.hold_after(
-        Point {
-            op: Op::Append,
-            id: sid("child"),
-            when: When::Before,
-        },
-        1,
-    );
+    let record = before.hold(&Point {
+        op: Op::Append,
+        id: sid("child"),
+        when: When::Before,
+    });
     let mut spec = before.spec(Some("worker"));
     spec.child_id = Some(sid("child"));
     let runtime = before.runtime.clone();
     let start = tokio::spawn(async move { runtime.start_activation(spec).await });
-    bounded("the prompt is about to be written", hold.reached()).await;
+    bounded(record.reached()).await;
+    let hold = before.hold(&Point {
+        op: Op::Append,
+        id: sid("child"),
+        when: When::Before,
+    });
+    record.release();
+    bounded(hold.reached()).await;
     let after = World::restarted(before.dir(), DURABILITY).await;
     hold.release();
-    let _ = bounded("the old start", start).await;
+    let _ = bounded(start).await;
     drop(before);
 
     let lead = after.root.agent().clone();
@@ -178,7 +188,7 @@ async fn b54_an_infrastructure_failure_of_a_background_child_reaches_its_creator
     spec.provider = "failing".into();
     spec.delivery = Delivery::Parent;
     let run = world.runtime.start_activation(spec).await.unwrap();
-    let err = bounded("the run", run.result()).await.unwrap_err();
+    let err = bounded(run.result()).await.unwrap_err();
     assert_eq!(err.code(), "PROVIDER_FAILED");
     idle(&world).await;
     let child = run.child_id().as_str().to_owned();

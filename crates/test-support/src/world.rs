@@ -1,283 +1,49 @@
-//! World builders for the subagent suites: a JSONL (or memory) store that
-//! can hold one call at a chosen point, a harness answering with a scripted
-//! model, a live root agent, a subagent runtime over them, and a local
-//! continuable provider. A test arms a [`Hold`] on the store, drives the
-//! code under test until the hold is reached, and then decides what to do
-//! with the future (drop it, for the drop-point tests) before releasing it.
+//! World builders for the subagent suites: a JSONL store wrapped in the
+//! kit's [`FaultStore`] and [`GatedStore`], a harness answering with a
+//! scripted model and offering three host tools, a live root agent (fresh,
+//! or resumed from what a killed process left), a subagent runtime over
+//! them, and a local continuable provider. A test holds a store call at a
+//! [`Point`] ([`World::hold`]), drives the code under test until the gate
+//! is reached, and then decides what to do with the future (drop it, for
+//! the drop-point tests) before releasing it.
 
-use std::future::Future;
-use std::sync::{Arc, Mutex, PoisonError};
-use std::time::Duration;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{
     AgentFactory, AgentHandle, CancellationToken, ContentBlock, CreateAgent, Durability,
-    LoadedSession, ResumeAgent, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
-    StoreError, Tool, ToolContext, ToolError, ToolOutput,
+    ResumeAgent, SessionHeader, SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
 };
-use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel};
+use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::{
     ActivationSpec, ContinuableCreateRequest, ContinuableCreateSpec, Delivery, PrepareContinuable,
     RuntimeConfig, StartRequest, SubagentCapabilities, SubagentError, SubagentProvider,
     SubagentRuntime,
 };
-use tokio::sync::Semaphore;
 
-/// The store operation a [`Hold`] stops.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
-    /// [`SessionStore::create`].
-    Create,
-    /// [`SessionStore::open`].
-    Open,
-    /// [`SessionStore::load`] and [`SessionStore::header`].
-    Load,
-    /// [`SessionLog::append`] on a log of the session.
-    Append,
-}
+use crate::store::{Fault, FaultStore, GatedStore};
 
-/// Whether a hold stops a call before the inner store runs it or after
-/// (its effect done, its result not yet returned).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum When {
-    /// Before the inner call: nothing of it happened yet.
-    Before,
-    /// After the inner call: its effect is on disk.
-    After,
-}
+pub use crate::store::{Gate, Op, Point as When};
 
-/// Where a hold stops: the first matching call after it was armed.
+/// A store call a test holds or fails: the operation, on the log of which
+/// session, before or after the inner call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Point {
     /// The operation.
     pub op: Op,
-    /// The session it is made on.
+    /// The session whose log it is made on.
     pub id: SessionId,
-    /// Before or after the inner call.
+    /// Before or after the inner call (a failure is always before).
     pub when: When,
 }
 
-/// One armed hold: see it reached, then release it.
-#[derive(Clone)]
-pub struct Hold {
-    reached: Arc<Semaphore>,
-    release: Arc<Semaphore>,
-}
-
-impl Hold {
-    /// Wait until a call stopped at the point.
-    pub async fn reached(&self) {
-        if let Ok(permit) = self.reached.acquire().await {
-            permit.forget();
-        }
-    }
-
-    /// Let the held call go on (and any later one: the hold fires once).
-    pub fn release(&self) {
-        self.release.add_permits(1);
-    }
-
-    async fn stop(&self) {
-        self.reached.add_permits(1);
-        if let Ok(permit) = self.release.acquire().await {
-            permit.forget();
-        }
-    }
-}
-
-#[derive(Default)]
-struct Holds {
-    /// The armed point, how many matching calls still pass first, its hold.
-    armed: Mutex<Option<(Point, usize, Hold)>>,
-    failing: Mutex<Option<Point>>,
-}
-
-impl Holds {
-    /// The armed hold for this call, disarmed as it fires.
-    fn take(&self, op: Op, id: &SessionId, when: When) -> Option<Hold> {
-        let mut armed = self.armed.lock().unwrap_or_else(PoisonError::into_inner);
-        let (point, pass, _) = armed.as_mut()?;
-        if point.op != op || &point.id != id || point.when != when {
-            return None;
-        }
-        if *pass > 0 {
-            *pass -= 1;
-            return None;
-        }
-        armed.take().map(|(_, _, hold)| hold)
-    }
-
-    async fn at(&self, op: Op, id: &SessionId, when: When) {
-        if let Some(hold) = self.take(op, id, when) {
-            hold.stop().await;
-        }
-    }
-
-    /// An injected failure for this call, when one is armed (before the call).
-    fn fault(&self, op: Op, id: &SessionId) -> Result<(), StoreError> {
-        let mut failing = self.failing.lock().unwrap_or_else(PoisonError::into_inner);
-        if failing
-            .as_ref()
-            .is_some_and(|point| point.op == op && &point.id == id)
-        {
-            *failing = None;
-            return Err(StoreError::Io {
-                path: format!("injected/{id}").into(),
-                source: Arc::new(std::io::Error::other("an injected failure")),
-            });
-        }
-        Ok(())
-    }
-}
-
-/// A store forwarding to `inner` that can hold one call at an armed point.
-pub struct HoldingStore {
-    inner: Arc<dyn SessionStore>,
-    holds: Arc<Holds>,
-}
-
-impl HoldingStore {
-    /// Forward to `inner`; nothing armed.
-    pub fn new(inner: Arc<dyn SessionStore>) -> Self {
-        Self {
-            inner,
-            holds: Arc::default(),
-        }
-    }
-
-    /// Arm a hold at `point` (replacing any armed one).
-    pub fn hold(&self, point: Point) -> Hold {
-        self.hold_after(point, 0)
-    }
-
-    /// Arm a hold at `point` that lets the first `pass` matching calls
-    /// through and stops the next one.
-    pub fn hold_after(&self, point: Point, pass: usize) -> Hold {
-        let hold = Hold {
-            reached: Arc::new(Semaphore::new(0)),
-            release: Arc::new(Semaphore::new(0)),
-        };
-        *self
-            .holds
-            .armed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some((point, pass, hold.clone()));
-        hold
-    }
-
-    /// Make the first call at `point` fail (before the inner call) with an
-    /// I/O error; `point.when` is ignored.
-    pub fn fail(&self, point: Point) {
-        *self
-            .holds
-            .failing
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = Some(point);
-    }
-
-    /// Disarm a hold that never fired.
-    pub fn disarm(&self) {
-        *self
-            .holds
-            .armed
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner) = None;
-    }
-
-    fn wrap(&self, id: &SessionId, log: Arc<dyn SessionLog>) -> Arc<dyn SessionLog> {
-        Arc::new(HoldingLog {
-            id: id.clone(),
-            inner: log,
-            holds: self.holds.clone(),
-        })
-    }
-}
-
-struct HoldingLog {
-    id: SessionId,
-    inner: Arc<dyn SessionLog>,
-    holds: Arc<Holds>,
-}
-
-#[async_trait]
-impl SessionLog for HoldingLog {
-    async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
-        self.holds.at(Op::Append, &self.id, When::Before).await;
-        self.holds.fault(Op::Append, &self.id)?;
-        let appended = self.inner.append(events).await;
-        self.holds.at(Op::Append, &self.id, When::After).await;
-        appended
-    }
-
-    async fn checkpoint(&self) -> Result<(), StoreError> {
-        self.inner.checkpoint().await
-    }
-
-    async fn close(&self) {
-        self.inner.close().await;
-    }
-}
-
-#[async_trait]
-impl SessionStore for HoldingStore {
-    async fn create(
-        &self,
-        header: &SessionHeader,
-        seed: &[SessionEvent],
-    ) -> Result<Arc<dyn SessionLog>, StoreError> {
-        self.holds.at(Op::Create, &header.id, When::Before).await;
-        self.holds.fault(Op::Create, &header.id)?;
-        let log = self.inner.create(header, seed).await?;
-        let log = self.wrap(&header.id, log);
-        self.holds.at(Op::Create, &header.id, When::After).await;
-        Ok(log)
-    }
-
-    async fn open(
-        &self,
-        id: &SessionId,
-    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
-        self.holds.at(Op::Open, id, When::Before).await;
-        self.holds.fault(Op::Open, id)?;
-        let (loaded, log) = self.inner.open(id).await?;
-        let log = self.wrap(id, log);
-        self.holds.at(Op::Open, id, When::After).await;
-        Ok((loaded, log))
-    }
-
-    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
-        self.holds.at(Op::Load, id, When::Before).await;
-        let loaded = self.inner.load(id).await;
-        self.holds.at(Op::Load, id, When::After).await;
-        loaded
-    }
-
-    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
-        self.holds.at(Op::Load, id, When::Before).await;
-        let header = self.inner.header(id).await;
-        self.holds.at(Op::Load, id, When::After).await;
-        header
-    }
-
-    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.inner.exists(id).await
-    }
-
-    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
-        self.inner.list().await
-    }
-
-    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.inner.remove(id).await
-    }
-}
+/// The store a world writes through: faults over gates over JSONL files.
+pub type WorldStore = FaultStore<GatedStore<JsonlStore>>;
 
 /// Which store a world runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backing {
-    /// In memory.
-    Memory,
-    /// JSONL files in a temporary directory, with this durability.
+    /// JSONL files in the world's directory, with this durability.
     Jsonl(Durability),
 }
 
@@ -318,7 +84,7 @@ pub struct World {
     /// Keeps a temporary directory for the world's life.
     _temp: Option<tempfile::TempDir>,
     /// The store every agent writes through.
-    pub store: Arc<HoldingStore>,
+    pub store: Arc<WorldStore>,
     /// The scripted model every agent asks.
     pub model: Arc<ScriptedModel>,
     /// The harness (the runtime's factory).
@@ -399,13 +165,10 @@ impl World {
                 }
             }
         }
-        let inner: Arc<dyn SessionStore> = match backing {
-            Backing::Memory => Arc::new(MemoryStore::new()),
-            Backing::Jsonl(durability) => {
-                Arc::new(JsonlStore::new(&dir, durability).expect("a JSONL store"))
-            }
-        };
-        let store = Arc::new(HoldingStore::new(inner));
+        let Backing::Jsonl(durability) = backing;
+        let store = Arc::new(FaultStore::new(GatedStore::new(
+            JsonlStore::new(&dir, durability).expect("a JSONL store"),
+        )));
         let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
         let mut builder = Harness::builder(store.clone()).model(model.clone());
         for name in HOST_TOOLS {
@@ -438,6 +201,18 @@ impl World {
             runtime,
             root,
         }
+    }
+
+    /// Hold the next call at `point` until the gate is released.
+    pub fn hold(&self, point: &Point) -> Gate {
+        self.store
+            .inner()
+            .gate_on_log(&point.id, point.op, point.when)
+    }
+
+    /// Fail the next call at `point` with an I/O error (`EIO`).
+    pub fn fail(&self, point: &Point) {
+        self.store.fail_on_log(&point.id, point.op, 1, Fault::EIO);
     }
 
     /// A start of the `local` provider under the root, delivered to it.
@@ -537,29 +312,4 @@ impl SubagentProvider for LocalProvider {
     fn continuable(&self) -> Option<&dyn PrepareContinuable> {
         Some(self)
     }
-}
-
-/// Bound a wait so a bug fails the test instead of hanging it; never used
-/// for ordering.
-///
-/// # Panics
-/// After 20 seconds.
-#[allow(clippy::expect_used)]
-pub async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(20), future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
-/// Wait (bounded) until `condition` holds, re-checking after other tasks ran.
-///
-/// # Panics
-/// When the condition never holds.
-pub async fn eventually(what: &str, mut condition: impl FnMut() -> bool) {
-    bounded(what, async {
-        while !condition() {
-            tokio::task::yield_now().await;
-        }
-    })
-    .await;
 }
