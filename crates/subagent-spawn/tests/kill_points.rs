@@ -15,13 +15,13 @@
 use std::collections::HashSet;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use dsh_core::{
     CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionStore,
 };
 use dsh_subagent::{ChildMode, SubagentEvent};
+use dsh_test_support::process::start_ready;
 use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{World, sid};
 
@@ -38,18 +38,6 @@ const ROUNDS: usize = 6;
 const BOUND: Duration = Duration::from_secs(30);
 
 const DURABILITY: Durability = Durability::None;
-
-/// A child process that is killed if the test fails before it is reaped.
-struct Reaped(Option<Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
 
 /// The run a killed process makes: a root that delegates in rounds.
 async fn delegating_run(dir: PathBuf) {
@@ -95,31 +83,9 @@ fn kill_points_child_process() {
 
 /// Run the child process; kill it `after` its readiness, or let it finish.
 fn run(dir: &Path, after: Option<Duration>) -> Duration {
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "kill_points_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(DIR_VAR, dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut child = Reaped(Some(child));
-    let ready = dir.join("ready");
-    let deadline = Instant::now() + BOUND;
-    while !ready.exists() {
-        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
-            panic!("the child process exited before it was ready: {status}");
-        }
-        assert!(Instant::now() < deadline, "not ready within {BOUND:?}");
-        std::thread::sleep(Duration::from_millis(1));
-    }
+    let mut child = start_ready("kill_points_child_process", DIR_VAR, dir, BOUND);
     let started = Instant::now();
-    let mut process = child.0.take().unwrap();
+    let mut process = child.take();
     match after {
         Some(after) => {
             std::thread::sleep(after);

@@ -8,38 +8,23 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
     AgentFactory, AgentHandle, AgentOptions, CancellationToken, ContentBlock, CreateAgent,
-    Durability, EventPayload, MessageId, SessionHeader, SessionId, StopReason, ToolRestriction,
+    Durability, EventPayload, MessageId, SessionHeader, StopReason, ToolRestriction,
 };
 use dsh_harness::Scripted;
 use dsh_subagent::{
-    AgentRoute, PromptDelivery, ResolvedStartRequest, RuntimeConfig, StartExternal,
-    SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider, SubagentResult,
-    SubagentRun, TrustedHost, UserPrompt,
+    AgentRoute, PromptDelivery, RuntimeConfig, SubagentEvent, TrustedHost, UserPrompt,
 };
 use dsh_test_support::wait::{bounded, until};
-use dsh_test_support::world::{Backing, World, sid};
+use dsh_test_support::world::{Backing, ExternalProvider, World, sid};
 use tokio::sync::Semaphore;
 
 async fn world() -> World {
     World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await
-}
-
-/// Wait until the runtime has no task, no activation, and every live agent is idle.
-async fn quiesce(world: &World) {
-    for _ in 0..2 {
-        until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
-        for reference in world.runtime.registry().list() {
-            if let Some(agent) = world.runtime.registry().resolve(&reference) {
-                bounded(agent.wait_idle()).await;
-            }
-        }
-    }
 }
 
 /// A live session `id` made directly through the harness with `header`.
@@ -54,15 +39,6 @@ async fn session(world: &World, header: SessionHeader) -> AgentHandle {
         })
         .await
         .unwrap()
-}
-
-/// Start the child `name` (id = name) under the root, settle it, go cold.
-async fn cold(world: &World, name: &str) {
-    let mut spec = world.spec(Some(name));
-    spec.child_id = Some(sid(name));
-    let activation = world.runtime.start_activation(spec).await.unwrap();
-    bounded(activation.result()).await.unwrap();
-    quiesce(world).await;
 }
 
 // B58: an `Allow{alpha,beta}` parent cannot give a child more than it has.
@@ -178,7 +154,7 @@ async fn b23_a_valid_capture_closes_the_activations_input() {
         "no later turn changed the captured activation's output"
     );
     bounded(message).await.unwrap().unwrap();
-    quiesce(&world).await;
+    world.quiesce().await;
 }
 
 // Seed 002: namesOf/rootOf take an exact live member and fail otherwise.
@@ -204,7 +180,7 @@ async fn names_and_roots_are_only_for_exact_live_members() {
     assert_eq!(world.runtime.root_of(&agent).unwrap(), sid("lead"));
     gate.add_permits(1);
     bounded(child.result()).await.unwrap();
-    quiesce(&world).await;
+    world.quiesce().await;
 
     // The agent object of a settled activation is no longer the live one.
     assert_eq!(
@@ -238,7 +214,7 @@ fn accepted_with(events: &[dsh_core::SessionEvent], id: &MessageId) -> usize {
 #[tokio::test]
 async fn a_repeated_user_request_id_is_delivered_once() {
     let world = world().await;
-    cold(&world, "child").await;
+    world.cold_child("child").await;
     let id = MessageId::new("req-1");
     for _ in 0..2 {
         let accepted = world
@@ -256,7 +232,7 @@ async fn a_repeated_user_request_id_is_delivered_once() {
             .await
             .unwrap();
         assert_eq!(accepted, id);
-        quiesce(&world).await;
+        world.quiesce().await;
     }
     let events = dsh_core::SessionStore::load(world.store.as_ref(), &sid("child"))
         .await
@@ -269,7 +245,7 @@ async fn a_repeated_user_request_id_is_delivered_once() {
 #[tokio::test]
 async fn a_resumed_activation_names_its_real_provider() {
     let world = world().await;
-    cold(&world, "child").await;
+    world.cold_child("child").await;
     let (_subscription, mut events) = world.runtime.events().subscribe();
     world
         .runtime
@@ -281,7 +257,7 @@ async fn a_resumed_activation_names_its_real_provider() {
         )
         .await
         .unwrap();
-    quiesce(&world).await;
+    world.quiesce().await;
     let mut providers = Vec::new();
     while let Ok(event) = events.try_recv() {
         if let SubagentEvent::Start(info) = event {
@@ -308,11 +284,11 @@ async fn a_depth_that_would_overflow_is_refused() {
 #[tokio::test]
 async fn an_external_start_refuses_a_preset_and_gets_the_route_under_its_options() {
     let world = world().await;
-    let seen: Arc<Mutex<Option<AgentOptions>>> = Arc::default();
-    world
-        .runtime
-        .register(Arc::new(Routed { seen: seen.clone() }))
-        .unwrap();
+    let routed = Arc::new(ExternalProvider::new("routed").with_route(AgentRoute {
+        provider: "remote".into(),
+        model: "default-model".into(),
+    }));
+    world.runtime.register(routed.clone()).unwrap();
     let mut spec = world.spec(Some("preset"));
     spec.provider = "routed".into();
     spec.request.agent_preset = Some("reviewer".into());
@@ -327,65 +303,7 @@ async fn an_external_start_refuses_a_preset_and_gets_the_route_under_its_options
     });
     let run = world.runtime.start_activation(spec).await.unwrap();
     bounded(run.result()).await.unwrap();
-    let seen = seen.lock().unwrap().clone().unwrap();
+    let seen = routed.seen_options().unwrap();
     assert_eq!(seen.provider.as_deref(), Some("remote"));
     assert_eq!(seen.model.as_deref(), Some("chosen"));
-}
-
-/// An external provider with a default route that records what it was given.
-struct Routed {
-    seen: Arc<Mutex<Option<AgentOptions>>>,
-}
-
-#[async_trait]
-impl StartExternal for Routed {
-    async fn start(
-        &self,
-        request: ResolvedStartRequest,
-    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
-        *self.seen.lock().unwrap() = request.agent_options.clone();
-        Ok(Arc::new(Done(SessionId::generate())))
-    }
-}
-
-impl SubagentProvider for Routed {
-    fn name(&self) -> &str {
-        "routed"
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::ALL
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-
-    fn agent_route_defaults(&self) -> Option<AgentRoute> {
-        Some(AgentRoute {
-            provider: "remote".into(),
-            model: "default-model".into(),
-        })
-    }
-
-    fn external(&self) -> Option<&dyn StartExternal> {
-        Some(self)
-    }
-}
-
-struct Done(SessionId);
-
-#[async_trait]
-impl SubagentRun for Done {
-    fn id(&self) -> &SessionId {
-        &self.0
-    }
-
-    async fn result(&self) -> Result<SubagentResult, SubagentError> {
-        Ok(SubagentResult::stopped(StopReason::COMPLETED))
-    }
-
-    async fn dispose(&self) -> Result<(), SubagentError> {
-        Ok(())
-    }
 }

@@ -20,7 +20,7 @@ use dsh_subagent::{
     InterruptAuthority, PromptDelivery, RuntimeConfig, SubagentEvent, TrustedHost, UserPrompt,
     fold_catalog,
 };
-use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::wait::bounded;
 use dsh_test_support::world::{Backing, Op, Point, When, World, sid};
 use futures::future::BoxFuture;
 
@@ -87,19 +87,8 @@ fn spec(world: &World) -> dsh_subagent::ActivationSpec {
 async fn cold_child(world: &World) {
     let activation = world.runtime.start_activation(spec(world)).await.unwrap();
     bounded(activation.result()).await.unwrap();
-    quiesce(world).await;
+    world.quiesce().await;
     assert!(world.runtime.registry().get(&child()).is_none());
-}
-
-/// Wait until the runtime has no task, no activation, and every live agent is idle.
-async fn quiesce(world: &World) {
-    until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
-    for reference in world.runtime.registry().list() {
-        if let Some(agent) = world.runtime.registry().resolve(&reference) {
-            bounded(agent.wait_idle()).await;
-        }
-    }
-    until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
 }
 
 fn operation(world: &World, operation: Operation) -> BoxFuture<'_, ()> {
@@ -201,7 +190,7 @@ async fn run_case(backing: Backing, operation_kind: Operation, point: Point) {
         // Dropped here, at the point.
     }
     hold.release();
-    quiesce(&world).await;
+    world.quiesce().await;
     drop(activation);
 
     let mut starts = 0;
@@ -271,7 +260,7 @@ async fn run_case(backing: Backing, operation_kind: Operation, point: Point) {
     bounded(world.runtime.drain_descendants(std::slice::from_ref(root)))
         .await
         .unwrap();
-    quiesce(&world).await;
+    world.quiesce().await;
     assert_eq!(world.runtime.registry().len(), 1, "{label}");
 }
 

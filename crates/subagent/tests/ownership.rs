@@ -8,19 +8,13 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use dsh_core::{
-    Agent, CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionId,
-    SessionStore, StopReason,
-};
+use dsh_core::{Agent, CancellationToken, ContentBlock, Durability, SessionStore, StopReason};
 use dsh_harness::Scripted;
-use dsh_subagent::{
-    InterruptAuthority, ResolvedStartRequest, RuntimeConfig, StartExternal, SubagentActivation,
-    SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider, SubagentResult,
-    SubagentRun, fold_catalog,
-};
+use dsh_subagent::{InterruptAuthority, RuntimeConfig, SubagentError, fold_catalog};
 use dsh_test_support::wait::{bounded, until};
-use dsh_test_support::world::{Backing, Op, Point, When, World, create_root, sid};
+use dsh_test_support::world::{
+    Backing, ExternalProvider, Op, Point, When, World, create_root, notices_from, sid, starts,
+};
 use tokio::sync::Semaphore;
 
 fn jsonl() -> Backing {
@@ -31,14 +25,6 @@ fn one_child() -> RuntimeConfig {
     RuntimeConfig {
         max_live_children_per_tree: 1,
     }
-}
-
-fn starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> usize {
-    let mut count = 0;
-    while let Ok(event) = events.try_recv() {
-        count += usize::from(matches!(event, SubagentEvent::Start(_)));
-    }
-    count
 }
 
 // Finding 0.1: the id of a session from an earlier process is refused, and
@@ -107,51 +93,18 @@ async fn send(world: &World, to: &str, text: &str) -> Result<dsh_core::MessageId
         .await
 }
 
-/// Wait until the runtime has no task, no activation, and every live agent is idle.
-async fn quiesce(world: &World) {
-    for _ in 0..2 {
-        until(|| world.runtime.tasks().is_empty() && world.runtime.live_activations() == 0).await;
-        for reference in world.runtime.registry().list() {
-            if let Some(agent) = world.runtime.registry().resolve(&reference) {
-                bounded(agent.wait_idle()).await;
-            }
-        }
-    }
-}
-
-fn notices_from(agent: &Arc<dyn Agent>, child: &str) -> Vec<StopReason> {
-    agent
-        .events()
-        .iter()
-        .filter_map(|event| match &event.payload {
-            EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
-                MessageSource::SubagentSettled {
-                    sender_session_id,
-                    stop_reason,
-                    ..
-                } if sender_session_id.as_str() == child => stop_reason.clone(),
-                _ => None,
-            },
-            _ => None,
-        })
+fn stop_reasons(agent: &Arc<dyn Agent>, child: &str) -> Vec<StopReason> {
+    notices_from(agent, child)
+        .into_iter()
+        .filter_map(|(reason, _)| reason)
         .collect()
-}
-
-/// Start `child` under the root, wait until it settled and went cold.
-async fn cold(world: &World, child: &str) -> SubagentActivation {
-    let mut spec = world.spec(Some(child));
-    spec.child_id = Some(sid(child));
-    let activation = world.runtime.start_activation(spec).await.unwrap();
-    bounded(activation.result()).await.unwrap();
-    quiesce(world).await;
-    activation
 }
 
 // B15: disposing an old handle never stops a later resume of the child.
 #[tokio::test]
 async fn an_old_handles_dispose_never_stops_a_later_resume() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
-    let old = cold(&world, "child").await;
+    let old = world.cold_child("child").await;
     let gate = Arc::new(Semaphore::new(0));
     world.model.push(Scripted::Gated {
         gate: gate.clone(),
@@ -161,9 +114,9 @@ async fn an_old_handles_dispose_never_stops_a_later_resume() {
     assert_eq!(world.runtime.live_activations(), 1);
     bounded(old.dispose()).await.unwrap();
     gate.add_permits(1);
-    quiesce(&world).await;
+    world.quiesce().await;
     assert_eq!(
-        notices_from(world.root.agent(), "child"),
+        stop_reasons(world.root.agent(), "child"),
         [StopReason::COMPLETED, StopReason::COMPLETED],
         "the resumed activation completed its turn"
     );
@@ -174,7 +127,7 @@ async fn an_old_handles_dispose_never_stops_a_later_resume() {
 #[tokio::test]
 async fn a_failed_delivery_undoes_the_resume() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
-    cold(&world, "child").await;
+    world.cold_child("child").await;
     let (_subscription, mut events) = world.runtime.events().subscribe();
     world.fail(&Point {
         op: Op::Append,
@@ -182,11 +135,11 @@ async fn a_failed_delivery_undoes_the_resume() {
         when: When::Before,
     });
     send(&world, "child", "again").await.unwrap_err();
-    quiesce(&world).await;
+    world.quiesce().await;
     assert_eq!(starts(&mut events), 0, "no activation was announced");
     assert_eq!(world.runtime.registry().len(), 1, "the child is cold");
     assert_eq!(
-        notices_from(world.root.agent(), "child").len(),
+        stop_reasons(world.root.agent(), "child").len(),
         1,
         "no notice for an activation that never ran"
     );
@@ -197,66 +150,22 @@ async fn a_failed_delivery_undoes_the_resume() {
 #[tokio::test]
 async fn an_external_run_id_naming_a_stored_session_is_refused() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
-    cold(&world, "child").await;
+    world.cold_child("child").await;
     // A runtime of a later process: it never saw `child` as a run id.
     let later = dsh_subagent::SubagentRuntime::new(
         Arc::new(world.harness.clone()),
         world.store.clone(),
         RuntimeConfig::default(),
     );
-    later.register(Arc::new(FixedRun(sid("child")))).unwrap();
+    later
+        .register(Arc::new(
+            ExternalProvider::new("fixed").with_id(sid("child")),
+        ))
+        .unwrap();
     let mut spec = world.spec(Some("external"));
     spec.provider = "fixed".into();
     let err = later.start_activation(spec).await.unwrap_err();
     assert_eq!(err.code(), "DUPLICATE_RUN_ID", "{err}");
-}
-
-/// An external provider whose runs all carry one id and complete at once.
-struct FixedRun(SessionId);
-
-#[async_trait]
-impl StartExternal for FixedRun {
-    async fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
-        Ok(Arc::new(Completed(self.0.clone())))
-    }
-}
-
-impl SubagentProvider for FixedRun {
-    fn name(&self) -> &str {
-        "fixed"
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::ALL
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-
-    fn external(&self) -> Option<&dyn StartExternal> {
-        Some(self)
-    }
-}
-
-struct Completed(SessionId);
-
-#[async_trait]
-impl SubagentRun for Completed {
-    fn id(&self) -> &SessionId {
-        &self.0
-    }
-
-    async fn result(&self) -> Result<SubagentResult, SubagentError> {
-        Ok(SubagentResult::stopped(StopReason::COMPLETED))
-    }
-
-    async fn dispose(&self) -> Result<(), SubagentError> {
-        Ok(())
-    }
 }
 
 // B32: a drain cancels a start in flight; nothing publishes into the tree.
@@ -280,7 +189,7 @@ async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
     let started = bounded(start).await.unwrap();
     assert_eq!(started.unwrap_err().code(), "CANCELLED");
     bounded(drain).await.unwrap().unwrap();
-    quiesce(&world).await;
+    world.quiesce().await;
     let root = world.root.agent();
     assert!(
         fold_catalog(root.header(), &root.events())
@@ -294,7 +203,7 @@ async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_drain_cancels_a_resume_in_flight_and_waits_for_it() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
-    cold(&world, "child").await;
+    world.cold_child("child").await;
     let hold = world.hold(&Point {
         op: Op::Open,
         id: sid("child"),
@@ -347,7 +256,7 @@ async fn a_drain_stops_a_parked_member_resumed_under_a_cold_creator() {
     bounded(a1.result()).await.unwrap();
     gate.add_permits(1);
     bounded(a.result()).await.unwrap();
-    quiesce(&world).await;
+    world.quiesce().await;
     assert!(
         world.runtime.registry().get(&sid("a")).is_none(),
         "a is cold"
@@ -391,7 +300,7 @@ async fn a_drain_stops_a_parked_member_resumed_under_a_cold_creator() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_messages_to_a_cold_child_resume_it_once() {
     let world = World::new(jsonl(), RuntimeConfig::default()).await;
-    cold(&world, "child").await;
+    world.cold_child("child").await;
     let (_subscription, mut events) = world.runtime.events().subscribe();
     let gate = Arc::new(Semaphore::new(0));
     world.model.push(Scripted::Gated {
@@ -405,6 +314,6 @@ async fn concurrent_messages_to_a_cold_child_resume_it_once() {
     first.unwrap();
     second.unwrap();
     gate.add_permits(1);
-    quiesce(&world).await;
+    world.quiesce().await;
     assert_eq!(starts(&mut events), 1, "one resume, one subagent/start");
 }

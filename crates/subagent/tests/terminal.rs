@@ -11,43 +11,16 @@
 
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use dsh_core::{
-    Agent, CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionId,
-    StopReason,
-};
+use dsh_core::{CancellationToken, ContentBlock, Durability, StopReason};
 use dsh_harness::Scripted;
-use dsh_subagent::{
-    Delivery, ResolvedStartRequest, RuntimeConfig, StartExternal, SubagentCapabilities,
-    SubagentError, SubagentProvider, SubagentResult, SubagentRun,
-};
+use dsh_subagent::{Delivery, RuntimeConfig, SubagentError};
 use dsh_test_support::wait::{bounded, until};
-use dsh_test_support::world::{Backing, Op, Point, When, World, sid};
+use dsh_test_support::world::{
+    Backing, ExternalProvider, Op, Point, RunEnd, When, World, notices_from, sid,
+};
 use tokio::sync::Semaphore;
 
 const DURABILITY: Durability = Durability::None;
-
-/// The notices `agent`'s log holds from `child`: stop reason and text.
-fn notices_from(agent: &Arc<dyn Agent>, child: &str) -> Vec<(Option<StopReason>, String)> {
-    agent
-        .events()
-        .iter()
-        .filter_map(|event| match &event.payload {
-            EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
-                MessageSource::SubagentSettled {
-                    sender_session_id,
-                    stop_reason,
-                    ..
-                } if sender_session_id.as_str() == child => Some((
-                    stop_reason.clone(),
-                    dsh_core::content::joined_text(&accepted.message.content),
-                )),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
-}
 
 async fn idle(world: &World) {
     until(|| world.runtime.tasks().is_empty()).await;
@@ -183,7 +156,15 @@ async fn b54_a_child_cataloged_without_its_task_is_reported_failed_and_never_res
 #[tokio::test]
 async fn b54_an_infrastructure_failure_of_a_background_child_reaches_its_creator() {
     let world = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
-    world.runtime.register(Arc::new(Failing)).unwrap();
+    world
+        .runtime
+        .register(Arc::new(ExternalProvider::new("failing").ending(
+            RunEnd::Fails(SubagentError::Provider {
+                provider: "failing".into(),
+                message: "the remote end went away".into(),
+            }),
+        )))
+        .unwrap();
     let mut spec = world.spec(Some("remote"));
     spec.provider = "failing".into();
     spec.delivery = Delivery::Parent;
@@ -200,55 +181,4 @@ async fn b54_an_infrastructure_failure_of_a_background_child_reaches_its_creator
         "{}",
         notices[0].1
     );
-}
-
-/// An external provider whose runs fail with an infrastructure error.
-struct Failing;
-
-#[async_trait]
-impl StartExternal for Failing {
-    async fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
-        Ok(Arc::new(Broken(SessionId::generate())))
-    }
-}
-
-impl SubagentProvider for Failing {
-    fn name(&self) -> &str {
-        "failing"
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::ALL
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-
-    fn external(&self) -> Option<&dyn StartExternal> {
-        Some(self)
-    }
-}
-
-struct Broken(SessionId);
-
-#[async_trait]
-impl SubagentRun for Broken {
-    fn id(&self) -> &SessionId {
-        &self.0
-    }
-
-    async fn result(&self) -> Result<SubagentResult, SubagentError> {
-        Err(SubagentError::Provider {
-            provider: "failing".into(),
-            message: "the remote end went away".into(),
-        })
-    }
-
-    async fn dispose(&self) -> Result<(), SubagentError> {
-        Ok(())
-    }
 }

@@ -7,6 +7,7 @@
 //! dependency of a library crate.
 
 pub mod alloc;
+pub mod process;
 pub mod store;
 pub mod wait;
 pub mod world;

@@ -7,21 +7,24 @@
 //! is reached, and then decides what to do with the future (drop it, for
 //! the drop-point tests) before releasing it.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dsh_core::{
-    AgentFactory, AgentHandle, CancellationToken, ContentBlock, CreateAgent, Durability,
-    ResumeAgent, SessionHeader, SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
+    Agent, AgentFactory, AgentHandle, AgentOptions, CancellationToken, ContentBlock, CreateAgent,
+    Durability, EventPayload, MessageSource, ResumeAgent, SessionHeader, SessionId, SessionStore,
+    StopReason, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::{
-    ActivationSpec, ContinuableCreateRequest, ContinuableCreateSpec, Delivery, PrepareContinuable,
-    RuntimeConfig, StartRequest, SubagentCapabilities, SubagentError, SubagentProvider,
-    SubagentRuntime,
+    ActivationSpec, AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, Delivery,
+    PrepareContinuable, ResolvedStartRequest, RuntimeConfig, StartExternal, StartRequest,
+    SubagentActivation, SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider,
+    SubagentResult, SubagentRun, SubagentRuntime,
 };
 
 use crate::store::{Fault, FaultStore, GatedStore};
+use crate::wait::{bounded, until};
 
 pub use crate::store::{Gate, Op, Point as When};
 
@@ -311,5 +314,195 @@ impl SubagentProvider for LocalProvider {
 
     fn continuable(&self) -> Option<&dyn PrepareContinuable> {
         Some(self)
+    }
+}
+
+impl World {
+    /// Wait (bounded) until the runtime has no task and no activation and
+    /// every live agent is idle, twice over (a notice can wake the root).
+    pub async fn quiesce(&self) {
+        for _ in 0..2 {
+            until(|| self.runtime.tasks().is_empty() && self.runtime.live_activations() == 0).await;
+            for reference in self.runtime.registry().list() {
+                if let Some(agent) = self.runtime.registry().resolve(&reference) {
+                    bounded(agent.wait_idle()).await;
+                }
+            }
+        }
+    }
+
+    /// Start the root's child `name` (its id is `name` too), wait until it
+    /// settled and went cold, and return its handle.
+    ///
+    /// # Panics
+    /// When the start or the child fails.
+    #[allow(clippy::expect_used)]
+    pub async fn cold_child(&self, name: &str) -> SubagentActivation {
+        let mut spec = self.spec(Some(name));
+        spec.child_id = Some(sid(name));
+        let activation = self
+            .runtime
+            .start_activation(spec)
+            .await
+            .expect("the child starts");
+        bounded(activation.result())
+            .await
+            .expect("the child settles");
+        self.quiesce().await;
+        activation
+    }
+}
+
+/// The settlement notices `agent`'s log holds from `child`: stop reason and text.
+pub fn notices_from(agent: &Arc<dyn Agent>, child: &str) -> Vec<(Option<StopReason>, String)> {
+    agent
+        .events()
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
+                MessageSource::SubagentSettled {
+                    sender_session_id,
+                    stop_reason,
+                    ..
+                } if sender_session_id.as_str() == child => Some((
+                    stop_reason.clone(),
+                    dsh_core::content::joined_text(&accepted.message.content),
+                )),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
+}
+
+/// How many `subagent/start` events `events` holds (drained).
+pub fn starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> usize {
+    let mut count = 0;
+    while let Ok(event) = events.try_recv() {
+        count += usize::from(matches!(event, SubagentEvent::Start(_)));
+    }
+    count
+}
+
+/// How an [`ExternalProvider`]'s runs end.
+#[derive(Debug, Clone)]
+pub enum RunEnd {
+    /// Completed at once.
+    Completed,
+    /// Failed at once with this infrastructure error.
+    Fails(SubagentError),
+}
+
+/// An external provider whose runs end at once as configured; it records
+/// the agent options of the last start it was given.
+pub struct ExternalProvider {
+    name: &'static str,
+    id: Option<SessionId>,
+    route: Option<AgentRoute>,
+    end: RunEnd,
+    seen: Mutex<Option<AgentOptions>>,
+}
+
+impl ExternalProvider {
+    /// Runs registered as `name`, with fresh ids, that complete.
+    pub fn new(name: &'static str) -> Self {
+        Self {
+            name,
+            id: None,
+            route: None,
+            end: RunEnd::Completed,
+            seen: Mutex::new(None),
+        }
+    }
+
+    /// Every run carries `id`.
+    #[must_use]
+    pub fn with_id(mut self, id: SessionId) -> Self {
+        self.id = Some(id);
+        self
+    }
+
+    /// The provider offers this default route.
+    #[must_use]
+    pub fn with_route(mut self, route: AgentRoute) -> Self {
+        self.route = Some(route);
+        self
+    }
+
+    /// Runs end so.
+    #[must_use]
+    pub fn ending(mut self, end: RunEnd) -> Self {
+        self.end = end;
+        self
+    }
+
+    /// The agent options of the last start.
+    pub fn seen_options(&self) -> Option<AgentOptions> {
+        self.seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+#[async_trait]
+impl StartExternal for ExternalProvider {
+    async fn start(
+        &self,
+        request: ResolvedStartRequest,
+    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
+        *self
+            .seen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = request.agent_options.clone();
+        Ok(Arc::new(EndedRun {
+            id: self.id.clone().unwrap_or_else(SessionId::generate),
+            end: self.end.clone(),
+        }))
+    }
+}
+
+impl SubagentProvider for ExternalProvider {
+    fn name(&self) -> &str {
+        self.name
+    }
+
+    fn capabilities(&self) -> SubagentCapabilities {
+        SubagentCapabilities::ALL
+    }
+
+    fn inherits_parent_context(&self) -> bool {
+        false
+    }
+
+    fn agent_route_defaults(&self) -> Option<AgentRoute> {
+        self.route.clone()
+    }
+
+    fn external(&self) -> Option<&dyn StartExternal> {
+        Some(self)
+    }
+}
+
+struct EndedRun {
+    id: SessionId,
+    end: RunEnd,
+}
+
+#[async_trait]
+impl SubagentRun for EndedRun {
+    fn id(&self) -> &SessionId {
+        &self.id
+    }
+
+    async fn result(&self) -> Result<SubagentResult, SubagentError> {
+        match &self.end {
+            RunEnd::Completed => Ok(SubagentResult::stopped(StopReason::COMPLETED)),
+            RunEnd::Fails(err) => Err(err.clone()),
+        }
+    }
+
+    async fn dispose(&self) -> Result<(), SubagentError> {
+        Ok(())
     }
 }
