@@ -13,31 +13,32 @@
 
 mod activation;
 mod admission;
-pub mod capture;
+mod capture;
 pub mod catalog;
 mod compose;
-pub mod drain;
-pub mod error;
-pub mod events;
-pub mod messaging;
-pub mod names;
+mod drain;
+mod error;
+mod events;
+mod messaging;
+mod names;
 mod notice;
 mod owned;
-pub mod provider;
-pub mod request;
+mod provider;
+mod request;
 pub mod result;
-pub mod runtime;
+mod runtime;
 mod start;
-pub mod tree;
+mod tree;
 
 pub use activation::SubagentActivation;
-pub use catalog::{Catalog, CatalogEntry, CatalogFold, ChildMode, fold_catalog};
+pub use capture::CAPTURE_TOOL;
+pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
 pub use error::SubagentError;
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
-pub use names::{NameReservations, ROOT_NAME, is_agent_name, validate_name};
+pub use names::{ROOT_NAME, validate_name};
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
     ResolvedStartRequest, StartExternal, SubagentCapabilities, SubagentProvider, SubagentRun,
