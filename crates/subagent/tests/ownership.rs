@@ -182,13 +182,15 @@ async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
     let runtime = world.runtime.clone();
     let start = tokio::spawn(async move { runtime.start_activation(spec).await });
     bounded(hold.reached()).await;
-    let runtime = world.runtime.clone();
-    let root = world.root.agent().clone();
-    let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
+    // The drain closes admission and cancels the work in flight before its
+    // first await: poll it that far, then let the held call go on.
+    let roots = [world.root.agent().clone()];
+    let mut drain = Box::pin(world.runtime.drain_descendants(&roots));
+    assert!(futures::poll!(&mut drain).is_pending());
     hold.release();
     let started = bounded(start).await.unwrap();
     assert_eq!(started.unwrap_err().code(), "CANCELLED");
-    bounded(drain).await.unwrap().unwrap();
+    bounded(drain).await.unwrap();
     world.quiesce().await;
     let root = world.root.agent();
     assert!(
@@ -222,11 +224,13 @@ async fn a_drain_cancels_a_resume_in_flight_and_waits_for_it() {
             .await
     });
     bounded(hold.reached()).await;
-    let runtime = world.runtime.clone();
-    let root = world.root.agent().clone();
-    let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
+    // The drain closes admission and cancels the work in flight before its
+    // first await: poll it that far, then let the held call go on.
+    let roots = [world.root.agent().clone()];
+    let mut drain = Box::pin(world.runtime.drain_descendants(&roots));
+    assert!(futures::poll!(&mut drain).is_pending());
     hold.release();
-    bounded(drain).await.unwrap().unwrap();
+    bounded(drain).await.unwrap();
     // Once the drain returned, nothing of the tree is live.
     assert_eq!(world.runtime.live_activations(), 0);
     assert_eq!(world.runtime.registry().len(), 1);
