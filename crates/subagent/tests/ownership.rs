@@ -321,3 +321,46 @@ async fn concurrent_messages_to_a_cold_child_resume_it_once() {
     world.quiesce().await;
     assert_eq!(starts(&mut events), 1, "one resume, one subagent/start");
 }
+
+// Catalog order is call order: a start whose creation finishes later is
+// still cataloged (and listed) before the starts made after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_are_cataloged_in_the_order_they_were_made() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    let hold = world.hold(&Point {
+        op: Op::Create,
+        id: sid("first"),
+        when: When::After,
+    });
+    let start = |name: &str| {
+        let mut spec = world.spec(Some(name));
+        spec.child_id = Some(sid(name));
+        let runtime = world.runtime.clone();
+        tokio::spawn(async move { runtime.start_activation(spec).await })
+    };
+    let first = start("first");
+    bounded(hold.reached()).await;
+    let second = start("second");
+    // The second is created (and waits for the first's catalog entry).
+    let root = world.root.agent().clone();
+    until(|| {
+        world.runtime.registry().get(&sid("second")).is_some()
+            || fold_catalog(root.header(), &root.events())
+                .unwrap()
+                .get(&sid("second"))
+                .is_some()
+    })
+    .await;
+    hold.release();
+    bounded(first).await.unwrap().unwrap();
+    bounded(second).await.unwrap().unwrap();
+    let root = world.root.agent();
+    let names: Vec<_> = fold_catalog(root.header(), &root.events())
+        .unwrap()
+        .entries()
+        .iter()
+        .filter_map(|entry| entry.name.clone())
+        .collect();
+    assert_eq!(names, ["first", "second"]);
+    world.quiesce().await;
+}
