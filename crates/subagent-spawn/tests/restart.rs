@@ -29,8 +29,8 @@ use dsh_subagent::{
     ActivationSpec, Delivery, DescendantRow, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::process::start_ready;
 use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::process::start_ready;
 use dsh_test_support::world::sid;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};

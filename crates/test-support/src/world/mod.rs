@@ -7,6 +7,8 @@
 //! is reached, and then decides what to do with the future (drop it, for
 //! the drop-point tests) before releasing it.
 
+pub mod process;
+
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
