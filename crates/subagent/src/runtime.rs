@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     pub(crate) events: EventBus<SubagentEvent>,
     pub(crate) names: NameReservations,
     pub(crate) activations: Activations,
+    /// Ids of external runs started by this runtime (a local child's id is
+    /// its session, which the store and the registry already know).
     pub(crate) run_ids: Mutex<HashSet<SessionId>>,
     /// User request ids being delivered, per child.
     pub(crate) requests: Mutex<HashSet<(SessionId, MessageId)>>,

@@ -304,7 +304,6 @@ impl SubagentRuntime {
         }
         reservation.commit();
         drop(turn);
-        lock(&self.inner.run_ids).insert(child_id.clone());
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
         let activation = self.install(NewActivation {
