@@ -130,7 +130,11 @@ impl Reporter {
 
     fn name_of(&self, id: &SessionId) -> String {
         match self.runtime.get() {
-            Some(runtime) => runtime.names_of(id).self_name,
+            Some(runtime) => runtime
+                .registry()
+                .get(id)
+                .and_then(|agent| runtime.names_of(&agent).ok())
+                .map_or_else(|| id.to_string(), |names| names.self_name),
             None => id.to_string(),
         }
     }

@@ -136,6 +136,11 @@ async fn deliver(
         .await?;
     let lead = lead.agent().clone();
     *resumed = Some(lead.clone());
+    // Its tree is live again: notices a crash kept from it arrive first
+    // (B54). Logs a crash left outside every catalog stay until the user
+    // prunes them (`dsh agents --prune-orphans`): they are listed, never
+    // removed behind the user's back.
+    world.runtime.deliver_lost_notices(&lead).await?;
     let (_subscription, mut events) = world.runtime.events().subscribe();
     let request_id = MessageId::generate();
     world

@@ -19,6 +19,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::harness_and_runtime;
 use tokio::sync::Semaphore;
 
 struct World {
@@ -46,19 +47,16 @@ fn world(model: ScriptedModel) -> World {
     let store: Arc<dyn SessionStore> =
         Arc::new(JsonlStore::new(dir.path().join("sessions"), Default::default()).unwrap());
     let model = Arc::new(model);
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .tool(Arc::new(Noop))
-        .unwrap()
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
+    let (harness, runtime) = harness_and_runtime(
         store.clone(),
+        model.clone(),
+        vec![Arc::new(Noop)],
+        vec![
+            Arc::new(ForkProvider::new()),
+            Arc::new(SpawnProvider::new()),
+        ],
         RuntimeConfig::default(),
     );
-    runtime.register(Arc::new(ForkProvider::new())).unwrap();
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
     World {
         _dir: dir,
         store,
@@ -559,6 +557,7 @@ async fn a_resumed_child_has_no_capture_tool() {
     let child = world.runtime.start_activation(s).await.unwrap();
     let result = child.result().await.unwrap();
     assert_eq!(result.structured, Some(serde_json::json!({"ok": true})));
+    let asked = world.model.requests().len();
     world
         .runtime
         .send_message(
@@ -569,8 +568,7 @@ async fn a_resumed_child_has_no_capture_tool() {
         )
         .await
         .unwrap();
-    let agent = world.harness.registry().get(child.child_id()).unwrap();
-    agent.wait_idle().await;
+    dsh_test_support::wait::until(|| world.model.requests().len() > asked).await;
     let last = world.model.requests().pop().unwrap();
     assert!(
         last.tools.iter().all(|t| t.name != "submit_result"),

@@ -18,6 +18,8 @@ use dsh_subagent::{
     ActivationSpec, Delivery, InterruptAuthority, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::sid;
 use tokio::sync::Semaphore;
 
 struct Tree {
@@ -48,10 +50,6 @@ impl Tree {
             )
             .await
     }
-}
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
 }
 
 /// The text of the first user message of a request: a child's prompt.
@@ -116,16 +114,13 @@ async fn tree() -> Tree {
             Scripted::Text("ok".into())
         }
     }));
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
+    let (harness, runtime) = harness_and_runtime(
         store.clone(),
+        model.clone(),
+        Vec::new(),
+        vec![Arc::new(SpawnProvider::new())],
         RuntimeConfig::default(),
     );
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
     let mut tree = Tree {
         store,
         harness: harness.clone(),
@@ -467,9 +462,9 @@ async fn a_cold_member_is_resumed_once_and_gets_its_messages() {
     let results = futures::future::join_all(sends).await;
     assert!(results.iter().all(Result::is_ok), "{results:?}");
     let agent = tree.runtime.registry().get(&target).unwrap();
-    assert_eq!(tree.runtime.names_of(&target).self_name, "a/a1/a1x");
+    assert_eq!(tree.runtime.names_of(&agent).unwrap().self_name, "a/a1/a1x");
     assert_eq!(
-        tree.runtime.names_of(&target).parent.as_deref(),
+        tree.runtime.names_of(&agent).unwrap().parent.as_deref(),
         Some("a/a1")
     );
     held.add_permits(1);
@@ -719,11 +714,13 @@ async fn a_user_prompt_resumes_a_cold_child() {
         .await
         .unwrap();
     assert_eq!(id.as_str(), "req-cold");
-    let agent = tree.runtime.registry().get(&target).unwrap();
-    agent.wait_idle().await;
-    assert!(tree.model.requests().iter().any(|r| r.messages.iter().any(|m| matches!(
-        m, Message::User { content, .. } if dsh_core::content::joined_text(content) == "are you there?"
-    ))));
+    // The resumed turn sees the prompt (it may settle and go cold at once).
+    dsh_test_support::wait::until(|| {
+        tree.model.requests().iter().any(|r| r.messages.iter().any(|m| matches!(
+            m, Message::User { content, .. } if dsh_core::content::joined_text(content) == "are you there?"
+        )))
+    })
+    .await;
 }
 
 // B35: refusals a model can act on.

@@ -17,19 +17,21 @@
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use dsh_core::{
     Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
-    Message, ResumeAgent, SessionHeader, SessionId, SessionStore, StopReason,
+    Message, ResumeAgent, SessionHeader, SessionStore, StopReason,
 };
 use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::{
     ActivationSpec, Delivery, DescendantRow, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::process::start_ready;
+use dsh_test_support::world::sid;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -42,25 +44,6 @@ const LEAD: &str = "lead-session";
 /// How long any single wait may take before the test fails instead of hanging.
 const BOUND: Duration = Duration::from_secs(30);
 
-/// How often the readiness file is polled.
-const POLL: Duration = Duration::from_millis(10);
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
-}
-
-/// A child process that is killed if the test fails before it is reaped.
-struct Reaped(Option<Child>);
-
-impl Drop for Reaped {
-    fn drop(&mut self) {
-        if let Some(mut child) = self.0.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
 /// One process's view of the directory: a JSONL store, a harness over it
 /// and a subagent runtime with `spawn` registered.
 struct World {
@@ -72,16 +55,13 @@ struct World {
 fn world(dir: &Path, model: &Arc<ScriptedModel>) -> World {
     let store: Arc<dyn SessionStore> =
         Arc::new(JsonlStore::new(dir.join("sessions"), Durability::EveryEvent).unwrap());
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
+    let (harness, runtime) = harness_and_runtime(
         store.clone(),
+        model.clone(),
+        Vec::new(),
+        vec![Arc::new(SpawnProvider::new())],
         RuntimeConfig::default(),
     );
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
     World {
         store,
         harness,
@@ -263,33 +243,8 @@ fn restart_child_process() {
 
 /// Start the doomed process, wait for it to be ready, and kill it.
 fn run_and_kill(dir: &Path) {
-    let child = Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "restart_child_process",
-            "--nocapture",
-            "--test-threads=1",
-        ])
-        .env(DIR_VAR, dir)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .unwrap();
-    let mut child = Reaped(Some(child));
-    let ready = dir.join("ready");
-    let deadline = Instant::now() + BOUND;
-    while !ready.exists() {
-        if let Some(status) = child.0.as_mut().unwrap().try_wait().unwrap() {
-            panic!("the child process exited before it was ready: {status}");
-        }
-        assert!(
-            Instant::now() < deadline,
-            "the child process was not ready within {BOUND:?}"
-        );
-        std::thread::sleep(POLL);
-    }
-    let mut process = child.0.take().unwrap();
+    let mut child = start_ready("restart_child_process", DIR_VAR, dir, BOUND);
+    let mut process = child.take();
     process.kill().unwrap();
     let status = process.wait().unwrap();
     assert_eq!(status.signal(), Some(9), "killed by SIGKILL: {status}");

@@ -38,6 +38,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::TappedAgent;
+use dsh_test_support::world::sid;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -110,10 +111,6 @@ fn build_world(
 fn world(model: &Arc<ScriptedModel>) -> World {
     let model = model.clone();
     build_world(|s| s, |b| b.model(model), RuntimeConfig::default())
-}
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
 }
 
 /// Create a root agent (delegation depth 0) in the project directory.
@@ -368,11 +365,17 @@ async fn b8_b25_start_returns_after_the_prompt_is_accepted_and_the_child_is_cata
     // Live in the registry, created by this parent.
     let child = world.live(&child_id);
     assert_eq!(child.header().parent_session.as_ref(), Some(parent.id()));
-    // Its durable log opens with the accepted prompt, whose id is returned.
+    // Its durable log opens with the activation's record (its delivery,
+    // B54), then the accepted prompt, whose id is returned.
     assert!(world.store.exists(&child_id).await.unwrap());
     let log = world.store.load(&child_id).await.unwrap();
-    let EventPayload::InboxAccepted(accepted) = &log.events[0].payload else {
-        panic!("the child's first event is {:?}", log.events[0].payload);
+    assert!(
+        matches!(&log.events[0].payload, EventPayload::Extension { kind, .. } if kind == "subagent/activation"),
+        "the child's first event is {:?}",
+        log.events[0].payload
+    );
+    let EventPayload::InboxAccepted(accepted) = &log.events[1].payload else {
+        panic!("the child's second event is {:?}", log.events[1].payload);
     };
     assert_eq!(
         accepted.message.content,
@@ -592,12 +595,14 @@ async fn b9_a_start_cancelled_during_setup_leaves_no_log_name_or_task() {
         "the child's log exists now"
     );
     cancel.cancel();
+    // The create is not abandoned mid-way (the factory owns its rollback):
+    // once the store returns, the factory sees the token and undoes it.
+    release.add_permits(1);
     let err = bounded("the cancelled start", start)
         .await
         .unwrap()
         .unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
-    release.add_permits(1);
 
     assert_nothing_left(&world, &parent, &[parent.id().clone()], 1).await;
     assert!(events.try_recv().is_err(), "no lifecycle event");
@@ -1471,21 +1476,24 @@ async fn b26_b27_names_default_are_unique_and_form_paths_from_the_root() {
     assert_eq!(unnamed.name(), "reviewer/agent-1");
 
     assert_eq!(
-        world.runtime.names_of(parent.id()),
+        world.runtime.names_of(&parent).unwrap(),
         MemberNames {
             self_name: "lead".into(),
             parent: None
         }
     );
     assert_eq!(
-        world.runtime.names_of(reviewer.child_id()),
+        world.runtime.names_of(&reviewer_agent).unwrap(),
         MemberNames {
             self_name: "reviewer".into(),
             parent: Some("lead".into())
         }
     );
     assert_eq!(
-        world.runtime.names_of(checker.child_id()),
+        world
+            .runtime
+            .names_of(&world.runtime.registry().get(checker.child_id()).unwrap())
+            .unwrap(),
         MemberNames {
             self_name: "reviewer/checker".into(),
             parent: Some("reviewer".into())

@@ -7,56 +7,59 @@
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use dsh_core::{Agent, AgentStatus, SessionId};
+use dsh_core::{Agent, AgentRef, AgentStatus};
 
 use crate::error::SubagentError;
-use crate::runtime::{Activation, SubagentRuntime, lock};
+use crate::runtime::SubagentRuntime;
 
 impl SubagentRuntime {
-    /// The live activations of `root`'s tree.
-    fn tree_activations(&self, root: &SessionId) -> Vec<Arc<Activation>> {
-        lock(&self.inner.activations)
-            .values()
-            .filter(|activation| &activation.root == root)
-            .cloned()
-            .collect()
-    }
-
     /// Close admission below `roots` (`DRAINING`) until each root leaves the
-    /// registry, stop their trees child-first, and wait for every start in
-    /// flight and every teardown. Trees of other roots keep running.
+    /// registry, cancel their starts and resumes not yet published, and stop
+    /// their trees child-first: every member whose creator is not itself a
+    /// live member is stopped (its stop reaches what it owns), and only those
+    /// are waited for. Trees of other roots keep running.
     ///
     /// # Errors
     /// Every teardown failure, reported together after all branches settled.
+    ///
+    /// # Cancel safety
+    /// Admission is closed and the work in flight cancelled before the first
+    /// await. A drop while waiting for work in flight stops nothing more
+    /// (call again to finish); a drop after the stops only stops the
+    /// waiting: the runtime finishes every teardown it started.
     pub async fn drain_descendants(&self, roots: &[Arc<dyn Agent>]) -> Result<(), SubagentError> {
-        {
-            let mut draining = lock(&self.inner.draining);
-            for root in roots {
-                draining.insert(root.reference());
-            }
-        }
+        let references: Vec<AgentRef> = roots.iter().map(|root| root.reference()).collect();
+        self.inner.admissions.close(&references);
         let mut failures = Vec::new();
         for root in roots {
-            let root_id = root.id().clone();
-            // Starts already admitted finish (publish or roll back) first.
-            loop {
-                let started = self.inner.started.notified();
-                if !lock(&self.inner.starting).contains_key(&root_id) {
-                    break;
-                }
-                started.await;
+            let root_id = root.id();
+            // Work admitted before the close publishes or rolls back first.
+            self.inner.admissions.settled(root_id).await;
+            let members = self.inner.activations.tree(root_id);
+            let top: Vec<_> = members
+                .iter()
+                .filter(|member| {
+                    !members
+                        .iter()
+                        .any(|creator| creator.is_agent(&member.parent))
+                })
+                .cloned()
+                .collect();
+            for member in &top {
+                member.stop.cancel();
             }
-            // Stopping the top-level activations stops their subtrees child-first.
-            let members = self.tree_activations(&root_id);
-            for member in &members {
-                if member.parent.id == root_id {
-                    member.stop.cancel();
-                }
-            }
-            for member in members {
+            for member in &top {
                 let mut settled = member.settled.subscribe();
                 let _ = settled.wait_for(Option::is_some).await;
-                if let Err(err) = self.teardown_of(&member.child_id) {
+            }
+            // Every member below a stopped one settled before it did.
+            for member in &members {
+                if let Some(Err(err)) = member
+                    .settled
+                    .borrow()
+                    .as_ref()
+                    .map(|settled| settled.teardown.clone())
+                {
                     failures.push(format!("{}: {err}", member.child_id));
                 }
             }
@@ -72,8 +75,11 @@ impl SubagentRuntime {
     /// is settled or idle and waiting (on parked input, or on children of
     /// its own, which are joined in their turn). Returns whether there was
     /// any such work; a host re-checks the root's own idleness after `true`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits; a drop changes nothing.
     pub async fn wait_for_tree_work(&self, root: &Arc<dyn Agent>) -> bool {
-        let members = self.tree_activations(root.id());
+        let members = self.inner.activations.tree(root.id());
         let mut joined = false;
         for member in members {
             let Some(agent) = self.registry().get(&member.child_id) else {
@@ -82,7 +88,7 @@ impl SubagentRuntime {
             // Idle and not about to settle: parked, or waiting on its own children.
             let parked = || {
                 agent.status() == AgentStatus::Idle
-                    && (member.parked.load(Ordering::SeqCst) || !member.owned().is_empty())
+                    && (member.parked.load(Ordering::SeqCst) || member.owns_children())
             };
             if member.settled.borrow().is_some() || parked() {
                 continue;

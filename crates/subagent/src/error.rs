@@ -120,6 +120,18 @@ pub enum SubagentError {
     /// Teardown of an activation failed; its result, if any, stands.
     #[error("teardown failed: {0}")]
     Teardown(String),
+    /// A local child was created and cataloged but did not accept its
+    /// initial prompt; it was torn down without running.
+    #[error("child `{child}` did not accept its initial prompt: {reason}")]
+    InitialPrompt {
+        /// The child.
+        child: SessionId,
+        /// Why the prompt was refused.
+        reason: String,
+    },
+    /// A live agent is neither a tree root nor the child of a live activation.
+    #[error("agent `{0}` is not a member of a live agent tree")]
+    NotAMember(SessionId),
     /// The agent layer failed.
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -155,6 +167,8 @@ impl SubagentError {
             Self::CorruptCatalog { .. } => "CORRUPT_CATALOG",
             Self::Provider { .. } => "PROVIDER_FAILED",
             Self::Teardown(_) => "TEARDOWN_FAILED",
+            Self::InitialPrompt { .. } => "INITIAL_PROMPT_FAILED",
+            Self::NotAMember(_) => "NOT_A_MEMBER",
             Self::Agent(err) => err.code(),
         }
     }

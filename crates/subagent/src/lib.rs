@@ -6,36 +6,46 @@
 //! notices. It works with any implementation of the core traits; it never
 //! depends on a particular agent loop, store or provider.
 //!
-//! Ownership: before publication the caller's cancellation token governs a
-//! start and a failure leaves nothing behind; from publication on, the
-//! runtime owns each child, its token and its teardown, and callers reach it
-//! only through [`SubagentActivation::dispose`].
+//! Ownership: before publication the caller's cancellation token (or the
+//! caller dropping its future) stops a start and a failure leaves nothing
+//! behind; once begun, the work is the runtime's and finishes on its task
+//! tracker however the caller goes away; from publication on, the runtime
+//! owns each child, its token and its teardown, and callers reach it only
+//! through [`SubagentActivation::dispose`].
 
-pub mod capture;
+mod activation;
+mod admission;
+mod capture;
 pub mod catalog;
-pub mod drain;
-pub mod error;
-pub mod events;
-pub mod messaging;
-pub mod names;
-pub mod provider;
-pub mod request;
+mod compose;
+mod drain;
+mod error;
+mod events;
+mod messaging;
+mod names;
+mod notice;
+mod owned;
+mod provider;
+mod request;
 pub mod result;
-pub mod runtime;
-pub mod tree;
+mod runtime;
+mod start;
+mod tree;
 
-pub use catalog::{Catalog, CatalogEntry, CatalogFold, ChildMode, fold_catalog};
+pub use activation::SubagentActivation;
+pub use capture::CAPTURE_TOOL;
+pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
 pub use error::SubagentError;
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
-pub use names::{NameReservations, ROOT_NAME, is_agent_name, validate_name};
+pub use names::{ROOT_NAME, validate_name};
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
     ResolvedStartRequest, StartExternal, SubagentCapabilities, SubagentProvider, SubagentRun,
 };
 pub use request::{ActivationSpec, Delivery, StartRequest};
 pub use result::SubagentResult;
-pub use runtime::{MemberNames, RuntimeConfig, SubagentActivation, SubagentRuntime};
+pub use runtime::{MemberNames, RuntimeConfig, SubagentRuntime};
 pub use tree::{DescendantRow, RowDiagnostic};

@@ -7,13 +7,22 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+
 use dsh_core::{
-    Agent, AgentStatus, CancelCause, CancelOptions, CancellationToken, ContentBlock, InboxTarget,
-    MessageId, MessageSource, ResumeAgent, SessionId, StoreError, UserMessage,
+    Agent, AgentError, AgentRef, AgentStatus, CancelCause, CancelOptions, CancellationToken,
+    ContentBlock, EventPayload, InboxTarget, MessageId, MessageSource, ResumeAgent, SessionId,
+    StoreError, UserMessage,
 };
 
+use crate::activation::{Execution, NewActivation};
+use crate::admission::{AdmissionTicket, CapacitySlot};
 use crate::catalog::ChildMode;
 use crate::error::SubagentError;
+use crate::events::RunInfo;
+use crate::notice::{ACTIVATION_EVENT, activation_payload};
+use crate::owned::Owned;
+use crate::request::Delivery;
 use crate::runtime::{SubagentRuntime, lock};
 
 /// The refusal of a follow-up message to an external child (B42).
@@ -32,10 +41,84 @@ const RETRIES: usize = 8;
 /// How long a delivery waits for a target's teardown to finish.
 const DEPARTURE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// A child resumed but not yet adopted as an activation.
+/// A child resumed but not yet an activation.
 struct Resumed {
     handle: dsh_core::AgentHandle,
-    slot: crate::runtime::CapacitySlot,
+    slot: CapacitySlot,
+}
+
+/// A resume and the delivery that wakes it, run on the runtime's tracker.
+struct ResumedDelivery {
+    target: SessionId,
+    root: SessionId,
+    message: UserMessage,
+    into: Option<InboxTarget>,
+    sender: Option<AgentRef>,
+    stop: CancellationToken,
+    /// Counts the resume as admitted work until it was adopted or undone.
+    ticket: AdmissionTicket,
+}
+
+/// Removes a child's resume gate once nobody else holds it.
+struct PruneGate<'a> {
+    runtime: &'a SubagentRuntime,
+    target: &'a SessionId,
+}
+
+impl Drop for PruneGate<'_> {
+    fn drop(&mut self) {
+        let mut resuming = lock(&self.runtime.inner.resuming);
+        if resuming
+            .get(self.target)
+            .is_some_and(|gate| Arc::strong_count(gate) == 1)
+        {
+            resuming.remove(self.target);
+        }
+    }
+}
+
+/// A user request id being delivered, released on drop.
+struct RequestInFlight<'a> {
+    runtime: &'a SubagentRuntime,
+    key: (SessionId, MessageId),
+}
+
+impl<'a> RequestInFlight<'a> {
+    fn claim(
+        runtime: &'a SubagentRuntime,
+        child: &SessionId,
+        id: &MessageId,
+    ) -> Result<Self, SubagentError> {
+        let key = (child.clone(), id.clone());
+        if !lock(&runtime.inner.requests).insert(key.clone()) {
+            return Err(SubagentError::InvalidRequest(format!(
+                "request `{id}` for `{child}` is already being delivered"
+            )));
+        }
+        Ok(Self { runtime, key })
+    }
+}
+
+impl Drop for RequestInFlight<'_> {
+    fn drop(&mut self) {
+        lock(&self.runtime.inner.requests).remove(&self.key);
+    }
+}
+
+/// Whether a session's own log shows it accepted any input (its task).
+fn has_taken_a_task(agent: &dyn Agent) -> bool {
+    let seed = usize::try_from(agent.header().seed_len).unwrap_or(usize::MAX);
+    agent
+        .events()
+        .get(seed..)
+        .unwrap_or_default()
+        .iter()
+        .any(|event| matches!(event.payload, EventPayload::InboxAccepted(_)))
+}
+
+/// The provider of a member whose creator's catalog cannot be read.
+fn unknown_provider() -> String {
+    "unknown".into()
 }
 
 /// Decides whether a remote caller may act on a session (the user-authored
@@ -151,6 +234,14 @@ impl SubagentRuntime {
     /// `NOT_LIVE` (sender), `UNAUTHORIZED` (self, outside the tree, an
     /// external or one-shot target), `NOT_RESUMABLE`, `DELIVERY_UNAVAILABLE`,
     /// `CANCELLED`.
+    ///
+    /// # Cancel safety
+    /// The checks (registry, lineage and catalog reads) have no effect, so a
+    /// drop during them leaves nothing. A drop during delivery to a live
+    /// target may still leave the message accepted (as `Agent::send` says).
+    /// A drop during a cold target's resume cancels it: the runtime then
+    /// finishes the work it owns, and the child is either cold again with
+    /// no message, or resumed, holding the message, and monitored.
     pub async fn send_message(
         &self,
         sender: &Arc<dyn Agent>,
@@ -167,7 +258,7 @@ impl SubagentRuntime {
                 "an agent cannot send a message to itself".into(),
             ));
         }
-        let root = self.root_of(sender.id());
+        let root = self.root_id(sender.id());
         self.check_admission(&root)?;
         if target != &root {
             let member = match self.is_ancestor(&root, target).await {
@@ -220,41 +311,51 @@ impl SubagentRuntime {
         root: &SessionId,
         message: UserMessage,
         into: Option<InboxTarget>,
-        sender: Option<&dsh_core::AgentRef>,
+        sender: Option<&AgentRef>,
         cancel: &CancellationToken,
     ) -> Result<MessageId, SubagentError> {
         let mut last = None;
         for _ in 0..RETRIES {
-            let (agent, resumed) = match self.registry().get(target) {
-                Some(agent) => (agent, None),
-                None => match self.resume_member(target, root, cancel).await {
-                    Ok(resumed) => (resumed.handle.agent().clone(), Some(resumed)),
-                    Err(SubagentError::Agent(err @ dsh_core::AgentError::AlreadyLive(_))) => {
-                        // Someone else resumed it: deliver to that one.
-                        last = Some(SubagentError::Agent(err));
-                        continue;
-                    }
-                    Err(SubagentError::Agent(
-                        err @ dsh_core::AgentError::Store(StoreError::Busy(_)),
-                    )) => {
-                        last = Some(SubagentError::Agent(err));
+            let outcome = match self.registry().get(target) {
+                Some(agent) => {
+                    let activation = self.inner.activations.get(target);
+                    let input = match &activation {
+                        Some(activation) => Some(activation.input.read().await),
+                        None => None,
+                    };
+                    if activation
+                        .as_ref()
+                        .is_some_and(|activation| activation.input_closed())
+                    {
+                        // It takes no more input; its resume will.
+                        drop(input);
                         self.wait_for_departure(target).await;
                         continue;
                     }
-                    Err(err) => return Err(err),
-                },
+                    let outcome = self
+                        .deliver(sender, root, &agent, message.clone(), into, cancel)
+                        .await;
+                    if outcome.is_ok()
+                        && let Some(activation) = &activation
+                    {
+                        activation.delivered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    outcome
+                }
+                None => {
+                    self.resume_and_deliver(target, root, message.clone(), into, sender, cancel)
+                        .await
+                }
             };
-            let outcome = self
-                .deliver(sender, root, &agent, message.clone(), into, cancel)
-                .await;
-            if let Some(resumed) = resumed {
-                // Adopted only now, so the new activation cannot settle
-                // before the message that woke it is in its inbox.
-                let name = self.member_name(target, root).await;
-                self.adopt(resumed, root, name);
-            }
             match outcome {
-                Err(SubagentError::Agent(err @ dsh_core::AgentError::Disposed(_))) => {
+                Err(SubagentError::Agent(err @ AgentError::AlreadyLive(_))) => {
+                    // Someone else resumed it: deliver to that one.
+                    last = Some(SubagentError::Agent(err));
+                }
+                Err(SubagentError::Agent(
+                    err @ (AgentError::Disposed(_)
+                    | AgentError::Store(StoreError::Busy(_) | StoreError::Locked(_))),
+                )) => {
                     last = Some(SubagentError::Agent(err));
                     self.wait_for_departure(target).await;
                 }
@@ -262,6 +363,123 @@ impl SubagentRuntime {
             }
         }
         Err(last.unwrap_or_else(|| SubagentError::DeliveryUnavailable(target.clone())))
+    }
+
+    /// Resume a cold `target` and deliver `message` to it, as work the
+    /// runtime owns (counted as admitted below `root`): a caller that goes
+    /// away cancels what is not done yet and the runtime finishes the rest.
+    /// The resumed child becomes an activation only when the message was
+    /// accepted; otherwise it is disposed.
+    async fn resume_and_deliver(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        message: UserMessage,
+        into: Option<InboxTarget>,
+        sender: Option<&AgentRef>,
+        cancel: &CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
+        let stop = cancel.child_token();
+        let ticket = self
+            .inner
+            .admissions
+            .admit(self.registry(), root, stop.clone())?;
+        let work = ResumedDelivery {
+            target: target.clone(),
+            root: root.clone(),
+            message,
+            into,
+            sender: sender.cloned(),
+            stop: stop.clone(),
+            ticket,
+        };
+        let runtime = self.clone();
+        Owned::new(
+            async move { runtime.resumed_delivery(work).await },
+            &self.inner.tasks,
+            stop,
+        )
+        .await
+    }
+
+    async fn resumed_delivery(&self, work: ResumedDelivery) -> Result<MessageId, SubagentError> {
+        let ResumedDelivery {
+            target,
+            root,
+            message,
+            into,
+            sender,
+            stop,
+            ticket,
+        } = work;
+        let (name, provider) = self.member_identity(&target, &root).await;
+        let Resumed { handle, slot } = self.resume_member(&target, &root, &stop).await?;
+        let agent = handle.agent().clone();
+        // This activation's own events start here, whatever runs next.
+        let start_seq = agent.events().len() as u64;
+        if !has_taken_a_task(agent.as_ref()) {
+            // Cataloged, never given its task (B54): it must not take the
+            // next message as one. Its creator gets the failure as a notice.
+            handle.dispose().await;
+            return Err(SubagentError::NotResumable {
+                id: target,
+                reason: "it was created but never accepted its task".into(),
+            });
+        }
+        let creator = agent.header().parent_session.clone();
+        let parent = creator
+            .as_ref()
+            .and_then(|creator| self.registry().get(creator))
+            .map(|creator| creator.reference())
+            .unwrap_or_else(|| AgentRef {
+                id: creator.unwrap_or_else(|| root.clone()),
+                epoch: dsh_core::Epoch(0),
+            });
+        let activation = self.install(NewActivation {
+            info: RunInfo {
+                provider,
+                child_id: target.clone(),
+                parent_session_id: parent.id.clone(),
+                local: true,
+            },
+            path: (name != target.as_str()).then(|| name.clone()),
+            parent,
+            root: root.clone(),
+            delivery: Delivery::Parent,
+            execution: Execution::Local {
+                handle: handle.clone(),
+                start_seq,
+                capture: None,
+            },
+            slot,
+        });
+        let delivered = match agent
+            .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
+            .await
+        {
+            Ok(_) => {
+                self.deliver(sender.as_ref(), &root, &agent, message, into, &stop)
+                    .await
+            }
+            Err(err) => Err(err.into()),
+        };
+        match delivered {
+            Ok(id) => {
+                self.launch(&activation);
+                drop(ticket);
+                // Its own tree is live again: notices its children owe it.
+                if let Err(err) = self.deliver_lost_notices(&agent).await {
+                    tracing::warn!(member = %target, "lost notices were not delivered: {err}");
+                }
+                Ok(id)
+            }
+            Err(err) => {
+                // Not delivered: the resume is undone, nobody is notified.
+                self.uninstall(&activation);
+                handle.dispose().await;
+                Err(err)
+            }
+        }
     }
 
     /// Wait (bounded) until an agent being torn down has left the registry,
@@ -283,7 +501,7 @@ impl SubagentRuntime {
     /// Recheck the sender and the root, then hand the message to the target.
     async fn deliver(
         &self,
-        sender: Option<&dsh_core::AgentRef>,
+        sender: Option<&AgentRef>,
         root: &SessionId,
         agent: &Arc<dyn Agent>,
         message: UserMessage,
@@ -314,54 +532,39 @@ impl SubagentRuntime {
         }
     }
 
-    /// The full name of a member from the root: the slash path of catalog
-    /// names when every level below the root is named, else its id.
-    async fn member_name(&self, member: &SessionId, root: &SessionId) -> String {
+    /// The full name of a member from the root (the slash path of catalog
+    /// names when every level below the root is named, else its id) and
+    /// the provider its creator recorded.
+    async fn member_identity(&self, member: &SessionId, root: &SessionId) -> (String, String) {
         let mut names = Vec::new();
+        let mut provider = None;
         let mut current = member.clone();
         for _ in 0..MAX_LINEAGE {
             if &current == root {
                 names.reverse();
-                return names.join("/");
+                return (names.join("/"), provider.unwrap_or_else(unknown_provider));
             }
             let Ok(Some(parent)) = self.parent_of(&current).await else {
                 break;
             };
-            let named = self
-                .catalog_entry(&parent, &current)
-                .await
-                .ok()
-                .flatten()
-                .and_then(|entry| entry.name);
-            match named {
+            let entry = self.catalog_entry(&parent, &current).await.ok().flatten();
+            if provider.is_none() {
+                provider = Some(
+                    entry
+                        .as_ref()
+                        .map_or_else(unknown_provider, |entry| entry.provider.clone()),
+                );
+            }
+            match entry.and_then(|entry| entry.name) {
                 Some(name) => names.push(name),
                 None => break,
             }
             current = parent;
         }
-        member.to_string()
-    }
-
-    fn adopt(&self, resumed: Resumed, root: &SessionId, name: String) {
-        let Resumed { handle, slot } = resumed;
-        let agent = handle.agent().clone();
-        let creator = agent.header().parent_session.clone();
-        let parent_ref = creator
-            .as_ref()
-            .and_then(|creator| self.registry().get(creator))
-            .map(|creator| creator.reference())
-            .unwrap_or_else(|| dsh_core::AgentRef {
-                id: creator.unwrap_or_else(|| root.clone()),
-                epoch: dsh_core::Epoch(0),
-            });
-        self.adopt_resumed(
-            handle,
-            "resumed".into(),
-            parent_ref,
-            root.clone(),
-            name,
-            slot,
-        );
+        (
+            member.to_string(),
+            provider.unwrap_or_else(unknown_provider),
+        )
     }
 
     /// Resume a cold member; concurrent resumes of one child coalesce (the
@@ -372,6 +575,10 @@ impl SubagentRuntime {
         root: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<Resumed, SubagentError> {
+        let _prune = PruneGate {
+            runtime: self,
+            target,
+        };
         let gate = lock(&self.inner.resuming)
             .entry(target.clone())
             .or_default()
@@ -398,7 +605,6 @@ impl SubagentRuntime {
                 cancel: cancel.clone(),
             })
             .await;
-        lock(&self.inner.resuming).remove(target);
         match resumed {
             Ok(handle) => Ok(Resumed { handle, slot }),
             Err(dsh_core::AgentError::Cancelled) => Err(SubagentError::Cancelled),
@@ -436,6 +642,11 @@ impl SubagentRuntime {
     /// # Errors
     /// `UNAUTHORIZED`, `NOT_LIVE` (the root), `NOT_RESUMABLE`,
     /// `DELIVERY_UNAVAILABLE`, `INVALID_REQUEST` (images), `CANCELLED`.
+    ///
+    /// # Cancel safety
+    /// As [`SubagentRuntime::send_message`]: nothing before delivery has an
+    /// effect, and a resume dropped mid-way is finished or undone by the
+    /// runtime, never left live and unmonitored.
     pub async fn prompt(
         &self,
         request: UserPrompt,
@@ -470,6 +681,15 @@ impl SubagentRuntime {
                 )));
             }
         }
+        // The request id is an idempotency key: a repeat of an accepted
+        // request is not delivered again, and one in flight is refused.
+        let _in_flight = RequestInFlight::claim(self, &request.child, &request.request_id)?;
+        if self
+            .was_accepted(&request.child, &request.request_id)
+            .await?
+        {
+            return Ok(request.request_id);
+        }
         let message = UserMessage {
             id: request.request_id,
             content: request.content,
@@ -483,10 +703,24 @@ impl SubagentRuntime {
             .await
     }
 
+    /// Whether `child`'s log already holds an accepted message `id`.
+    async fn was_accepted(&self, child: &SessionId, id: &MessageId) -> Result<bool, SubagentError> {
+        let events = match self.registry().get(child) {
+            Some(agent) => agent.events(),
+            None => self.inner.store.load(child).await?.events,
+        };
+        Ok(events.iter().any(|event| {
+            matches!(&event.payload, EventPayload::InboxAccepted(accepted) if &accepted.message.id == id)
+        }))
+    }
+
     /// Interrupt a child for the user, authorised on its session first.
     ///
     /// # Errors
     /// `UNAUTHORIZED` when the authoriser refuses.
+    ///
+    /// # Cancel safety
+    /// As [`SubagentRuntime::interrupt`].
     pub async fn interrupt_by_user(
         &self,
         child: &SessionId,
@@ -505,6 +739,11 @@ impl SubagentRuntime {
     /// # Errors
     /// `UNAUTHORIZED` unless the authority is the user or an exact live
     /// ancestor of the target (checked even when the target is absent).
+    ///
+    /// # Cancel safety
+    /// The only awaits are the lineage reads of the authority check, before
+    /// any effect; a drop there interrupts nothing. The interrupt itself is
+    /// synchronous.
     pub async fn interrupt(
         &self,
         target: &SessionId,

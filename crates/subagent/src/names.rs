@@ -50,7 +50,8 @@ pub fn validate_name(name: &str) -> Result<(), SubagentError> {
 }
 
 /// Whether `text` is a valid child name.
-pub fn is_agent_name(text: &str) -> bool {
+#[cfg(test)]
+fn is_agent_name(text: &str) -> bool {
     validate_name(text).is_ok()
 }
 
@@ -140,12 +141,14 @@ impl NameReservations {
     }
 
     /// How many names are held.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.held().names.len()
     }
 
     /// Whether no name is held.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.len() == 0
     }
 }

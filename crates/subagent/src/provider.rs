@@ -103,13 +103,16 @@ pub struct ResolvedStartRequest {
     pub prompt: Vec<ContentBlock>,
     /// The delegating agent.
     pub parent: Arc<dyn Agent>,
-    /// Option overrides (already merged with the provider's route).
+    /// Option overrides, merged over the provider's default route when it
+    /// has one. (An external start cannot take an `agent_preset`: the
+    /// runtime refuses it, since the provider composes its own run.)
     pub agent_options: Option<AgentOptions>,
     /// Structured output schema.
     pub output_schema: Option<ObjectSchema>,
     /// Absolute depth cap.
     pub max_depth: Option<u32>,
-    /// Tool restriction.
+    /// Tool restriction: the requested one narrowed over the parent's, so
+    /// it never allows what the parent may not use.
     pub tool_filter: Option<ToolRestriction>,
     /// Persona.
     pub persona: Option<String>,

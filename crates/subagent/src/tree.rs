@@ -186,6 +186,9 @@ impl SubagentRuntime {
     /// child that is not continuable, or a token is neither a name nor a
     /// session id; the store or catalog error of a catalog along the way
     /// that cannot be read; `CANCELLED` when `cancel` fires first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads catalogs and logs.
     pub async fn resolve_name(
         &self,
         caller: &Arc<dyn Agent>,
@@ -196,7 +199,7 @@ impl SubagentRuntime {
         if !self.registry().is_live(&reference) {
             return Err(SubagentError::NotLive(reference.id));
         }
-        let root = self.root_of(caller.id());
+        let root = self.root_id(caller.id());
         if name == ROOT_NAME {
             return Ok(root);
         }
@@ -245,6 +248,9 @@ impl SubagentRuntime {
     /// The store or catalog error when the root's own catalog cannot be
     /// read (a missing root is `SESSION_NOT_FOUND`); `CANCELLED` when
     /// `cancel` fires before the listing completes.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads catalogs and logs.
     pub async fn list_descendants(
         &self,
         root: &SessionId,

@@ -24,7 +24,12 @@ impl TreeView {
         caller: &Arc<dyn Agent>,
         cancel: &CancellationToken,
     ) -> Result<Self, ControlError> {
-        let root = runtime.root_of(caller.id());
+        let root = match runtime.root_of(caller) {
+            Ok(root) => root,
+            // A live session outside every tree sees only its own, empty one.
+            Err(SubagentError::NotAMember(id)) => id,
+            Err(err) => return Err(ControlError::Failed(err.to_string())),
+        };
         let rows = runtime
             .list_descendants(&root, cancel)
             .await

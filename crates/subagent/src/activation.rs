@@ -1,0 +1,540 @@
+//! Activations: one live execution of a child (a local agent or an external
+//! run), with an identity of its own. Stop, teardown, ownership and
+//! settlement are keyed by the activation, never by the child's session id,
+//! so an old handle never reaches a later resume of the same child. The
+//! monitor watches one activation until it ends, then notifies its
+//! creator, tears it down, frees its capacity slot and settles it.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+
+use dsh_core::{
+    Agent, AgentHandle, AgentRef, AgentStatus, CancelCause, CancelOptions, CancellationToken,
+    MessageId, SessionId, StopReason,
+};
+use tokio::sync::{Notify, watch};
+
+use crate::admission::CapacitySlot;
+use crate::capture::CaptureTool;
+use crate::error::SubagentError;
+use crate::events::{RunInfo, RunOutcome, SubagentEvent};
+use crate::provider::SubagentRun;
+use crate::request::Delivery;
+use crate::result::{SubagentResult, bound_diagnostic, final_output, last_stop};
+use crate::runtime::{SubagentRuntime, lock};
+
+/// Serials of activations, unique for the life of the process.
+static NEXT_SERIAL: AtomicU64 = AtomicU64::new(1);
+
+/// How an activation ended: its result, and how its teardown went.
+#[derive(Debug, Clone)]
+pub(crate) struct Settled {
+    pub(crate) result: Result<SubagentResult, SubagentError>,
+    pub(crate) teardown: Result<(), SubagentError>,
+}
+
+pub(crate) enum Execution {
+    Local {
+        handle: AgentHandle,
+        /// Events before this seq belong to earlier activations or a seed.
+        start_seq: u64,
+        capture: Option<Arc<CaptureTool>>,
+    },
+    External {
+        run: Arc<dyn SubagentRun>,
+    },
+}
+
+/// One live activation, as the runtime tracks it.
+pub(crate) struct Activation {
+    serial: u64,
+    pub(crate) info: RunInfo,
+    pub(crate) child_id: SessionId,
+    /// The full model-facing name, when every creator below the root is named.
+    pub(crate) path: Option<String>,
+    pub(crate) name: String,
+    pub(crate) parent: AgentRef,
+    pub(crate) root: SessionId,
+    pub(crate) delivery: Delivery,
+    execution: Execution,
+    /// Activations this child created, which it owns until they settle.
+    owned: Mutex<HashMap<u64, Weak<Activation>>>,
+    owned_changed: Notify,
+    /// Set by `dispose` or a drain: stop and settle.
+    pub(crate) stop: CancellationToken,
+    /// Set by an interrupt: the idle child stays resident (its input
+    /// parked) until something wakes it again.
+    pub(crate) parked: AtomicBool,
+    /// Set when the activation stops taking input (before its notice).
+    pub(crate) retiring: AtomicBool,
+    /// Held shared by every delivery to this activation's child, across its
+    /// check of `retiring` and its send; held exclusively by the monitor
+    /// while it decides to retire, so no delivery lands unseen in between.
+    pub(crate) input: tokio::sync::RwLock<()>,
+    /// Deliveries accepted so far; the monitor retires only when none
+    /// landed since it found the child quiet.
+    pub(crate) delivered: AtomicU64,
+    pub(crate) settled: watch::Sender<Option<Settled>>,
+    /// The tree's capacity slot, freed when the activation retires (before
+    /// its result settles, so a caller can start the next child at once).
+    slot: Mutex<Option<CapacitySlot>>,
+}
+
+/// What a new activation is made of.
+pub(crate) struct NewActivation {
+    pub(crate) info: RunInfo,
+    pub(crate) path: Option<String>,
+    pub(crate) parent: AgentRef,
+    pub(crate) root: SessionId,
+    pub(crate) delivery: Delivery,
+    pub(crate) execution: Execution,
+    pub(crate) slot: CapacitySlot,
+}
+
+impl Activation {
+    fn new(new: NewActivation) -> Self {
+        let child_id = new.info.child_id.clone();
+        Self {
+            serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
+            name: new.path.clone().unwrap_or_else(|| child_id.to_string()),
+            child_id,
+            info: new.info,
+            path: new.path,
+            parent: new.parent,
+            root: new.root,
+            delivery: new.delivery,
+            execution: new.execution,
+            owned: Mutex::new(HashMap::new()),
+            owned_changed: Notify::new(),
+            stop: CancellationToken::new(),
+            parked: AtomicBool::new(false),
+            retiring: AtomicBool::new(false),
+            input: tokio::sync::RwLock::new(()),
+            delivered: AtomicU64::new(0),
+            settled: watch::Sender::new(None),
+            slot: Mutex::new(Some(new.slot)),
+        }
+    }
+
+    fn owned(&self) -> MutexGuard<'_, HashMap<u64, Weak<Activation>>> {
+        self.owned.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Whether this activation owns live children.
+    pub(crate) fn owns_children(&self) -> bool {
+        !self.owned().is_empty()
+    }
+
+    /// The exact live agent of a local activation.
+    pub(crate) fn agent(&self) -> Option<&Arc<dyn Agent>> {
+        match &self.execution {
+            Execution::Local { handle, .. } => Some(handle.agent()),
+            Execution::External { .. } => None,
+        }
+    }
+
+    /// Whether the activation takes no more input: it is retiring, or its
+    /// child submitted a valid structured result (B23), which closes this
+    /// activation's input. A message then goes to a later resume.
+    pub(crate) fn input_closed(&self) -> bool {
+        self.retiring.load(Ordering::SeqCst)
+            || matches!(&self.execution, Execution::Local { capture: Some(capture), .. } if capture.captured().is_some())
+    }
+
+    /// Whether this is the activation of the exact agent `reference`.
+    pub(crate) fn is_agent(&self, reference: &AgentRef) -> bool {
+        self.agent()
+            .is_some_and(|agent| &agent.reference() == reference)
+    }
+}
+
+/// The live activations of one runtime, by child (at most one each, B16).
+#[derive(Default)]
+pub(crate) struct Activations {
+    map: Mutex<HashMap<SessionId, Arc<Activation>>>,
+}
+
+impl Activations {
+    fn map(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Activation>>> {
+        lock(&self.map)
+    }
+
+    /// The live activation of `child`.
+    pub(crate) fn get(&self, child: &SessionId) -> Option<Arc<Activation>> {
+        self.map().get(child).cloned()
+    }
+
+    /// The live activation of the exact agent `reference`.
+    pub(crate) fn of_agent(&self, reference: &AgentRef) -> Option<Arc<Activation>> {
+        self.map()
+            .get(&reference.id)
+            .filter(|activation| activation.is_agent(reference))
+            .cloned()
+    }
+
+    /// How many are live.
+    pub(crate) fn len(&self) -> usize {
+        self.map().len()
+    }
+
+    /// Every live activation.
+    pub(crate) fn all(&self) -> Vec<Arc<Activation>> {
+        self.map().values().cloned().collect()
+    }
+
+    /// The live activations of `root`'s tree.
+    pub(crate) fn tree(&self, root: &SessionId) -> Vec<Arc<Activation>> {
+        self.map()
+            .values()
+            .filter(|activation| &activation.root == root)
+            .cloned()
+            .collect()
+    }
+
+    /// Make `new` live, owned by its creator's exact live activation.
+    fn insert(&self, new: NewActivation) -> Arc<Activation> {
+        let activation = Arc::new(Activation::new(new));
+        let mut map = self.map();
+        if let Some(owner) = map
+            .get(&activation.parent.id)
+            .filter(|owner| owner.is_agent(&activation.parent))
+        {
+            owner
+                .owned()
+                .insert(activation.serial, Arc::downgrade(&activation));
+        }
+        map.insert(activation.child_id.clone(), activation.clone());
+        activation
+    }
+
+    /// Remove exactly `activation` (never a later one of its child) and
+    /// tell its owner.
+    fn remove(&self, activation: &Activation) {
+        let owner = {
+            let mut map = self.map();
+            if map
+                .get(&activation.child_id)
+                .is_some_and(|live| live.serial == activation.serial)
+            {
+                map.remove(&activation.child_id);
+            }
+            map.get(&activation.parent.id)
+                .filter(|owner| owner.is_agent(&activation.parent))
+                .cloned()
+        };
+        if let Some(owner) = owner {
+            owner.owned().remove(&activation.serial);
+            owner.owned_changed.notify_waiters();
+        }
+    }
+}
+
+/// A handle to one activation. Cloning shares it; every holder can await the
+/// result.
+#[derive(Clone)]
+pub struct SubagentActivation {
+    child_id: SessionId,
+    name: String,
+    message_id: Option<MessageId>,
+    activation: Weak<Activation>,
+    settled: watch::Receiver<Option<Settled>>,
+    disposed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for SubagentActivation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SubagentActivation")
+            .field("child_id", &self.child_id)
+            .field("name", &self.name)
+            .field("message_id", &self.message_id)
+            .finish_non_exhaustive()
+    }
+}
+
+impl SubagentActivation {
+    pub(crate) fn new(activation: &Arc<Activation>, message_id: Option<MessageId>) -> Self {
+        Self {
+            child_id: activation.child_id.clone(),
+            name: activation.name.clone(),
+            message_id,
+            activation: Arc::downgrade(activation),
+            settled: activation.settled.subscribe(),
+            disposed: Arc::new(AtomicBool::new(false)),
+        }
+    }
+
+    /// The child's stable identity.
+    pub fn child_id(&self) -> &SessionId {
+        &self.child_id
+    }
+
+    /// The child's full model-facing name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The accepted initial message, for a local child (always present for
+    /// one: a start whose prompt was not accepted fails).
+    pub fn message_id(&self) -> Option<&MessageId> {
+        self.message_id.as_ref()
+    }
+
+    async fn settled(&self) -> Settled {
+        let mut settled = self.settled.clone();
+        match settled.wait_for(Option::is_some).await {
+            Ok(value) => value.clone().unwrap_or_else(vanished),
+            Err(_) => vanished(),
+        }
+    }
+
+    /// Wait for the result: it settles after teardown and after the
+    /// completion notice was sent.
+    ///
+    /// # Errors
+    /// An infrastructure fault; a child's failure is a stop reason.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropping the future leaves the activation running.
+    pub async fn result(&self) -> Result<SubagentResult, SubagentError> {
+        self.settled().await.result
+    }
+
+    /// Stop this activation (never a later one of the same child) and wait
+    /// until it is torn down. Idempotent.
+    ///
+    /// # Errors
+    /// The teardown failed; a result already captured stands.
+    ///
+    /// # Cancel safety
+    /// The stop is requested before the first await; dropping the future
+    /// then only stops the waiting, and the runtime finishes the teardown.
+    pub async fn dispose(&self) -> Result<(), SubagentError> {
+        if !self.disposed.swap(true, Ordering::SeqCst)
+            && let Some(activation) = self.activation.upgrade()
+        {
+            activation.stop.cancel();
+        }
+        self.settled().await.teardown
+    }
+}
+
+fn vanished() -> Settled {
+    let err = SubagentError::Teardown("the activation ended without a result".into());
+    Settled {
+        result: Err(err.clone()),
+        teardown: Err(err),
+    }
+}
+
+impl SubagentRuntime {
+    /// Make `new` a live activation (no event, no monitor yet).
+    pub(crate) fn install(&self, new: NewActivation) -> Arc<Activation> {
+        self.inner.activations.insert(new)
+    }
+
+    /// Announce and watch an installed activation.
+    pub(crate) fn launch(&self, activation: &Arc<Activation>) {
+        self.inner
+            .events
+            .emit(&SubagentEvent::Start(activation.info.clone()));
+        let runtime = self.clone();
+        let activation = activation.clone();
+        self.inner.tasks.spawn(async move {
+            runtime.monitor(activation).await;
+        });
+    }
+
+    /// Undo an installed activation that was never launched: it leaves the
+    /// map and frees its slot; the caller disposes what it ran.
+    pub(crate) fn uninstall(&self, activation: &Arc<Activation>) {
+        drop(lock(&activation.slot).take());
+        self.inner.activations.remove(activation);
+    }
+
+    /// Watch one activation until it ends, then notify, tear down and settle.
+    async fn monitor(&self, activation: Arc<Activation>) {
+        // An external run stopped early is disposed once, here; its outcome
+        // is the teardown's.
+        let mut early_teardown = None;
+        let result = match &activation.execution {
+            Execution::Local {
+                handle,
+                start_seq,
+                capture,
+            } => {
+                let stopped = loop {
+                    let seen = activation.delivered.load(Ordering::SeqCst);
+                    if self.await_quiescence(&activation, handle.agent()).await {
+                        activation.retiring.store(true, Ordering::SeqCst);
+                        break true;
+                    }
+                    // Retire only if no delivery landed since the child was
+                    // found quiet; one in flight finishes first.
+                    let _input = activation.input.write().await;
+                    if activation.delivered.load(Ordering::SeqCst) == seen {
+                        activation.retiring.store(true, Ordering::SeqCst);
+                        break false;
+                    }
+                };
+                if stopped {
+                    self.stop_tree(&activation, handle.agent()).await;
+                }
+                Ok(local_result(
+                    handle.agent().as_ref(),
+                    *start_seq,
+                    capture.as_deref(),
+                    stopped,
+                ))
+            }
+            Execution::External { run } => {
+                let result = tokio::select! {
+                    result = run.result() => result,
+                    () = activation.stop.cancelled() => {
+                        early_teardown = Some(run.dispose().await);
+                        run.result().await
+                    }
+                };
+                activation.retiring.store(true, Ordering::SeqCst);
+                // Whatever the provider wrote, the bound holds.
+                result.map(|mut result| {
+                    result.diagnostic = result.diagnostic.take().map(bound_diagnostic);
+                    result
+                })
+            }
+        };
+        // The input is closed now: a reply to the notice goes to a resume.
+        let reported = match &activation.execution {
+            Execution::Local {
+                handle, start_seq, ..
+            } => crate::notice::last_turn_end(&handle.agent().events_since(*start_seq))
+                .map(|seq| crate::notice::notice_id(&activation.child_id, seq)),
+            Execution::External { .. } => None,
+        }
+        .unwrap_or_else(MessageId::generate);
+        match &result {
+            Ok(result) => self.notify_parent(&activation, result, reported).await,
+            // An infrastructure failure is reported too, never swallowed.
+            Err(err) => {
+                let failed = SubagentResult::stopped(StopReason::ERROR)
+                    .with_diagnostic(bound_diagnostic(err.to_string()));
+                self.notify_parent(&activation, &failed, reported).await;
+            }
+        }
+        let teardown = match (&activation.execution, early_teardown) {
+            (Execution::Local { handle, .. }, _) => {
+                handle.dispose().await;
+                Ok(())
+            }
+            (Execution::External { .. }, Some(outcome)) => outcome,
+            (Execution::External { run }, None) => run.dispose().await,
+        };
+        self.uninstall(&activation);
+        let outcome = match (&result, &teardown) {
+            (Ok(result), Ok(())) => RunOutcome::Settled(result.stop_reason.clone()),
+            (Err(err), _) | (_, Err(err)) => RunOutcome::Error(err.to_string()),
+        };
+        activation
+            .settled
+            .send_replace(Some(Settled { result, teardown }));
+        self.inner
+            .events
+            .emit(&SubagentEvent::End(activation.info.clone(), outcome));
+    }
+
+    /// Wait until the child is idle with no owned child left, or a stop was
+    /// requested (returns `true` then).
+    async fn await_quiescence(&self, activation: &Activation, child: &Arc<dyn Agent>) -> bool {
+        loop {
+            tokio::select! {
+                biased;
+                () = activation.stop.cancelled() => return true,
+                () = child.wait_idle() => {}
+            }
+            loop {
+                let changed = activation.owned_changed.notified();
+                if activation.owned().is_empty() {
+                    break;
+                }
+                tokio::select! {
+                    biased;
+                    () = activation.stop.cancelled() => return true,
+                    () = changed => {}
+                }
+            }
+            if child.status() != AgentStatus::Idle {
+                continue;
+            }
+            if activation.parked.load(Ordering::SeqCst) {
+                // Interrupted: stay resident until a waking send runs a turn.
+                let mut status = child.watch_status();
+                tokio::select! {
+                    biased;
+                    () = activation.stop.cancelled() => return true,
+                    _ = status.wait_for(|status| *status == AgentStatus::Running) => {}
+                }
+                activation.parked.store(false, Ordering::SeqCst);
+                continue;
+            }
+            return false;
+        }
+    }
+
+    /// Stop a child and everything it owns, child-first: its current turn
+    /// first (so it starts nothing new), then every activation it owns (their
+    /// notices reach it without waking it), then the child itself.
+    async fn stop_tree(&self, activation: &Activation, child: &Arc<dyn Agent>) {
+        child.cancel(CancelCause::Disposed, CancelOptions { keep_inbox: true });
+        loop {
+            let changed = activation.owned_changed.notified();
+            let owned: Vec<Arc<Activation>> = {
+                let mut owned = activation.owned();
+                owned.retain(|_, member| member.strong_count() > 0);
+                owned.values().filter_map(Weak::upgrade).collect()
+            };
+            if owned.is_empty() {
+                break;
+            }
+            for member in &owned {
+                member.stop.cancel();
+            }
+            changed.await;
+        }
+        child.cancel(CancelCause::Disposed, CancelOptions { keep_inbox: true });
+        child.wait_idle().await;
+    }
+}
+
+/// The result of a local activation from the child's own events.
+fn local_result(
+    child: &dyn Agent,
+    start_seq: u64,
+    capture: Option<&CaptureTool>,
+    stopped: bool,
+) -> SubagentResult {
+    let own = child.events_since(start_seq);
+    // A stopped activation is aborted whatever its last turn said.
+    let (mut stop_reason, mut diagnostic) = last_stop(&own)
+        .filter(|_| !stopped)
+        .unwrap_or((StopReason::ABORTED, None));
+    let structured = capture.and_then(CaptureTool::captured);
+    if capture.is_some() && structured.is_none() && stop_reason.is_completed() {
+        stop_reason = StopReason::ERROR;
+        diagnostic = Some(format!(
+            "the child finished without submitting a result through `{}`",
+            crate::capture::CAPTURE_TOOL
+        ));
+    }
+    let mut result = SubagentResult {
+        output: final_output(&own),
+        structured,
+        diagnostic: None,
+        stop_reason,
+    };
+    if !result.stop_reason.is_completed()
+        && let Some(diagnostic) = diagnostic
+    {
+        result = result.with_diagnostic(diagnostic);
+    }
+    result
+}

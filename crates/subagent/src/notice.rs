@@ -1,0 +1,358 @@
+//! Settlement notices (B28) and terminal records (B54): the runtime's own
+//! account of a child ending, sent to its still-live direct creator. A
+//! creator whose tree is draining, or that takes no more input, gets it
+//! injected (it must not wake); an idle one gets a turn; a running one sees
+//! it at its next step.
+//!
+//! Every activation writes an `subagent/activation` record into the child's
+//! log when it launches (its delivery), and a notice's message id names the
+//! child and the seq of the turn end it reports. So a notice lost to a crash
+//! between a child's last turn and its notice is found later, by comparing
+//! the child's log with the notices already in its creator's log, and
+//! delivered exactly once ([`SubagentRuntime::deliver_lost_notices`]).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+
+use dsh_core::{
+    Agent, AgentStatus, ContentBlock, EventPayload, MessageId, MessageSource, SessionEvent,
+    SessionHeader, SessionId, StopReason, UserMessage,
+};
+use serde_json::json;
+
+use crate::activation::Activation;
+use crate::catalog::ChildMode;
+use crate::error::SubagentError;
+use crate::request::Delivery;
+use crate::result::{SubagentResult, final_output, last_stop, summary_line};
+use crate::runtime::{SubagentRuntime, lock};
+
+/// The extension event an activation writes into its child's log at launch.
+pub(crate) const ACTIVATION_EVENT: &str = "subagent/activation";
+
+/// The payload of an activation record.
+pub(crate) fn activation_payload(delivery: Delivery) -> serde_json::Value {
+    json!({ "delivery": match delivery {
+        Delivery::Parent => "parent",
+        Delivery::Caller => "caller",
+    }})
+}
+
+/// The id of the notice reporting `child`'s turn that ended at `seq`: the
+/// same whoever sends it, so a creator's log shows whether it arrived.
+pub(crate) fn notice_id(child: &SessionId, seq: u64) -> MessageId {
+    MessageId::new(format!("notice-{child}-{seq}"))
+}
+
+/// The id of the notice that a child never accepted its task.
+fn untasked_id(child: &SessionId) -> MessageId {
+    MessageId::new(format!("notice-{child}-untasked"))
+}
+
+/// The seq of the last turn end in `events`.
+pub(crate) fn last_turn_end(events: &[SessionEvent]) -> Option<u64> {
+    events.iter().rev().find_map(|event| match &event.payload {
+        EventPayload::TurnEnd(_) => Some(event.seq),
+        _ => None,
+    })
+}
+
+/// What a cold child's log says its creator is owed.
+enum Owed {
+    /// The last activation ended a turn at this seq, with this result.
+    Settled(u64, SubagentResult),
+    /// The child was cataloged but never accepted its task.
+    Untasked,
+}
+
+/// Read a cold child's log: a notice is owed for its last activation when
+/// that activation was delivered to the parent and its last turn ended
+/// (not a turn cut off mid-way); an activation record with no accepted
+/// input at all means the child never took its task.
+fn owed(header: &SessionHeader, events: &[SessionEvent]) -> Option<Owed> {
+    let seed = usize::try_from(header.seed_len).unwrap_or(usize::MAX);
+    let own = events.get(seed..).unwrap_or_default();
+    let launched = own.iter().rposition(|event| {
+        matches!(&event.payload, EventPayload::Extension { kind, .. } if kind == ACTIVATION_EVENT)
+    })?;
+    let accepted_any = own
+        .iter()
+        .any(|event| matches!(event.payload, EventPayload::InboxAccepted(_)));
+    if !accepted_any {
+        return Some(Owed::Untasked);
+    }
+    let record = &own[launched];
+    let EventPayload::Extension { payload, .. } = &record.payload else {
+        return None;
+    };
+    #[derive(serde::Deserialize)]
+    struct Record {
+        delivery: String,
+    }
+    if payload.parse::<Record>().ok()?.delivery != "parent" {
+        return None;
+    }
+    let activation = &own[launched..];
+    let ended = last_turn_end(activation)?;
+    let open = activation
+        .iter()
+        .any(|event| event.seq > ended && matches!(event.payload, EventPayload::TurnStart(_)));
+    if open {
+        return None;
+    }
+    let (stop_reason, diagnostic) = last_stop(activation).unwrap_or((StopReason::ABORTED, None));
+    let mut result = SubagentResult {
+        output: final_output(activation),
+        structured: None,
+        diagnostic: None,
+        stop_reason,
+    };
+    if !result.stop_reason.is_completed()
+        && let Some(diagnostic) = diagnostic
+    {
+        result = result.with_diagnostic(diagnostic);
+    }
+    Some(Owed::Settled(ended, result))
+}
+
+/// The ids of the settlement notices a creator's log holds.
+fn notices_in(creator: &dyn Agent) -> HashSet<MessageId> {
+    creator
+        .events()
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::InboxAccepted(accepted)
+                if matches!(
+                    accepted.message.source,
+                    MessageSource::SubagentSettled { .. }
+                ) =>
+            {
+                Some(accepted.message.id.clone())
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+impl SubagentRuntime {
+    /// The B28 notice: to a still-live direct creator, for parent delivery.
+    /// `id` names what it reports (see [`notice_id`]).
+    pub(crate) async fn notify_parent(
+        &self,
+        activation: &Activation,
+        result: &SubagentResult,
+        id: MessageId,
+    ) {
+        if activation.delivery != Delivery::Parent {
+            return;
+        }
+        let Some(parent) = self.registry().resolve(&activation.parent) else {
+            return;
+        };
+        let sent = self
+            .send_notice(&parent, &activation.child_id, &activation.name, result, id)
+            .await;
+        if let Err(err) = sent {
+            tracing::warn!(child = %activation.child_id, "the settlement notice was not delivered: {err}");
+        }
+    }
+
+    async fn send_notice(
+        &self,
+        creator: &Arc<dyn Agent>,
+        child: &SessionId,
+        name: &str,
+        result: &SubagentResult,
+        id: MessageId,
+    ) -> Result<MessageId, dsh_core::AgentError> {
+        let summary = summary_line(name, result);
+        let mut message = UserMessage::new(
+            render_notice(&summary, result),
+            MessageSource::SubagentSettled {
+                summary,
+                stop_reason: Some(result.stop_reason.clone()),
+                sender_session_id: child.clone(),
+            },
+        );
+        message.id = id;
+        if self.is_stopping(&creator.reference()) {
+            creator.inject(message).await
+        } else {
+            match creator.status() {
+                AgentStatus::Idle => creator.followup(message).await,
+                AgentStatus::Running => creator.steer(message).await,
+            }
+        }
+    }
+
+    /// Deliver the notices `creator` is owed by its cold continuable
+    /// children and never got (the process died between a child's last
+    /// turn and its notice), each exactly once; a child cataloged that never
+    /// accepted its task is reported as failed. Returns how many were sent.
+    /// The runtime calls it when it resumes a member; a host calls it when
+    /// it resumes a root.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` unless `creator` is the exact live agent; a corrupt catalog.
+    ///
+    /// # Cancel safety
+    /// Each notice is checked against the creator's log right before it is
+    /// sent, so a drop between children leaves the rest for the next call,
+    /// and a drop during one send may still deliver that one (as
+    /// `Agent::send` says), never twice.
+    pub async fn deliver_lost_notices(
+        &self,
+        creator: &Arc<dyn Agent>,
+    ) -> Result<usize, SubagentError> {
+        let reference = creator.reference();
+        if !self.registry().is_live(&reference) {
+            return Err(SubagentError::NotLive(reference.id));
+        }
+        let entries = self.with_live_catalog(creator, |fold| fold.catalog().entries().to_vec())?;
+        let mut sent = 0;
+        for entry in entries {
+            if entry.mode != ChildMode::CONTINUABLE
+                || self.registry().get(&entry.child_id).is_some()
+            {
+                continue;
+            }
+            let Ok(loaded) = self.inner.store.load(&entry.child_id).await else {
+                continue;
+            };
+            let (id, result) = match owed(&loaded.header, &loaded.events) {
+                None => continue,
+                Some(Owed::Settled(seq, result)) => (notice_id(&entry.child_id, seq), result),
+                Some(Owed::Untasked) => (
+                    untasked_id(&entry.child_id),
+                    SubagentResult::stopped(StopReason::ERROR).with_diagnostic(
+                        "the child was created but never accepted its task; start a new agent",
+                    ),
+                ),
+            };
+            let key = (creator.id().clone(), id.clone());
+            if !lock(&self.inner.requests).insert(key.clone()) {
+                continue;
+            }
+            let outcome = if notices_in(creator.as_ref()).contains(&id) {
+                Ok(false)
+            } else {
+                let name = entry
+                    .name
+                    .as_deref()
+                    .and_then(|name| self.full_name(creator.id(), name))
+                    .unwrap_or_else(|| entry.child_id.to_string());
+                self.send_notice(creator, &entry.child_id, &name, &result, id)
+                    .await
+                    .map(|_| true)
+            };
+            lock(&self.inner.requests).remove(&key);
+            if outcome? {
+                sent += 1;
+            }
+        }
+        Ok(sent)
+    }
+
+    /// Remove the logs a crash left between a child's creation and its
+    /// catalog entry (B9 after a kill): stored sessions whose header names
+    /// `creator` as their parent, that `creator`'s catalog does not list,
+    /// that never accepted input of their own and that no writer holds. Returns the ids removed. A host calls it
+    /// when it resumes a root, with [`SubagentRuntime::deliver_lost_notices`].
+    ///
+    /// # Errors
+    /// `NOT_LIVE` unless `creator` is the exact live agent; a corrupt
+    /// catalog; a store failure other than a log being held.
+    ///
+    /// # Cancel safety
+    /// Each removal is one store call; a drop leaves the rest for the next
+    /// call.
+    pub async fn remove_orphans(
+        &self,
+        creator: &Arc<dyn Agent>,
+    ) -> Result<Vec<SessionId>, SubagentError> {
+        let reference = creator.reference();
+        if !self.registry().is_live(&reference) {
+            return Err(SubagentError::NotLive(reference.id));
+        }
+        let cataloged: HashSet<SessionId> = self.with_live_catalog(creator, |fold| {
+            fold.catalog()
+                .entries()
+                .iter()
+                .map(|entry| entry.child_id.clone())
+                .collect()
+        })?;
+        let mut removed = Vec::new();
+        for id in self.inner.store.list().await? {
+            if cataloged.contains(&id) || self.registry().get(&id).is_some() {
+                continue;
+            }
+            let loaded = match self.inner.store.load(&id).await {
+                Ok(loaded) => loaded,
+                // Being created or removed right now, or unreadable: not ours to judge.
+                Err(_) => continue,
+            };
+            if loaded.header.parent_session.as_ref() != Some(creator.id()) {
+                continue;
+            }
+            // A child gets its task only after its catalog entry: a log with
+            // any input of its own was never an orphan of that window.
+            let seed = usize::try_from(loaded.header.seed_len).unwrap_or(usize::MAX);
+            let tasked = loaded
+                .events
+                .get(seed..)
+                .unwrap_or_default()
+                .iter()
+                .any(|event| matches!(event.payload, EventPayload::InboxAccepted(_)));
+            if tasked {
+                continue;
+            }
+            // Recheck under the catalog: a start may have just recorded it.
+            let listed =
+                self.with_live_catalog(creator, |fold| fold.catalog().get(&id).is_some())?;
+            if listed {
+                continue;
+            }
+            match self.inner.store.remove(&id).await {
+                Ok(()) => removed.push(id),
+                Err(
+                    dsh_core::StoreError::Busy(_)
+                    | dsh_core::StoreError::Locked(_)
+                    | dsh_core::StoreError::NotFound(_),
+                ) => {}
+                Err(err) => return Err(err.into()),
+            }
+        }
+        Ok(removed)
+    }
+
+    /// Whether the exact live agent `agent` is a child being stopped or
+    /// taking no more input, or a root whose tree is draining (its notices
+    /// must not wake it).
+    fn is_stopping(&self, agent: &dsh_core::AgentRef) -> bool {
+        let stopping = self
+            .inner
+            .activations
+            .of_agent(agent)
+            .is_some_and(|activation| activation.stop.is_cancelled() || activation.input_closed());
+        stopping || self.inner.admissions.is_draining(self.registry(), agent)
+    }
+}
+
+/// The text of a settlement notice: the summary, then what the child produced.
+pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<ContentBlock> {
+    let mut text = format!("[{summary}; stop reason: {}]", result.stop_reason);
+    let output = dsh_core::content::joined_text(&result.output);
+    if !output.is_empty() {
+        text.push_str("\n\n");
+        text.push_str(&output);
+    }
+    if let Some(structured) = &result.structured {
+        text.push_str("\n\nStructured result: ");
+        text.push_str(&structured.to_string());
+    }
+    if let Some(diagnostic) = &result.diagnostic {
+        text.push_str("\n\nDiagnostic: ");
+        text.push_str(diagnostic);
+    }
+    vec![ContentBlock::text(text)]
+}

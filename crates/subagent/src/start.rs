@@ -1,0 +1,467 @@
+//! Starting a child. The caller's future does only synchronous checks
+//! (provider, capabilities, liveness, admission, depth, directory, capacity,
+//! name); what follows is work the runtime owns ([`Owned`]): a caller that
+//! goes away cancels the work not yet published and the runtime's tracker
+//! finishes the rest, so what is left is either nothing or a published,
+//! monitored activation. Publication is: the catalog entry in the parent's
+//! log, the activation installed, the initial prompt accepted, the monitor
+//! running.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use dsh_core::{
+    Agent, AgentHandle, AgentSetup, CancellationToken, CreateAgent, MessageSource, SessionId,
+    UserMessage,
+};
+
+use crate::activation::{Execution, NewActivation, SubagentActivation};
+use crate::admission::{AdmissionTicket, CapacitySlot, PublishTurn};
+use crate::capture::CaptureTool;
+use crate::catalog::{CATALOG_EVENT, CatalogEntry, CatalogFold, ChildMode, catalog_payload};
+use crate::compose::{
+    check_capabilities, child_header, external_options, narrow_tools, resolve_cwd,
+};
+use crate::error::SubagentError;
+use crate::events::RunInfo;
+use crate::names::{NameReservation, validate_name};
+use crate::notice::{ACTIVATION_EVENT, activation_payload};
+use crate::owned::Owned;
+use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
+use crate::request::{ActivationSpec, Delivery};
+use crate::runtime::{SubagentRuntime, lock};
+
+/// Cached catalog folds beyond which dead parents are swept out.
+const CATALOG_SWEEP: usize = 64;
+
+/// A start that passed every synchronous check.
+struct Admitted {
+    provider: Arc<dyn SubagentProvider>,
+    spec: ActivationSpec,
+    cwd: PathBuf,
+    depth: u32,
+    root: SessionId,
+    slot: CapacitySlot,
+    reservation: NameReservation,
+    /// Counts the start as in flight until it published or rolled back.
+    ticket: AdmissionTicket,
+    /// Its place in the parent's catalog order.
+    turn: PublishTurn,
+    /// Stops the unpublished work: the caller's token, a drain, or the
+    /// caller going away.
+    cancel: CancellationToken,
+}
+
+impl SubagentRuntime {
+    /// Start a child and return once it is published: for a local child,
+    /// once its catalog entry is written and its initial prompt accepted;
+    /// for an external one, once its run has started.
+    ///
+    /// # Errors
+    /// Every check fails before any provider code runs; a failure or
+    /// cancellation before publication leaves nothing behind. A local
+    /// child whose initial prompt is not accepted is torn down and the
+    /// start fails.
+    ///
+    /// # Cancel safety
+    /// The checks run before the first await. From there the runtime owns
+    /// the start: dropping the future cancels the work not yet published
+    /// (as the caller's token does) and hands the rest to the runtime's
+    /// tracker, which leaves nothing behind or, once the catalog entry is
+    /// written, a published and monitored activation that settles like any
+    /// other.
+    pub async fn start_activation(
+        &self,
+        spec: ActivationSpec,
+    ) -> Result<SubagentActivation, SubagentError> {
+        let admitted = self.admit_start(spec)?;
+        let cancel = admitted.cancel.clone();
+        let runtime = self.clone();
+        Owned::new(
+            async move { runtime.run_start(admitted).await },
+            &self.inner.tasks,
+            cancel,
+        )
+        .await
+    }
+
+    /// Every check a start makes before provider code runs.
+    fn admit_start(&self, spec: ActivationSpec) -> Result<Admitted, SubagentError> {
+        let provider = self
+            .get(&spec.provider)
+            .ok_or_else(|| SubagentError::NoProvider(spec.provider.clone()))?;
+        check_capabilities(provider.as_ref(), &spec.request)?;
+        let parent = spec.request.parent.clone();
+        let parent_ref = parent.reference();
+        if !self.registry().is_live(&parent_ref) {
+            return Err(SubagentError::NotLive(parent_ref.id));
+        }
+        let root = self.root_id(parent.id());
+        let cancel = spec.cancel.child_token();
+        let ticket = self
+            .inner
+            .admissions
+            .admit(self.registry(), &root, cancel.clone())?;
+        let depth = parent
+            .header()
+            .delegation_depth
+            .checked_add(1)
+            .ok_or_else(|| {
+                SubagentError::InvalidRequest("the delegation depth overflows".into())
+            })?;
+        if let Some(max) = spec.request.max_depth
+            && depth > max
+        {
+            return Err(SubagentError::DepthLimit { depth, max });
+        }
+        let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
+        let mut spec = spec;
+        spec.request.tool_filter = narrow_tools(
+            parent.composition().tools.as_ref(),
+            spec.request.tool_filter.as_ref(),
+        )?;
+        let slot = self.reserve_capacity(&root)?;
+        let reservation = self.reserve_name(&parent, spec.name.as_deref())?;
+        if let Some(child_id) = &spec.child_id
+            && (self.registry().get(child_id).is_some()
+                || lock(&self.inner.run_ids).contains(child_id))
+        {
+            return Err(SubagentError::DuplicateRunId {
+                provider: provider.name().to_owned(),
+                id: child_id.clone(),
+            });
+        }
+        if cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let turn = self.inner.publications.take(&parent_ref);
+        Ok(Admitted {
+            provider,
+            spec,
+            cwd,
+            depth,
+            root,
+            slot,
+            reservation,
+            ticket,
+            turn,
+            cancel,
+        })
+    }
+
+    async fn run_start(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
+        if admitted.provider.continuable().is_some() {
+            self.start_local(admitted).await
+        } else {
+            self.start_external(admitted).await
+        }
+    }
+
+    /// Reserve a child name under a live parent: the requested one or the
+    /// first free `agent-N`, checked against the parent's catalog, which is
+    /// folded incrementally (only events no earlier start has seen).
+    fn reserve_name(
+        &self,
+        parent: &Arc<dyn Agent>,
+        requested: Option<&str>,
+    ) -> Result<NameReservation, SubagentError> {
+        if let Some(name) = requested {
+            validate_name(name)?;
+        }
+        self.with_live_catalog(parent, |fold| match requested {
+            Some(name) => self.inner.names.reserve(parent.id(), name, fold.names()),
+            None => Ok(self.inner.names.reserve_default(parent.id(), fold.names())),
+        })?
+    }
+
+    /// Run `f` on a live agent's catalog, folded incrementally: only the
+    /// events no earlier call has seen are copied and folded.
+    pub(crate) fn with_live_catalog<R>(
+        &self,
+        agent: &Arc<dyn Agent>,
+        f: impl FnOnce(&CatalogFold) -> R,
+    ) -> Result<R, SubagentError> {
+        let reference = agent.reference();
+        let mut fold = lock(&self.inner.catalogs)
+            .remove(&reference)
+            .unwrap_or_default();
+        let fresh = agent.events_since(fold.next_seq());
+        fold.apply(agent.header(), &fresh)?;
+        let result = f(&fold);
+        let mut catalogs = lock(&self.inner.catalogs);
+        // Forget agents that are no longer live, now and then, so the
+        // cache stays small without a sweep on every call.
+        if catalogs.len() >= CATALOG_SWEEP {
+            let registry = self.registry();
+            catalogs.retain(|key, _| registry.is_live(key));
+        }
+        catalogs.insert(reference, fold);
+        Ok(result)
+    }
+
+    /// The full model-facing name of a child `name` of `parent`.
+    pub(crate) fn full_name(&self, parent: &SessionId, name: &str) -> Option<String> {
+        match self.inner.activations.get(parent) {
+            None => Some(name.to_owned()),
+            Some(parent) => parent.path.as_ref().map(|path| format!("{path}/{name}")),
+        }
+    }
+
+    async fn start_local(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
+        let Admitted {
+            provider,
+            spec,
+            cwd,
+            depth,
+            root,
+            slot,
+            reservation,
+            ticket,
+            turn,
+            cancel,
+        } = admitted;
+        let ActivationSpec {
+            label,
+            child_id,
+            delivery,
+            request,
+            ..
+        } = spec;
+        let parent = request.parent.clone();
+        let child_id = match child_id {
+            Some(child_id) => {
+                // A caller-supplied id may name a session of an earlier
+                // process: refuse it, and never touch that log.
+                if self.inner.store.exists(&child_id).await? {
+                    return Err(SubagentError::DuplicateRunId {
+                        provider: provider.name().to_owned(),
+                        id: child_id,
+                    });
+                }
+                child_id
+            }
+            None => SessionId::generate(),
+        };
+        let Some(continuable) = provider.continuable() else {
+            return Err(SubagentError::NoProvider(provider.name().to_owned()));
+        };
+        // Preparation has no effect to undo, so it can be abandoned.
+        let prepared = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(SubagentError::Cancelled),
+            prepared = continuable.prepare(ContinuableCreateRequest {
+                cwd: cwd.clone(),
+                session_id: child_id.clone(),
+                parent: parent.clone(),
+                cancel: cancel.clone(),
+            }) => prepared?,
+        };
+
+        let capture = request.output_schema.clone().map(CaptureTool::new);
+        let mut setup = AgentSetup::default();
+        if let Some(capture) = &capture {
+            setup.tools.push(capture.clone());
+        }
+        let header = child_header(&provider, &request, &child_id, &cwd, depth);
+        // Not raced with the token: the factory sees it and rolls back what
+        // it made itself, so a failure here leaves nothing to remove.
+        let handle = self
+            .inner
+            .factory
+            .create(CreateAgent {
+                header,
+                seed: prepared.seed,
+                setup,
+                cancel: cancel.clone(),
+            })
+            .await
+            .map_err(|err| match err {
+                dsh_core::AgentError::Composition(message) => {
+                    SubagentError::InvalidRequest(message)
+                }
+                other => SubagentError::from(other),
+            })?;
+        // From here the log is this start's own. Earlier starts under this
+        // parent are cataloged first; the wait is the last cancellation point.
+        turn.wait().await;
+        if cancel.is_cancelled() {
+            self.discard(&child_id, &handle).await;
+            return Err(SubagentError::Cancelled);
+        }
+
+        // Publication. No cancellation point from here on.
+        let name = reservation.name().to_owned();
+        let entry = CatalogEntry {
+            child_id: child_id.clone(),
+            name: Some(name.clone()),
+            label,
+            provider: provider.name().to_owned(),
+            mode: ChildMode::CONTINUABLE,
+        };
+        if let Err(err) = parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
+            self.discard(&child_id, &handle).await;
+            return Err(err.into());
+        }
+        reservation.commit();
+        drop(turn);
+        let child = handle.agent().clone();
+        let start_seq = child.events().len() as u64;
+        let activation = self.install(NewActivation {
+            info: RunInfo {
+                provider: provider.name().to_owned(),
+                child_id: child_id.clone(),
+                parent_session_id: parent.id().clone(),
+                local: true,
+            },
+            path: self.full_name(parent.id(), &name),
+            parent: parent.reference(),
+            root,
+            delivery,
+            execution: Execution::Local {
+                handle: handle.clone(),
+                start_seq,
+                capture,
+            },
+            slot,
+        });
+        let prompt = UserMessage::new(
+            request.prompt,
+            MessageSource::AgentMessage {
+                sender_session_id: parent.id().clone(),
+            },
+        );
+        let accepted = match child
+            .record(ACTIVATION_EVENT, activation_payload(delivery))
+            .await
+        {
+            Ok(_) => child.followup(prompt).await,
+            Err(err) => Err(err),
+        };
+        match accepted {
+            Ok(message_id) => {
+                self.launch(&activation);
+                drop(ticket);
+                Ok(SubagentActivation::new(&activation, Some(message_id)))
+            }
+            Err(err) => {
+                // Nothing ran: the child never took input. It stays in the
+                // catalog, and its log says it has no task (B54).
+                self.uninstall(&activation);
+                handle.dispose().await;
+                Err(SubagentError::InitialPrompt {
+                    child: child_id,
+                    reason: err.to_string(),
+                })
+            }
+        }
+    }
+
+    async fn start_external(
+        &self,
+        admitted: Admitted,
+    ) -> Result<SubagentActivation, SubagentError> {
+        let Admitted {
+            provider,
+            spec,
+            cwd,
+            root,
+            slot,
+            reservation,
+            ticket,
+            turn,
+            cancel,
+            ..
+        } = admitted;
+        let Some(external) = provider.external() else {
+            return Err(SubagentError::NoProvider(provider.name().to_owned()));
+        };
+        let request = spec.request;
+        let parent = request.parent.clone();
+        let resolved = ResolvedStartRequest {
+            cwd,
+            prompt: request.prompt,
+            parent: parent.clone(),
+            agent_options: external_options(provider.as_ref(), request.agent_options),
+            output_schema: request.output_schema,
+            max_depth: request.max_depth,
+            tool_filter: request.tool_filter,
+            persona: request.persona,
+            cancel: cancel.clone(),
+        };
+        // A provider's start must be safe to abandon (SubagentProvider docs).
+        let run = tokio::select! {
+            biased;
+            () = cancel.cancelled() => return Err(SubagentError::Cancelled),
+            run = external.start(resolved) => run?,
+        };
+        let child_id = run.id().clone();
+        let collides = self.registry().get(&child_id).is_some()
+            || !lock(&self.inner.run_ids).insert(child_id.clone())
+            || self.inner.store.exists(&child_id).await.unwrap_or(true);
+        if collides || cancel.is_cancelled() {
+            if let Err(err) = run.dispose().await {
+                tracing::warn!(run = %child_id, "disposing an unpublished run failed: {err}");
+            }
+            if !collides {
+                lock(&self.inner.run_ids).remove(&child_id);
+                return Err(SubagentError::Cancelled);
+            }
+            return Err(SubagentError::DuplicateRunId {
+                provider: provider.name().to_owned(),
+                id: child_id,
+            });
+        }
+        let name = reservation.name().to_owned();
+        turn.wait().await;
+        if spec.delivery == Delivery::Parent {
+            let entry = CatalogEntry {
+                child_id: child_id.clone(),
+                name: Some(name.clone()),
+                label: spec.label,
+                provider: provider.name().to_owned(),
+                mode: ChildMode::EXTERNAL,
+            };
+            if let Err(err) = parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
+                if let Err(dispose) = run.dispose().await {
+                    tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
+                }
+                return Err(err.into());
+            }
+            reservation.commit();
+        }
+        drop(turn);
+        let path = match spec.delivery {
+            Delivery::Parent => self.full_name(parent.id(), &name),
+            Delivery::Caller => None,
+        };
+        let activation = self.install(NewActivation {
+            info: RunInfo {
+                provider: provider.name().to_owned(),
+                child_id: child_id.clone(),
+                parent_session_id: parent.id().clone(),
+                local: false,
+            },
+            path,
+            parent: parent.reference(),
+            root,
+            delivery: spec.delivery,
+            execution: Execution::External { run },
+            slot,
+        });
+        self.launch(&activation);
+        drop(ticket);
+        Ok(SubagentActivation::new(&activation, None))
+    }
+
+    /// Undo an unpublished local child this start created: dispose it and
+    /// delete its log (never a log it did not create).
+    async fn discard(&self, child: &SessionId, handle: &AgentHandle) {
+        handle.dispose().await;
+        match self.inner.store.remove(child).await {
+            Ok(()) | Err(dsh_core::StoreError::NotFound(_)) => {}
+            Err(err) => {
+                tracing::error!(child = %child, "could not remove an unpublished child: {err}")
+            }
+        }
+    }
+}
