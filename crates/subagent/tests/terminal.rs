@@ -183,6 +183,45 @@ async fn b54_an_infrastructure_failure_of_a_background_child_reaches_its_creator
     );
 }
 
+// B56: a write that fails in a background child's turn (its disk is full,
+// say) ends that turn as `error` naming the OS error, and the creator hears
+// it as a notice: nobody waits for ever on a child whose log broke.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b56_a_failed_write_in_a_childs_turn_reaches_its_creator_as_an_error_notice() {
+    let world = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    let gate = Arc::new(Semaphore::new(0));
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("an answer the disk never holds".into())),
+    });
+    let mut spec = world.spec(Some("worker"));
+    spec.child_id = Some(sid("child"));
+    let run = world.runtime.start_activation(spec).await.unwrap();
+    // The child's next write (its answer, at the latest) fails.
+    world.fail(&Point {
+        op: Op::Append,
+        id: sid("child"),
+        when: When::Before,
+    });
+    gate.add_permits(1);
+    let result = bounded(run.result()).await.unwrap();
+    assert_eq!(result.stop_reason, StopReason::ERROR);
+    let diagnostic = result.diagnostic.clone().unwrap_or_default();
+    assert!(
+        diagnostic.contains("Input/output error"),
+        "the OS error is in the diagnostic: {diagnostic}"
+    );
+    idle(&world).await;
+    let notices = notices_from(world.root.agent(), "child");
+    assert_eq!(notices.len(), 1, "{notices:?}");
+    assert_eq!(notices[0].0, Some(StopReason::ERROR));
+    assert!(
+        notices[0].1.contains("Input/output error"),
+        "{}",
+        notices[0].1
+    );
+}
+
 // B28/B54: the notice is sent only after the child stops taking input, so a
 // message that arrives while the notice is on its way goes to a resume and
 // is answered, never claimed by a turn the teardown then cancels.
