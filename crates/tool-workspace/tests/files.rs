@@ -127,9 +127,14 @@ async fn paths_resolve_against_each_agents_cwd() {
     );
     let err = refused(&read, &child, json!({"path": "../../notes.txt"})).await;
     assert!(err.contains("outside the workspace root"), "{err}");
-    // An agent whose cwd is outside the root reaches nothing.
+    // An agent whose cwd is outside the root reaches only the root.
+    std::fs::write(w.dir.path().join("secret"), "s").unwrap();
     let outsider = w.agent(w.dir.path()).await;
-    let err = refused(&read, &outsider, json!({"path": "root/notes.txt"})).await;
+    assert_eq!(
+        ok(&read, &outsider, json!({"path": "root/notes.txt"})).await,
+        "     1\tat root\n"
+    );
+    let err = refused(&read, &outsider, json!({"path": "secret"})).await;
     assert!(err.contains("outside the workspace root"), "{err}");
 }
 
