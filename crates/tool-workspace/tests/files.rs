@@ -186,7 +186,7 @@ async fn grep_finds_with_context_globs_and_bounds() {
     );
     w.file("src/notes.md", "fn alpha in prose\n");
     w.file("ignored/x.rs", "fn alpha() {}\n");
-    w.file("blob.bin", b"fn alpha\0\x01\x02".to_vec());
+    w.file("blob.bin", b"fn alpha\0\x01\x02");
     let grep = w.tool(Level::ReadOnly, "grep");
     insta::assert_snapshot!(
         "grep_context",

@@ -57,10 +57,8 @@ async fn group_gone(pgid: i32) {
 async fn pid_from(path: &Path) -> i32 {
     let deadline = tokio::time::Instant::now() + BOUND;
     loop {
-        if let Ok(text) = std::fs::read_to_string(path) {
-            if let Ok(pid) = text.trim().parse() {
-                return pid;
-            }
+        if let Ok(Ok(pid)) = std::fs::read_to_string(path).map(|t| t.trim().parse()) {
+            return pid;
         }
         assert!(tokio::time::Instant::now() < deadline, "no pid file");
         tokio::time::sleep(Duration::from_millis(10)).await;
