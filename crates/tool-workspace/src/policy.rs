@@ -137,6 +137,11 @@ impl<A: Asker> SerialAsker<A> {
             turn: tokio::sync::Mutex::new(()),
         }
     }
+
+    /// The wrapped asker.
+    pub fn inner(&self) -> &A {
+        &self.inner
+    }
 }
 
 impl<A> fmt::Debug for SerialAsker<A> {
