@@ -246,3 +246,34 @@ impl Policy {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    #[test]
+    fn levels_read_and_print_as_users_type_them() {
+        for level in [Level::ReadOnly, Level::WorkspaceWrite, Level::Full] {
+            assert_eq!(level.as_str().parse::<Level>().unwrap(), level);
+            assert_eq!(level.to_string(), level.as_str());
+        }
+        assert_eq!(Level::default(), Level::ReadOnly);
+        assert_eq!(
+            "danger-full-access"
+                .parse::<Level>()
+                .unwrap_err()
+                .to_string(),
+            "unknown permission level `danger-full-access`: use read-only, workspace-write or full"
+        );
+        assert!(Level::ReadOnly < Level::WorkspaceWrite && Level::WorkspaceWrite < Level::Full);
+    }
+
+    #[test]
+    fn every_action_needs_its_level() {
+        assert_eq!(Action::Read.needs(), Level::ReadOnly);
+        assert_eq!(Action::Write.needs(), Level::WorkspaceWrite);
+        assert_eq!(Action::Shell.needs(), Level::WorkspaceWrite);
+    }
+}
