@@ -120,6 +120,10 @@ impl Tool for EditFileTool {
         })
     }
 
+    /// # Cancel safety
+    /// Dropped before the policy check finishes, nothing is written; once
+    /// the blocking read-replace-write has started it runs to completion
+    /// on its own (the file is edited, the diff discarded).
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let EditFileInput {
             path,
@@ -203,6 +207,9 @@ impl Tool for WriteFileTool {
         })
     }
 
+    /// # Cancel safety
+    /// Dropped before the policy check finishes, nothing is written; once
+    /// the blocking write has started it runs to completion on its own.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let WriteFileInput { path, content } = crate::parse(self.name(), input)?;
         let cwd = ctx.agent.cwd();

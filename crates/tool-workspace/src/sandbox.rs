@@ -78,6 +78,24 @@ pub fn landlock_status() -> &'static LandlockStatus {
     STATUS.get_or_init(probe)
 }
 
+/// `EPERM`, for a failure that carries no `errno`.
+const fn libc_eperm() -> i32 {
+    1
+}
+
+/// The `errno` inside a rule-set error, found by walking its sources
+/// (trait-object calls and downcasts only: no allocation).
+fn errno_of(err: &(dyn std::error::Error + 'static)) -> Option<i32> {
+    let mut current: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(e) = current {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return io.raw_os_error();
+        }
+        current = e.source();
+    }
+    None
+}
+
 /// Apply `ruleset` to the child of `command` between fork and exec.
 #[allow(unsafe_code)]
 pub(crate) fn restrict_child(command: &mut tokio::process::Command, ruleset: RulesetCreated) {
@@ -89,16 +107,16 @@ pub(crate) fn restrict_child(command: &mut tokio::process::Command, ruleset: Rul
     // here `restrict_self` makes two raw system calls (`prctl
     // PR_SET_NO_NEW_PRIVS` and `landlock_restrict_self`), closes the rule
     // set's descriptor and fills a plain status struct; its error path
-    // wraps `errno` in an `io::Error` without allocating. `Option::take`
+    // wraps `errno` in an `io::Error` without allocating, and `errno_of`
+    // reads it back through the error's sources without allocating either. `Option::take`
     // moves a value out of the closure's own state. The closure runs at
     // most once per spawn; a second spawn finds `None` and applies nothing,
     // but `shell` builds a new command (and rule set) for every call.
     unsafe {
         command.pre_exec(move || match ruleset.take() {
-            Some(ruleset) => ruleset
-                .restrict_self()
-                .map(|_| ())
-                .map_err(|_| std::io::Error::from_raw_os_error(1)),
+            Some(ruleset) => ruleset.restrict_self().map(|_| ()).map_err(|err| {
+                std::io::Error::from_raw_os_error(errno_of(&err).unwrap_or(libc_eperm()))
+            }),
             None => Ok(()),
         });
     }
