@@ -99,6 +99,11 @@ async fn read_file_refuses_binary_directories_and_escapes() {
         ));
     }
     insta::assert_snapshot!("read_refusals", refusals.join("\n"));
+    // A file too large to load is refused before it is read (sparse here).
+    let huge = std::fs::File::create(w.root.join("huge.log")).unwrap();
+    huge.set_len(17 * 1024 * 1024).unwrap();
+    let err = refused(&read, &w.lead, json!({"path": "huge.log"})).await;
+    assert!(err.contains("Use grep to find the part you need"), "{err}");
 }
 
 #[tokio::test]

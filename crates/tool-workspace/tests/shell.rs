@@ -9,11 +9,25 @@
 mod common;
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use async_trait::async_trait;
 use common::{BOUND, World, ctx, ok, refused, text};
-use dsh_tool_workspace::{Level, MAX_SHELL_OUTPUT_BYTES, landlock_status};
+use dsh_tool_workspace::{
+    Answer, Asker, Level, MAX_SHELL_OUTPUT_BYTES, Policy, Request, landlock_status,
+};
 use serde_json::{Value, json};
+
+/// Approves everything.
+struct AllowAll;
+
+#[async_trait]
+impl Asker for AllowAll {
+    async fn ask(&self, _: &Request) -> Answer {
+        Answer::Allow
+    }
+}
 
 /// The live (not zombie) members of process group `pgid`.
 fn group_members(pgid: i32) -> Vec<String> {
@@ -271,6 +285,26 @@ async fn landlock_confines_writes_under_workspace_write() {
     .await;
     assert!(!failed && out.contains("readable"), "{out}");
     std::fs::remove_file(&outside).unwrap();
+    // A program the command starts inherits the rule set.
+    let (failed, out) = run(
+        &w,
+        Level::WorkspaceWrite,
+        json!({"command": format!("touch '{}'", outside.display())}),
+    )
+    .await;
+    assert!(failed && out.contains("Permission denied"), "{out}");
+    assert!(!outside.exists());
+    // A command approved above read-only runs confined too.
+    let approved = common::pick(
+        w.tools(Policy::new(Level::ReadOnly, Some(Arc::new(AllowAll)))),
+        "shell",
+    );
+    let out = common::call(&approved, &w.lead, write_out.clone())
+        .await
+        .unwrap();
+    assert!(out.is_error, "{}", text(&out));
+    assert!(text(&out).contains("sandbox: landlock"), "{}", text(&out));
+    assert!(!outside.exists());
     // `full` is unconfined.
     let (failed, out) = run(&w, Level::Full, write_out).await;
     assert!(!failed, "{out}");
