@@ -224,6 +224,16 @@ async fn grep_finds_with_context_globs_and_bounds() {
         )
         .await
     );
+    // A file path searches that file alone, named as given.
+    assert_eq!(
+        ok(
+            &grep,
+            &w.lead,
+            json!({"pattern": "beta", "path": "src/lib.rs"})
+        )
+        .await,
+        "src/lib.rs:4:fn beta() {}\n"
+    );
     let err = refused(&grep, &w.lead, json!({"pattern": "fn (", "path": "src"})).await;
     assert!(err.contains("is invalid"), "{err}");
     let err = refused(&grep, &w.lead, json!({"pattern": "x", "path": "../"})).await;
