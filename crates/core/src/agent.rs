@@ -118,6 +118,12 @@ pub enum AgentError {
     /// An extension event reused a built-in type.
     #[error("event type `{0}` is reserved")]
     ReservedEventType(String),
+    /// An earlier write to this agent's log failed (or its outcome is
+    /// unknown), so memory and the log may disagree and the agent accepts
+    /// nothing more. Carries that first store error; resume the session to
+    /// go on.
+    #[error("the session log failed earlier: {0}")]
+    LogFailed(StoreError),
 }
 
 impl AgentError {
@@ -132,6 +138,7 @@ impl AgentError {
             Self::InvalidInput(_) => "INVALID_INPUT",
             Self::InvalidSeed(_) => "INVALID_SEED",
             Self::ReservedEventType(_) => "RESERVED_EVENT_TYPE",
+            Self::LogFailed(_) => "LOG_FAILED",
         }
     }
 }
@@ -187,7 +194,10 @@ pub trait Agent: Send + Sync + 'static {
     /// The agent is disposed, the input is not acceptable, or the store failed.
     ///
     /// # Cancel safety
-    /// Dropping the future before it completes may still accept the message.
+    /// Dropping the future before it completes may still accept the
+    /// message (the write, once begun, finishes on its own), but never
+    /// leaves the agent unusable: a later send works as if this one had
+    /// completed or never started.
     async fn send(
         &self,
         message: UserMessage,
@@ -199,6 +209,9 @@ pub trait Agent: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`Agent::send`].
+    ///
+    /// # Cancel safety
+    /// As [`Agent::send`].
     async fn followup(&self, message: UserMessage) -> Result<MessageId, AgentError> {
         self.send(message, InboxTarget::NextTurn, true).await
     }
@@ -208,6 +221,9 @@ pub trait Agent: Send + Sync + 'static {
     ///
     /// # Errors
     /// As [`Agent::send`].
+    ///
+    /// # Cancel safety
+    /// As [`Agent::send`].
     async fn steer(&self, message: UserMessage) -> Result<MessageId, AgentError> {
         self.send(message, InboxTarget::NextStep, true).await
     }
@@ -215,6 +231,9 @@ pub trait Agent: Send + Sync + 'static {
     /// Add context for the next step without waking: `send(message, NextStep, false)`.
     ///
     /// # Errors
+    /// As [`Agent::send`].
+    ///
+    /// # Cancel safety
     /// As [`Agent::send`].
     async fn inject(&self, message: UserMessage) -> Result<MessageId, AgentError> {
         self.send(message, InboxTarget::NextStep, false).await
@@ -225,8 +244,25 @@ pub trait Agent: Send + Sync + 'static {
     /// [`CancelOptions::keep_inbox`]. With nothing running this is a no-op.
     fn cancel(&self, cause: CancelCause, options: CancelOptions);
 
-    /// Resolve once no turn is running or about to run.
+    /// Resolve once no turn is running or about to run. An agent whose log
+    /// failed goes idle too (its driver ends the turn as `error` and stops),
+    /// so this never hangs on a broken agent: check [`Agent::fault`] after it.
+    ///
+    /// # Cancel safety
+    /// Only observes; dropping it has no effect.
     async fn wait_idle(&self);
+
+    /// The store failure that broke this agent, if one did
+    /// ([`AgentError::LogFailed`] with the first error): what a waiter reads
+    /// after [`Agent::wait_idle`] to tell a finished turn from a failed
+    /// write. Once set it stays set for this activation; the agent then
+    /// accepts no input and runs no turn, and its last turn (whose end may
+    /// not be on disk) is in [`Agent::events`] as `error` with the store
+    /// error as its diagnostic. The default (for agents without a log of
+    /// their own) is `None`.
+    fn fault(&self) -> Option<AgentError> {
+        None
+    }
 
     /// See every inbox arrival from now on.
     fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival>;
@@ -260,6 +296,10 @@ pub trait Agent: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`AgentError::ReservedEventType`] for a built-in type, or a store failure.
+    ///
+    /// # Cancel safety
+    /// As [`Agent::send`]: a dropped call may still record the event, and
+    /// the agent stays usable either way.
     async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError>;
 
     /// The concrete agent, for hosts that know it.
@@ -322,6 +362,10 @@ pub struct ResumeAgent {
 pub trait Dispose: Send + Sync {
     /// Stop the agent, wait for its driver to exit, and unpublish it.
     /// Idempotent.
+    ///
+    /// # Cancel safety
+    /// An implementation must leave the agent either still live and usable
+    /// or stopped; dispose again to finish.
     async fn dispose(&self);
 }
 
@@ -345,6 +389,9 @@ impl AgentHandle {
     }
 
     /// Dispose the agent (idempotent).
+    ///
+    /// # Cancel safety
+    /// As [`Dispose::dispose`].
     pub async fn dispose(&self) {
         self.disposer.dispose().await;
     }
@@ -366,6 +413,11 @@ pub trait AgentFactory: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`AgentError::Cancelled`], a composition or seed error, or a store failure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it returns must leave no live agent; a
+    /// log it had already written may remain (cancel through `spec.cancel`
+    /// to have it rolled back).
     async fn create(&self, spec: CreateAgent) -> Result<AgentHandle, AgentError>;
 
     /// Resume a persisted agent under a new epoch. Pending inbox items
@@ -375,6 +427,11 @@ pub trait AgentFactory: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`AgentError::AlreadyLive`], [`AgentError::Cancelled`], or a store failure.
+    ///
+    /// # Cancel safety
+    /// Dropping the future before it returns must leave no live agent and
+    /// the log closed (reopenable); a repair it had begun to write (closing
+    /// the interrupted turn) may be on disk, and is idempotent.
     async fn resume(&self, spec: ResumeAgent) -> Result<AgentHandle, AgentError>;
 
     /// The registry agents are published in.

@@ -3,6 +3,8 @@
 //! real APIs and the scripted test model implement [`Model`]; nothing here
 //! performs I/O.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
@@ -31,8 +33,11 @@ pub struct ModelRequest {
     pub model: Option<String>,
     /// The rendered system prompt.
     pub system: String,
-    /// The conversation so far.
-    pub messages: Vec<Message>,
+    /// The conversation so far, shared with the loop that built the
+    /// request: a request costs no copy of the conversation. A model that
+    /// keeps the request after answering makes the loop copy it on its next
+    /// write (copy on write), so let go of it when done.
+    pub messages: Arc<Vec<Message>>,
     /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
     /// Output-token cap.

@@ -1,16 +1,25 @@
 //! Agent options and compositions: which model route an agent uses, and the
 //! named presets (persona, tool set, model route) an agent is composed from.
 //! Plain data with merge rules; recorded in the session header so that a
-//! resume restores exactly what the agent ran with.
+//! resume restores exactly what the agent ran with. Every type here is
+//! durable (written in session headers) and so forward compatible: a reader
+//! ignores fields it does not know, so an older build opens a log a newer
+//! one wrote. Model input (tool arguments) stays strict elsewhere.
 
 use std::collections::BTreeSet;
 
 use serde::{Deserialize, Serialize};
 
+/// How many steps (model requests) one turn may take when no option says
+/// otherwise: a model that loops on a tool ends its turn with
+/// [`StopReason::STEP_LIMIT`](crate::stop::StopReason::STEP_LIMIT) instead
+/// of writing without end.
+pub const DEFAULT_MAX_TURN_STEPS: u32 = 200;
+
 /// Per-agent model options. Every field is optional; a missing field is
-/// inherited by [`AgentOptions::merged_over`].
+/// inherited by [`AgentOptions::merged_over`]. Unknown fields are ignored
+/// when reading (forward compatibility of session headers).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct AgentOptions {
     /// The model provider route (a name the host maps to a model client).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -24,6 +33,11 @@ pub struct AgentOptions {
     /// Cap on output tokens for each model request; must be positive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_output_tokens: Option<u32>,
+    /// Cap on the steps (model requests) of one turn; `None` inherits, and
+    /// an agent with none set anywhere uses [`DEFAULT_MAX_TURN_STEPS`].
+    /// Must be positive.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_turn_steps: Option<u32>,
 }
 
 impl AgentOptions {
@@ -38,7 +52,14 @@ impl AgentOptions {
                 .clone()
                 .or_else(|| base.reasoning_effort.clone()),
             max_output_tokens: self.max_output_tokens.or(base.max_output_tokens),
+            max_turn_steps: self.max_turn_steps.or(base.max_turn_steps),
         }
+    }
+
+    /// The step cap of a turn: [`AgentOptions::max_turn_steps`] or
+    /// [`DEFAULT_MAX_TURN_STEPS`].
+    pub fn turn_step_limit(&self) -> u32 {
+        self.max_turn_steps.unwrap_or(DEFAULT_MAX_TURN_STEPS)
     }
 
     /// Whether no field is set.
@@ -51,7 +72,7 @@ impl AgentOptions {
 /// vanishes from the model-visible list and refuses to execute; naming a tool
 /// that does not exist is an error where the restriction is applied.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case", deny_unknown_fields)]
+#[serde(rename_all = "snake_case")]
 pub enum ToolRestriction {
     /// Only these tools.
     Allow(BTreeSet<String>),
@@ -88,9 +109,8 @@ impl ToolRestriction {
 
 /// A named composition: a persona, a tool set and a model route that agents
 /// can be created from. Data only; a host keeps its presets in a
-/// [`PresetCatalog`].
+/// [`PresetCatalog`]. Unknown fields are ignored when reading.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Preset {
     /// The preset's id, recorded in the header of every agent composed from it.
     pub id: String,
@@ -137,9 +157,8 @@ impl PresetCatalog {
 
 /// What an agent is composed of: the preset it joined (if any) and the
 /// per-agent settings applied on top of it. Recorded in the session header
-/// and restored on resume.
+/// and restored on resume. Unknown fields are ignored when reading.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
 pub struct Composition {
     /// The preset id; `None` is the host's base composition.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -166,6 +185,7 @@ mod tests {
             model: Some("base".into()),
             reasoning_effort: None,
             max_output_tokens: Some(100),
+            max_turn_steps: Some(7),
         };
         let over = AgentOptions {
             model: Some("child".into()),
@@ -177,6 +197,11 @@ mod tests {
         assert_eq!(merged.model.as_deref(), Some("child"));
         assert_eq!(merged.reasoning_effort.as_deref(), Some("high"));
         assert_eq!(merged.max_output_tokens, Some(100));
+        assert_eq!(merged.turn_step_limit(), 7);
+        assert_eq!(
+            AgentOptions::default().turn_step_limit(),
+            DEFAULT_MAX_TURN_STEPS
+        );
     }
 
     #[test]
@@ -191,5 +216,31 @@ mod tests {
             serde_json::from_str::<ToolRestriction>(&json).unwrap(),
             deny
         );
+    }
+
+    // An older reader opens a header a newer writer extended: every durable
+    // option type ignores fields it does not know.
+    #[test]
+    fn durable_option_types_accept_unknown_fields() {
+        let composition: Composition = serde_json::from_value(serde_json::json!({
+            "preset": "reviewer",
+            "tools": {"allow": ["read"]},
+            "options": {"model": "m", "temperature_curve": [1, 2]},
+            "added_in_a_later_version": true
+        }))
+        .unwrap();
+        assert_eq!(composition.preset.as_deref(), Some("reviewer"));
+        assert_eq!(composition.options.model.as_deref(), Some("m"));
+        assert_eq!(composition.tools, Some(ToolRestriction::allow(["read"])));
+        let preset: Preset = serde_json::from_value(serde_json::json!({
+            "id": "p",
+            "persona": "x",
+            "icon": "later"
+        }))
+        .unwrap();
+        assert_eq!(preset.id, "p");
+        let options: AgentOptions =
+            serde_json::from_value(serde_json::json!({"provider": "a", "seed": 4})).unwrap();
+        assert_eq!(options.provider.as_deref(), Some("a"));
     }
 }

@@ -92,7 +92,11 @@ pub struct PendingItem {
     pub wake: bool,
 }
 
-/// The pending inbox: accepted minus claimed minus discarded, in acceptance order.
+/// The pending inbox: accepted minus claimed minus discarded, in acceptance
+/// order. A `user/message` carrying a pending message's id claims it too:
+/// a loop writes a message before the claim that names it, so a batch torn
+/// between the two leaves the message delivered once, never twice and
+/// never lost.
 #[derive(Debug, Clone, Default)]
 pub struct PendingInbox {
     items: BTreeMap<u64, PendingItem>,
@@ -148,6 +152,11 @@ impl Projection for PendingInboxProjection {
                         wake: accepted.wake,
                     },
                 );
+            }
+            EventPayload::UserMessage(entry) => {
+                if let Some(seq) = state.index.remove(&entry.message.id) {
+                    state.items.remove(&seq);
+                }
             }
             EventPayload::InboxClaimed(ids) | EventPayload::InboxDiscarded(ids) => {
                 for id in &ids.message_ids {
@@ -214,6 +223,29 @@ mod tests {
             .map(|item| item.message.id.as_str())
             .collect();
         assert_eq!(ids, ["b", "d"]);
+    }
+
+    // A batch torn after the message and before its claim: the message is
+    // in the transcript, so it is no longer pending.
+    #[test]
+    fn a_user_message_claims_its_pending_item() {
+        let header = SessionHeader::new(SessionId::new("s").unwrap(), "/");
+        let message = UserMessage {
+            id: MessageId::new("a"),
+            content: vec![ContentBlock::text("a")],
+            source: MessageSource::User,
+        };
+        let events = log(vec![
+            accepted("a", InboxTarget::NextTurn),
+            accepted("b", InboxTarget::NextTurn),
+            EventPayload::UserMessage(UserEntry { message }),
+        ]);
+        let pending = replay(&PendingInboxProjection, &header, &events);
+        let ids: Vec<&str> = pending
+            .items()
+            .map(|item| item.message.id.as_str())
+            .collect();
+        assert_eq!(ids, ["b"]);
     }
 
     #[test]

@@ -25,6 +25,10 @@ impl StopReason {
     pub const MAX_TOKENS: Self = Self(Cow::Borrowed("max-tokens"));
     /// The model declined the task.
     pub const REFUSAL: Self = Self(Cow::Borrowed("refusal"));
+    /// The turn reached its step cap
+    /// ([`AgentOptions::max_turn_steps`](crate::options::AgentOptions::max_turn_steps))
+    /// while the model was still calling tools (B55).
+    pub const STEP_LIMIT: Self = Self(Cow::Borrowed("step-limit"));
 
     /// A reason by name; known names compare equal to their constants.
     pub fn new(reason: impl Into<Cow<'static, str>>) -> Self {
@@ -41,7 +45,7 @@ impl StopReason {
         *self == Self::COMPLETED
     }
 
-    /// Whether this is one of the five reasons this crate defines.
+    /// Whether this is one of the six reasons this crate defines.
     pub fn is_known(&self) -> bool {
         [
             Self::COMPLETED,
@@ -49,6 +53,7 @@ impl StopReason {
             Self::ERROR,
             Self::MAX_TOKENS,
             Self::REFUSAL,
+            Self::STEP_LIMIT,
         ]
         .contains(self)
     }
@@ -75,6 +80,9 @@ mod tests {
         let parsed: StopReason = serde_json::from_str("\"max-tokens\"").unwrap();
         assert_eq!(parsed, StopReason::MAX_TOKENS);
         assert!(parsed.is_known());
+        let limit: StopReason = serde_json::from_str("\"step-limit\"").unwrap();
+        assert_eq!(limit, StopReason::STEP_LIMIT);
+        assert!(limit.is_known() && !limit.is_completed());
         let custom: StopReason = serde_json::from_str("\"rate-limited\"").unwrap();
         assert!(!custom.is_known());
         assert!(!custom.is_completed());

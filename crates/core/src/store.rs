@@ -202,9 +202,9 @@ pub trait SessionStore: Send + Sync + 'static {
     ///
     /// # Cancel safety
     /// Cancel safe: a create whose future is dropped leaves no log behind
-    /// (one already published is withdrawn), though the id may be held
-    /// ([`StoreError::Busy`] in this process) until the store's detached
-    /// work on it has ended.
+    /// (one already published is withdrawn), though the id may stay held in
+    /// this process until the store's detached work on it has ended: an open
+    /// meanwhile gets [`StoreError::Busy`], a create [`StoreError::Exists`].
     async fn create(
         &self,
         header: &SessionHeader,

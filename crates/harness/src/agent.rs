@@ -5,7 +5,11 @@
 //! every model-visible fact to the log, and repeats step by step until the
 //! model stops; steering joins at the next step boundary. The agent never
 //! acknowledges input before its `inbox/accepted` event is written, and no
-//! driver outlives [`LoopAgent::dispose`].
+//! driver outlives [`LoopAgent::dispose`]. Once begun, a write and its
+//! application to memory finish together on the agent's task tracker, so a
+//! dropped caller can never leave memory and the log disagreeing; a failed
+//! write ends the turn as `error` and is kept as the agent's
+//! [`fault`](Agent::fault), never only logged.
 
 use std::any::Any;
 use std::collections::VecDeque;
@@ -14,7 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
 use dsh_core::message::Message;
-use dsh_core::projection::{PendingItem, Projection, TranscriptProjection};
+use dsh_core::projection::{PendingItem, Projection, TranscriptProjection, replay};
 use dsh_core::session::{
     AssistantEntry, InboxAccepted, InboxIds, StepStart, ToolResultEntry, TurnEnd, TurnStart,
     UserEntry, now_millis,
@@ -23,7 +27,8 @@ use dsh_core::{
     Agent, AgentError, AgentHandle, AgentOptions, AgentStatus, CancelCause, CancelOptions,
     CancellationToken, ContentBlock, Dispose, Epoch, EventPayload, FinishReason, InboxArrival,
     InboxTarget, MessageId, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest,
-    SessionEvent, SessionHeader, SessionId, SessionLog, StopReason, ToolCall, Usage, UserMessage,
+    SessionEvent, SessionHeader, SessionId, SessionLog, StopReason, StoreError, ToolCall, Usage,
+    UserMessage,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -38,14 +43,18 @@ const ARRIVAL_BUFFER: usize = 64;
 /// State rebuilt from a log before an agent goes live.
 pub(crate) struct Restored {
     pub(crate) events: Vec<SessionEvent>,
-    pub(crate) transcript: Vec<Message>,
     pub(crate) pending: Vec<PendingItem>,
     pub(crate) turns: u64,
 }
 
 struct State {
+    /// The log: the one copy of it the agent keeps.
     events: Vec<SessionEvent>,
-    transcript: Vec<Message>,
+    /// The model-visible conversation while a turn runs (projected from
+    /// `events` when the turn starts, then kept up to date by each write),
+    /// shared with each model request; `None` between turns, so an idle
+    /// agent holds its log once.
+    transcript: Option<Arc<Vec<Message>>>,
     next_turn: VecDeque<PendingItem>,
     next_step: VecDeque<PendingItem>,
     /// A driver task exists (running turns or about to).
@@ -53,8 +62,12 @@ struct State {
     /// Pending input waits for a waking send (after a keep-inbox cancel).
     parked: bool,
     disposed: bool,
-    /// The store failed; the log no longer matches memory.
-    broken: Option<String>,
+    /// The store failed; the log may no longer match memory.
+    broken: Option<StoreError>,
+    /// Ids a discarding cancel took out of the inbox whose `inbox/discarded`
+    /// is not written yet: the next write (or disposal) writes it first, so
+    /// nothing later in the log can precede it.
+    discards: Vec<MessageId>,
     turn_cancel: Option<CancellationToken>,
     turns: u64,
     usage: Usage,
@@ -78,6 +91,9 @@ impl State {
     }
 }
 
+/// The log handle, behind the lock that orders writes.
+type LogSlot = Arc<tokio::sync::Mutex<Option<Arc<dyn SessionLog>>>>;
+
 /// The reference [`Agent`]: a session driven by the harness loop.
 pub struct LoopAgent {
     header: SessionHeader,
@@ -88,8 +104,9 @@ pub struct LoopAgent {
     tools: ScopedTools,
     system: String,
     state: Mutex<State>,
-    /// Serialises appends so that seqs reach the store in order.
-    log: tokio::sync::Mutex<Option<Arc<dyn SessionLog>>>,
+    /// Serialises appends so that seqs reach the store in order; a commit
+    /// hands its guard to the task that writes.
+    log: LogSlot,
     status: watch::Sender<AgentStatus>,
     /// Created by the first observer, so an unobserved agent pays nothing.
     arrivals: std::sync::OnceLock<broadcast::Sender<InboxArrival>>,
@@ -114,7 +131,6 @@ enum StepOutcome {
 }
 
 struct ModelReply {
-    text: String,
     calls: Vec<ToolCall>,
     usage: Usage,
     finish: FinishReason,
@@ -147,18 +163,19 @@ impl LoopAgent {
             system: composed.system,
             state: Mutex::new(State {
                 events: restored.events,
-                transcript: restored.transcript,
+                transcript: None,
                 next_turn,
                 next_step,
                 driver: false,
                 parked: false,
                 disposed: false,
                 broken: None,
+                discards: Vec::new(),
                 turn_cancel: None,
                 turns: restored.turns,
                 usage: Usage::default(),
             }),
-            log: tokio::sync::Mutex::new(Some(log)),
+            log: Arc::new(tokio::sync::Mutex::new(Some(log))),
             status: watch::Sender::new(AgentStatus::Idle),
             arrivals: std::sync::OnceLock::new(),
             lifetime: CancellationToken::new(),
@@ -190,12 +207,16 @@ impl LoopAgent {
         }
     }
 
-    /// Drop the log handle (releasing the store's writer lock) without
-    /// touching the registry: used when creation is rolled back.
+    /// Release the log (the store's writer lock included, awaited through
+    /// [`SessionLog::close`]) without touching the registry: used when
+    /// creation or a resume is rolled back.
     pub(crate) async fn release_log(&self) {
         self.state().disposed = true;
         self.lifetime.cancel();
-        self.log.lock().await.take();
+        let log = self.log.lock().await.take();
+        if let Some(log) = log {
+            log.close().await;
+        }
     }
 
     /// Total token usage of this activation.
@@ -213,8 +234,17 @@ impl LoopAgent {
         &self.tools
     }
 
-    /// Stop the driver, wait for it to exit, release the log and leave the
-    /// registry. Idempotent; pending input stays in the log for a resume.
+    /// Stop the driver, wait for it to exit, write what a discarding
+    /// interrupt left unwritten, close the log (the store's writer lock is
+    /// released when this returns) and leave the registry. Idempotent;
+    /// pending input stays in the log for a resume. A failure to write the
+    /// discards is kept as the agent's [`fault`](Agent::fault).
+    ///
+    /// # Cancel safety
+    /// The work runs on the harness's task tracker: dropping the future at
+    /// any await leaves the disposal going on to its end, so the agent is
+    /// then gone (or about to be) exactly as if this had returned; calling
+    /// `dispose` again waits for it.
     pub async fn dispose(&self) {
         {
             let mut state = self.state();
@@ -224,29 +254,89 @@ impl LoopAgent {
             }
         }
         self.lifetime.cancel();
+        match self.this.upgrade() {
+            Some(this) => {
+                let task = self.shared.tasks.spawn(this.finish_disposal());
+                if let Err(err) = task.await
+                    && err.is_panic()
+                {
+                    std::panic::resume_unwind(err.into_panic());
+                }
+            }
+            // Only while the last reference is being dropped; nothing else
+            // can observe the agent then.
+            None => self.finish_disposal_inline().await,
+        }
+    }
+
+    async fn finish_disposal(self: Arc<Self>) {
+        self.finish_disposal_inline().await;
+    }
+
+    async fn finish_disposal_inline(&self) {
         self.wait_idle().await;
-        self.log.lock().await.take();
+        let mut guard = self.log.lock().await;
+        if let Some(log) = guard.as_ref() {
+            // Errors are kept in `broken`, which `fault` reports.
+            let _ = self
+                .write_and_apply(log.as_ref(), Vec::new(), |_, _| ())
+                .await;
+        }
+        let log = guard.take();
+        drop(guard);
+        if let Some(log) = log {
+            log.close().await;
+        }
         self.shared.registry.unpublish(&self.reference());
     }
 
-    /// Append events built from `payloads`; then, under the same ordering
-    /// lock, apply `after` to the state. Appends are serialised so seqs reach
-    /// the store in order.
-    async fn commit<R>(
+    /// Append events built from `payloads` (after any pending discard);
+    /// then apply them and `after` to the state. Appends are serialised so
+    /// seqs reach the store in order.
+    ///
+    /// # Cancel safety
+    /// Dropped while waiting for the ordering lock, nothing happened. Once
+    /// the lock is held the write and its application run on the tracker
+    /// as one step that a drop cannot split: the events and `after` are
+    /// then applied (or the agent is broken) as if the call had returned.
+    async fn commit<R: Send + 'static>(
         &self,
         payloads: Vec<EventPayload>,
-        after: impl FnOnce(&mut State) -> R,
+        after: impl FnOnce(&LoopAgent, &mut State) -> R + Send + 'static,
     ) -> Result<R, AgentError> {
-        let guard = self.log.lock().await;
-        let Some(log) = guard.as_ref() else {
+        let guard = self.log.clone().lock_owned().await;
+        let Some(this) = self.this.upgrade() else {
             return Err(AgentError::Disposed(self.header.id.clone()));
         };
+        let task = self.shared.tasks.spawn(async move {
+            let Some(log) = guard.as_ref() else {
+                return Err(AgentError::Disposed(this.header.id.clone()));
+            };
+            this.write_and_apply(log.as_ref(), payloads, after).await
+        });
+        match task.await {
+            Ok(result) => result,
+            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
+            // The runtime is shutting down under us.
+            Err(_) => Err(AgentError::Disposed(self.header.id.clone())),
+        }
+    }
+
+    /// The write-and-apply step; the caller holds the ordering lock.
+    async fn write_and_apply<R>(
+        &self,
+        log: &dyn SessionLog,
+        mut payloads: Vec<EventPayload>,
+        after: impl FnOnce(&LoopAgent, &mut State) -> R,
+    ) -> Result<R, AgentError> {
         let events: Vec<SessionEvent> = {
-            let state = self.state();
-            if let Some(reason) = &state.broken {
-                return Err(AgentError::Composition(format!(
-                    "the session log failed earlier: {reason}"
-                )));
+            let mut state = self.state();
+            if let Some(err) = &state.broken {
+                return Err(AgentError::LogFailed(err.clone()));
+            }
+            if !state.discards.is_empty() {
+                let message_ids = std::mem::take(&mut state.discards);
+                payloads.insert(0, EventPayload::InboxDiscarded(InboxIds { message_ids }));
             }
             let first = state.events.len() as u64;
             let time = now_millis();
@@ -260,16 +350,37 @@ impl LoopAgent {
                 })
                 .collect()
         };
-        if let Err(err) = log.append(&events).await {
-            self.state().broken = Some(err.to_string());
+        if !events.is_empty()
+            && let Err(err) = log.append(&events).await
+        {
+            self.state().broken = Some(err.clone());
             return Err(err.into());
         }
         let mut state = self.state();
+        let state = &mut *state;
         for event in events {
-            TranscriptProjection.apply(&mut state.transcript, &event);
+            if let Some(transcript) = &mut state.transcript
+                && is_conversation(&event.payload)
+            {
+                // Copies only if a model still holds the last request.
+                TranscriptProjection.apply(Arc::make_mut(transcript), &event);
+            }
             state.events.push(event);
         }
-        Ok(after(&mut state))
+        Ok(after(self, state))
+    }
+
+    /// The turn-boundary sync; a failure breaks the agent like a failed append.
+    async fn checkpoint(&self) -> Result<(), AgentError> {
+        let guard = self.log.lock().await;
+        let Some(log) = guard.as_ref() else {
+            return Err(AgentError::Disposed(self.header.id.clone()));
+        };
+        if let Err(err) = log.checkpoint().await {
+            self.state().broken = Some(err.clone());
+            return Err(err.into());
+        }
+        Ok(())
     }
 
     fn start_driver(&self, state: &mut State) {
@@ -304,27 +415,62 @@ impl LoopAgent {
                 cancel
             };
             if let Err(err) = self.run_turn(cancel).await {
-                tracing::error!(session = %self.header.id, "turn failed: {err}");
+                // A broken log is reported by `fault`; anything else is a
+                // turn that could not even be recorded as failed.
+                if self.state().broken.is_none() {
+                    tracing::error!(session = %self.header.id, "turn failed: {err}");
+                }
             }
         }
     }
 
     async fn run_turn(&self, cancel: CancellationToken) -> Result<(), AgentError> {
+        let result = self.run_turn_steps(cancel).await;
+        self.state().transcript = None;
+        result
+    }
+
+    async fn run_turn_steps(&self, cancel: CancellationToken) -> Result<(), AgentError> {
         let (turn, batch) = {
             let mut state = self.state();
             let turn = state.turns;
             state.turns += 1;
+            let transcript = replay(&TranscriptProjection, &self.header, &state.events);
+            state.transcript = Some(Arc::new(transcript));
             (turn, state.claim(true))
         };
         let mut payloads = vec![EventPayload::TurnStart(TurnStart { turn })];
         payloads.extend(claim_payloads(batch));
-        self.commit(payloads, |_| ()).await?;
+        if let Err(err) = self.commit(payloads, |_, _| ()).await {
+            self.end_turn_in_memory(turn, &err);
+            return Err(err);
+        }
 
+        let limit = u64::from(self.options.turn_step_limit());
         let mut step = 0;
-        let (stop_reason, diagnostic) = loop {
-            match self.run_step(turn, step, &cancel).await? {
-                StepOutcome::Continue => step += 1,
-                StepOutcome::End(reason, diagnostic) => break (reason, diagnostic),
+        let outcome = loop {
+            match self.run_step(turn, step, &cancel).await {
+                Ok(StepOutcome::Continue) => {
+                    step += 1;
+                    if step >= limit {
+                        break Ok((
+                            StopReason::STEP_LIMIT,
+                            Some(format!(
+                                "the turn reached its limit of {limit} steps while the model \
+                                 was still calling tools"
+                            )),
+                        ));
+                    }
+                }
+                Ok(StepOutcome::End(reason, diagnostic)) => break Ok((reason, diagnostic)),
+                Err(err) => break Err(err),
+            }
+        };
+        let (stop_reason, diagnostic) = match outcome {
+            Ok(end) => end,
+            Err(err) => {
+                self.end_turn_in_memory(turn, &err);
+                return Err(err);
             }
         };
         let end = EventPayload::TurnEnd(TurnEnd {
@@ -332,12 +478,48 @@ impl LoopAgent {
             stop_reason,
             diagnostic,
         });
-        self.commit(vec![end], |state| state.turn_cancel = None)
-            .await?;
-        if let Some(log) = self.log.lock().await.as_ref() {
-            log.checkpoint().await?;
+        if let Err(err) = self
+            .commit(vec![end], |_, state| state.turn_cancel = None)
+            .await
+        {
+            self.end_turn_in_memory(turn, &err);
+            return Err(err);
         }
-        Ok(())
+        self.checkpoint().await
+    }
+
+    /// A write of turn `turn` failed: the log is broken, so the turn's end
+    /// (`error`, with the store's error as the diagnostic) is kept in memory
+    /// only, where [`Agent::events`] and the agent's waiters see it.
+    fn end_turn_in_memory(&self, turn: u64, err: &AgentError) {
+        let mut state = self.state();
+        if state.broken.is_none() {
+            return;
+        }
+        let open = open_turn(&state.events) == Some(turn);
+        let time = now_millis();
+        let push = |state: &mut State, payload| {
+            let seq = state.events.len() as u64;
+            state.events.push(SessionEvent { seq, time, payload });
+        };
+        if !open {
+            push(&mut state, EventPayload::TurnStart(TurnStart { turn }));
+        }
+        let diagnostic = match err {
+            AgentError::Store(err) | AgentError::LogFailed(err) => err.to_string(),
+            other => other.to_string(),
+        };
+        push(
+            &mut state,
+            EventPayload::TurnEnd(TurnEnd {
+                turn,
+                stop_reason: StopReason::ERROR,
+                diagnostic: Some(format!(
+                    "the session log could not be written: {diagnostic}"
+                )),
+            }),
+        );
+        state.turn_cancel = None;
     }
 
     async fn run_step(
@@ -349,35 +531,59 @@ impl LoopAgent {
         if cancel.is_cancelled() {
             return Ok(StepOutcome::End(StopReason::ABORTED, None));
         }
-        let request = {
-            let state = self.state();
-            ModelRequest {
-                model: self.options.model.clone(),
-                system: self.system.clone(),
-                messages: state.transcript.clone(),
-                tools: self.tools.specs(self),
-                max_output_tokens: self.options.max_output_tokens,
-                reasoning_effort: self.options.reasoning_effort.clone(),
-            }
-        };
         self.commit(
             vec![EventPayload::StepStart(StepStart { turn, step })],
-            |_| (),
+            |_, _| (),
         )
         .await?;
-        let reply = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Ok(StepOutcome::End(StopReason::ABORTED, None)),
-            reply = self.ask_model(request, cancel.clone()) => reply,
+        // Shares the transcript: nothing of the conversation is copied.
+        let messages = self.state().transcript.clone().unwrap_or_default();
+        let request = ModelRequest {
+            model: self.options.model.clone(),
+            system: self.system.clone(),
+            messages,
+            tools: self.tools.specs(self),
+            max_output_tokens: self.options.max_output_tokens,
+            reasoning_effort: self.options.reasoning_effort.clone(),
         };
-        let reply = match reply {
-            Ok(reply) => reply,
-            Err(err) if err.kind == ModelErrorKind::Cancelled && cancel.is_cancelled() => {
-                return Ok(StepOutcome::End(StopReason::ABORTED, None));
+        // Streamed text survives an abort or a failure of the step (B13).
+        let mut streamed = String::new();
+        let reply = {
+            let asked = self.ask_model(request, cancel.clone(), &mut streamed);
+            tokio::select! {
+                biased;
+                () = cancel.cancelled() => None,
+                reply = asked => Some(reply),
             }
-            Err(err) => return Ok(StepOutcome::End(StopReason::ERROR, Some(err.to_string()))),
         };
+        let failed = match reply {
+            None => Some((StopReason::ABORTED, None)),
+            Some(Err(err)) if err.kind == ModelErrorKind::Cancelled && cancel.is_cancelled() => {
+                Some((StopReason::ABORTED, None))
+            }
+            Some(Err(err)) => Some((StopReason::ERROR, Some(err.to_string()))),
+            Some(Ok(reply)) => return self.finish_step(reply, streamed, cancel).await,
+        };
+        if let Some((reason, diagnostic)) = failed {
+            if !streamed.is_empty() {
+                let text = EventPayload::AssistantMessage(AssistantEntry {
+                    content: vec![ContentBlock::text(streamed)],
+                });
+                self.commit(vec![text], |_, _| ()).await?;
+            }
+            return Ok(StepOutcome::End(reason, diagnostic));
+        }
+        Ok(StepOutcome::Continue)
+    }
 
+    /// Record a complete model reply, run its tool calls and take the step
+    /// boundary's input.
+    async fn finish_step(
+        &self,
+        reply: ModelReply,
+        text: String,
+        cancel: &CancellationToken,
+    ) -> Result<StepOutcome, AgentError> {
         let finished_normally =
             matches!(reply.finish, FinishReason::EndTurn | FinishReason::ToolUse);
         let calls = if finished_normally {
@@ -386,16 +592,17 @@ impl LoopAgent {
             Vec::new()
         };
         let mut payloads = Vec::new();
-        if !reply.text.is_empty() {
+        if !text.is_empty() {
             payloads.push(EventPayload::AssistantMessage(AssistantEntry {
-                content: vec![ContentBlock::text(reply.text)],
+                content: vec![ContentBlock::text(text)],
             }));
         }
         payloads.extend(calls.iter().cloned().map(EventPayload::ToolCall));
         if reply.usage != Usage::default() {
             payloads.push(EventPayload::Usage(reply.usage));
         }
-        self.commit(payloads, |state| state.usage += reply.usage)
+        let usage = reply.usage;
+        self.commit(payloads, move |_, state| state.usage += usage)
             .await?;
         if !finished_normally {
             let diagnostic = match &reply.finish {
@@ -438,7 +645,7 @@ impl LoopAgent {
                     })
                     .collect(),
             };
-            self.commit(results, |_| ()).await?;
+            self.commit(results, |_, _| ()).await?;
             if aborted {
                 return Ok(StepOutcome::End(StopReason::ABORTED, None));
             }
@@ -464,7 +671,7 @@ impl LoopAgent {
             }
         };
         if !batch.is_empty() {
-            self.commit(claim_payloads(batch), |_| ()).await?;
+            self.commit(claim_payloads(batch), |_, _| ()).await?;
             return Ok(StepOutcome::Continue);
         }
         if calls.is_empty() {
@@ -474,21 +681,23 @@ impl LoopAgent {
         }
     }
 
+    /// Stream one reply; its text goes to `text` as it arrives, so a caller
+    /// that drops this future still has what was said.
     async fn ask_model(
         &self,
         request: ModelRequest,
         cancel: CancellationToken,
+        text: &mut String,
     ) -> Result<ModelReply, ModelError> {
         let mut stream = self.model.stream(request, cancel).await?;
         let mut reply = ModelReply {
-            text: String::new(),
             calls: Vec::new(),
             usage: Usage::default(),
             finish: FinishReason::EndTurn,
         };
         while let Some(event) = stream.next().await {
             match event? {
-                ModelEvent::TextDelta(delta) => reply.text.push_str(&delta),
+                ModelEvent::TextDelta(delta) => text.push_str(&delta),
                 ModelEvent::ToolCall(call) => reply.calls.push(call),
                 ModelEvent::Usage(usage) => reply.usage += usage,
                 ModelEvent::Finish(finish) => {
@@ -504,18 +713,50 @@ impl LoopAgent {
     }
 }
 
+/// Whether `payload` changes the model-visible conversation.
+fn is_conversation(payload: &EventPayload) -> bool {
+    matches!(
+        payload,
+        EventPayload::UserMessage(_)
+            | EventPayload::AssistantMessage(_)
+            | EventPayload::ToolCall(_)
+            | EventPayload::ToolResult(_)
+    )
+}
+
+/// The turn that was started and never ended, if any.
+pub(crate) fn open_turn(events: &[SessionEvent]) -> Option<u64> {
+    for event in events.iter().rev() {
+        match &event.payload {
+            EventPayload::TurnEnd(_) => return None,
+            EventPayload::TurnStart(start) => return Some(start.turn),
+            _ => {}
+        }
+    }
+    None
+}
+
+/// The events of claiming `batch`: each message, then the claim naming
+/// them. A batch torn in between leaves a message either pending (not yet
+/// in the transcript) or in the transcript, which claims it
+/// ([`PendingInboxProjection`](dsh_core::projection::PendingInboxProjection)):
+/// delivered exactly once either way.
 fn claim_payloads(batch: Vec<PendingItem>) -> Vec<EventPayload> {
     if batch.is_empty() {
         return Vec::new();
     }
-    let mut payloads = vec![EventPayload::InboxClaimed(InboxIds {
+    let claimed = EventPayload::InboxClaimed(InboxIds {
         message_ids: batch.iter().map(|item| item.message.id.clone()).collect(),
-    })];
-    payloads.extend(batch.into_iter().map(|item| {
-        EventPayload::UserMessage(UserEntry {
-            message: item.message,
+    });
+    let mut payloads: Vec<EventPayload> = batch
+        .into_iter()
+        .map(|item| {
+            EventPayload::UserMessage(UserEntry {
+                message: item.message,
+            })
         })
-    }));
+        .collect();
+    payloads.push(claimed);
     payloads
 }
 
@@ -590,7 +831,7 @@ impl Agent for LoopAgent {
             wake,
         });
         let id = message.id.clone();
-        self.commit(vec![accepted], |state| {
+        self.commit(vec![accepted], move |agent, state| {
             let item = PendingItem {
                 message,
                 target,
@@ -602,7 +843,7 @@ impl Agent for LoopAgent {
             }
             if wake {
                 state.parked = false;
-                self.start_driver(state);
+                agent.start_driver(state);
             }
         })
         .await?;
@@ -614,7 +855,7 @@ impl Agent for LoopAgent {
     }
 
     fn cancel(&self, cause: CancelCause, options: CancelOptions) {
-        let discarded = {
+        {
             let mut state = self.state();
             if !state.driver {
                 return;
@@ -625,26 +866,30 @@ impl Agent for LoopAgent {
             }
             if options.keep_inbox {
                 state.parked = true;
-                Vec::new()
-            } else {
-                // Everything pending goes: both lists, whole.
-                let mut discarded: Vec<PendingItem> = state.next_step.drain(..).collect();
-                discarded.extend(state.next_turn.drain(..));
-                discarded
+                return;
             }
-        };
-        if discarded.is_empty() {
-            return;
+            // Everything pending goes: both lists, whole. The record goes
+            // out with the next write (the turn's own end, at the latest),
+            // or with disposal; the task below covers an idle agent.
+            let state = &mut *state;
+            let discarded: Vec<MessageId> = state
+                .next_step
+                .drain(..)
+                .chain(state.next_turn.drain(..))
+                .map(|item| item.message.id)
+                .collect();
+            if discarded.is_empty() {
+                return;
+            }
+            state.discards.extend(discarded);
         }
         let Some(this) = self.this.upgrade() else {
             return;
         };
-        let ids = discarded.into_iter().map(|item| item.message.id).collect();
         self.shared.tasks.spawn(async move {
-            let payload = EventPayload::InboxDiscarded(InboxIds { message_ids: ids });
-            if let Err(err) = this.commit(vec![payload], |_| ()).await {
-                tracing::warn!(session = %this.header.id, "could not record discarded input: {err}");
-            }
+            // A failure is kept in `broken` and reported by `fault`; a
+            // disposal that came first wrote the discards itself.
+            let _ = this.commit(Vec::new(), |_, _| ()).await;
         });
     }
 
@@ -652,6 +897,10 @@ impl Agent for LoopAgent {
         let mut status = self.status.subscribe();
         // The sender lives as long as `self`, so this cannot fail.
         let _ = status.wait_for(|status| *status == AgentStatus::Idle).await;
+    }
+
+    fn fault(&self) -> Option<AgentError> {
+        self.state().broken.clone().map(AgentError::LogFailed)
     }
 
     fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival> {
@@ -695,7 +944,7 @@ impl Agent for LoopAgent {
             kind: kind.to_owned(),
             payload: payload.into(),
         };
-        self.commit(vec![payload], |state| state.events.len() as u64 - 1)
+        self.commit(vec![payload], |_, state| state.events.len() as u64 - 1)
             .await
     }
 

@@ -9,16 +9,16 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use dsh_core::projection::{PendingInboxProjection, TranscriptProjection, replay};
-use dsh_core::session::{TurnEnd, completed_turn_prefix};
+use dsh_core::projection::{PendingInboxProjection, replay};
+use dsh_core::session::{ToolResultEntry, TurnEnd, completed_turn_prefix};
 use dsh_core::{
-    AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, Composition,
-    CreateAgent, EventPayload, Model, PresetCatalog, ResumeAgent, SessionEvent, SessionHeader,
-    SessionStore, StopReason, Tool,
+    AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, CallId,
+    Composition, ContentBlock, CreateAgent, EventPayload, Model, PresetCatalog, ResumeAgent,
+    SessionEvent, SessionHeader, SessionStore, StopReason, Tool,
 };
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{LoopAgent, Restored};
+use crate::agent::{LoopAgent, Restored, open_turn};
 use crate::prompt::SystemPrompt;
 use crate::tools::{ScopedTools, ToolRegistry, ToolRegistryError};
 
@@ -117,6 +117,11 @@ impl Shared {
         if options.max_output_tokens == Some(0) {
             return Err(AgentError::Composition(
                 "max_output_tokens must be positive".into(),
+            ));
+        }
+        if options.max_turn_steps == Some(0) {
+            return Err(AgentError::Composition(
+                "max_turn_steps must be positive".into(),
             ));
         }
         let model = self
@@ -291,6 +296,11 @@ impl Harness {
     }
 
     /// Dispose every live agent this harness published and wait for every task.
+    ///
+    /// # Cancel safety
+    /// Each disposal, once begun, finishes on the tracker (see
+    /// [`LoopAgent::dispose`]); dropped between two of them, the agents not
+    /// reached yet stay live and the tracker stays open. Call it again.
     pub async fn shutdown(&self) {
         for reference in self.shared.registry.list() {
             if let Some(agent) = self.shared.registry.resolve(&reference)
@@ -343,11 +353,9 @@ impl AgentFactory for Harness {
             return Err(AgentError::AlreadyLive(header.id));
         }
         let log = self.shared.store.create(&header, &seed).await?;
-        let transcript = replay(&TranscriptProjection, &header, &seed);
         let restored = Restored {
             turns: count_turns(&seed),
             pending: Vec::new(),
-            transcript,
             events: seed,
         };
         let id = header.id.clone();
@@ -374,20 +382,21 @@ impl AgentFactory for Harness {
         }
         let (loaded, log) = self.shared.store.open(&id).await?;
         let header: SessionHeader = loaded.header;
-        let composed = self.shared.compose(&header.composition, &setup)?;
+        let composed = match self.shared.compose(&header.composition, &setup) {
+            Ok(composed) => composed,
+            Err(err) => {
+                log.close().await;
+                return Err(err);
+            }
+        };
         let mut events = loaded.events;
         if let Some(turn) = open_turn(&events) {
-            let close = SessionEvent {
-                seq: events.len() as u64,
-                time: dsh_core::session::now_millis(),
-                payload: EventPayload::TurnEnd(TurnEnd {
-                    turn,
-                    stop_reason: StopReason::ABORTED,
-                    diagnostic: Some("the session stopped while this turn was running".into()),
-                }),
-            };
-            log.append(std::slice::from_ref(&close)).await?;
-            events.push(close);
+            let repair = close_interrupted_turn(turn, &events);
+            if let Err(err) = log.append(&repair).await {
+                log.close().await;
+                return Err(err.into());
+            }
+            events.extend(repair);
         }
         let restored = Restored {
             turns: count_turns(&events),
@@ -398,7 +407,6 @@ impl AgentFactory for Harness {
                 own_events(&header, &events),
             )
             .into_items(),
-            transcript: replay(&TranscriptProjection, &header, &events),
             events,
         };
         let agent = LoopAgent::new(self.shared.clone(), header, composed, log, restored);
@@ -436,6 +444,56 @@ impl Harness {
     }
 }
 
+/// The message a tool call left unanswered by a crash is answered with (B53).
+pub const INTERRUPTED_TOOL_CALL: &str =
+    "The session stopped before this tool call returned; its outcome is unknown.";
+
+/// The events that close turn `turn`, which the log leaves open: an error
+/// result for every tool call of it that has none (so every transcript
+/// answers each call, in order, B53), then the turn's end as `aborted`.
+fn close_interrupted_turn(turn: u64, events: &[SessionEvent]) -> Vec<SessionEvent> {
+    let start = events
+        .iter()
+        .rposition(|event| matches!(event.payload, EventPayload::TurnStart(_)))
+        .unwrap_or(0);
+    let answered: std::collections::HashSet<&CallId> = events[start..]
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::ToolResult(result) => Some(&result.call_id),
+            _ => None,
+        })
+        .collect();
+    let mut payloads: Vec<EventPayload> = events[start..]
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::ToolCall(call) if !answered.contains(&call.call_id) => {
+                Some(EventPayload::ToolResult(ToolResultEntry {
+                    call_id: call.call_id.clone(),
+                    name: call.name.clone(),
+                    content: vec![ContentBlock::text(INTERRUPTED_TOOL_CALL)],
+                    is_error: true,
+                }))
+            }
+            _ => None,
+        })
+        .collect();
+    payloads.push(EventPayload::TurnEnd(TurnEnd {
+        turn,
+        stop_reason: StopReason::ABORTED,
+        diagnostic: Some("the session stopped while this turn was running".into()),
+    }));
+    let time = dsh_core::session::now_millis();
+    payloads
+        .into_iter()
+        .enumerate()
+        .map(|(offset, payload)| SessionEvent {
+            seq: (events.len() + offset) as u64,
+            time,
+            payload,
+        })
+        .collect()
+}
+
 /// The events this session wrote itself, after any seed.
 fn own_events<'a>(header: &SessionHeader, events: &'a [SessionEvent]) -> &'a [SessionEvent] {
     let seed = usize::try_from(header.seed_len).unwrap_or(usize::MAX);
@@ -447,16 +505,4 @@ fn count_turns(events: &[SessionEvent]) -> u64 {
         .iter()
         .filter(|event| matches!(event.payload, EventPayload::TurnStart(_)))
         .count() as u64
-}
-
-/// The turn that was started and never ended, if any.
-fn open_turn(events: &[SessionEvent]) -> Option<u64> {
-    for event in events.iter().rev() {
-        match &event.payload {
-            EventPayload::TurnEnd(_) => return None,
-            EventPayload::TurnStart(start) => return Some(start.turn),
-            _ => {}
-        }
-    }
-    None
 }

@@ -66,6 +66,15 @@ pub enum Scripted {
     /// Yields nothing until the request's cancellation token fires, then
     /// yields a [`ModelErrorKind::Cancelled`] error and ends.
     Hang,
+    /// The text, then one permit is added to `stalled` (once the consumer
+    /// has taken every text chunk and asks for more), then as [`Scripted::Hang`]:
+    /// a step that is cut off mid-answer.
+    Stall {
+        /// Text streamed before the stall.
+        text: String,
+        /// Gets one permit when the stream stalls.
+        stalled: Arc<Semaphore>,
+    },
     /// Waits (cancellably) for one permit of `gate`, which it takes for good,
     /// then behaves as `then`.
     Gated {
@@ -241,6 +250,11 @@ impl ScriptedModel {
                 steps.push_back(Step::Emit(Err(error)));
             }
             Scripted::Hang => steps.push_back(Step::Hang),
+            Scripted::Stall { text, stalled } => {
+                push_text(steps, &text);
+                steps.push_back(Step::Signal(stalled));
+                steps.push_back(Step::Hang);
+            }
             Scripted::Gated { gate, then } => {
                 steps.push_back(Step::Wait(gate));
                 if let Err(error) = self.plan(*then, input_tokens, steps) {
@@ -260,6 +274,8 @@ enum Step {
     Wait(Arc<Semaphore>),
     /// Wait for cancel, then yield the cancellation error.
     Hang,
+    /// Add one permit to the semaphore and go on.
+    Signal(Arc<Semaphore>),
 }
 
 /// The state a scripted stream unfolds.
@@ -337,6 +353,7 @@ async fn advance(mut state: Playback) -> Option<(Result<ModelEvent, ModelError>,
                 state.done = item.is_err();
                 return Some((item, state));
             }
+            Step::Signal(semaphore) => semaphore.add_permits(1),
             Step::Hang => {
                 state.cancel.cancelled().await;
                 state.done = true;
@@ -416,10 +433,10 @@ mod tests {
         ModelRequest {
             model: None,
             system: system.to_owned(),
-            messages: vec![Message::User {
+            messages: std::sync::Arc::new(vec![Message::User {
                 content: vec![ContentBlock::text(user)],
                 source: MessageSource::User,
-            }],
+            }]),
             tools: Vec::new(),
             max_output_tokens: None,
             reasoning_effort: None,
@@ -599,7 +616,7 @@ mod tests {
         let users: Vec<Message> = model
             .requests()
             .into_iter()
-            .flat_map(|r| r.messages)
+            .flat_map(|r| r.messages.to_vec())
             .collect();
         assert_eq!(
             users,

@@ -265,6 +265,10 @@ impl ScopedTools {
     /// - a panic inside `execute`: "Tool `x` failed unexpectedly." (logged);
     /// - `cancel` fired before or while it runs: "Tool `x` was cancelled."
     ///   (the tool's future is dropped, or never started).
+    ///
+    /// # Cancel safety
+    /// Dropping the future drops the tool's `execute` future where it
+    /// stands (see [`Tool`]'s own cancel safety); nothing is recorded here.
     pub async fn call(
         &self,
         call: &ToolCall,
@@ -280,6 +284,10 @@ impl ScopedTools {
     /// any other call runs alone, after everything before it and before
     /// everything after it. Unknown, hidden and invalid calls count as safe
     /// (they do not execute).
+    ///
+    /// # Cancel safety
+    /// As [`ScopedTools::call`], for every call still running; calls after
+    /// the drop point never start.
     pub async fn call_all(
         &self,
         calls: &[ToolCall],

@@ -9,10 +9,9 @@ use std::sync::Arc;
 
 use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::{
-    AgentError, AgentFactory, AgentOptions, AgentStatus, CancelCause, CancelOptions,
-    CancellationToken, Composition, ContentBlock, EventPayload, InboxTarget, Message,
-    MessageSource, ModelError, ModelErrorKind, Preset, PresetCatalog, RegistryEvent, ResumeAgent,
-    SessionStore, StopReason, ToolRestriction, UserMessage,
+    AgentError, AgentFactory, AgentOptions, AgentStatus, CancelCause, CancelOptions, Composition,
+    ContentBlock, EventPayload, InboxTarget, Message, MessageSource, ModelError, ModelErrorKind,
+    Preset, PresetCatalog, RegistryEvent, SessionStore, StopReason, ToolRestriction, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel, SystemPrompt};
 use serde_json::json;
@@ -21,22 +20,6 @@ use tokio::sync::Semaphore;
 
 fn memory() -> Arc<dyn SessionStore> {
     Arc::new(MemoryStore::new())
-}
-
-fn text_of(message: &Message) -> String {
-    match message {
-        Message::User { content, .. }
-        | Message::Assistant { content, .. }
-        | Message::Tool { content, .. } => dsh_core::content::joined_text(content),
-    }
-}
-
-fn resume_spec(name: &str) -> ResumeAgent {
-    ResumeAgent {
-        id: id(name),
-        setup: Default::default(),
-        cancel: CancellationToken::new(),
-    }
 }
 
 #[tokio::test]
@@ -54,8 +37,8 @@ async fn a_turn_appends_every_model_visible_fact() {
         [
             "inbox/accepted",
             "turn/start",
-            "inbox/claimed",
             "user/message",
+            "inbox/claimed",
             "step/start",
             "assistant/message",
             "usage",
@@ -141,7 +124,7 @@ async fn acceptance_is_durable_before_it_is_acknowledged_and_resume_delivers_the
     assert!(on_disk.events.iter().any(|e| matches!(
         &e.payload, EventPayload::InboxAccepted(a) if a.message.id == first
     )));
-    until("the turn is running", || model.requests().len() == 1).await;
+    bounded(until(|| model.requests().len() == 1)).await;
     let second = agent.followup(UserMessage::user_text("two")).await.unwrap();
     let third = agent
         .followup(UserMessage::user_text("three"))
@@ -227,15 +210,15 @@ async fn steering_joins_at_the_next_step_and_injection_never_wakes() {
         .await
         .unwrap();
     assert_eq!(agent.status(), AgentStatus::Running);
-    until("the first request", || model.requests().len() == 1).await;
+    bounded(until(|| model.requests().len() == 1)).await;
     let steer = agent.steer(UserMessage::user_text("steer")).await.unwrap();
     gate.add_permits(1);
     settle(&agent).await;
 
     let requests = model.requests();
     assert_eq!(requests.len(), 2, "one turn, two steps");
-    let first: Vec<String> = requests[0].messages.iter().map(text_of).collect();
-    let second: Vec<String> = requests[1].messages.iter().map(text_of).collect();
+    let first: Vec<String> = requests[0].messages.iter().map(message_text).collect();
+    let second: Vec<String> = requests[1].messages.iter().map(message_text).collect();
     // The turn opened with the injected context and the task.
     assert_eq!(first, ["context", "task"]);
     // Steering arrived after the tool result, at the step boundary.
@@ -264,7 +247,7 @@ async fn interrupt_keeping_the_inbox_parks_pending_work_until_a_waking_send() {
     let handle = create(&harness, "a").await;
     let agent = handle.agent().clone();
     let claimed = agent.followup(UserMessage::user_text("one")).await.unwrap();
-    until("the turn is running", || model.requests().len() == 1).await;
+    bounded(until(|| model.requests().len() == 1)).await;
     let parked = agent.followup(UserMessage::user_text("two")).await.unwrap();
 
     agent.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
@@ -319,7 +302,7 @@ async fn interrupt_without_keeping_the_inbox_discards_pending_work() {
     let handle = create(&harness, "a").await;
     let agent = handle.agent().clone();
     agent.followup(UserMessage::user_text("one")).await.unwrap();
-    until("the turn is running", || model.requests().len() == 1).await;
+    bounded(until(|| model.requests().len() == 1)).await;
     let dropped = agent.followup(UserMessage::user_text("two")).await.unwrap();
     agent.cancel(CancelCause::Parent, CancelOptions::default());
     settle(&agent).await;
@@ -460,9 +443,9 @@ async fn a_restricted_tool_is_hidden_and_refuses_to_run() {
     let result = requests[1].messages.last().unwrap();
     assert!(matches!(result, Message::Tool { is_error: true, .. }));
     assert!(
-        text_of(result).contains("not available"),
+        message_text(result).contains("not available"),
         "{}",
-        text_of(result)
+        message_text(result)
     );
 }
 
@@ -550,7 +533,7 @@ async fn bad_tool_input_and_unknown_tools_go_back_to_the_model() {
         .messages
         .iter()
         .filter_map(|m| match m {
-            Message::Tool { is_error, .. } => Some((*is_error, text_of(m))),
+            Message::Tool { is_error, .. } => Some((*is_error, message_text(m))),
             _ => None,
         })
         .collect();

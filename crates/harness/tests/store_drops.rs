@@ -220,3 +220,43 @@ fn a_dropped_open_holds_the_id_until_its_work_ends() {
     let (loaded, _log) = open_once_free(&other, &store, &sid("a")).unwrap();
     assert_eq!(loaded.events, [turn(0)]);
 }
+
+/// A child process forked by any thread shares every descriptor of this
+/// process until it execs. The store must not depend on close releasing the
+/// lock: here a child is held between fork and exec while the log is
+/// released and reopened. This was the mechanism of the `agent_loop` flake
+/// (a parallel test's insta snapshot spawns `cargo metadata`).
+#[test]
+#[allow(unsafe_code, reason = "pre_exec holds a forked child before exec")]
+fn a_child_forked_while_a_log_is_open_does_not_keep_it_locked() {
+    use std::io::{Read, Write};
+    use std::os::unix::process::CommandExt;
+
+    let rt = elsewhere();
+    let (_dir, store) = store(Durability::None);
+    let log = rt.block_on(store.create(&header("a"), &[turn(0)])).unwrap();
+    let (mut forked, mut forked_tx) = std::io::pipe().unwrap();
+    let (mut go_rx, mut go) = std::io::pipe().unwrap();
+    let mut command = std::process::Command::new("true");
+    // SAFETY: the closure only reads and writes pipes the child inherited.
+    unsafe {
+        command.pre_exec(move || {
+            forked_tx.write_all(b"f")?;
+            let mut byte = [0u8; 1];
+            go_rx.read_exact(&mut byte)?;
+            Ok(())
+        });
+    }
+    let spawner = std::thread::spawn(move || command.spawn().and_then(|mut child| child.wait()));
+    let mut byte = [0u8; 1];
+    forked.read_exact(&mut byte).unwrap();
+    // The child now shares the log's descriptor.
+    rt.block_on(log.close());
+    drop(log);
+    let reopened = rt.block_on(store.open(&sid("a")));
+    go.write_all(b"g").unwrap();
+    assert!(spawner.join().unwrap().unwrap().success());
+    let (loaded, _log) =
+        reopened.unwrap_or_else(|err| panic!("the closed log did not reopen: {err}"));
+    assert_eq!(loaded.events, [turn(0)]);
+}

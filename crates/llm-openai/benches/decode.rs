@@ -188,10 +188,10 @@ fn request() -> ModelRequest {
     ModelRequest {
         model: None,
         system: "bench".into(),
-        messages: vec![Message::User {
+        messages: std::sync::Arc::new(vec![Message::User {
             content: vec![ContentBlock::text("go")],
             source: MessageSource::User,
-        }],
+        }]),
         tools: Vec::new(),
         max_output_tokens: None,
         reasoning_effort: None,

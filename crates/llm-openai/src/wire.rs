@@ -211,7 +211,7 @@ fn messages(request: &ModelRequest) -> Vec<WireMessage<'_>> {
         });
     }
     let mut tool_images: Vec<Part<'_>> = Vec::new();
-    for message in &request.messages {
+    for message in request.messages.iter() {
         if !matches!(message, Message::Tool { .. }) && !tool_images.is_empty() {
             out.push(WireMessage::User {
                 content: WireContent::Parts(std::mem::take(&mut tool_images)),

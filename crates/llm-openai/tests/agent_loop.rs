@@ -164,8 +164,8 @@ async fn a_streamed_tool_call_runs_and_its_result_goes_back_on_the_wire() {
         [
             "inbox/accepted",
             "turn/start",
-            "inbox/claimed",
             "user/message",
+            "inbox/claimed",
             "step/start",
             "tool/call",
             "usage",

@@ -47,10 +47,10 @@ fn request(text: &str) -> ModelRequest {
     ModelRequest {
         model: None,
         system: "You are terse.".into(),
-        messages: vec![Message::User {
+        messages: std::sync::Arc::new(vec![Message::User {
             content: vec![ContentBlock::text(text)],
             source: MessageSource::User,
-        }],
+        }]),
         tools: Vec::new(),
         max_output_tokens: None,
         reasoning_effort: None,
@@ -724,7 +724,7 @@ fn full_request() -> ModelRequest {
     ModelRequest {
         model: Some("gpt-4o".into()),
         system: "You are a careful assistant.\nUse tools when they help.".into(),
-        messages: vec![
+        messages: std::sync::Arc::new(vec![
             Message::User {
                 content: vec![
                     ContentBlock::text("What is in this picture?"),
@@ -783,7 +783,7 @@ fn full_request() -> ModelRequest {
                     sender_session_id: SessionId::new("child-1").unwrap(),
                 },
             },
-        ],
+        ]),
         tools: vec![
             ToolSpec {
                 name: "read_file".into(),

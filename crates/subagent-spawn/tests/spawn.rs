@@ -1080,6 +1080,7 @@ async fn b21_agent_options_merge_over_the_parents_and_the_request_wins() {
         model: Some("parent-model".into()),
         reasoning_effort: Some("low".into()),
         max_output_tokens: Some(1000),
+        ..AgentOptions::default()
     };
     let parent = root_with(&world, LEAD, |h| {
         h.composition.options = parent_options.clone()
@@ -1103,6 +1104,7 @@ async fn b21_agent_options_merge_over_the_parents_and_the_request_wins() {
             model: Some("child-model".into()),
             reasoning_effort: Some("low".into()),
             max_output_tokens: Some(256),
+            ..AgentOptions::default()
         }
     );
     let asked = requests_of(&main_route, "use the child model");

@@ -2,12 +2,14 @@
 //! none carries its own copy: a forwarding agent with taps, which lets a
 //! test see (or stall) the moment the code under test reads an agent's
 //! pending inbox or its events; session-store wrappers that fail, hold or
-//! stop calls ([`store`]); bounded waits ([`wait`]); and a counting
+//! stop calls ([`store`]); bounded waits ([`wait`]); queries over recorded
+//! model requests ([`requests`]); and a counting
 //! allocator for the memory benches. Used only as a dev-dependency; it must never become a
 //! dependency of a library crate.
 
 pub mod alloc;
 pub mod process;
+pub mod requests;
 pub mod store;
 pub mod wait;
 pub mod world;
@@ -104,6 +106,9 @@ impl Agent for TappedAgent {
     }
     async fn wait_idle(&self) {
         self.inner.wait_idle().await;
+    }
+    fn fault(&self) -> Option<AgentError> {
+        self.inner.fault()
     }
     fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival> {
         self.inner.observe_inbox()

@@ -1,17 +1,26 @@
 //! Fixtures shared by the harness integration tests: tools that record their
-//! calls, a harness builder over either store, and log queries.
+//! calls, a harness builder over either store, and log queries; waits and
+//! request queries come from `dsh-test-support`.
 
-#![allow(dead_code, missing_docs, clippy::unwrap_used, clippy::expect_used)]
+#![allow(
+    dead_code,
+    unused_imports,
+    missing_docs,
+    clippy::unwrap_used,
+    clippy::expect_used
+)]
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentHandle, CancellationToken, CreateAgent, EventPayload, SessionEvent, SessionHeader,
-    SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
+    Agent, AgentHandle, CallId, CancellationToken, CreateAgent, EventPayload, ResumeAgent,
+    SessionEvent, SessionHeader, SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, ScriptedModel};
+pub use dsh_test_support::requests::{last_user_text, message_text};
+pub use dsh_test_support::wait::{bounded, until};
 use serde_json::{Value, json};
 
 /// A tool that counts its executions and echoes its `text` argument.
@@ -89,6 +98,14 @@ pub fn create_spec(name: &str) -> CreateAgent {
     }
 }
 
+pub fn resume_spec(name: &str) -> ResumeAgent {
+    ResumeAgent {
+        id: id(name),
+        setup: Default::default(),
+        cancel: CancellationToken::new(),
+    }
+}
+
 pub async fn create(harness: &Harness, name: &str) -> AgentHandle {
     use dsh_core::AgentFactory;
     harness.create(create_spec(name)).await.unwrap()
@@ -113,18 +130,64 @@ pub fn stop_reasons(events: &[SessionEvent]) -> Vec<String> {
 /// Wait until the agent is idle and has no driver, bounded so a bug fails
 /// instead of hanging.
 pub async fn settle(agent: &Arc<dyn Agent>) {
-    tokio::time::timeout(std::time::Duration::from_secs(10), agent.wait_idle())
-        .await
-        .expect("agent did not become idle");
+    bounded(agent.wait_idle()).await;
 }
 
-/// Yield until `condition` holds (no sleeping), failing after a bound.
-pub async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if condition() {
-            return;
-        }
-        tokio::task::yield_now().await;
+/// Send `text` as a follow-up, wait (bounded) until the agent is idle, and
+/// return its log.
+pub async fn turn(agent: &Arc<dyn Agent>, text: &str) -> Vec<SessionEvent> {
+    agent
+        .followup(dsh_core::UserMessage::user_text(text))
+        .await
+        .unwrap();
+    bounded(agent.wait_idle()).await;
+    agent.events()
+}
+
+/// Events carrying `payloads`, seqs from 0.
+pub fn numbered(payloads: Vec<EventPayload>) -> Vec<SessionEvent> {
+    payloads
+        .into_iter()
+        .enumerate()
+        .map(|(seq, payload)| SessionEvent {
+            seq: seq as u64,
+            time: 0,
+            payload,
+        })
+        .collect()
+}
+
+/// Every line of the JSONL file at `path` is a whole JSON value.
+pub fn every_line_parses(path: &std::path::Path) {
+    let text = std::fs::read_to_string(path).unwrap();
+    for (n, line) in text.lines().enumerate() {
+        serde_json::from_str::<Value>(line)
+            .unwrap_or_else(|err| panic!("{}:{}: {err}: {line}", path.display(), n + 1));
     }
-    panic!("timed out waiting until {what}");
+    assert!(
+        text.is_empty() || text.ends_with('\n'),
+        "{}: a torn last line",
+        path.display()
+    );
+}
+
+/// Every tool call has exactly one result, after it and before the turn's
+/// end (B53): what every model API requires of a transcript.
+pub fn assert_every_call_answered(events: &[SessionEvent], what: &str) {
+    let mut open: Vec<&CallId> = Vec::new();
+    for event in events {
+        match &event.payload {
+            EventPayload::ToolCall(call) => open.push(&call.call_id),
+            EventPayload::ToolResult(result) => {
+                let before = open.len();
+                open.retain(|id| **id != result.call_id);
+                assert_eq!(before, open.len() + 1, "{what}: a result without its call");
+            }
+            EventPayload::TurnEnd(_) | EventPayload::UserMessage(_) => {
+                assert!(open.is_empty(), "{what}: calls left unanswered: {open:?}");
+            }
+            _ => {}
+        }
+    }
+    assert!(open.is_empty(), "{what}: calls left unanswered: {open:?}");
 }

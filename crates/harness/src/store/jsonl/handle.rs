@@ -59,9 +59,9 @@ impl Drop for WriterSlot {
 /// then the claim.
 #[derive(Debug)]
 pub(super) struct Held {
-    // Declared first: the file (and its lock) is closed before the claim is
+    // Declared first: the file is unlocked and closed before the claim is
     // released, so an in-process opener never meets a lock still held.
-    file: File,
+    file: LockedFile,
     slot: WriterSlot,
 }
 
@@ -294,7 +294,7 @@ impl SessionLog for JsonlLog {
             }
             // One write of whole lines: a crash can tear only the last one.
             let start = *len;
-            if let Err(source) = (&held.file).write_all(buf) {
+            if let Err(source) = (&*held.file).write_all(buf) {
                 // Nothing of a failed batch may stay: cut what reached the file.
                 let err = cut(
                     &held.file,
@@ -347,12 +347,44 @@ impl SessionLog for JsonlLog {
     }
 }
 
-/// Take the exclusive advisory lock on `file`, or report the log locked.
-pub(super) fn try_lock(file: &File, id: &SessionId, path: &Path) -> Result<(), StoreError> {
-    match file.try_lock() {
-        Ok(()) => Ok(()),
-        Err(TryLockError::WouldBlock) => Err(StoreError::Locked(id.clone())),
-        Err(TryLockError::Error(source)) => Err(io_error(path, source)),
+/// A file whose exclusive advisory lock (`flock`) this process holds.
+/// Dropping it unlocks the file explicitly before closing it: closing alone
+/// releases the lock only when no other descriptor shares the open file,
+/// and a child process forked by any thread (a `Command` spawn, say) shares
+/// every descriptor until it execs, so a plain close could leave the lock
+/// held after the store has released the log.
+#[derive(Debug)]
+pub(super) struct LockedFile(File);
+
+impl LockedFile {
+    /// Take the exclusive lock on `file`, or report the log locked.
+    pub(super) fn lock(file: File, id: &SessionId, path: &Path) -> Result<Self, StoreError> {
+        match file.try_lock() {
+            Ok(()) => Ok(Self(file)),
+            Err(TryLockError::WouldBlock) => Err(StoreError::Locked(id.clone())),
+            Err(TryLockError::Error(source)) => Err(io_error(path, source)),
+        }
+    }
+
+    /// Try to lock `file` for a sweep: `None` when someone else holds it.
+    pub(super) fn try_new(file: File) -> Option<Self> {
+        file.try_lock().ok().map(|()| Self(file))
+    }
+}
+
+impl std::ops::Deref for LockedFile {
+    type Target = File;
+
+    fn deref(&self) -> &File {
+        &self.0
+    }
+}
+
+impl Drop for LockedFile {
+    fn drop(&mut self) {
+        // If this fails the close that follows still releases the lock once
+        // no forked child shares the file; there is nobody to tell.
+        let _ = self.0.unlock();
     }
 }
 
@@ -450,8 +482,8 @@ pub(super) fn create_log(
     let (temp, file) = create_temp(dir, &id)?;
     // Locked before it is visible under its real name, so no other writer
     // can slip in between publication and this handle.
-    try_lock(&file, &id, &temp.path)?;
-    (&file)
+    let file = LockedFile::lock(file, &id, &temp.path)?;
+    (&*file)
         .write_all(contents)
         .map_err(|source| io_error(&temp.path, source))?;
     if durability != Durability::None {
@@ -503,13 +535,13 @@ pub(super) fn open_log(
 ) -> Result<Opened, StoreError> {
     let id = slot.id.clone();
     let mut attempts = 0;
-    let mut file = loop {
+    let file = loop {
         let file = OpenOptions::new()
             .read(true)
             .append(true)
             .open(path)
             .map_err(|source| open_error(&id, path, source))?;
-        try_lock(&file, &id, path)?;
+        let file = LockedFile::lock(file, &id, path)?;
         match still_linked(&file, &id, path) {
             Ok(()) => break file,
             // Removed (and perhaps created afresh) under us: look again.
@@ -519,7 +551,8 @@ pub(super) fn open_log(
     };
     let size = file.metadata().map_or(0, |meta| meta.len());
     let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
-    file.read_to_end(&mut bytes)
+    (&*file)
+        .read_to_end(&mut bytes)
         .map_err(|source| io_error(path, source))?;
     let parsed = parse_log(&id, path, bytes)?;
     let mut len = parsed.keep;
@@ -534,7 +567,7 @@ pub(super) fn open_log(
         );
     }
     if parsed.missing_newline {
-        (&file)
+        (&*file)
             .write_all(b"\n")
             .map_err(|source| io_error(path, source))?;
         len += 1;
@@ -552,4 +585,90 @@ pub(super) fn open_log(
         held: Held { file, slot },
         len,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+
+    use dsh_core::session::{EventPayload, TurnStart};
+
+    use super::*;
+
+    fn shared(dir: &Path) -> Arc<Shared> {
+        Arc::new(Shared {
+            dir: dir.to_path_buf(),
+            durability: Durability::EveryEvent,
+            writers: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn log_over(file: File, shared: &Arc<Shared>, path: &Path, len: u64) -> JsonlLog {
+        let id = SessionId::new("a").unwrap();
+        let slot = WriterSlot::claim(shared, &id).unwrap();
+        let held = Held {
+            file: LockedFile::try_new(file).unwrap(),
+            slot,
+        };
+        JsonlLog::new(held, path.to_path_buf(), Durability::EveryEvent, 0, len)
+    }
+
+    fn turn(seq: u64) -> SessionEvent {
+        SessionEvent {
+            seq,
+            time: seq,
+            payload: EventPayload::TurnStart(TurnStart { turn: seq }),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_failed_fsync_poisons_the_handle_and_says_the_cut_failed_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let shared = shared(dir.path());
+        // fsync and truncate both fail on /dev/null (EINVAL).
+        let file = OpenOptions::new().write(true).open("/dev/null").unwrap();
+        let log = log_over(file, &shared, Path::new("/dev/null"), 0);
+        let err = log.append(&[turn(0)]).await.unwrap_err();
+        let StoreError::Io { source, .. } = &err else {
+            panic!("expected an I/O error, got {err:?}");
+        };
+        assert_eq!(source.kind(), io::ErrorKind::InvalidInput, "{err}");
+        assert!(err.to_string().contains("also failed"), "{err}");
+        // Poisoned: the same error, and nothing more is written.
+        assert_eq!(
+            log.append(&[turn(0)]).await.unwrap_err().to_string(),
+            err.to_string()
+        );
+        assert_eq!(
+            log.checkpoint().await.unwrap_err().to_string(),
+            err.to_string()
+        );
+        log.close().await;
+        assert!(shared.writers().is_empty());
+    }
+
+    #[test]
+    fn a_sync_whose_batch_a_concurrent_failure_cut_fails_too() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.jsonl");
+        let file = OpenOptions::new()
+            .create_new(true)
+            .read(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let shared = shared(dir.path());
+        let log = log_over(file, &shared, &path, 0);
+        let held = log.log.state().held.clone().unwrap();
+        // Another append's failed sync cut the file back to 10 bytes and
+        // poisoned the handle; this batch, bytes 10..20, is gone with it.
+        {
+            let mut state = log.log.state();
+            state.len = 10;
+            state.poisoned = Some(StoreError::Closed(SessionId::new("a").unwrap()));
+        }
+        assert!(log.log.sync(&held, Some((10, 20))).is_err());
+        // A batch that ended before the cut is intact.
+        assert!(log.log.sync(&held, Some((0, 10))).is_ok());
+    }
 }

@@ -28,8 +28,8 @@ use dsh_core::{
 
 pub use handle::JsonlLog;
 use handle::{
-    JsonlLog as Log, TEMP_SUFFIX, WriterSlot, create_log, open_log, still_linked, sync_dir,
-    try_lock,
+    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_log, open_log, still_linked,
+    sync_dir,
 };
 use parse::{parse_header, parse_log};
 
@@ -122,8 +122,8 @@ impl JsonlStore {
 impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: a dropped create leaves no log. If the detached work has
-    /// already published it, it withdraws it while still holding it; the id
-    /// is `Busy` until then.
+    /// already published it, it withdraws it while still holding it; until
+    /// then an open of the id is `Busy` and a create `Exists`.
     async fn create(
         &self,
         header: &SessionHeader,
@@ -354,7 +354,7 @@ fn remove_log(
     durability: Durability,
 ) -> Result<(), StoreError> {
     let file = File::open(path).map_err(|source| open_error(id, path, source))?;
-    try_lock(&file, id, path)?;
+    let file = LockedFile::lock(file, id, path)?;
     still_linked(&file, id, path)?;
     fs::remove_file(path).map_err(|source| open_error(id, path, source))?;
     drop(file);
@@ -407,9 +407,9 @@ fn sweep_temps(dir: &Path) -> Result<(), StoreError> {
             Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
             Err(source) => return Err(io_error(&path, source)),
         };
-        if file.try_lock().is_err() {
+        let Some(file) = LockedFile::try_new(file) else {
             continue;
-        }
+        };
         let old = file
             .metadata()
             .and_then(|meta| meta.modified())
