@@ -332,9 +332,17 @@ impl Team {
     /// # Cancel safety
     /// Dropping the future only stops the waiting.
     pub async fn shutdown(&self) {
+        // Detaching the listener closes its channel, which ends its task.
+        lock(&self.inner.listener).take();
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
-        lock(&self.inner.listener).take();
+    }
+
+    /// Whether detached team work (a start, a delivery, a release) is in
+    /// flight, beyond the runtime listener.
+    pub fn is_busy(&self) -> bool {
+        let listener = usize::from(lock(&self.inner.listener).is_some());
+        self.inner.tasks.len() > listener
     }
 
     /// Run `work` on the team's tracker and await it.
@@ -365,7 +373,8 @@ impl Team {
             while let Some(event) = rx.recv().await {
                 let Some(inner) = weak.upgrade() else { return };
                 let team = Team { inner };
-                team.on_runtime_event(event).await;
+                let tasks = team.inner.tasks.clone();
+                tasks.spawn(async move { team.on_runtime_event(event).await });
             }
         });
     }
