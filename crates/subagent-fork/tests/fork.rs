@@ -19,6 +19,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::harness_and_runtime;
 use tokio::sync::Semaphore;
 
 struct World {
@@ -46,19 +47,16 @@ fn world(model: ScriptedModel) -> World {
     let store: Arc<dyn SessionStore> =
         Arc::new(JsonlStore::new(dir.path().join("sessions"), Default::default()).unwrap());
     let model = Arc::new(model);
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .tool(Arc::new(Noop))
-        .unwrap()
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
+    let (harness, runtime) = harness_and_runtime(
         store.clone(),
+        model.clone(),
+        vec![Arc::new(Noop)],
+        vec![
+            Arc::new(ForkProvider::new()),
+            Arc::new(SpawnProvider::new()),
+        ],
         RuntimeConfig::default(),
     );
-    runtime.register(Arc::new(ForkProvider::new())).unwrap();
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
     World {
         _dir: dir,
         store,

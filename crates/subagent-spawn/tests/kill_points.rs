@@ -21,8 +21,8 @@ use dsh_core::{
     CancellationToken, ContentBlock, Durability, EventPayload, MessageSource, SessionStore,
 };
 use dsh_subagent::{ChildMode, SubagentEvent};
-use dsh_test_support::process::start_ready;
 use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::world::process::start_ready;
 use dsh_test_support::world::{World, sid};
 
 /// The variable that turns the child-process run on, naming its directory.

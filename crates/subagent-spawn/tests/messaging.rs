@@ -18,6 +18,8 @@ use dsh_subagent::{
     ActivationSpec, Delivery, InterruptAuthority, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::sid;
 use tokio::sync::Semaphore;
 
 struct Tree {
@@ -48,10 +50,6 @@ impl Tree {
             )
             .await
     }
-}
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
 }
 
 /// The text of the first user message of a request: a child's prompt.
@@ -116,16 +114,13 @@ async fn tree() -> Tree {
             Scripted::Text("ok".into())
         }
     }));
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
+    let (harness, runtime) = harness_and_runtime(
         store.clone(),
+        model.clone(),
+        Vec::new(),
+        vec![Arc::new(SpawnProvider::new())],
         RuntimeConfig::default(),
     );
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
     let mut tree = Tree {
         store,
         harness: harness.clone(),

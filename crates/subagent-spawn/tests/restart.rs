@@ -22,14 +22,16 @@ use std::time::Duration;
 
 use dsh_core::{
     Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
-    Message, ResumeAgent, SessionHeader, SessionId, SessionStore, StopReason,
+    Message, ResumeAgent, SessionHeader, SessionStore, StopReason,
 };
 use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::{
     ActivationSpec, Delivery, DescendantRow, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::process::start_ready;
+use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::process::start_ready;
+use dsh_test_support::world::sid;
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -42,10 +44,6 @@ const LEAD: &str = "lead-session";
 /// How long any single wait may take before the test fails instead of hanging.
 const BOUND: Duration = Duration::from_secs(30);
 
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
-}
-
 /// One process's view of the directory: a JSONL store, a harness over it
 /// and a subagent runtime with `spawn` registered.
 struct World {
@@ -57,16 +55,13 @@ struct World {
 fn world(dir: &Path, model: &Arc<ScriptedModel>) -> World {
     let store: Arc<dyn SessionStore> =
         Arc::new(JsonlStore::new(dir.join("sessions"), Durability::EveryEvent).unwrap());
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
+    let (harness, runtime) = harness_and_runtime(
         store.clone(),
+        model.clone(),
+        Vec::new(),
+        vec![Arc::new(SpawnProvider::new())],
         RuntimeConfig::default(),
     );
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
     World {
         store,
         harness,

@@ -38,6 +38,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::TappedAgent;
+use dsh_test_support::world::sid;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -110,10 +111,6 @@ fn build_world(
 fn world(model: &Arc<ScriptedModel>) -> World {
     let model = model.clone();
     build_world(|s| s, |b| b.model(model), RuntimeConfig::default())
-}
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
 }
 
 /// Create a root agent (delegation depth 0) in the project directory.

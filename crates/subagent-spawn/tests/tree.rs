@@ -29,6 +29,8 @@ use dsh_subagent::{
     StartRequest, SubagentActivation, SubagentError, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::sid;
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -191,16 +193,13 @@ fn world(model: &Arc<ScriptedModel>) -> World {
         loads: Mutex::new(BTreeMap::new()),
         opens: Mutex::new(0),
     });
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
+    let (harness, runtime) = harness_and_runtime(
         store.clone(),
+        model.clone(),
+        Vec::new(),
+        vec![Arc::new(SpawnProvider::new())],
         RuntimeConfig::default(),
     );
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
     World {
         dir,
         jsonl,
@@ -208,10 +207,6 @@ fn world(model: &Arc<ScriptedModel>) -> World {
         harness,
         runtime,
     }
-}
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
 }
 
 /// A caller-delivered spawn named `name` with the reserved id `id` under

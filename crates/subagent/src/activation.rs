@@ -68,6 +68,13 @@ pub(crate) struct Activation {
     pub(crate) parked: AtomicBool,
     /// Set when the activation stops taking input (before its notice).
     pub(crate) retiring: AtomicBool,
+    /// Held shared by every delivery to this activation's child, across its
+    /// check of `retiring` and its send; held exclusively by the monitor
+    /// while it decides to retire, so no delivery lands unseen in between.
+    pub(crate) input: tokio::sync::RwLock<()>,
+    /// Deliveries accepted so far; the monitor retires only when none
+    /// landed since it found the child quiet.
+    pub(crate) delivered: AtomicU64,
     pub(crate) settled: watch::Sender<Option<Settled>>,
     /// The tree's capacity slot, freed when the activation retires (before
     /// its result settles, so a caller can start the next child at once).
@@ -103,6 +110,8 @@ impl Activation {
             stop: CancellationToken::new(),
             parked: AtomicBool::new(false),
             retiring: AtomicBool::new(false),
+            input: tokio::sync::RwLock::new(()),
+            delivered: AtomicU64::new(0),
             settled: watch::Sender::new(None),
             slot: Mutex::new(Some(new.slot)),
         }
@@ -354,8 +363,20 @@ impl SubagentRuntime {
                 start_seq,
                 capture,
             } => {
-                let stopped = self.await_quiescence(&activation, handle.agent()).await;
-                activation.retiring.store(true, Ordering::SeqCst);
+                let stopped = loop {
+                    let seen = activation.delivered.load(Ordering::SeqCst);
+                    if self.await_quiescence(&activation, handle.agent()).await {
+                        activation.retiring.store(true, Ordering::SeqCst);
+                        break true;
+                    }
+                    // Retire only if no delivery landed since the child was
+                    // found quiet; one in flight finishes first.
+                    let _input = activation.input.write().await;
+                    if activation.delivered.load(Ordering::SeqCst) == seen {
+                        activation.retiring.store(true, Ordering::SeqCst);
+                        break false;
+                    }
+                };
                 if stopped {
                     self.stop_tree(&activation, handle.agent()).await;
                 }

@@ -182,3 +182,73 @@ impl Capacity {
         })
     }
 }
+
+/// Catalog order is call order: each start under a parent takes a turn
+/// when it is admitted, and records its catalog entry only once every
+/// earlier start under that parent recorded its own or gave up. So
+/// concurrent starts (parallel tool calls) are cataloged, listed and named
+/// in the order they were made, whichever creation finishes first.
+#[derive(Default)]
+pub(crate) struct Publications {
+    queues: Mutex<HashMap<AgentRef, std::collections::BTreeSet<u64>>>,
+    changed: Notify,
+    next: AtomicU64,
+}
+
+/// One start's place in its parent's publication order; dropping it (after
+/// the record, or on any failure) lets the next one go.
+pub(crate) struct PublishTurn {
+    publications: Arc<Publications>,
+    parent: AgentRef,
+    ticket: u64,
+}
+
+impl Publications {
+    /// The next turn under `parent`.
+    pub(crate) fn take(self: &Arc<Self>, parent: &AgentRef) -> PublishTurn {
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        lock(&self.queues)
+            .entry(parent.clone())
+            .or_default()
+            .insert(ticket);
+        PublishTurn {
+            publications: self.clone(),
+            parent: parent.clone(),
+            ticket,
+        }
+    }
+}
+
+impl PublishTurn {
+    /// Wait until every earlier start under the same parent is done.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub(crate) async fn wait(&self) {
+        loop {
+            let changed = self.publications.changed.notified();
+            let first = lock(&self.publications.queues)
+                .get(&self.parent)
+                .and_then(|queue| queue.first().copied());
+            if first.is_none_or(|first| first == self.ticket) {
+                return;
+            }
+            changed.await;
+        }
+    }
+}
+
+impl Drop for PublishTurn {
+    fn drop(&mut self) {
+        {
+            let mut queues = lock(&self.publications.queues);
+            if let Some(queue) = queues.get_mut(&self.parent) {
+                queue.remove(&self.ticket);
+                if queue.is_empty() {
+                    queues.remove(&self.parent);
+                }
+            }
+        }
+        self.publications.changed.notify_waiters();
+    }
+}

@@ -7,6 +7,8 @@
 
 use std::sync::Arc;
 
+use std::sync::atomic::Ordering;
+
 use dsh_core::{
     Agent, AgentError, AgentRef, AgentStatus, CancelCause, CancelOptions, CancellationToken,
     ContentBlock, EventPayload, InboxTarget, MessageId, MessageSource, ResumeAgent, SessionId,
@@ -315,14 +317,30 @@ impl SubagentRuntime {
         let mut last = None;
         for _ in 0..RETRIES {
             let outcome = match self.registry().get(target) {
-                Some(_) if self.is_retiring(target) => {
-                    // It takes no more input; its resume will.
-                    self.wait_for_departure(target).await;
-                    continue;
-                }
                 Some(agent) => {
-                    self.deliver(sender, root, &agent, message.clone(), into, cancel)
-                        .await
+                    let activation = self.inner.activations.get(target);
+                    let input = match &activation {
+                        Some(activation) => Some(activation.input.read().await),
+                        None => None,
+                    };
+                    if activation
+                        .as_ref()
+                        .is_some_and(|activation| activation.input_closed())
+                    {
+                        // It takes no more input; its resume will.
+                        drop(input);
+                        self.wait_for_departure(target).await;
+                        continue;
+                    }
+                    let outcome = self
+                        .deliver(sender, root, &agent, message.clone(), into, cancel)
+                        .await;
+                    if outcome.is_ok()
+                        && let Some(activation) = &activation
+                    {
+                        activation.delivered.fetch_add(1, Ordering::SeqCst);
+                    }
+                    outcome
                 }
                 None => {
                     self.resume_and_deliver(target, root, message.clone(), into, sender, cancel)
@@ -345,14 +363,6 @@ impl SubagentRuntime {
             }
         }
         Err(last.unwrap_or_else(|| SubagentError::DeliveryUnavailable(target.clone())))
-    }
-
-    /// Whether `target`'s live activation stopped taking input.
-    fn is_retiring(&self, target: &SessionId) -> bool {
-        self.inner
-            .activations
-            .get(target)
-            .is_some_and(|activation| activation.input_closed())
     }
 
     /// Resume a cold `target` and deliver `message` to it, as work the

@@ -15,7 +15,7 @@ use dsh_core::{Agent, AgentFactory, AgentRef, AgentRegistry, MessageId, SessionI
 use tokio_util::task::TaskTracker;
 
 use crate::activation::Activations;
-use crate::admission::{Admissions, Capacity, CapacitySlot};
+use crate::admission::{Admissions, Capacity, CapacitySlot, Publications};
 use crate::catalog::CatalogFold;
 use crate::error::SubagentError;
 use crate::events::SubagentEvent;
@@ -54,6 +54,8 @@ pub(crate) struct Inner {
     pub(crate) events: EventBus<SubagentEvent>,
     pub(crate) names: NameReservations,
     pub(crate) activations: Activations,
+    /// Ids of external runs started by this runtime (a local child's id is
+    /// its session, which the store and the registry already know).
     pub(crate) run_ids: Mutex<HashSet<SessionId>>,
     /// User request ids being delivered, per child.
     pub(crate) requests: Mutex<HashSet<(SessionId, MessageId)>>,
@@ -61,6 +63,8 @@ pub(crate) struct Inner {
     pub(crate) resuming: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Draining roots and the starts and resumes in flight.
     pub(crate) admissions: Arc<Admissions>,
+    /// Catalog order per parent: the order starts were made in.
+    pub(crate) publications: Arc<Publications>,
     /// Catalog folds of live parents, by exact reference, advanced with
     /// only the events each start has not seen yet.
     pub(crate) catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
@@ -108,6 +112,7 @@ impl SubagentRuntime {
                 requests: Mutex::new(HashSet::new()),
                 resuming: Mutex::new(HashMap::new()),
                 admissions: Arc::default(),
+                publications: Arc::default(),
                 catalogs: Mutex::new(HashMap::new()),
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),

@@ -16,7 +16,7 @@ use dsh_core::{
 };
 
 use crate::activation::{Execution, NewActivation, SubagentActivation};
-use crate::admission::{AdmissionTicket, CapacitySlot};
+use crate::admission::{AdmissionTicket, CapacitySlot, PublishTurn};
 use crate::capture::CaptureTool;
 use crate::catalog::{CATALOG_EVENT, CatalogEntry, CatalogFold, ChildMode, catalog_payload};
 use crate::compose::{
@@ -45,6 +45,8 @@ struct Admitted {
     reservation: NameReservation,
     /// Counts the start as in flight until it published or rolled back.
     ticket: AdmissionTicket,
+    /// Its place in the parent's catalog order.
+    turn: PublishTurn,
     /// Stops the unpublished work: the caller's token, a drain, or the
     /// caller going away.
     cancel: CancellationToken,
@@ -132,6 +134,7 @@ impl SubagentRuntime {
         if cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
+        let turn = self.inner.publications.take(&parent_ref);
         Ok(Admitted {
             provider,
             spec,
@@ -141,6 +144,7 @@ impl SubagentRuntime {
             slot,
             reservation,
             ticket,
+            turn,
             cancel,
         })
     }
@@ -213,6 +217,7 @@ impl SubagentRuntime {
             slot,
             reservation,
             ticket,
+            turn,
             cancel,
         } = admitted;
         let ActivationSpec {
@@ -276,7 +281,9 @@ impl SubagentRuntime {
                 }
                 other => SubagentError::from(other),
             })?;
-        // From here the log is this start's own.
+        // From here the log is this start's own. Earlier starts under this
+        // parent are cataloged first; the wait is the last cancellation point.
+        turn.wait().await;
         if cancel.is_cancelled() {
             self.discard(&child_id, &handle).await;
             return Err(SubagentError::Cancelled);
@@ -296,7 +303,7 @@ impl SubagentRuntime {
             return Err(err.into());
         }
         reservation.commit();
-        lock(&self.inner.run_ids).insert(child_id.clone());
+        drop(turn);
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
         let activation = self.install(NewActivation {
@@ -361,6 +368,7 @@ impl SubagentRuntime {
             slot,
             reservation,
             ticket,
+            turn,
             cancel,
             ..
         } = admitted;
@@ -404,6 +412,7 @@ impl SubagentRuntime {
             });
         }
         let name = reservation.name().to_owned();
+        turn.wait().await;
         if spec.delivery == Delivery::Parent {
             let entry = CatalogEntry {
                 child_id: child_id.clone(),
@@ -420,6 +429,7 @@ impl SubagentRuntime {
             }
             reservation.commit();
         }
+        drop(turn);
         let path = match spec.delivery {
             Delivery::Parent => self.full_name(parent.id(), &name),
             Delivery::Caller => None,

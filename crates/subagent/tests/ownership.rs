@@ -182,13 +182,15 @@ async fn a_drain_cancels_a_start_in_flight_and_nothing_publishes() {
     let runtime = world.runtime.clone();
     let start = tokio::spawn(async move { runtime.start_activation(spec).await });
     bounded(hold.reached()).await;
-    let runtime = world.runtime.clone();
-    let root = world.root.agent().clone();
-    let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
+    // The drain closes admission and cancels the work in flight before its
+    // first await: poll it that far, then let the held call go on.
+    let roots = [world.root.agent().clone()];
+    let mut drain = Box::pin(world.runtime.drain_descendants(&roots));
+    assert!(futures::poll!(&mut drain).is_pending());
     hold.release();
     let started = bounded(start).await.unwrap();
     assert_eq!(started.unwrap_err().code(), "CANCELLED");
-    bounded(drain).await.unwrap().unwrap();
+    bounded(drain).await.unwrap();
     world.quiesce().await;
     let root = world.root.agent();
     assert!(
@@ -222,11 +224,13 @@ async fn a_drain_cancels_a_resume_in_flight_and_waits_for_it() {
             .await
     });
     bounded(hold.reached()).await;
-    let runtime = world.runtime.clone();
-    let root = world.root.agent().clone();
-    let drain = tokio::spawn(async move { runtime.drain_descendants(&[root]).await });
+    // The drain closes admission and cancels the work in flight before its
+    // first await: poll it that far, then let the held call go on.
+    let roots = [world.root.agent().clone()];
+    let mut drain = Box::pin(world.runtime.drain_descendants(&roots));
+    assert!(futures::poll!(&mut drain).is_pending());
     hold.release();
-    bounded(drain).await.unwrap().unwrap();
+    bounded(drain).await.unwrap();
     // Once the drain returned, nothing of the tree is live.
     assert_eq!(world.runtime.live_activations(), 0);
     assert_eq!(world.runtime.registry().len(), 1);
@@ -316,4 +320,47 @@ async fn concurrent_messages_to_a_cold_child_resume_it_once() {
     gate.add_permits(1);
     world.quiesce().await;
     assert_eq!(starts(&mut events), 1, "one resume, one subagent/start");
+}
+
+// Catalog order is call order: a start whose creation finishes later is
+// still cataloged (and listed) before the starts made after it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_starts_are_cataloged_in_the_order_they_were_made() {
+    let world = World::new(jsonl(), RuntimeConfig::default()).await;
+    let hold = world.hold(&Point {
+        op: Op::Create,
+        id: sid("first"),
+        when: When::After,
+    });
+    let start = |name: &str| {
+        let mut spec = world.spec(Some(name));
+        spec.child_id = Some(sid(name));
+        let runtime = world.runtime.clone();
+        tokio::spawn(async move { runtime.start_activation(spec).await })
+    };
+    let first = start("first");
+    bounded(hold.reached()).await;
+    let second = start("second");
+    // The second is created (and waits for the first's catalog entry).
+    let root = world.root.agent().clone();
+    until(|| {
+        world.runtime.registry().get(&sid("second")).is_some()
+            || fold_catalog(root.header(), &root.events())
+                .unwrap()
+                .get(&sid("second"))
+                .is_some()
+    })
+    .await;
+    hold.release();
+    bounded(first).await.unwrap().unwrap();
+    bounded(second).await.unwrap().unwrap();
+    let root = world.root.agent();
+    let names: Vec<_> = fold_catalog(root.header(), &root.events())
+        .unwrap()
+        .entries()
+        .iter()
+        .filter_map(|entry| entry.name.clone())
+        .collect();
+    assert_eq!(names, ["first", "second"]);
+    world.quiesce().await;
 }

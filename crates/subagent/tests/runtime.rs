@@ -29,6 +29,8 @@ use dsh_subagent::{
     SubagentError, SubagentEvent, SubagentProvider, SubagentResult, SubagentRun, SubagentRuntime,
     fold_catalog,
 };
+use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::sid;
 use futures::FutureExt;
 use serde_json::json;
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -37,10 +39,6 @@ use tokio::sync::{Semaphore, watch};
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
-}
 
 /// Bound a wait so a bug fails the test instead of hanging it. Never used
 /// for ordering.
@@ -115,12 +113,9 @@ async fn env() -> Env {
 async fn env_with(config: RuntimeConfig, parent_depth: u32) -> Env {
     let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
     let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .build()
-        .unwrap();
+    let (harness, runtime) =
+        harness_and_runtime(store.clone(), model.clone(), Vec::new(), Vec::new(), config);
     let handle = create_root(&harness, "lead-session", parent_depth).await;
-    let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store.clone(), config);
     Env {
         harness,
         store,

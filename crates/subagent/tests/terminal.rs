@@ -182,3 +182,52 @@ async fn b54_an_infrastructure_failure_of_a_background_child_reaches_its_creator
         notices[0].1
     );
 }
+
+// B28/B54: the notice is sent only after the child stops taking input, so a
+// message that arrives while the notice is on its way goes to a resume and
+// is answered, never claimed by a turn the teardown then cancels.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_sent_while_the_notice_is_on_its_way_is_answered_by_a_resume() {
+    let world = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    let gate = Arc::new(Semaphore::new(0));
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("first answer".into())),
+    });
+    let mut spec = world.spec(Some("worker"));
+    spec.child_id = Some(sid("child"));
+    world.runtime.start_activation(spec).await.unwrap();
+    // The root's next append is the child's notice: hold it there.
+    let notice = world.hold(&Point {
+        op: Op::Append,
+        id: sid("lead"),
+        when: When::Before,
+    });
+    gate.add_permits(1);
+    bounded(notice.reached()).await;
+    let runtime = world.runtime.clone();
+    let root = world.root.agent().clone();
+    let late = tokio::spawn(async move {
+        runtime
+            .send_message(
+                &root,
+                &sid("child"),
+                vec![ContentBlock::text("one late question")],
+                &CancellationToken::new(),
+            )
+            .await
+    });
+    notice.release();
+    bounded(late).await.unwrap().unwrap();
+    until(|| notices_from(world.root.agent(), "child").len() == 2).await;
+    world.quiesce().await;
+    let notices = notices_from(world.root.agent(), "child");
+    assert_eq!(
+        notices
+            .iter()
+            .map(|(reason, _)| reason.clone())
+            .collect::<Vec<_>>(),
+        [Some(StopReason::COMPLETED), Some(StopReason::COMPLETED)],
+        "the late message was answered by a resumed activation: {notices:?}"
+    );
+}

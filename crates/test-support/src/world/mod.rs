@@ -7,6 +7,8 @@
 //! is reached, and then decides what to do with the future (drop it, for
 //! the drop-point tests) before releasing it.
 
+pub mod process;
+
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
@@ -505,4 +507,30 @@ impl SubagentRun for EndedRun {
     async fn dispose(&self) -> Result<(), SubagentError> {
         Ok(())
     }
+}
+
+/// A harness over `store` answering with `model` (and offering `tools`),
+/// and a subagent runtime over it with `providers` registered: the pair
+/// every subagent suite builds its world from.
+///
+/// # Panics
+/// When the harness cannot be built or a provider does not register.
+#[allow(clippy::expect_used)]
+pub fn harness_and_runtime(
+    store: Arc<dyn SessionStore>,
+    model: Arc<ScriptedModel>,
+    tools: Vec<Arc<dyn Tool>>,
+    providers: Vec<Arc<dyn SubagentProvider>>,
+    config: RuntimeConfig,
+) -> (Harness, SubagentRuntime) {
+    let mut builder = Harness::builder(store.clone()).model(model);
+    for tool in tools {
+        builder = builder.tool(tool).expect("the tool registers");
+    }
+    let harness = builder.build().expect("a harness");
+    let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store, config);
+    for provider in providers {
+        runtime.register(provider).expect("the provider registers");
+    }
+    (harness, runtime)
 }
