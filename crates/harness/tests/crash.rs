@@ -220,10 +220,27 @@ async fn check(
         .collect();
     assert!(leftovers.is_empty(), "{at}: left {leftovers:?}");
     for id in store.list().await.unwrap() {
+        let path = store.log_path(&id);
+        let before = fs::read(&path).unwrap();
         let (loaded, log) = store
             .open(&id)
             .await
             .unwrap_or_else(|err| panic!("{at}: {id} does not reopen: {err}"));
+        // Only a torn last line is cut; a complete last event that lost its
+        // newline is kept and the newline restored.
+        let after = fs::read(&path).unwrap();
+        let complete = before
+            .iter()
+            .rposition(|&byte| byte == b'\n')
+            .map_or(0, |at| at + 1);
+        match &loaded.torn_tail {
+            Some(torn) => {
+                assert_eq!(after, before[..complete], "{at}: {id}");
+                assert_eq!(torn.bytes, (before.len() - complete) as u64, "{at}: {id}");
+            }
+            None if complete == before.len() => assert_eq!(after, before, "{at}: {id}"),
+            None => assert_eq!(after, [&before[..], b"\n"].concat(), "{at}: {id}"),
+        }
         let written = &finals[&id];
         let held = loaded.events.len();
         assert_eq!(

@@ -1,6 +1,7 @@
 //! The drop-point harness of the loop (B51): every await of `LoopAgent::send`,
 //! `record` (the commit behind both), the turn-end `checkpoint`,
-//! `Harness::create`, `Harness::resume` and `dispose`, held at a
+//! `Harness::create` (and its roll-back when its token fires),
+//! `Harness::resume` and `dispose`, held at a
 //! [`GatedStore`] gate over the JSONL store (under `EveryEvent` and `None`),
 //! the future dropped there, the gate released. Afterwards the agent either
 //! still works (a later send is accepted and runs, and memory equals the
@@ -310,4 +311,46 @@ async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
     let stored = world.store.inner().load(agent.id()).await.unwrap();
     assert_eq!(stored.events, agent.events());
     assert!(stop_reasons(&stored.events).is_empty(), "no turn ran");
+}
+
+// A create whose token fires while the store is creating rolls back (close,
+// then remove); dropped at either of those awaits, it leaves no live agent,
+// and whatever log remains reopens and resumes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_create_dropped_during_its_roll_back_leaves_nothing_live() {
+    for durability in [Durability::EveryEvent, Durability::None] {
+        for op in [Op::Close, Op::Remove] {
+            for point in [Point::Before, Point::After] {
+                let what = format!("roll-back dropped at {op} {point:?} under {durability:?}");
+                let world = world(durability);
+                let creating = world.store.gate(Op::Create, Point::After);
+                let rolling_back = world.store.gate(op, point);
+                let spec = create_spec("a");
+                let cancel = spec.cancel.clone();
+                let harness = world.harness.clone();
+                let mut future = Box::pin(async move { harness.create(spec).await });
+                bounded(async {
+                    tokio::select! {
+                        _ = &mut future => panic!("{what}: created past the gate"),
+                        () = creating.reached() => {}
+                    }
+                })
+                .await;
+                cancel.cancel();
+                creating.release();
+                bounded(async {
+                    tokio::select! {
+                        _ = &mut future => panic!("{what}: rolled back past the gate"),
+                        () = rolling_back.reached() => {}
+                    }
+                })
+                .await;
+                drop(future);
+                rolling_back.release();
+                bounded(until(|| rolling_back.has_left())).await;
+                bounded(until(|| world.harness.tasks().is_empty())).await;
+                check(&world, &what).await;
+            }
+        }
+    }
 }

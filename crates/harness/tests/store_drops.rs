@@ -69,6 +69,13 @@ fn open_once_free(
     }))
 }
 
+/// Every durability: the drop tests hold for each.
+const DURABILITIES: [Durability; 3] = [
+    Durability::None,
+    Durability::TurnBoundary,
+    Durability::EveryEvent,
+];
+
 fn store(durability: Durability) -> (TempDir, JsonlStore) {
     let dir = tempfile::tempdir().unwrap();
     let store = JsonlStore::new(dir.path(), durability).unwrap();
@@ -155,70 +162,100 @@ fn close_waits_for_a_detached_fsync_and_then_the_log_opens_at_once() {
 
 #[test]
 fn a_dropped_create_holds_the_id_and_then_leaves_no_log() {
-    let rt = one_blocking_thread();
-    let other = elsewhere();
-    let (dir, store) = store(Durability::TurnBoundary);
-    let blocker = occupy(&rt);
-    let header = header("a");
-    let mut create = store.create(&header, &[]).boxed();
-    rt.block_on(async { assert!(futures::poll!(&mut create).is_pending()) });
-    drop(create);
-    expect_busy(
-        other.block_on(store.open(&sid("a"))),
-        "while the create is queued",
-    );
-    drop(blocker);
-    let opened = open_once_free(&other, &store, &sid("a"));
-    assert!(
-        matches!(opened, Err(StoreError::NotFound(_))),
-        "{:?}",
-        opened.err()
-    );
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
-    // The id is free for a real create.
-    other.block_on(store.create(&header, &[])).unwrap();
+    for durability in DURABILITIES {
+        let rt = one_blocking_thread();
+        let other = elsewhere();
+        let (dir, store) = store(durability);
+        let blocker = occupy(&rt);
+        let header = header("a");
+        let mut create = store.create(&header, &[]).boxed();
+        rt.block_on(async { assert!(futures::poll!(&mut create).is_pending()) });
+        drop(create);
+        expect_busy(
+            other.block_on(store.open(&sid("a"))),
+            "while the create is queued",
+        );
+        drop(blocker);
+        let opened = open_once_free(&other, &store, &sid("a"));
+        assert!(
+            matches!(opened, Err(StoreError::NotFound(_))),
+            "{:?}",
+            opened.err()
+        );
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        // The id is free for a real create.
+        other.block_on(store.create(&header, &[])).unwrap();
+    }
 }
 
 #[test]
 fn a_create_dropped_after_its_publication_withdraws_the_log() {
-    let rt = Builder::new_current_thread().enable_all().build().unwrap();
-    let (dir, store) = store(Durability::None);
-    let path = store.log_path(&sid("a"));
-    let header = header("a");
-    let mut create = store.create(&header, &[]).boxed();
-    rt.block_on(async {
-        assert!(futures::poll!(&mut create).is_pending());
+    for durability in DURABILITIES {
+        let rt = Builder::new_current_thread().enable_all().build().unwrap();
+        let (dir, store) = store(durability);
+        let header = header("a");
+        // The blocking work runs freely here, so on a loaded machine it can
+        // finish before the first poll returns; then the log was handed
+        // over whole, and the attempt is made again on a fresh id.
+        let mut attempt = 0;
+        let (id, create) = loop {
+            let id = sid(&format!("a{attempt}"));
+            let mut header = header.clone();
+            header.id = id.clone();
+            let store = store.clone();
+            let mut create = Box::pin(async move { store.create(&header, &[]).await.map(drop) });
+            let first = rt.block_on(async { futures::poll!(&mut create) });
+            match first {
+                std::task::Poll::Pending => break (id, create),
+                std::task::Poll::Ready(done) => {
+                    done.unwrap();
+                    attempt += 1;
+                    assert!(
+                        attempt < 100,
+                        "{durability:?}: every create finished at once"
+                    );
+                }
+            }
+        };
+        let path = store.log_path(&id);
         // The blocking work publishes the log; nobody polls the future again.
-        until(|| path.exists()).await;
-    });
-    drop(create);
-    let opened = open_once_free(&rt, &store, &sid("a"));
-    assert!(
-        matches!(opened, Err(StoreError::NotFound(_))),
-        "{:?}",
-        opened.err()
-    );
-    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        rt.block_on(until(|| path.exists()));
+        drop(create);
+        let opened = open_once_free(&rt, &store, &id);
+        assert!(
+            matches!(opened, Err(StoreError::NotFound(_))),
+            "{:?}",
+            opened.err()
+        );
+        // Only the logs of attempts that finished at once are left.
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            attempt,
+            "{durability:?}"
+        );
+    }
 }
 
 #[test]
 fn a_dropped_open_holds_the_id_until_its_work_ends() {
-    let rt = one_blocking_thread();
-    let other = elsewhere();
-    let (_dir, store) = store(Durability::TurnBoundary);
-    drop(rt.block_on(store.create(&header("a"), &[turn(0)])).unwrap());
-    let blocker = occupy(&rt);
-    let id = sid("a");
-    let mut open = store.open(&id).boxed();
-    rt.block_on(async { assert!(futures::poll!(&mut open).is_pending()) });
-    drop(open);
-    expect_busy(
-        other.block_on(store.open(&sid("a"))),
-        "while the open is queued",
-    );
-    drop(blocker);
-    let (loaded, _log) = open_once_free(&other, &store, &sid("a")).unwrap();
-    assert_eq!(loaded.events, [turn(0)]);
+    for durability in DURABILITIES {
+        let rt = one_blocking_thread();
+        let other = elsewhere();
+        let (_dir, store) = store(durability);
+        drop(rt.block_on(store.create(&header("a"), &[turn(0)])).unwrap());
+        let blocker = occupy(&rt);
+        let id = sid("a");
+        let mut open = store.open(&id).boxed();
+        rt.block_on(async { assert!(futures::poll!(&mut open).is_pending()) });
+        drop(open);
+        expect_busy(
+            other.block_on(store.open(&sid("a"))),
+            "while the open is queued",
+        );
+        drop(blocker);
+        let (loaded, _log) = open_once_free(&other, &store, &sid("a")).unwrap();
+        assert_eq!(loaded.events, [turn(0)]);
+    }
 }
 
 /// A child process forked by any thread shares every descriptor of this

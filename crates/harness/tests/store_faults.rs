@@ -295,8 +295,22 @@ async fn opening_a_store_sweeps_what_a_crashed_create_left() {
     // Not ours at all: kept.
     let foreign = dir.path().join(".notes.tmp");
     fs::write(&foreign, "mine").unwrap();
+    // A stale leftover that cannot be removed (a directory by that name):
+    // reported, and the store opens all the same.
+    let stuck = dir.path().join(format!(".e.{gone}-5-4.tmp"));
+    fs::create_dir(&stuck).unwrap();
+    fs::write(stuck.join("inside"), "x").unwrap();
 
     let reopened = JsonlStore::new(dir.path(), Durability::None).unwrap();
+    let failures: Vec<String> = reopened
+        .sweep_failures()
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(failures.len(), 1, "{failures:?}");
+    assert!(failures[0].contains(".e."), "{failures:?}");
+    assert!(stuck.exists());
+    assert!(store.sweep_failures().is_empty());
     assert!(!unpublished.exists());
     assert!(!second_link.exists());
     assert!(in_flight.exists() && fresh.exists() && foreign.exists());

@@ -600,6 +600,7 @@ mod tests {
             dir: dir.to_path_buf(),
             durability: Durability::EveryEvent,
             writers: Mutex::new(HashSet::new()),
+            sweep_failures: Vec::new(),
         })
     }
 

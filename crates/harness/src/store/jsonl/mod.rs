@@ -51,6 +51,8 @@ struct Shared {
     /// Ids held by a writer (or being created, opened or removed) in this
     /// process.
     writers: Mutex<HashSet<SessionId>>,
+    /// The leftovers the opening sweep could not remove.
+    sweep_failures: Vec<StoreError>,
 }
 
 impl Shared {
@@ -77,22 +79,31 @@ impl JsonlStore {
     /// A store over `dir`, created (with its parents) if missing. Temporary
     /// files left by a writer that crashed (`.<id>.<pid>-….tmp`, unpublished
     /// logs and second links of published ones) are removed: those whose
-    /// writing process is gone, and unlocked ones older than a minute.
+    /// writing process is gone, and unlocked ones older than a minute. One
+    /// that cannot be removed does not stop the store from opening; it is
+    /// reported by [`JsonlStore::sweep_failures`].
     ///
     /// # Errors
-    /// [`StoreError::Io`] when the directory cannot be created or read, or a
-    /// leftover cannot be removed.
+    /// [`StoreError::Io`] when the directory cannot be created or read.
     pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Result<Self, StoreError> {
         let dir = dir.into();
         fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
-        sweep_temps(&dir)?;
+        let sweep_failures = sweep_temps(&dir)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
+                sweep_failures,
                 durability,
                 writers: Mutex::new(HashSet::new()),
             }),
         })
+    }
+
+    /// The crash leftovers that opening this store found but could not
+    /// remove (unreadable, or not removable), each with its path and OS
+    /// error: a host shows them as warnings. Empty when the sweep was clean.
+    pub fn sweep_failures(&self) -> &[StoreError] {
+        &self.shared.sweep_failures
     }
 
     /// The directory holding the logs.
@@ -392,8 +403,13 @@ fn may_be_alive(pid: u32) -> bool {
 /// Remove the temporary files of writers that crashed: a file whose writer
 /// is gone, or that nobody locks and is older than [`STALE_TEMP`]. A locked
 /// one belongs to a live create (or is a second link of a log a live writer
-/// holds) and is left alone.
-fn sweep_temps(dir: &Path) -> Result<(), StoreError> {
+/// holds) and is left alone. One leftover that cannot be read or removed
+/// stops nothing: it is returned, and the sweep goes on.
+///
+/// # Errors
+/// The directory cannot be read.
+fn sweep_temps(dir: &Path) -> Result<Vec<StoreError>, StoreError> {
+    let mut failures = Vec::new();
     for entry in fs::read_dir(dir).map_err(|source| io_error(dir, source))? {
         let entry = entry.map_err(|source| io_error(dir, source))?;
         let name = entry.file_name();
@@ -401,33 +417,41 @@ fn sweep_temps(dir: &Path) -> Result<(), StoreError> {
             continue;
         };
         let path = entry.path();
-        let file = match File::open(&path) {
-            Ok(file) => file,
-            // Finished (or swept) by its writer meanwhile.
-            Err(err) if err.kind() == io::ErrorKind::NotFound => continue,
-            Err(source) => return Err(io_error(&path, source)),
-        };
-        let Some(file) = LockedFile::try_new(file) else {
-            continue;
-        };
-        let old = file
-            .metadata()
-            .and_then(|meta| meta.modified())
-            .ok()
-            .and_then(|modified| modified.elapsed().ok())
-            .is_some_and(|age| age >= STALE_TEMP);
-        if !old && may_be_alive(pid) {
-            continue;
-        }
-        match fs::remove_file(&path) {
-            Ok(()) => {
-                tracing::info!(path = %path.display(), "removed a temporary session file left by a crash")
-            }
-            Err(err) if err.kind() == io::ErrorKind::NotFound => {}
-            Err(source) => return Err(io_error(&path, source)),
+        if let Err(err) = sweep_temp(&path, pid) {
+            failures.push(err);
         }
     }
-    Ok(())
+    Ok(failures)
+}
+
+/// Remove one temporary file if it is stale.
+fn sweep_temp(path: &Path, pid: u32) -> Result<(), StoreError> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        // Finished (or swept) by its writer meanwhile.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(()),
+        Err(source) => return Err(io_error(path, source)),
+    };
+    let Some(file) = LockedFile::try_new(file) else {
+        return Ok(());
+    };
+    let old = file
+        .metadata()
+        .and_then(|meta| meta.modified())
+        .ok()
+        .and_then(|modified| modified.elapsed().ok())
+        .is_some_and(|age| age >= STALE_TEMP);
+    if !old && may_be_alive(pid) {
+        return Ok(());
+    }
+    match fs::remove_file(path) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "removed a temporary session file left by a crash");
+            Ok(())
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(()),
+        Err(source) => Err(io_error(path, source)),
+    }
 }
 
 #[cfg(test)]
