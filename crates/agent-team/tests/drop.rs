@@ -26,7 +26,7 @@ use support::*;
 
 /// Poll `work` until `gate` holds its store call, drop it there, release.
 async fn drop_at_gate<F: Future>(gate: &Gate, work: F) {
-    let mut work = std::pin::pin!(work);
+    let mut work = Box::pin(work);
     tokio::select! {
         biased;
         () = bounded(gate.reached()) => {}
@@ -278,7 +278,7 @@ async fn dropping_a_wait_or_an_interrupt_leaves_nothing() {
     let written = lead.events().len();
 
     let never = CancellationToken::new();
-    let mut wait = std::pin::pin!(team.wait_for_change(&lead, Duration::from_secs(600), &never));
+    let mut wait = Box::pin(team.wait_for_change(&lead, Duration::from_secs(600), &never));
     assert!(futures::poll!(wait.as_mut()).is_pending());
     drop(wait);
 
