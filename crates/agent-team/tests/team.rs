@@ -699,3 +699,40 @@ async fn a_wait_sees_one_edge_after_it_began_and_checks_its_bound() {
     let err = bounded(cancelled).await.unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_fails_gives_its_tasks_back_with_a_durable_record() {
+    let world = world().await;
+    let team = open(&world).await;
+    let lead = lead(&world);
+    let gate = Arc::new(tokio::sync::Semaphore::new(0));
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Fail(dsh_core::ModelError::new(
+            dsh_core::ModelErrorKind::Transport,
+            "the connection dropped",
+        ))),
+    });
+    spawn(&team, "alice", MemberContext::Fresh).await;
+    let alice = resident(&world, &team, "alice").await;
+    bounded(team.create_task(&lead, task("hers")))
+        .await
+        .unwrap();
+    update(&team, &alice, "task-1", 1, TaskAction::Claim)
+        .await
+        .unwrap();
+    gate.add_permits(1);
+    until(|| team.get_task(&lead, "task-1").unwrap().task.owner.is_none()).await;
+    let freed = team.get_task(&lead, "task-1").unwrap().task;
+    assert_eq!((freed.status, freed.revision), (TaskStatus::Pending, 3));
+    assert_eq!(
+        freed.note.as_deref(),
+        Some("released: the owner `alice` failed")
+    );
+    world.quiesce().await;
+    until(|| !team.is_busy()).await;
+    assert_eq!(
+        essentials(&team.state()),
+        essentials(&fold_team(&team.id(), &lead.events()))
+    );
+}
