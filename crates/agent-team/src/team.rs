@@ -211,6 +211,8 @@ pub enum WaitOutcome {
     Changed,
     /// The bound passed first.
     TimedOut,
+    /// Nothing would change: no other member is running or provisioning.
+    NoProgress,
 }
 
 /// What recovery did when a team was opened.
@@ -453,6 +455,19 @@ impl Team {
             }
             _ => Err(not_a_member()),
         }
+    }
+
+    /// The role a session holds in this team, without a liveness check
+    /// (for deciding which tools an agent is offered): the lead's session,
+    /// or an active teammate's.
+    pub fn role_of_session(&self, id: &SessionId) -> Option<Role> {
+        if id == self.inner.lead.id() {
+            return Some(Role::Lead);
+        }
+        lock(&self.inner.state)
+            .member_by_session(id)
+            .filter(|member| member.record.phase == MemberPhase::Active)
+            .map(|member| Role::Member(member.record.name.clone()))
     }
 
     fn require_lead(&self, caller: &Arc<dyn Agent>, what: &str) -> Result<(), TeamError> {
@@ -1104,7 +1119,37 @@ impl Team {
         timeout: Duration,
         cancel: &CancellationToken,
     ) -> Result<WaitOutcome, TeamError> {
-        self.role_of(caller)?;
+        self.wait(caller, timeout, cancel, false).await
+    }
+
+    /// As [`Team::wait_for_change`], except that it returns
+    /// [`WaitOutcome::NoProgress`] at once when no member other than the
+    /// caller is running or provisioning (nothing would change by
+    /// waiting). The check is made after the wait is registered, so an
+    /// edge between the two is never missed.
+    ///
+    /// # Errors
+    /// As [`Team::wait_for_change`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: waiting has no effect.
+    pub async fn wait_for_progress(
+        &self,
+        caller: &Arc<dyn Agent>,
+        timeout: Duration,
+        cancel: &CancellationToken,
+    ) -> Result<WaitOutcome, TeamError> {
+        self.wait(caller, timeout, cancel, true).await
+    }
+
+    async fn wait(
+        &self,
+        caller: &Arc<dyn Agent>,
+        timeout: Duration,
+        cancel: &CancellationToken,
+        require_progress: bool,
+    ) -> Result<WaitOutcome, TeamError> {
+        let you = self.role_of(caller)?;
         if !(MIN_WAIT..=MAX_WAIT).contains(&timeout) {
             return Err(TeamError::InvalidRequest(format!(
                 "a wait lasts from 10 s to 1 h, not {} ms",
@@ -1129,6 +1174,18 @@ impl Team {
                 status
             })
             .collect();
+        if require_progress {
+            let others_working = self.roster().iter().any(|row| {
+                row.name != you.name()
+                    && matches!(
+                        row.status,
+                        MemberStatus::Running | MemberStatus::Provisioning
+                    )
+            });
+            if !others_working {
+                return Ok(WaitOutcome::NoProgress);
+            }
+        }
         let status_edge = async {
             if statuses.is_empty() {
                 return std::future::pending().await;
