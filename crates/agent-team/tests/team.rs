@@ -502,6 +502,22 @@ async fn a_teammate_cannot_spawn_assign_or_interrupt_and_the_lead_can() {
         spawned.err().map(|err| err.code()),
         Some("TEAM_UNAUTHORIZED")
     );
+    // A quiet message reaches a resident member at once, keeping its source.
+    let quiet = send(&team, &lead, "alice", "context", DeliveryMode::Quiet).await;
+    assert!(quiet.delivered);
+    let held = alice
+        .events()
+        .into_iter()
+        .find_map(|event| match event.payload {
+            EventPayload::InboxAccepted(accepted) if accepted.message.id == quiet.id => {
+                Some(accepted)
+            }
+            _ => None,
+        });
+    let held = held.expect("alice's inbox holds the quiet message");
+    assert_eq!(held.message.source.kind(), "team-message");
+    assert!(!held.wake, "a quiet message does not wake");
+
     let interrupted = bounded(team.interrupt(&alice, "alice")).await;
     assert_eq!(
         interrupted.err().map(|err| err.code()),
@@ -679,6 +695,11 @@ async fn a_wait_sees_one_edge_after_it_began_and_checks_its_bound() {
         long.err().map(|err| err.code()),
         Some("TEAM_INVALID_REQUEST")
     );
+
+    let idle = bounded(team.wait_for_progress(&lead, Duration::from_secs(600), &cancel))
+        .await
+        .unwrap();
+    assert_eq!(idle, WaitOutcome::NoProgress, "nobody else is working");
 
     bounded(team.create_task(&lead, task("before")))
         .await
