@@ -89,8 +89,10 @@ async fn deliver(
         })
         .await?;
     let lead = lead.agent().clone();
-    // Its tree is live again: notices a crash kept from it arrive first (B54).
+    // Its tree is live again: notices a crash kept from it arrive first
+    // (B54), and logs a crash left outside its catalog go (B9).
     world.runtime.deliver_lost_notices(&lead).await?;
+    world.runtime.remove_orphans(&lead).await?;
     let (_subscription, mut events) = world.runtime.events().subscribe();
     world
         .runtime

@@ -4,7 +4,8 @@
 //! with SIGKILL at 50 pseudo-random points of the run. After each kill the
 //! test opens what the process left on disk in a new world and checks the
 //! crash-point invariants: the tree lists; every cataloged child has a log
-//! that loads; lost notices are delivered exactly once (a second pass finds
+//! that loads; every log a kill left outside the catalog (between a
+//! child's creation and its catalog entry) is removed, and nothing else; lost notices are delivered exactly once (a second pass finds
 //! none, and no notice id repeats in the root's log); a message to a cold
 //! child is delivered and answered within a bound, or refused as
 //! `NOT_RESUMABLE` when the child never took its task. It reports how many
@@ -127,11 +128,19 @@ async fn check(dir: &Path) -> Found {
     .await
     .unwrap();
     let cataloged: HashSet<_> = rows.iter().map(|row| row.entry.child_id.clone()).collect();
-    for id in after.store.list().await.unwrap() {
-        if id != *lead.id() && !cataloged.contains(&id) {
-            found.orphans += 1;
+    let orphans = || async {
+        let mut orphans = 0;
+        for id in after.store.list().await.unwrap() {
+            if id != *lead.id() && !cataloged.contains(&id) {
+                orphans += 1;
+            }
         }
-    }
+        orphans
+    };
+    found.orphans = orphans().await;
+    let removed = after.runtime.remove_orphans(&lead).await.unwrap();
+    assert_eq!(removed.len(), found.orphans, "every orphan log is removed");
+    assert_eq!(orphans().await, 0, "nothing is left outside the catalog");
     found.lost_notices = after.runtime.deliver_lost_notices(&lead).await.unwrap();
     until(|| after.runtime.tasks().is_empty()).await;
     bounded(lead.wait_idle()).await;

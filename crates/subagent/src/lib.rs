@@ -6,10 +6,12 @@
 //! notices. It works with any implementation of the core traits; it never
 //! depends on a particular agent loop, store or provider.
 //!
-//! Ownership: before publication the caller's cancellation token governs a
-//! start and a failure leaves nothing behind; from publication on, the
-//! runtime owns each child, its token and its teardown, and callers reach it
-//! only through [`SubagentActivation::dispose`].
+//! Ownership: before publication the caller's cancellation token (or the
+//! caller dropping its future) stops a start and a failure leaves nothing
+//! behind; once begun, the work is the runtime's and finishes on its task
+//! tracker however the caller goes away; from publication on, the runtime
+//! owns each child, its token and its teardown, and callers reach it only
+//! through [`SubagentActivation::dispose`].
 
 mod activation;
 mod admission;

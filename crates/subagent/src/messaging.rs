@@ -367,8 +367,9 @@ impl SubagentRuntime {
 
     /// Resume a cold `target` and deliver `message` to it, as work the
     /// runtime owns (counted as admitted below `root`): a caller that goes
-    /// away cancels what is not done yet and the runtime finishes the rest. The resumed child becomes an activation only when the message
-    /// was accepted; otherwise it is disposed.
+    /// away cancels what is not done yet and the runtime finishes the rest.
+    /// The resumed child becomes an activation only when the message was
+    /// accepted; otherwise it is disposed.
     async fn resume_and_deliver(
         &self,
         target: &SessionId,

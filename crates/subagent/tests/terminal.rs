@@ -231,3 +231,45 @@ async fn a_message_sent_while_the_notice_is_on_its_way_is_answered_by_a_resume()
         "the late message was answered by a resumed activation: {notices:?}"
     );
 }
+
+// B9 after a kill: a log left between a child's creation and its catalog
+// entry is removed; a session that ever took input is never touched.
+#[tokio::test]
+async fn b9_orphan_logs_a_kill_left_are_removed_and_nothing_else() {
+    let world = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    let stray = |id: &str| {
+        let mut header = dsh_core::SessionHeader::new(sid(id), world.dir());
+        header.parent_session = Some(sid("lead"));
+        dsh_core::CreateAgent {
+            header,
+            seed: Vec::new(),
+            setup: Default::default(),
+            cancel: CancellationToken::new(),
+        }
+    };
+    use dsh_core::AgentFactory;
+    let orphan = world.harness.create(stray("orphan")).await.unwrap();
+    orphan.dispose().await;
+    let worked = world.harness.create(stray("worked")).await.unwrap();
+    worked
+        .agent()
+        .followup(dsh_core::UserMessage::user_text("a task from elsewhere"))
+        .await
+        .unwrap();
+    bounded(worked.agent().wait_idle()).await;
+    worked.dispose().await;
+    let live = world.harness.create(stray("live")).await.unwrap();
+    world.cold_child("child").await;
+
+    let removed = world
+        .runtime
+        .remove_orphans(world.root.agent())
+        .await
+        .unwrap();
+    assert_eq!(removed, [sid("orphan")]);
+    assert_eq!(
+        world.sessions().await,
+        [sid("child"), sid("lead"), sid("live"), sid("worked")]
+    );
+    drop(live);
+}
