@@ -60,6 +60,7 @@ fn lead_log(team: &TeamId) -> Vec<SessionEvent> {
                 context: MemberContext::Fresh,
                 phase,
                 error: None,
+                worktree: None,
             }));
         }
     }
@@ -172,6 +173,7 @@ async fn spawn(team: &Team, name: &str) -> SessionId {
             description: String::new(),
             prompt: vec![ContentBlock::text("bench")],
             context: MemberContext::Fresh,
+            worktree: false,
         },
     )
     .await

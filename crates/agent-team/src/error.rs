@@ -99,6 +99,9 @@ pub enum TeamError {
     /// Per-member worktree isolation needs a git repository.
     #[error("worktree isolation is unavailable: {0}")]
     NoGit(String),
+    /// Git refused to create or remove a member's worktree.
+    #[error("worktree: {0}")]
+    Worktree(String),
     /// The lead's log or another agent refused.
     #[error(transparent)]
     Agent(#[from] AgentError),
@@ -136,6 +139,7 @@ impl TeamError {
             Self::InvalidRequest(_) => "TEAM_INVALID_REQUEST",
             Self::ForeignTeam(_) => "TEAM_FOREIGN_RECORD",
             Self::NoGit(_) => "TEAM_NO_GIT",
+            Self::Worktree(_) => "TEAM_WORKTREE",
             Self::Agent(err) => err.code(),
             Self::Subagent(err) => err.code(),
             Self::Interrupted(_) => "TEAM_INTERRUPTED",

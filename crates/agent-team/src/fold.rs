@@ -598,6 +598,7 @@ mod tests {
             context: MemberContext::Fresh,
             phase,
             error: None,
+            worktree: None,
         })
     }
 

@@ -13,6 +13,7 @@ pub mod fold;
 pub mod record;
 pub mod rules;
 pub mod team;
+pub mod worktree;
 
 pub use config::{TeamConfig, TeamLimits};
 pub use error::TeamError;
@@ -27,3 +28,4 @@ pub use team::{
     CreateTask, MemberStatus, MemberView, Recovery, SendMessage, SendOutcome, SpawnTeammate,
     TaskAction, TaskView, Team, UpdateTask, WaitOutcome, heading, log_holds,
 };
+pub use worktree::{WorktreeRecord, WorktreeRemoval};

@@ -86,6 +86,9 @@ pub struct MemberRecord {
     /// Why it failed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// Its own git worktree, when it was isolated.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub worktree: Option<crate::worktree::WorktreeRecord>,
 }
 
 /// Whether a message wakes its target.

@@ -36,6 +36,7 @@ use crate::record::{
     MessageRecord, TaskRecord, TaskStatus, TeamEvent, TeamId, task_id,
 };
 use crate::rules::{normalise_scope, validate_member_name};
+use crate::worktree::{WorktreeRecord, WorktreeRemoval, create_planned, plan_for, remove_planned};
 
 /// The shortest [`Team::wait_for_change`] bound.
 pub const MIN_WAIT: Duration = Duration::from_secs(10);
@@ -101,6 +102,8 @@ pub struct MemberView {
     pub pending_messages: usize,
     /// In-progress tasks it owns.
     pub owned_tasks: Vec<String>,
+    /// Its own git worktree, when it is isolated.
+    pub worktree: Option<WorktreeRecord>,
 }
 
 /// A task with what views add: readiness and scope warnings.
@@ -125,6 +128,9 @@ pub struct SpawnTeammate {
     pub prompt: Vec<ContentBlock>,
     /// Fresh or forked from the lead.
     pub context: MemberContext,
+    /// Give it its own git worktree (a branch of the lead's repository) as
+    /// its working directory.
+    pub worktree: bool,
 }
 
 /// A message to send.
@@ -530,6 +536,7 @@ impl Team {
                 error: None,
                 pending_messages: state.pending_for(LEAD_NAME).count(),
                 owned_tasks: owned(LEAD_NAME),
+                worktree: None,
             });
         }
         let member = state.member(name)?;
@@ -544,6 +551,7 @@ impl Team {
             error: record.error.clone(),
             pending_messages: state.pending_for(&record.name).count(),
             owned_tasks: owned(&record.name),
+            worktree: record.worktree.clone(),
         })
     }
 
@@ -610,6 +618,12 @@ impl Team {
     async fn provision(&self, request: SpawnTeammate) -> Result<MemberView, TeamError> {
         let id = SessionId::generate();
         let provider = self.inner.config.provider_for(request.context).to_owned();
+        // Refused before anything is written when there is no repository.
+        let worktree = if request.worktree {
+            Some(plan_for(self.inner.lead.cwd(), self.id(), request.name.clone()).await?)
+        } else {
+            None
+        };
         let record = MemberRecord {
             team: self.id(),
             id: id.clone(),
@@ -619,6 +633,7 @@ impl Team {
             context: request.context,
             phase: MemberPhase::Provisioning,
             error: None,
+            worktree: worktree.clone(),
         };
         let provisioning = record.clone();
         self.commit(|state| {
@@ -631,6 +646,21 @@ impl Team {
         } else {
             request.description.clone()
         };
+        let mut cwd = None;
+        if let Some(planned) = &worktree {
+            if let Err(err) = create_planned(planned.clone()).await {
+                let failed = MemberRecord {
+                    phase: MemberPhase::Failed,
+                    error: Some(err.to_string()),
+                    ..record
+                };
+                self.commit(|_| Ok(TeamEvent::Member(failed))).await?;
+                return Err(err);
+            }
+            cwd = Some(planned.path.clone());
+        }
+        let mut start = StartRequest::new(self.inner.lead.clone(), request.prompt);
+        start.cwd = cwd;
         let spec = ActivationSpec {
             provider,
             label,
@@ -642,12 +672,21 @@ impl Team {
             child_id: Some(id),
             cancel: CancellationToken::new(),
             delivery: Delivery::Parent,
-            request: StartRequest::new(self.inner.lead.clone(), request.prompt),
+            request: start,
         };
         let started = self.inner.runtime.start_activation(spec).await;
         let (phase, error) = match &started {
             Ok(_) => (MemberPhase::Active, None),
-            Err(err) => (MemberPhase::Failed, Some(err.to_string())),
+            Err(err) => {
+                let mut error = err.to_string();
+                // A member that never started leaves no worktree behind.
+                if let Some(planned) = &worktree
+                    && let Err(cleanup) = remove_planned(planned.clone()).await
+                {
+                    error = format!("{error}; {cleanup}");
+                }
+                (MemberPhase::Failed, Some(error))
+            }
         };
         let terminal = MemberRecord {
             phase,
@@ -869,6 +908,12 @@ impl Team {
         for record in provisioning {
             let proven = self.proven(&record.id).await;
             let name = record.name.clone();
+            if !proven
+                && let Some(worktree) = record.worktree.clone()
+                && let Err(err) = remove_planned(worktree).await
+            {
+                recovery.errors.push((name.clone(), err.to_string()));
+            }
             let terminal = MemberRecord {
                 phase: if proven {
                     MemberPhase::Active
@@ -1241,6 +1286,41 @@ impl Team {
             .interrupt(&id, &InterruptAuthority::Ancestor(caller.clone()))
             .await?;
         Ok(previous)
+    }
+
+    /// Remove a teammate's worktree (lead only), and its branch when it is
+    /// merged (an unmerged branch is kept, and the result says so). The
+    /// teammate must not be resident.
+    ///
+    /// # Errors
+    /// `TEAM_UNAUTHORIZED`, `TEAM_UNKNOWN_MEMBER`, `TEAM_INVALID_REQUEST`
+    /// (no worktree, or the member is resident), `TEAM_WORKTREE`.
+    ///
+    /// # Cancel safety
+    /// Git runs on the blocking pool: a dropped future leaves it running to
+    /// completion, so the worktree is removed or left whole.
+    pub async fn remove_worktree(
+        &self,
+        caller: &Arc<dyn Agent>,
+        name: &str,
+    ) -> Result<WorktreeRemoval, TeamError> {
+        self.require_lead(caller, "remove worktrees")?;
+        let (id, worktree) = {
+            let state = lock(&self.inner.state);
+            let member = state
+                .member(name)
+                .ok_or_else(|| TeamError::UnknownMember(name.to_owned()))?;
+            (member.record.id.clone(), member.record.worktree.clone())
+        };
+        let worktree = worktree.ok_or_else(|| {
+            TeamError::InvalidRequest(format!("`{name}` has no worktree of its own"))
+        })?;
+        if self.inner.runtime.registry().get(&id).is_some() {
+            return Err(TeamError::InvalidRequest(format!(
+                "`{name}` is resident; interrupt it and let it go idle first"
+            )));
+        }
+        remove_planned(worktree).await
     }
 
     /// Stop a teammate (lead only): interrupt its turn and give back every

@@ -113,6 +113,7 @@ async fn workload(dir: &Path) -> RecordingStore<JsonlStore> {
                 description: String::new(),
                 prompt: text(&format!("you are {name}")),
                 context,
+                worktree: false,
             },
         ))
         .await

@@ -73,6 +73,7 @@ fn request(name: &str) -> SpawnTeammate {
         description: String::new(),
         prompt: text("hi"),
         context: MemberContext::Fresh,
+        worktree: false,
     }
 }
 
@@ -241,6 +242,7 @@ async fn an_open_dropped_during_recovery_still_decides_the_member_once() {
         context: MemberContext::Fresh,
         phase: MemberPhase::Provisioning,
         error: None,
+        worktree: None,
     };
     lead.record(MEMBER_EVENT, serde_json::to_value(&ghost).unwrap())
         .await

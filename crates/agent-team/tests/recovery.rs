@@ -26,6 +26,7 @@ fn provisioning(world: &World, name: &str, id: &SessionId) -> MemberRecord {
         context: MemberContext::Fresh,
         phase: MemberPhase::Provisioning,
         error: None,
+        worktree: None,
     }
 }
 

@@ -377,6 +377,7 @@ async fn limits_are_enforced_with_their_own_codes() {
             description: String::new(),
             prompt: text("hi"),
             context: MemberContext::Fresh,
+            worktree: false,
         },
     ))
     .await;
@@ -438,6 +439,7 @@ async fn a_failed_member_keeps_its_name_and_names_follow_the_rules() {
         description: String::new(),
         prompt: text("hi"),
         context: MemberContext::Fresh,
+        worktree: false,
     };
     let failed = bounded(team.spawn_teammate(&lead, request("alice"))).await;
     assert_eq!(failed.err().map(|err| err.code()), Some("NO_PROVIDER"));
@@ -495,6 +497,7 @@ async fn a_teammate_cannot_spawn_assign_or_interrupt_and_the_lead_can() {
             description: String::new(),
             prompt: text("hi"),
             context: MemberContext::Fresh,
+            worktree: false,
         },
     ))
     .await;
@@ -666,6 +669,7 @@ async fn records_inherited_through_a_fork_never_enter_the_new_roots_team() {
             description: String::new(),
             prompt: text("hi"),
             context: MemberContext::Fresh,
+            worktree: false,
         },
     ))
     .await

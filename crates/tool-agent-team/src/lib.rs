@@ -225,6 +225,10 @@ impl TeamToolKind {
                         "enum": ["fresh", "fork"],
                         "description": "fresh starts without the lead's history; fork inherits the lead's completed turns. Defaults to fresh.",
                     },
+                    "worktree": {
+                        "type": "boolean",
+                        "description": "Give the teammate its own git worktree, on a branch of the lead's repository, as its working directory. Defaults to false.",
+                    },
                 }),
                 &["name", "description", "prompt"],
             ),
@@ -321,6 +325,8 @@ struct SpawnInput {
     prompt: String,
     #[serde(default)]
     context: Option<String>,
+    #[serde(default)]
+    worktree: bool,
 }
 
 #[derive(Deserialize)]
@@ -489,6 +495,7 @@ impl TeamTool {
                             description: input.description,
                             prompt: vec![ContentBlock::text(input.prompt)],
                             context,
+                            worktree: input.worktree,
                         },
                     )
                     .await?;

@@ -80,6 +80,7 @@ pub async fn spawn(team: &Team, name: &str, context: MemberContext) -> MemberVie
             description: format!("{name}'s work"),
             prompt: text(&format!("you are {name}")),
             context,
+            worktree: false,
         },
     ))
     .await
