@@ -353,7 +353,11 @@ impl TeamState {
                 self.check_authority(previous, next)?;
             }
         }
-        self.check_edges(next)?;
+        // Unchanged edges were checked when they were written, and a
+        // blocker cannot be deleted under them: only new edges can close a
+        // cycle.
+        let edges_changed = previous.is_none_or(|previous| previous.blocked_by != next.blocked_by);
+        self.check_edges(next, edges_changed)?;
         self.check_status(previous, next)
     }
 
@@ -395,7 +399,7 @@ impl TeamState {
         )))
     }
 
-    fn check_edges(&self, next: &TaskRecord) -> Result<(), TeamError> {
+    fn check_edges(&self, next: &TaskRecord, search_cycles: bool) -> Result<(), TeamError> {
         let mut seen = HashSet::new();
         for blocker in &next.blocked_by {
             if blocker == &next.id {
@@ -418,6 +422,9 @@ impl TeamState {
                 }
                 None => return Err(TeamError::UnknownTask(blocker.clone())),
             }
+        }
+        if !search_cycles {
+            return Ok(());
         }
         // A cycle through `next` is a path from one of its blockers back
         // to it, over the edges as they would be.

@@ -10,7 +10,7 @@
 //! terminal phase, a queued message is always offered for delivery); the
 //! detached work finishes on its own and [`Team::shutdown`] waits for it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 use std::time::Duration;
@@ -243,6 +243,9 @@ struct Inner {
     commit: tokio::sync::Mutex<()>,
     changed: watch::Sender<u64>,
     delivery: Mutex<HashMap<String, Arc<tokio::sync::Mutex<()>>>>,
+    /// Messages this process queued and has not offered yet: no target can
+    /// hold one, so their first delivery skips reading the target's log.
+    fresh: Mutex<HashSet<MessageId>>,
     tasks: TaskTracker,
     listener: Mutex<Option<Subscription>>,
 }
@@ -303,6 +306,7 @@ impl Team {
                 commit: tokio::sync::Mutex::new(()),
                 changed,
                 delivery: Mutex::new(HashMap::new()),
+                fresh: Mutex::new(HashSet::new()),
                 tasks: TaskTracker::new(),
                 listener: Mutex::new(None),
             }),
@@ -744,6 +748,7 @@ impl Team {
                 Ok(TeamEvent::Message(record))
             })
             .await?;
+            lock(&team.inner.fresh).insert(id.clone());
             team.flush(to).await?;
             let delivered = lock(&team.inner.state)
                 .message(&id)
@@ -787,9 +792,11 @@ impl Team {
                 return Ok(acknowledged);
             };
             let live = self.inner.runtime.registry().get(&session);
-            if !self
-                .holds(live.as_ref(), &session, &queued.record.id)
-                .await?
+            let fresh = lock(&self.inner.fresh).remove(&queued.record.id);
+            if fresh
+                || !self
+                    .holds(live.as_ref(), &session, &queued.record.id)
+                    .await?
             {
                 let outcome = self
                     .hand_over(live.as_ref(), &session, &queued, wakeup_follows)
