@@ -48,6 +48,77 @@ fn the_ten_tools_in_order_with_their_specs() {
     }
 }
 
+/// The committed `tools/<name>.json` equals the live tool (the API
+/// catalogue reads them). Run with `UPDATE_TOOL_SPECS=1` to rewrite them
+/// after a reviewed wording change.
+#[test]
+fn committed_specs_match_live_tools() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools");
+    for tool in TeamTool::all(&TeamDirectory::new()) {
+        let path = dir.join(format!("{}.json", tool.name()));
+        let spec = json!({
+            "name": tool.name(),
+            "description": tool.description(),
+            "input_schema": tool.input_schema(),
+        });
+        let text = format!("{}\n", serde_json::to_string_pretty(&spec).unwrap());
+        if std::env::var_os("UPDATE_TOOL_SPECS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            committed,
+            text,
+            "{} is stale: run `UPDATE_TOOL_SPECS=1 cargo test -p dsh-tool-agent-team --test tools`",
+            path.display()
+        );
+    }
+}
+
+/// Every schema accepts a valid call and refuses unknown fields, and the
+/// tool's own parser agrees (an unknown field is an input error result).
+#[test]
+fn schemas_accept_valid_calls_and_refuse_unknown_fields() {
+    let valid = [
+        (
+            TeamToolKind::SpawnTeammate,
+            json!({"name": "a", "description": "d", "prompt": "p", "context": "fork", "worktree": true}),
+        ),
+        (
+            TeamToolKind::SendMessage,
+            json!({"target": "lead", "message": "m"}),
+        ),
+        (
+            TeamToolKind::FollowupTask,
+            json!({"target": "a", "message": "m"}),
+        ),
+        (TeamToolKind::ListAgents, json!({})),
+        (TeamToolKind::WaitAgent, json!({"timeout_ms": 10_000})),
+        (TeamToolKind::InterruptAgent, json!({"target": "a"})),
+        (
+            TeamToolKind::TaskCreate,
+            json!({"subject": "s", "description": "d", "blocked_by": ["task-1"], "write_scopes": ["src"]}),
+        ),
+        (TeamToolKind::TaskGet, json!({"task_id": "task-1"})),
+        (
+            TeamToolKind::TaskList,
+            json!({"status": "pending", "owner": "unowned", "ready": true}),
+        ),
+        (
+            TeamToolKind::TaskUpdate,
+            json!({"task_id": "task-1", "expected_revision": 1, "action": "claim"}),
+        ),
+    ];
+    for (kind, input) in valid {
+        let tool = TeamTool::new(kind, TeamDirectory::new());
+        let schema = dsh_core::schema::JsonSchema::compile(tool.input_schema()).unwrap();
+        assert!(schema.is_valid(&input), "{}: {input}", kind.name());
+        let mut extra = input.clone();
+        extra["unexpected"] = json!(1);
+        assert!(!schema.is_valid(&extra), "{}", kind.name());
+    }
+}
+
 struct Fixture {
     world: World,
     team: Team,
