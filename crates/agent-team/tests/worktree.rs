@@ -89,6 +89,20 @@ async fn a_teammate_works_in_its_own_worktree_which_the_team_removes() {
     ));
     let again = bounded(team.remove_worktree(&lead, "alice")).await.unwrap();
     assert!(!again.branch_deleted, "removing twice finds nothing");
+
+    // A removal dropped once git is running still removes the worktree whole.
+    let bob = bounded(team.spawn_teammate(&lead, isolated("bob")))
+        .await
+        .unwrap();
+    world.quiesce().await;
+    let bobs = bob.worktree.unwrap();
+    let mut removal = Box::pin(team.remove_worktree(&lead, "bob"));
+    let _ = futures::poll!(removal.as_mut());
+    drop(removal);
+    dsh_test_support::wait::until(|| {
+        !bobs.path.exists() && !git(&dir, &["rev-parse", "--verify", "-q", &bobs.branch])
+    })
+    .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
