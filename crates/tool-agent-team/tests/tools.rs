@@ -1,0 +1,399 @@
+//! The ten team tools: their specs (snapshots, and each schema inside the
+//! subset a model client accepts), the policy section, who is offered them,
+//! and rendered results and refusals against a real team (harness, JSONL
+//! store, spawn provider).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::sync::Arc;
+
+use dsh_agent_team::{Role, Team, TeamConfig};
+use dsh_core::{Agent, CallId, CancellationToken, Durability, Tool, ToolContext};
+use dsh_subagent::RuntimeConfig;
+use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::world::{Backing, World};
+use dsh_tool_agent_team::{TeamDirectory, TeamTool, TeamToolKind, policy_section};
+use serde_json::{Value, json};
+
+#[test]
+fn the_ten_tools_in_order_with_their_specs() {
+    let tools = TeamTool::all(&TeamDirectory::new());
+    let names: Vec<&str> = tools.iter().map(|tool| tool.name()).collect();
+    assert_eq!(
+        names,
+        [
+            "spawn_teammate",
+            "send_message",
+            "followup_task",
+            "list_agents",
+            "wait_agent",
+            "interrupt_agent",
+            "team_task_create",
+            "team_task_get",
+            "team_task_list",
+            "team_task_update",
+        ]
+    );
+    for tool in tools {
+        dsh_core::schema::check_object_schema(&tool.input_schema())
+            .unwrap_or_else(|err| panic!("{}: {err}", tool.name()));
+        insta::assert_json_snapshot!(
+            format!("spec_{}", tool.name()),
+            json!({
+                "name": tool.name(),
+                "description": tool.description(),
+                "input_schema": tool.input_schema(),
+            })
+        );
+    }
+}
+
+/// The committed `tools/<name>.json` equals the live tool (the API
+/// catalogue reads them). Run with `UPDATE_TOOL_SPECS=1` to rewrite them
+/// after a reviewed wording change.
+#[test]
+fn committed_specs_match_live_tools() {
+    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools");
+    for tool in TeamTool::all(&TeamDirectory::new()) {
+        let path = dir.join(format!("{}.json", tool.name()));
+        let spec = json!({
+            "name": tool.name(),
+            "description": tool.description(),
+            "input_schema": tool.input_schema(),
+        });
+        let text = format!("{}\n", serde_json::to_string_pretty(&spec).unwrap());
+        if std::env::var_os("UPDATE_TOOL_SPECS").is_some() {
+            std::fs::write(&path, &text).unwrap();
+        }
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert_eq!(
+            committed,
+            text,
+            "{} is stale: run `UPDATE_TOOL_SPECS=1 cargo test -p dsh-tool-agent-team --test tools`",
+            path.display()
+        );
+    }
+}
+
+/// Every schema accepts a valid call and refuses unknown fields, and the
+/// tool's own parser agrees (an unknown field is an input error result).
+#[test]
+fn schemas_accept_valid_calls_and_refuse_unknown_fields() {
+    let valid = [
+        (
+            TeamToolKind::SpawnTeammate,
+            json!({"name": "a", "description": "d", "prompt": "p", "context": "fork", "worktree": true}),
+        ),
+        (
+            TeamToolKind::SendMessage,
+            json!({"target": "lead", "message": "m"}),
+        ),
+        (
+            TeamToolKind::FollowupTask,
+            json!({"target": "a", "message": "m"}),
+        ),
+        (TeamToolKind::ListAgents, json!({})),
+        (TeamToolKind::WaitAgent, json!({"timeout_ms": 10_000})),
+        (TeamToolKind::InterruptAgent, json!({"target": "a"})),
+        (
+            TeamToolKind::TaskCreate,
+            json!({"subject": "s", "description": "d", "blocked_by": ["task-1"], "write_scopes": ["src"]}),
+        ),
+        (TeamToolKind::TaskGet, json!({"task_id": "task-1"})),
+        (
+            TeamToolKind::TaskList,
+            json!({"status": "pending", "owner": "unowned", "ready": true}),
+        ),
+        (
+            TeamToolKind::TaskUpdate,
+            json!({"task_id": "task-1", "expected_revision": 1, "action": "claim"}),
+        ),
+    ];
+    for (kind, input) in valid {
+        let tool = TeamTool::new(kind, TeamDirectory::new());
+        let schema = dsh_core::schema::JsonSchema::compile(tool.input_schema()).unwrap();
+        assert!(schema.is_valid(&input), "{}: {input}", kind.name());
+        let mut extra = input.clone();
+        extra["unexpected"] = json!(1);
+        assert!(!schema.is_valid(&extra), "{}", kind.name());
+    }
+}
+
+struct Fixture {
+    world: World,
+    team: Team,
+    directory: TeamDirectory,
+}
+
+async fn fixture() -> Fixture {
+    let world = World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await;
+    world
+        .runtime
+        .register(Arc::new(SpawnProvider::new()))
+        .unwrap();
+    let (team, _) = bounded(Team::open(
+        world.root.agent().clone(),
+        world.runtime.clone(),
+        world.store.clone(),
+        TeamConfig::default(),
+    ))
+    .await
+    .unwrap();
+    let directory = TeamDirectory::new();
+    directory.insert(team.clone());
+    Fixture {
+        world,
+        team,
+        directory,
+    }
+}
+
+impl Fixture {
+    fn lead(&self) -> Arc<dyn Agent> {
+        self.world.root.agent().clone()
+    }
+
+    async fn call(
+        &self,
+        agent: &Arc<dyn Agent>,
+        kind: TeamToolKind,
+        input: Value,
+    ) -> (bool, String) {
+        let tool = TeamTool::new(kind, self.directory.clone());
+        let output = bounded(tool.execute(
+            input,
+            ToolContext {
+                agent: agent.clone(),
+                call_id: CallId::new("call-1"),
+                cancel: CancellationToken::new(),
+            },
+        ))
+        .await
+        .unwrap();
+        let text = output
+            .content
+            .iter()
+            .map(|block| match block {
+                dsh_core::ContentBlock::Text { text } => text.clone(),
+                dsh_core::ContentBlock::Image { .. } => String::new(),
+            })
+            .collect::<String>();
+        (output.is_error, text)
+    }
+}
+
+/// Replace minted ids with placeholders, so a rendering is stable.
+fn stable(text: &str) -> String {
+    let mut out = String::new();
+    let mut rest = text;
+    while let Some(at) = rest.find("m-") {
+        let (head, tail) = rest.split_at(at);
+        out.push_str(head);
+        let hex = tail[2..].bytes().take_while(u8::is_ascii_hexdigit).count();
+        if hex == 32 {
+            out.push_str("[message-id]");
+            rest = &tail[2 + hex..];
+        } else {
+            out.push_str("m-");
+            rest = &tail[2..];
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rendered_results_and_refusals() {
+    let fx = fixture().await;
+    let lead = fx.lead();
+    let (error, spawned) = fx
+        .call(
+            &lead,
+            TeamToolKind::SpawnTeammate,
+            json!({"name": "alice", "description": "reviews the parser", "prompt": "review src/parse.rs"}),
+        )
+        .await;
+    assert!(!error, "{spawned}");
+    fx.world.quiesce().await;
+    until(|| !fx.team.is_busy()).await;
+    let (_, listed) = fx.call(&lead, TeamToolKind::ListAgents, json!({})).await;
+    insta::assert_snapshot!("list_agents", listed);
+
+    let (_, created) = fx
+        .call(
+            &lead,
+            TeamToolKind::TaskCreate,
+            json!({"subject": "parse", "description": "write the parser", "write_scopes": ["./src/parse"]}),
+        )
+        .await;
+    insta::assert_snapshot!("team_task_create", created);
+    fx.call(
+        &lead,
+        TeamToolKind::TaskCreate,
+        json!({"subject": "docs", "description": "document it", "blocked_by": ["task-1"], "write_scopes": ["src"]}),
+    )
+    .await;
+    let (_, claimed) = fx
+        .call(
+            &lead,
+            TeamToolKind::TaskUpdate,
+            json!({"task_id": "task-1", "expected_revision": 1, "action": "reassign", "owner": "alice"}),
+        )
+        .await;
+    insta::assert_snapshot!("team_task_update_reassign", claimed);
+    let (error, stale) = fx
+        .call(
+            &lead,
+            TeamToolKind::TaskUpdate,
+            json!({"task_id": "task-1", "expected_revision": 1, "action": "complete"}),
+        )
+        .await;
+    assert!(error);
+    insta::assert_snapshot!("team_task_update_stale", stale);
+    let (_, listed) = fx
+        .call(&lead, TeamToolKind::TaskList, json!({"owner": "unowned"}))
+        .await;
+    insta::assert_snapshot!("team_task_list_unowned", listed);
+    let (_, got) = fx
+        .call(&lead, TeamToolKind::TaskGet, json!({"task_id": "task-2"}))
+        .await;
+    insta::assert_snapshot!("team_task_get", got);
+
+    let (_, queued) = fx
+        .call(
+            &lead,
+            TeamToolKind::SendMessage,
+            json!({"target": "alice", "message": "the grammar is in docs/"}),
+        )
+        .await;
+    insta::assert_snapshot!("send_message_queued", stable(&queued));
+    let (_, woke) = fx
+        .call(
+            &lead,
+            TeamToolKind::FollowupTask,
+            json!({"target": "alice", "message": "start on task-1"}),
+        )
+        .await;
+    insta::assert_snapshot!("followup_task_delivered", stable(&woke));
+    fx.world.quiesce().await;
+    until(|| !fx.team.is_busy()).await;
+
+    let (_, waited) = fx.call(&lead, TeamToolKind::WaitAgent, json!({})).await;
+    insta::assert_snapshot!("wait_agent_no_progress", waited);
+    let (error, bad) = fx
+        .call(
+            &lead,
+            TeamToolKind::WaitAgent,
+            json!({"timeout_ms": 10, "extra": 1}),
+        )
+        .await;
+    assert!(error);
+    insta::assert_snapshot!("wait_agent_bad_input", bad);
+    let (error, unknown) = fx
+        .call(
+            &lead,
+            TeamToolKind::InterruptAgent,
+            json!({"target": "nobody"}),
+        )
+        .await;
+    assert!(error);
+    insta::assert_snapshot!("interrupt_agent_unknown", unknown);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_members_are_offered_the_tools_and_authority_is_the_teams() {
+    let fx = fixture().await;
+    let lead = fx.lead();
+    fx.world.model.push(dsh_harness::Scripted::Hang);
+    fx.call(
+        &lead,
+        TeamToolKind::SpawnTeammate,
+        json!({"name": "alice", "description": "d", "prompt": "p"}),
+    )
+    .await;
+    let id = fx.team.state().member("alice").unwrap().record.id.clone();
+    until(|| fx.world.runtime.registry().get(&id).is_some()).await;
+    let alice = fx.world.runtime.registry().get(&id).unwrap();
+    let tool = TeamTool::new(TeamToolKind::ListAgents, fx.directory.clone());
+    assert!(tool.offered_to(lead.as_ref()));
+    assert!(tool.offered_to(alice.as_ref()));
+
+    let (error, refused) = fx
+        .call(
+            &alice,
+            TeamToolKind::SpawnTeammate,
+            json!({"name": "bob", "description": "d", "prompt": "p"}),
+        )
+        .await;
+    assert!(error);
+    insta::assert_snapshot!("spawn_teammate_by_a_teammate", refused);
+    let (error, refused) = fx
+        .call(
+            &alice,
+            TeamToolKind::InterruptAgent,
+            json!({"target": "alice"}),
+        )
+        .await;
+    assert!(
+        error && refused.starts_with("TEAM_UNAUTHORIZED"),
+        "{refused}"
+    );
+    fx.call(
+        &alice,
+        TeamToolKind::TaskCreate,
+        json!({"subject": "s", "description": "d"}),
+    )
+    .await;
+    let (error, refused) = fx
+        .call(
+            &alice,
+            TeamToolKind::TaskUpdate,
+            json!({"task_id": "task-1", "expected_revision": 1, "action": "reassign", "owner": "alice"}),
+        )
+        .await;
+    assert!(
+        error && refused.starts_with("TEAM_UNAUTHORIZED"),
+        "{refused}"
+    );
+
+    // The lead waits while alice runs; the interrupt is the change it sees.
+    let waiter = {
+        let tool = TeamTool::new(TeamToolKind::WaitAgent, fx.directory.clone());
+        let lead = lead.clone();
+        tokio::spawn(async move {
+            tool.execute(
+                json!({"timeout_ms": 600_000}),
+                ToolContext {
+                    agent: lead,
+                    call_id: CallId::new("call-2"),
+                    cancel: CancellationToken::new(),
+                },
+            )
+            .await
+        })
+    };
+    let (_, interrupted) = fx
+        .call(
+            &lead,
+            TeamToolKind::InterruptAgent,
+            json!({"target": "alice"}),
+        )
+        .await;
+    insta::assert_snapshot!("interrupt_agent", interrupted);
+    let waited = bounded(waiter).await.unwrap().unwrap();
+    assert!(!waited.is_error);
+
+    // A root with no team in the directory is offered nothing.
+    fx.directory.remove(lead.id());
+    assert!(!tool.offered_to(lead.as_ref()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_policy_section_names_role_name_and_team() {
+    let fx = fixture().await;
+    insta::assert_snapshot!("policy_lead", policy_section(&fx.team, &Role::Lead));
+    insta::assert_snapshot!(
+        "policy_member",
+        policy_section(&fx.team, &Role::Member("alice".into()))
+    );
+}
