@@ -25,6 +25,10 @@ pub const DEFAULT_INHERITED_ENV: &[&str] = &[
     "TMPDIR",
 ];
 
+/// The default [`AcpConfig::answered_grace`]: how long an agent that has
+/// already answered may take to exit after stdin EOF before SIGTERM.
+pub const DEFAULT_ANSWERED_GRACE: Duration = Duration::from_millis(200);
+
 /// How the provider answers an agent's `session/request_permission`. No
 /// prompt ever reaches a human.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -63,8 +67,14 @@ pub struct AcpConfig {
     pub permission: PermissionPolicy,
     /// How long `initialize` and `session/new` together may take.
     pub startup_timeout: Duration,
-    /// After stdin is closed, how long the agent may take to exit by itself.
+    /// After stdin is closed mid-turn (a dispose before the agent
+    /// answered), how long the agent may take to exit by itself.
     pub eof_grace: Duration,
+    /// After stdin is closed once the run has settled (the agent answered
+    /// its turn, or failed), how long the agent may take to exit by itself
+    /// before SIGTERM. Short, because some agents ignore stdin EOF and
+    /// nothing they could still do matters to the result.
+    pub answered_grace: Duration,
     /// After SIGTERM to the process group, how long before SIGKILL.
     pub term_grace: Duration,
 }
@@ -72,7 +82,8 @@ pub struct AcpConfig {
 impl AcpConfig {
     /// A configuration running `command` with the defaults: name `acp`, no
     /// arguments, no extra variables, the child's own directory, `reject`,
-    /// a 30 s startup timeout, 3 s after EOF and 2 s after SIGTERM.
+    /// a 30 s startup timeout, 3 s after EOF mid-turn, 200 ms after EOF
+    /// once the run has settled, and 2 s after SIGTERM.
     pub fn new(command: impl Into<PathBuf>) -> Self {
         Self {
             name: "acp".to_owned(),
@@ -87,6 +98,7 @@ impl AcpConfig {
             permission: PermissionPolicy::Reject,
             startup_timeout: Duration::from_secs(30),
             eof_grace: Duration::from_secs(3),
+            answered_grace: DEFAULT_ANSWERED_GRACE,
             term_grace: Duration::from_secs(2),
         }
     }
@@ -138,6 +150,13 @@ impl AcpConfig {
         self
     }
 
+    /// Set the grace after EOF once the run has settled.
+    #[must_use]
+    pub fn answered_grace(mut self, grace: Duration) -> Self {
+        self.answered_grace = grace;
+        self
+    }
+
     /// Check the configuration.
     ///
     /// # Errors
@@ -168,6 +187,7 @@ impl AcpConfig {
         for (what, value) in [
             ("startup_timeout", self.startup_timeout),
             ("eof_grace", self.eof_grace),
+            ("answered_grace", self.answered_grace),
             ("term_grace", self.term_grace),
         ] {
             if value.is_zero() {

@@ -34,7 +34,9 @@ use dsh_subagent::{
     SubagentRun,
 };
 
-pub use config::{AcpConfig, ConfigError, DEFAULT_INHERITED_ENV, PermissionPolicy};
+pub use config::{
+    AcpConfig, ConfigError, DEFAULT_ANSWERED_GRACE, DEFAULT_INHERITED_ENV, PermissionPolicy,
+};
 pub use fault::{ExitFact, Fault, Phase, map_stop_reason};
 pub use progress::{AcpProgress, PlanStep, ProgressUpdate};
 pub use run::AcpRun;

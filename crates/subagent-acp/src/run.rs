@@ -532,6 +532,7 @@ pub(crate) async fn start(
                 id: run_id,
                 shared,
                 eof_grace: config.eof_grace,
+                answered_grace: config.answered_grace,
                 term_grace: config.term_grace,
                 parts: tokio::sync::Mutex::new(Some(parts)),
                 teardown: tokio::sync::OnceCell::new(),
@@ -557,6 +558,7 @@ pub struct AcpRun {
     id: SessionId,
     shared: Arc<Shared>,
     eof_grace: Duration,
+    answered_grace: Duration,
     term_grace: Duration,
     parts: tokio::sync::Mutex<Option<Parts>>,
     teardown: tokio::sync::OnceCell<Result<(), SubagentError>>,
@@ -599,13 +601,23 @@ impl SubagentRun for AcpRun {
     }
 
     /// Settle `aborted` at once (unless already settled), send the ACP
-    /// cancel, close stdin, wait the EOF grace, SIGTERM the group, wait,
-    /// SIGKILL it; return when no process of the group is left.
+    /// cancel when a turn is in flight, close stdin, wait the EOF grace
+    /// (the short answered grace when the run had already settled, the
+    /// mid-turn grace otherwise), SIGTERM the group, wait, SIGKILL it;
+    /// return when no process of the group is left.
     ///
     /// # Cancel safety
     /// Dropping the future mid-way kills the group at once; a later call
     /// returns `Ok`.
     async fn dispose(&self) -> Result<(), SubagentError> {
+        // Whether the agent had already answered (or failed) decides how
+        // long it may take to go by itself after EOF.
+        let answered = self.shared.settled.borrow().is_some();
+        let eof_grace = if answered {
+            self.answered_grace
+        } else {
+            self.eof_grace
+        };
         self.shared.settle(StopReason::ABORTED, None);
         self.teardown
             .get_or_init(|| async {
@@ -613,7 +625,7 @@ impl SubagentRun for AcpRun {
                     return Ok(());
                 };
                 parts
-                    .shutdown(&self.shared, Some(self.eof_grace), self.term_grace)
+                    .shutdown(&self.shared, Some(eof_grace), self.term_grace)
                     .await
                     .map_err(SubagentError::Teardown)
             })
