@@ -5,12 +5,22 @@
 //! the group is left. A process group handle dropped before its ladder
 //! finished kills the whole group at once, so no process outlives its owner.
 //!
+//! The agent also dies with this process, even on SIGKILL: it is started
+//! with `PR_SET_PDEATHSIG` (SIGKILL) on Linux. That signal fires when the
+//! *thread* that forked exits, not the process, and a tokio task may run
+//! on a blocking-pool thread that exits when idle, so every agent is
+//! forked by one dedicated thread that lives as long as the process.
+//!
 //! Limits: a descendant that leaves the group (`setsid`, `setpgid`) is out
 //! of reach; containing those needs cgroups, which this crate does not use.
+//! The parent-death signal reaches the agent only, not its own children:
+//! when this process is SIGKILLed, an agent's grandchildren are left to the
+//! agent's own handling (none, once it is SIGKILLed itself).
 
 use std::io;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::{Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
@@ -55,7 +65,8 @@ pub(crate) fn spawn(config: &AcpConfig, cwd: &Path, run: &str) -> Result<Spawned
         .process_group(0)
         // A safety net only: the group guard below is what stops the tree.
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|err| Fault::Spawn {
+    die_with_parent(&mut command);
+    let mut child = spawn_on_forker(command).map_err(|err| Fault::Spawn {
         command: config.command.display().to_string(),
         reason: spawn_reason(&err),
     })?;
@@ -89,6 +100,78 @@ pub(crate) fn spawn(config: &AcpConfig, cwd: &Path, run: &str) -> Result<Spawned
             armed: true,
         },
     })
+}
+
+/// Have the child SIGKILLed when the thread that forked it exits (on
+/// Linux; elsewhere nothing is set), and fail its start when this process
+/// already died between the fork and the `prctl`.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let parent = rustix::process::getpid();
+        // SAFETY: the closure runs in the forked child before `exec`, where
+        // only async-signal-safe calls are allowed. It makes two raw system
+        // calls (`prctl`, `getppid`) through rustix, allocates nothing,
+        // takes no lock and touches no state shared with the parent; its
+        // error is built from a raw errno, without allocating.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                if rustix::process::getppid() != Some(parent) {
+                    return Err(io::Error::from(rustix::io::Errno::SRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = command;
+}
+
+/// A spawn handed to the forking thread, with where to send its outcome.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// The thread that forks every agent: it never exits, so the agents' parent
+/// death signal fires only when this process ends.
+fn forker() -> io::Result<&'static Mutex<mpsc::Sender<SpawnJob>>> {
+    static FORKER: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
+    if let Some(forker) = FORKER.get() {
+        return Ok(forker);
+    }
+    let (tx, rx) = mpsc::channel::<SpawnJob>();
+    std::thread::Builder::new()
+        .name("dsh-acp-forker".to_owned())
+        .spawn(move || {
+            for job in rx {
+                job();
+            }
+        })?;
+    // A racing caller may have installed its own thread first; this one's
+    // channel then closes and its thread ends without having forked.
+    Ok(FORKER.get_or_init(|| Mutex::new(tx)))
+}
+
+/// Run `command.spawn()` on the forking thread, inside the caller's tokio
+/// runtime (the child's reaping belongs to it). Blocks for the fork and
+/// `exec`, as `Command::spawn` itself does.
+fn spawn_on_forker(mut command: Command) -> io::Result<Child> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+    let job: SpawnJob = Box::new(move || {
+        let _entered = runtime.enter();
+        // The receiver only goes when the caller did, which it cannot
+        // while it blocks on it below.
+        let _ = reply_tx.send(command.spawn());
+    });
+    forker()?
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(job)
+        .map_err(|_| io::Error::other("the ACP forking thread is gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| io::Error::other("the ACP forking thread is gone"))?
 }
 
 fn spawn_reason(err: &io::Error) -> String {
