@@ -37,7 +37,7 @@ use dsh_subagent::{
 pub use config::{
     AcpConfig, ConfigError, DEFAULT_ANSWERED_GRACE, DEFAULT_INHERITED_ENV, PermissionPolicy,
 };
-pub use fault::{ExitFact, Fault, Phase, map_stop_reason};
+pub use fault::{AGENT_TEXT_LIMIT, ExitFact, Fault, Phase, agent_text, map_stop_reason};
 pub use progress::{AcpProgress, PlanStep, ProgressUpdate};
 pub use run::AcpRun;
 

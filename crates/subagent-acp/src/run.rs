@@ -27,7 +27,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{AcpConfig, PermissionPolicy};
-use crate::fault::{ExitFact, Fault, Phase, map_stop_reason, stop_diagnostic};
+use crate::fault::{ExitFact, Fault, Phase, agent_text, map_stop_reason, stop_diagnostic};
 use crate::process::{self, ProcessGroup};
 use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of};
 use crate::transport::{self, BridgeFacts, MAX_LINE_BYTES, StdoutFault};
@@ -55,6 +55,8 @@ struct Shared {
     facts: BridgeFacts,
     progress: EventBus<AcpProgress>,
     permission: PermissionPolicy,
+    /// The values of the configured variables, never shown in a diagnostic.
+    masked: Vec<String>,
 }
 
 impl Shared {
@@ -209,6 +211,11 @@ impl Shared {
             Fault::Protocol {
                 phase: self.phase(),
                 code: i32::from(err.code),
+                message: agent_text(&err.message, &self.masked),
+                data: err
+                    .data
+                    .as_ref()
+                    .map(|data| agent_text(&data.to_string(), &self.masked)),
             }
         }
     }
@@ -461,6 +468,26 @@ impl Parts {
     }
 }
 
+/// The values a diagnostic must never show: every configured variable's,
+/// and every inherited one's beyond the default allow-list (those are the
+/// operator's additions, such as a credential passed through by name).
+/// Values shorter than four bytes are left alone: masking them would
+/// garble the text and hide nothing.
+fn masked_values(config: &AcpConfig) -> Vec<String> {
+    let inherited = config
+        .inherit_env
+        .iter()
+        .filter(|name| !crate::config::DEFAULT_INHERITED_ENV.contains(&name.as_str()))
+        .filter_map(|name| std::env::var(name).ok());
+    config
+        .env
+        .values()
+        .cloned()
+        .chain(inherited)
+        .filter(|value| value.len() >= 4)
+        .collect()
+}
+
 /// Start one run; returns once its session is open and the prompt is on
 /// its way, or fails having torn everything down.
 pub(crate) async fn start(
@@ -487,6 +514,7 @@ pub(crate) async fn start(
         facts: BridgeFacts::default(),
         progress,
         permission: config.permission,
+        masked: masked_values(config),
     });
     let (startup_tx, startup_rx) = oneshot::channel();
     let close_stdin = CancellationToken::new();

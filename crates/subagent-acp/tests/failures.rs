@@ -2,7 +2,8 @@
 //! (`tests/agents/rogue_agent.py`, standard-library Python driven by its
 //! prompt) for what the real agents cannot do: ignore cancel, EOF and
 //! SIGTERM with a grandchild in the group, never answer `initialize`,
-//! write garbage, exit non-zero, close stdout, answer with an error, stop
+//! write garbage, exit non-zero, close stdout, answer with an error (its
+//! message and data shown, bounded, configured values masked), stop
 //! for every reason. Also: a command that does not exist, a start abandoned
 //! by its caller, the environment and directory a child gets (B37), the
 //! capability refusals before any process starts and the catalog and
@@ -217,12 +218,31 @@ async fn b41_a_closed_stdout_settles_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b14_an_error_answer_is_reported_by_its_code_never_its_message() {
+async fn b14_an_error_answer_is_reported_with_its_message_and_data_bounded() {
     let (world, result) = rogue_result(&[], "say partial; error").await;
     assert_eq!(result.stop_reason, StopReason::ERROR);
     let diagnostic = diagnostic(&result);
-    assert!(!diagnostic.contains("secret"));
-    insta::assert_snapshot!(diagnostic, @"the ACP agent answered session/prompt with error code -32603");
+    assert!(diagnostic.len() < 1024, "{diagnostic}");
+    insta::assert_snapshot!(diagnostic);
+    world.assert_no_process_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b14_a_failed_session_new_names_the_agents_message_but_never_a_configured_value() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&["--auth-fails"])).env("DSH_ACP_TEST_SECRET", "hunter2-credential"),
+    ])
+    .await;
+    let err = world.providers[0]
+        .start_run(resolved(&world, "say never"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("-32000: Authentication required"), "{err}");
+    assert!(err.contains("chatgpt"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    insta::assert_snapshot!(err);
     world.assert_no_process_left();
 }
 

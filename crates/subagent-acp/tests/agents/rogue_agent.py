@@ -10,6 +10,9 @@ Start-up behaviour comes from the arguments:
   --ignore-term   ignore SIGTERM
   --images        advertise image prompts
   --exit-at-init N  exit with status N on initialize
+  --auth-fails    answer session/new with -32000 "Authentication required"
+                  and data naming an auth method, plus the value of
+                  DSH_ACP_TEST_SECRET when set (which must never be shown)
 
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
@@ -94,7 +97,8 @@ def run_prompt(request_id, params):
             stop = arg
         elif verb == "error":
             send({"jsonrpc": "2.0", "id": request_id,
-                  "error": {"code": -32603, "message": "secret internal detail"}})
+                  "error": {"code": -32603, "message": "internal detail\nsecond line",
+                            "data": {"hint": "x" * 2000}}})
             return
         elif verb == "grandchild":
             child = subprocess.Popen(["sleep", "1000"])
@@ -131,6 +135,11 @@ def main():
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": 1,
                 "agentCapabilities": {"promptCapabilities": {"image": "--images" in ARGS}}}})
+        elif method == "session/new" and "--auth-fails" in ARGS:
+            secret = os.environ.get("DSH_ACP_TEST_SECRET", "")
+            send({"jsonrpc": "2.0", "id": request_id, "error": {
+                "code": -32000, "message": "Authentication required " + secret,
+                "data": {"authMethods": ["chatgpt"], "token": secret}}})
         elif method == "session/new":
             STATE["session_cwd"] = params.get("cwd")
             send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": "rogue-1"}})
