@@ -43,6 +43,16 @@ pub enum PermissionPolicy {
     Allow,
 }
 
+impl PermissionPolicy {
+    /// The policy's name as configured (`reject`, `allow`).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Reject => "reject",
+            Self::Allow => "allow",
+        }
+    }
+}
+
 /// The configuration of one ACP provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcpConfig {

@@ -57,6 +57,9 @@ struct Shared {
     permission: PermissionPolicy,
     /// The values of the configured variables, never shown in a diagnostic.
     masked: Vec<String>,
+    /// The first permission request the policy refused (its title, made
+    /// fit for a diagnostic), named when the turn then does not complete.
+    refused: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -142,6 +145,18 @@ impl Shared {
             PermissionPolicy::Reject => None,
         };
         let granted = allowed.is_some();
+        if !granted {
+            let asked = request
+                .tool_call
+                .fields
+                .title
+                .clone()
+                .unwrap_or_else(|| request.tool_call.tool_call_id.to_string());
+            self.refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert_with(|| agent_text(&asked, &self.masked));
+        }
         let outcome = match allowed.or_else(|| {
             pick([
                 PermissionOptionKind::RejectOnce,
@@ -156,6 +171,21 @@ impl Shared {
             granted,
         });
         RequestPermissionResponse::new(outcome)
+    }
+
+    /// For a turn that did not complete after the policy refused a
+    /// permission request: which one, since that is most likely why.
+    fn refused_diagnostic(&self, stop_reason: &StopReason) -> Option<String> {
+        if *stop_reason == StopReason::COMPLETED {
+            return None;
+        }
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        refused.as_ref().map(|asked| {
+            format!(
+                "the agent asked permission to run `{asked}`; the `{}` policy refused it",
+                self.permission.name()
+            )
+        })
     }
 
     /// The fault behind a connection that ended or failed: what stdout
@@ -363,10 +393,10 @@ async fn foreground(
             }
         }
         Some(Ok(response)) => {
-            shared.settle(
-                map_stop_reason(&response.stop_reason),
-                stop_diagnostic(&response.stop_reason),
-            );
+            let stop_reason = map_stop_reason(&response.stop_reason);
+            let diagnostic = stop_diagnostic(&response.stop_reason)
+                .or_else(|| shared.refused_diagnostic(&stop_reason));
+            shared.settle(stop_reason, diagnostic);
         }
         Some(Err(err)) => {
             let fault = shared.request_fault(&err, &mut exit).await;
@@ -515,6 +545,7 @@ pub(crate) async fn start(
         progress,
         permission: config.permission,
         masked: masked_values(config),
+        refused: Mutex::new(None),
     });
     let (startup_tx, startup_rx) = oneshot::channel();
     let close_stdin = CancellationToken::new();

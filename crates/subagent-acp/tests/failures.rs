@@ -459,3 +459,26 @@ async fn b42_external_children_are_catalog_leaves_that_refuse_follow_ups_and_not
     world.lead.wait_idle().await;
     world.assert_no_process_left();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_refused_by_the_policy_is_named_in_the_diagnostic() {
+    let (world, result) = rogue_result(&[], "say looking; ask rm -rf build").await;
+    assert_eq!(result.stop_reason, StopReason::ABORTED);
+    let diagnostic = diagnostic(&result);
+    assert!(diagnostic.contains("`rm -rf build`"), "{diagnostic:?}");
+    insta::assert_snapshot!(diagnostic, @"the agent asked permission to run `rm -rf build`; the `reject` policy refused it");
+    world.assert_no_process_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_granted_by_the_allow_policy_lets_the_turn_go_on() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&[])).permission(dsh_subagent_acp::PermissionPolicy::Allow),
+    ])
+    .await;
+    let result = world.run("acp", "ask make test").await;
+    assert_eq!(result.stop_reason, StopReason::COMPLETED);
+    assert_eq!(text(&result), "granted yes");
+    world.assert_no_process_left();
+}

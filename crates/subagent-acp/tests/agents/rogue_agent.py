@@ -17,7 +17,9 @@ Start-up behaviour comes from the arguments:
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
-  close_stdout | sleep SECONDS
+  close_stdout | sleep SECONDS | ask COMMAND
+(`ask` requests permission to run COMMAND; refused, the turn stops
+`cancelled`, granted it says `granted OPTION_ID`.)
 """
 
 import json
@@ -33,6 +35,7 @@ OUT = sys.stdout
 LOCK = threading.Lock()
 CANCELLED = threading.Event()
 STATE = {"session_cwd": None}
+PENDING = {}
 
 
 def send(message):
@@ -110,6 +113,22 @@ def run_prompt(request_id, params):
                 time.sleep(3600)
         elif verb == "sleep":
             time.sleep(float(arg))
+        elif verb == "ask":
+            answered = threading.Event()
+            PENDING["ask-1"] = {"event": answered}
+            send({"jsonrpc": "2.0", "id": "ask-1", "method": "session/request_permission",
+                  "params": {"sessionId": session_id,
+                             "toolCall": {"toolCallId": "t2", "title": arg, "kind": "execute"},
+                             "options": [
+                                 {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                                 {"optionId": "no", "name": "Reject", "kind": "reject_once"}]}})
+            answered.wait()
+            outcome = PENDING["ask-1"].get("result", {}).get("outcome", {})
+            if outcome.get("outcome") == "selected" and outcome.get("optionId") == "yes":
+                say(session_id, "granted yes")
+            else:
+                stop = "cancelled"
+                break
     send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": stop}})
 
 
@@ -129,6 +148,10 @@ def main():
         method = message.get("method")
         request_id = message.get("id")
         params = message.get("params") or {}
+        if method is None and request_id in PENDING:
+            PENDING[request_id]["result"] = message.get("result") or {}
+            PENDING[request_id]["event"].set()
+            continue
         if method == "initialize":
             if exit_at_init is not None:
                 os._exit(exit_at_init)
