@@ -1,6 +1,7 @@
 //! The agent's process: started in its own process group with an explicit
 //! environment and directory, reaped by one task that also forwards stderr
-//! to tracing, and stopped by a ladder (wait after EOF, SIGTERM to the
+//! to tracing (keeping its last lines for a failed start's error), and
+//! stopped by a ladder (wait after EOF, SIGTERM to the
 //! group, SIGKILL to the group) that returns only when no live member of
 //! the group is left. A process group handle dropped before its ladder
 //! finished kills the whole group at once, so no process outlives its owner.
@@ -17,10 +18,11 @@
 //! when this process is SIGKILLed, an agent's grandchildren are left to the
 //! agent's own handling (none, once it is SIGKILLed itself).
 
+use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
-use std::sync::{Mutex, OnceLock, PoisonError, mpsc};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
@@ -34,6 +36,13 @@ use crate::fault::Fault;
 
 /// The most bytes of one stderr line forwarded to tracing.
 const STDERR_LINE_LIMIT: usize = 4096;
+
+/// How many of the last stderr lines are kept for a failed start's
+/// diagnostic.
+pub(crate) const STDERR_TAIL_LINES: usize = 5;
+
+/// The last stderr lines of an agent, shared by its reaper and its run.
+pub(crate) type StderrTail = Arc<Mutex<VecDeque<String>>>;
 
 /// How long a SIGKILLed group may take to disappear before teardown fails.
 const KILL_BOUND: Duration = Duration::from_secs(10);
@@ -89,13 +98,15 @@ pub(crate) fn spawn(config: &AcpConfig, cwd: &Path, run: &str) -> Result<Spawned
         });
     };
     let (exit_tx, exit) = watch::channel(None);
-    let reaper = tokio::spawn(reap(child, stderr, exit_tx, run.to_owned()));
+    let tail = StderrTail::default();
+    let reaper = tokio::spawn(reap(child, stderr, exit_tx, tail.clone(), run.to_owned()));
     Ok(Spawned {
         stdin,
         stdout,
         group: ProcessGroup {
             pgid,
             exit,
+            tail,
             reaper: Some(reaper),
             armed: true,
         },
@@ -182,11 +193,13 @@ fn spawn_reason(err: &io::Error) -> String {
     }
 }
 
-/// Wait for the leader and forward stderr, line by line, to tracing.
+/// Wait for the leader and forward stderr, line by line, to tracing,
+/// keeping the last [`STDERR_TAIL_LINES`] in `tail`.
 async fn reap(
     mut child: Child,
     stderr: ChildStderr,
     exit: watch::Sender<Option<ExitStatus>>,
+    tail: StderrTail,
     run: String,
 ) {
     let wait = async {
@@ -214,6 +227,11 @@ async fn reap(
                     let text = text.trim_end();
                     if !text.is_empty() {
                         tracing::debug!(target: "dsh_subagent_acp::stderr", run = %run, "{text}");
+                        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                        if tail.len() == STDERR_TAIL_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(text.to_owned());
                     }
                 }
             }
@@ -226,6 +244,7 @@ async fn reap(
 pub(crate) struct ProcessGroup {
     pgid: Pid,
     exit: watch::Receiver<Option<ExitStatus>>,
+    tail: StderrTail,
     reaper: Option<JoinHandle<()>>,
     armed: bool,
 }
@@ -234,6 +253,11 @@ impl ProcessGroup {
     /// The group id (the leader's pid).
     pub(crate) fn pgid(&self) -> i32 {
         self.pgid.as_raw_nonzero().get()
+    }
+
+    /// The agent's last stderr lines, as its reaper keeps them.
+    pub(crate) fn stderr_tail(&self) -> StderrTail {
+        self.tail.clone()
     }
 
     /// A receiver that sees the leader's exit.

@@ -565,6 +565,7 @@ pub(crate) async fn start(
     }));
     // From here on, dropping `parts` (this future dropped by a caller that
     // gave up) kills the group: nothing outlives an abandoned start.
+    let stderr_tail = spawned.group.stderr_tail();
     let parts = Parts {
         group: spawned.group,
         driver,
@@ -604,7 +605,24 @@ pub(crate) async fn start(
             match fault {
                 Some(fault) => {
                     tracing::debug!(run = %run_id, "the ACP start-up failed: {fault}");
-                    Err(provider_error(&fault))
+                    let mut message = fault.to_string();
+                    // The group is gone and its stderr drained: an agent
+                    // that ended during start-up usually said why there.
+                    if matches!(fault, Fault::Exited { .. } | Fault::Closed { .. }) {
+                        let tail = stderr_tail.lock().unwrap_or_else(PoisonError::into_inner);
+                        if !tail.is_empty() {
+                            let lines: Vec<String> = tail
+                                .iter()
+                                .map(|line| agent_text(line, &shared.masked))
+                                .collect();
+                            message.push_str("; its stderr ended with: ");
+                            message.push_str(&lines.join(" | "));
+                        }
+                    }
+                    Err(SubagentError::Provider {
+                        provider: config.name.clone(),
+                        message,
+                    })
                 }
                 None => Err(SubagentError::Cancelled),
             }

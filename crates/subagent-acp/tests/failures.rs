@@ -482,3 +482,23 @@ async fn a_permission_granted_by_the_allow_policy_lets_the_turn_go_on() {
     assert_eq!(text(&result), "granted yes");
     world.assert_no_process_left();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b41_a_failed_start_shows_the_last_lines_of_the_agents_stderr_masked() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&["--exit-at-init", "7", "--complain"]))
+            .env("DSH_ACP_TEST_SECRET", "hunter2-credential"),
+    ])
+    .await;
+    let err = bounded(
+        "start",
+        world.runtime.start_activation(world.spec("acp", "hi")),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(!err.contains("hunter2"), "{err}");
+    insta::assert_snapshot!(err, @"provider `acp` failed: the ACP agent exited with status 7 during initialize; its stderr ended with: rogue: complaint 4 | rogue: complaint 5 | rogue: complaint 6 | rogue: complaint 7 | rogue: bad key [redacted] in config");
+    world.assert_no_process_left();
+}

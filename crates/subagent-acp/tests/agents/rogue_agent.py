@@ -10,6 +10,8 @@ Start-up behaviour comes from the arguments:
   --ignore-term   ignore SIGTERM
   --images        advertise image prompts
   --exit-at-init N  exit with status N on initialize
+  --complain      before that exit, write 8 numbered lines to stderr, the
+                  last naming DSH_ACP_TEST_SECRET's value (to be masked)
   --auth-fails    answer session/new with -32000 "Authentication required"
                   and data naming an auth method, plus the value of
                   DSH_ACP_TEST_SECRET when set (which must never be shown)
@@ -154,6 +156,12 @@ def main():
             continue
         if method == "initialize":
             if exit_at_init is not None:
+                if "--complain" in ARGS:
+                    for n in range(1, 8):
+                        sys.stderr.write("rogue: complaint %d\n" % n)
+                    sys.stderr.write("rogue: bad key %s in config\n"
+                                     % os.environ.get("DSH_ACP_TEST_SECRET", ""))
+                    sys.stderr.flush()
                 os._exit(exit_at_init)
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": 1,
