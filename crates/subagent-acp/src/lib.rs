@@ -35,7 +35,8 @@ use dsh_subagent::{
 };
 
 pub use config::{
-    AcpConfig, ConfigError, DEFAULT_ANSWERED_GRACE, DEFAULT_INHERITED_ENV, PermissionPolicy,
+    AcpConfig, Asker, ConfigError, DEFAULT_ANSWERED_GRACE, DEFAULT_INHERITED_ENV, PermissionAnswer,
+    PermissionAsker, PermissionPolicy, PermissionQuestion,
 };
 pub use fault::{AGENT_TEXT_LIMIT, ExitFact, Fault, Phase, agent_text, map_stop_reason};
 pub use progress::{AcpProgress, PlanStep, ProgressUpdate};

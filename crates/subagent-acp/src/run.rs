@@ -26,7 +26,7 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{AcpConfig, PermissionPolicy};
+use crate::config::{AcpConfig, Asker, PermissionAnswer, PermissionPolicy, PermissionQuestion};
 use crate::fault::{ExitFact, Fault, Phase, agent_text, map_stop_reason, stop_diagnostic};
 use crate::process::{self, ProcessGroup};
 use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of};
@@ -55,6 +55,10 @@ struct Shared {
     facts: BridgeFacts,
     progress: EventBus<AcpProgress>,
     permission: PermissionPolicy,
+    /// The host's asker under the `ask` policy.
+    asker: Option<Asker>,
+    /// The provider's registry name, as a question to the asker names it.
+    agent: String,
     /// The values of the configured variables, never shown in a diagnostic.
     masked: Vec<String>,
     /// The first permission request the policy refused (its title, made
@@ -126,8 +130,9 @@ impl Shared {
         }
     }
 
-    /// Answer a permission request by the policy.
-    fn answer(&self, request: &RequestPermissionRequest) -> RequestPermissionResponse {
+    /// Answer a permission request by the policy (asking the host's asker
+    /// under `ask`; a dispose while it waits answers `cancelled`).
+    async fn answer(&self, request: &RequestPermissionRequest) -> RequestPermissionResponse {
         let pick = |kinds: [PermissionOptionKind; 2]| {
             kinds.iter().find_map(|kind| {
                 request
@@ -137,25 +142,60 @@ impl Shared {
                     .map(|option| option.option_id.clone())
             })
         };
-        let allowed = match self.permission {
-            PermissionPolicy::Allow => pick([
-                PermissionOptionKind::AllowOnce,
-                PermissionOptionKind::AllowAlways,
-            ]),
-            PermissionPolicy::Reject => None,
-        };
-        let granted = allowed.is_some();
-        if !granted {
-            let asked = request
+        let once = [
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+        ];
+        let always = [
+            PermissionOptionKind::AllowAlways,
+            PermissionOptionKind::AllowOnce,
+        ];
+        let action = agent_text(
+            &request
                 .tool_call
                 .fields
                 .title
                 .clone()
-                .unwrap_or_else(|| request.tool_call.tool_call_id.to_string());
+                .unwrap_or_else(|| request.tool_call.tool_call_id.to_string()),
+            &self.masked,
+        );
+        let allowed = match (self.permission, &self.asker) {
+            (PermissionPolicy::Allow, _) => pick(once),
+            (PermissionPolicy::AllowAlways, _) => pick(always),
+            (PermissionPolicy::Ask, Some(asker)) => {
+                let question = PermissionQuestion {
+                    agent: self.agent.clone(),
+                    action: action.clone(),
+                    kind: request
+                        .tool_call
+                        .fields
+                        .kind
+                        .as_ref()
+                        .and_then(|kind| serde_json::to_value(kind).ok())
+                        .and_then(|kind| kind.as_str().map(str::to_owned)),
+                };
+                let answer = tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => None,
+                    answer = asker.0.ask(question) => Some(answer),
+                };
+                match answer {
+                    Some(PermissionAnswer::AllowOnce) => pick(once),
+                    Some(PermissionAnswer::AllowAlways) => pick(always),
+                    Some(PermissionAnswer::Reject) => None,
+                    None => {
+                        return RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled);
+                    }
+                }
+            }
+            (PermissionPolicy::Reject | PermissionPolicy::Ask, _) => None,
+        };
+        let granted = allowed.is_some();
+        if !granted {
             self.refused
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert_with(|| agent_text(&asked, &self.masked));
+                .get_or_insert(action);
         }
         let outcome = match allowed.or_else(|| {
             pick([
@@ -339,7 +379,7 @@ async fn connect(
         )
         .on_receive_request(
             async move |request: RequestPermissionRequest, responder, _cx| {
-                responder.respond(on_permission.answer(&request))
+                responder.respond(on_permission.answer(&request).await)
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -544,6 +584,8 @@ pub(crate) async fn start(
         facts: BridgeFacts::default(),
         progress,
         permission: config.permission,
+        asker: config.asker.clone(),
+        agent: config.name.clone(),
         masked: masked_values(config),
         refused: Mutex::new(None),
     });

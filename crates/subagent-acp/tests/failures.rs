@@ -502,3 +502,78 @@ async fn b41_a_failed_start_shows_the_last_lines_of_the_agents_stderr_masked() {
     insta::assert_snapshot!(err, @"provider `acp` failed: the ACP agent exited with status 7 during initialize; its stderr ended with: rogue: complaint 4 | rogue: complaint 5 | rogue: complaint 6 | rogue: complaint 7 | rogue: bad key [redacted] in config");
     world.assert_no_process_left();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allow_always_policy_picks_the_always_option() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&[])).permission(dsh_subagent_acp::PermissionPolicy::AllowAlways),
+    ])
+    .await;
+    let result = world.run("acp", "ask make test").await;
+    assert_eq!(text(&result), "granted always");
+    world.assert_no_process_left();
+}
+
+/// An asker that records each question and answers with `answer`.
+#[derive(Debug)]
+struct Recorder {
+    asked: std::sync::Mutex<Vec<dsh_subagent_acp::PermissionQuestion>>,
+    answer: dsh_subagent_acp::PermissionAnswer,
+}
+
+#[async_trait::async_trait]
+impl dsh_subagent_acp::PermissionAsker for Recorder {
+    async fn ask(
+        &self,
+        question: dsh_subagent_acp::PermissionQuestion,
+    ) -> dsh_subagent_acp::PermissionAnswer {
+        self.asked.lock().unwrap().push(question);
+        self.answer
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ask_policy_asks_the_host_naming_the_agent_and_the_action() {
+    use dsh_subagent_acp::PermissionAnswer;
+    let peers = peers();
+    for (answer, expected) in [
+        (PermissionAnswer::AllowOnce, "granted yes"),
+        (PermissionAnswer::AllowAlways, "granted always"),
+        (PermissionAnswer::Reject, ""),
+    ] {
+        let recorder = Arc::new(Recorder {
+            asked: std::sync::Mutex::new(Vec::new()),
+            answer,
+        });
+        let world = world(vec![
+            quick(peers.rogue(&[]))
+                .name("rogue")
+                .ask_with(recorder.clone()),
+        ])
+        .await;
+        let result = world.run("rogue", "ask rm -rf build").await;
+        assert_eq!(text(&result), expected, "{answer:?}");
+        let asked = recorder.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].agent, "rogue");
+        assert_eq!(asked[0].action, "rm -rf build");
+        assert_eq!(asked[0].kind.as_deref(), Some("execute"));
+        world.assert_no_process_left();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variable_passed_through_by_name_reaches_the_agent() {
+    let peers = peers();
+    // Cargo sets it for every test process; it is not on the default list.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let world = world(vec![quick(peers.rogue(&[])).pass_env("CARGO_MANIFEST_DIR")]).await;
+    let result = world.run("acp", "env").await;
+    assert!(
+        text(&result)
+            .split(',')
+            .any(|name| name == "CARGO_MANIFEST_DIR")
+    );
+    world.assert_no_process_left();
+}

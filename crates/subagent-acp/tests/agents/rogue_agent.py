@@ -123,11 +123,12 @@ def run_prompt(request_id, params):
                              "toolCall": {"toolCallId": "t2", "title": arg, "kind": "execute"},
                              "options": [
                                  {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                                 {"optionId": "always", "name": "Always", "kind": "allow_always"},
                                  {"optionId": "no", "name": "Reject", "kind": "reject_once"}]}})
             answered.wait()
             outcome = PENDING["ask-1"].get("result", {}).get("outcome", {})
-            if outcome.get("outcome") == "selected" and outcome.get("optionId") == "yes":
-                say(session_id, "granted yes")
+            if outcome.get("outcome") == "selected" and outcome.get("optionId") in ("yes", "always"):
+                say(session_id, "granted " + outcome["optionId"])
             else:
                 stop = "cancelled"
                 break
