@@ -25,8 +25,11 @@ pub const DEFAULT_INHERITED_ENV: &[&str] = &[
     "TMPDIR",
 ];
 
-/// How the provider answers an agent's `session/request_permission`. No
-/// prompt ever reaches a human.
+/// The default [`AcpConfig::answered_grace`]: how long an agent that has
+/// already answered may take to exit after stdin EOF before SIGTERM.
+pub const DEFAULT_ANSWERED_GRACE: Duration = Duration::from_millis(200);
+
+/// How the provider answers an agent's `session/request_permission`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum PermissionPolicy {
@@ -34,10 +37,77 @@ pub enum PermissionPolicy {
     /// answer `cancelled` when the agent offers none.
     #[default]
     Reject,
-    /// Approve: pick an `allow_once` (else `allow_always`) option; when the
-    /// agent offers none, decline as [`PermissionPolicy::Reject`] does.
+    /// Approve once: pick an `allow_once` (else `allow_always`) option;
+    /// when the agent offers none, decline as [`PermissionPolicy::Reject`]
+    /// does.
+    #[serde(alias = "allow_once")]
     Allow,
+    /// Approve for good: pick an `allow_always` (else `allow_once`) option;
+    /// when the agent offers none, decline.
+    AllowAlways,
+    /// Ask the host's [`PermissionAsker`] (set with [`AcpConfig::ask_with`])
+    /// for each request, naming the agent and the requested action.
+    Ask,
 }
+
+impl PermissionPolicy {
+    /// The policy's name as configured (`reject`, `allow`, ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Self::Reject => "reject",
+            Self::Allow => "allow",
+            Self::AllowAlways => "allow_always",
+            Self::Ask => "ask",
+        }
+    }
+}
+
+/// What a [`PermissionAsker`] is asked.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PermissionQuestion {
+    /// The ACP provider's registry name (the agent asking).
+    pub agent: String,
+    /// The requested action: the tool call's title as the agent wrote it
+    /// (one bounded line), else its id.
+    pub action: String,
+    /// The tool call's kind (`execute`, `edit`, ...) when the agent gave one.
+    pub kind: Option<String>,
+}
+
+/// A host's answer to a [`PermissionQuestion`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PermissionAnswer {
+    /// Allow this once.
+    AllowOnce,
+    /// Allow this and what the agent groups with it from now on.
+    AllowAlways,
+    /// Refuse.
+    Reject,
+}
+
+/// The host's side of [`PermissionPolicy::Ask`]: a terminal prompt, a UI.
+#[async_trait::async_trait]
+pub trait PermissionAsker: Send + Sync + std::fmt::Debug {
+    /// Answer one question.
+    ///
+    /// # Cancel safety
+    /// The future is dropped when the run is disposed while it waits; the
+    /// agent is then answered `cancelled`. It must leave nothing behind
+    /// that a drop would corrupt.
+    async fn ask(&self, question: PermissionQuestion) -> PermissionAnswer;
+}
+
+/// A shared [`PermissionAsker`]; equal only to itself (the same `Arc`).
+#[derive(Debug, Clone)]
+pub struct Asker(pub std::sync::Arc<dyn PermissionAsker>);
+
+impl PartialEq for Asker {
+    fn eq(&self, other: &Self) -> bool {
+        std::sync::Arc::ptr_eq(&self.0, &other.0)
+    }
+}
+
+impl Eq for Asker {}
 
 /// The configuration of one ACP provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -61,10 +131,18 @@ pub struct AcpConfig {
     pub cwd: Option<PathBuf>,
     /// How permission prompts are answered.
     pub permission: PermissionPolicy,
+    /// Who answers under [`PermissionPolicy::Ask`] (required by it).
+    pub asker: Option<Asker>,
     /// How long `initialize` and `session/new` together may take.
     pub startup_timeout: Duration,
-    /// After stdin is closed, how long the agent may take to exit by itself.
+    /// After stdin is closed mid-turn (a dispose before the agent
+    /// answered), how long the agent may take to exit by itself.
     pub eof_grace: Duration,
+    /// After stdin is closed once the run has settled (the agent answered
+    /// its turn, or failed), how long the agent may take to exit by itself
+    /// before SIGTERM. Short, because some agents ignore stdin EOF and
+    /// nothing they could still do matters to the result.
+    pub answered_grace: Duration,
     /// After SIGTERM to the process group, how long before SIGKILL.
     pub term_grace: Duration,
 }
@@ -72,7 +150,8 @@ pub struct AcpConfig {
 impl AcpConfig {
     /// A configuration running `command` with the defaults: name `acp`, no
     /// arguments, no extra variables, the child's own directory, `reject`,
-    /// a 30 s startup timeout, 3 s after EOF and 2 s after SIGTERM.
+    /// a 30 s startup timeout, 3 s after EOF mid-turn, 200 ms after EOF
+    /// once the run has settled, and 2 s after SIGTERM.
     pub fn new(command: impl Into<PathBuf>) -> Self {
         Self {
             name: "acp".to_owned(),
@@ -85,8 +164,10 @@ impl AcpConfig {
                 .collect(),
             cwd: None,
             permission: PermissionPolicy::Reject,
+            asker: None,
             startup_timeout: Duration::from_secs(30),
             eof_grace: Duration::from_secs(3),
+            answered_grace: DEFAULT_ANSWERED_GRACE,
             term_grace: Duration::from_secs(2),
         }
     }
@@ -123,6 +204,25 @@ impl AcpConfig {
         self
     }
 
+    /// Ask `asker` for every permission request ([`PermissionPolicy::Ask`]).
+    #[must_use]
+    pub fn ask_with(mut self, asker: std::sync::Arc<dyn PermissionAsker>) -> Self {
+        self.permission = PermissionPolicy::Ask;
+        self.asker = Some(Asker(asker));
+        self
+    }
+
+    /// Pass variable `name` through from this process's environment (when
+    /// it is set there), beside the inherited allow-list.
+    #[must_use]
+    pub fn pass_env(mut self, name: impl Into<String>) -> Self {
+        let name = name.into();
+        if !self.inherit_env.contains(&name) {
+            self.inherit_env.push(name);
+        }
+        self
+    }
+
     /// Set the startup timeout.
     #[must_use]
     pub fn startup_timeout(mut self, timeout: Duration) -> Self {
@@ -135,6 +235,13 @@ impl AcpConfig {
     pub fn graces(mut self, eof: Duration, term: Duration) -> Self {
         self.eof_grace = eof;
         self.term_grace = term;
+        self
+    }
+
+    /// Set the grace after EOF once the run has settled.
+    #[must_use]
+    pub fn answered_grace(mut self, grace: Duration) -> Self {
+        self.answered_grace = grace;
         self
     }
 
@@ -165,9 +272,13 @@ impl AcpConfig {
                 ));
             }
         }
+        if self.permission == PermissionPolicy::Ask && self.asker.is_none() {
+            return Err(ConfigError::NoAsker);
+        }
         for (what, value) in [
             ("startup_timeout", self.startup_timeout),
             ("eof_grace", self.eof_grace),
+            ("answered_grace", self.answered_grace),
             ("term_grace", self.term_grace),
         ] {
             if value.is_zero() {
@@ -194,7 +305,54 @@ pub enum ConfigError {
     /// The fixed working directory is unusable.
     #[error("the ACP working directory `{}` is unusable: {}", .0.display(), .1)]
     Cwd(PathBuf, &'static str),
+    /// The `ask` policy has no asker.
+    #[error("the `ask` permission policy needs an asker (AcpConfig::ask_with)")]
+    NoAsker,
     /// A time limit is zero.
     #[error("`{0}` must be longer than zero")]
     ZeroDuration(&'static str),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ask_policy_without_an_asker_is_refused() {
+        let config = AcpConfig::new("agent").permission(PermissionPolicy::Ask);
+        assert_eq!(config.validate(), Err(ConfigError::NoAsker));
+    }
+
+    #[test]
+    fn policies_read_by_their_configured_names() {
+        for (text, policy) in [
+            ("\"reject\"", PermissionPolicy::Reject),
+            ("\"allow\"", PermissionPolicy::Allow),
+            ("\"allow_once\"", PermissionPolicy::Allow),
+            ("\"allow_always\"", PermissionPolicy::AllowAlways),
+            ("\"ask\"", PermissionPolicy::Ask),
+        ] {
+            assert_eq!(
+                serde_json::from_str::<PermissionPolicy>(text).ok(),
+                Some(policy)
+            );
+        }
+    }
+
+    #[test]
+    fn a_passed_through_name_is_added_once_and_validated() {
+        let config = AcpConfig::new("agent")
+            .pass_env("CODEX_HOME")
+            .pass_env("CODEX_HOME");
+        assert_eq!(
+            config
+                .inherit_env
+                .iter()
+                .filter(|n| *n == "CODEX_HOME")
+                .count(),
+            1
+        );
+        let bad = AcpConfig::new("agent").pass_env("A=B");
+        assert_eq!(bad.validate(), Err(ConfigError::BadVariable("A=B".into())));
+    }
 }

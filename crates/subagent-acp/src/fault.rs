@@ -171,13 +171,24 @@ pub enum Fault {
         /// The limit in bytes.
         limit: usize,
     },
-    /// The agent answered a request with a JSON-RPC error.
-    #[error("the ACP agent answered {} with error code {code}", .phase.request())]
+    /// The agent answered a request with a JSON-RPC error: its code, and
+    /// its message and data as the agent wrote them for a person, each cut
+    /// to one bounded line with any configured variable value masked (see
+    /// [`agent_text`]).
+    #[error(
+        "the ACP agent answered {} with error code {code}: {message}{}",
+        .phase.request(),
+        .data.as_ref().map(|data| format!(" (data: {data})")).unwrap_or_default()
+    )]
     Protocol {
         /// Which request.
         phase: Phase,
         /// The JSON-RPC error code.
         code: i32,
+        /// The error's message, bounded.
+        message: String,
+        /// The error's data as compact JSON, bounded, when it had any.
+        data: Option<String>,
     },
     /// The agent does not accept images, and the prompt has some.
     #[error(
@@ -203,6 +214,34 @@ impl Fault {
             | Self::Protocol { phase, .. } => *phase,
         }
     }
+}
+
+/// The most bytes of an agent's error message or data in a diagnostic.
+pub const AGENT_TEXT_LIMIT: usize = 300;
+
+/// An agent's text made fit for a diagnostic: control characters (line
+/// breaks included) become spaces, every occurrence of a value in `masked`
+/// becomes `[redacted]`, and the result is cut on a character boundary to
+/// [`AGENT_TEXT_LIMIT`] bytes with `…`.
+pub fn agent_text(text: &str, masked: &[String]) -> String {
+    let mut text: String = text
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
+    for value in masked {
+        if !value.is_empty() {
+            text = text.replace(value.as_str(), "[redacted]");
+        }
+    }
+    let text = text.trim();
+    if text.len() <= AGENT_TEXT_LIMIT {
+        return text.to_owned();
+    }
+    let mut end = AGENT_TEXT_LIMIT;
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &text[..end])
 }
 
 fn humanize(duration: Duration) -> String {
@@ -248,6 +287,20 @@ pub(crate) fn stop_diagnostic(reason: &AcpStopReason) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn agent_text_is_one_line_masked_and_cut_on_a_character_boundary() {
+        let masked = vec!["s3cret-value".to_owned()];
+        assert_eq!(
+            agent_text("bad\nkey s3cret-value\t!", &masked),
+            "bad key [redacted] !"
+        );
+        let long = "é".repeat(AGENT_TEXT_LIMIT);
+        let cut = agent_text(&long, &[]);
+        assert!(cut.ends_with('…'));
+        assert!(cut.len() <= AGENT_TEXT_LIMIT + '…'.len_utf8());
+        assert!(cut.trim_end_matches('…').chars().all(|c| c == 'é'));
+    }
 
     #[test]
     fn b38_stop_reasons_map_and_only_end_turn_completes() {
@@ -304,6 +357,8 @@ mod tests {
             Fault::Protocol {
                 phase: Phase::Prompt,
                 code: -32603,
+                message: "internal detail".to_owned(),
+                data: Some("{\"hint\":1}".to_owned()),
             },
             Fault::ImagesUnsupported { count: 2 },
         ];

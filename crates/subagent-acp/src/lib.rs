@@ -34,8 +34,11 @@ use dsh_subagent::{
     SubagentRun,
 };
 
-pub use config::{AcpConfig, ConfigError, DEFAULT_INHERITED_ENV, PermissionPolicy};
-pub use fault::{ExitFact, Fault, Phase, map_stop_reason};
+pub use config::{
+    AcpConfig, Asker, ConfigError, DEFAULT_ANSWERED_GRACE, DEFAULT_INHERITED_ENV, PermissionAnswer,
+    PermissionAsker, PermissionPolicy, PermissionQuestion,
+};
+pub use fault::{AGENT_TEXT_LIMIT, ExitFact, Fault, Phase, agent_text, map_stop_reason};
 pub use progress::{AcpProgress, PlanStep, ProgressUpdate};
 pub use run::AcpRun;
 

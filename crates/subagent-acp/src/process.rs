@@ -1,16 +1,28 @@
 //! The agent's process: started in its own process group with an explicit
 //! environment and directory, reaped by one task that also forwards stderr
-//! to tracing, and stopped by a ladder (wait after EOF, SIGTERM to the
+//! to tracing (keeping its last lines for a failed start's error), and
+//! stopped by a ladder (wait after EOF, SIGTERM to the
 //! group, SIGKILL to the group) that returns only when no live member of
 //! the group is left. A process group handle dropped before its ladder
 //! finished kills the whole group at once, so no process outlives its owner.
 //!
+//! The agent also dies with this process, even on SIGKILL: it is started
+//! with `PR_SET_PDEATHSIG` (SIGKILL) on Linux. That signal fires when the
+//! *thread* that forked exits, not the process, and a tokio task may run
+//! on a blocking-pool thread that exits when idle, so every agent is
+//! forked by one dedicated thread that lives as long as the process.
+//!
 //! Limits: a descendant that leaves the group (`setsid`, `setpgid`) is out
 //! of reach; containing those needs cgroups, which this crate does not use.
+//! The parent-death signal reaches the agent only, not its own children:
+//! when this process is SIGKILLed, an agent's grandchildren are left to the
+//! agent's own handling (none, once it is SIGKILLed itself).
 
+use std::collections::VecDeque;
 use std::io;
 use std::path::Path;
 use std::process::{ExitStatus, Stdio};
+use std::sync::{Arc, Mutex, OnceLock, PoisonError, mpsc};
 use std::time::Duration;
 
 use rustix::process::{Pid, Signal};
@@ -24,6 +36,13 @@ use crate::fault::Fault;
 
 /// The most bytes of one stderr line forwarded to tracing.
 const STDERR_LINE_LIMIT: usize = 4096;
+
+/// How many of the last stderr lines are kept for a failed start's
+/// diagnostic.
+pub(crate) const STDERR_TAIL_LINES: usize = 5;
+
+/// The last stderr lines of an agent, shared by its reaper and its run.
+pub(crate) type StderrTail = Arc<Mutex<VecDeque<String>>>;
 
 /// How long a SIGKILLed group may take to disappear before teardown fails.
 const KILL_BOUND: Duration = Duration::from_secs(10);
@@ -55,7 +74,8 @@ pub(crate) fn spawn(config: &AcpConfig, cwd: &Path, run: &str) -> Result<Spawned
         .process_group(0)
         // A safety net only: the group guard below is what stops the tree.
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|err| Fault::Spawn {
+    die_with_parent(&mut command);
+    let mut child = spawn_on_forker(command).map_err(|err| Fault::Spawn {
         command: config.command.display().to_string(),
         reason: spawn_reason(&err),
     })?;
@@ -78,17 +98,91 @@ pub(crate) fn spawn(config: &AcpConfig, cwd: &Path, run: &str) -> Result<Spawned
         });
     };
     let (exit_tx, exit) = watch::channel(None);
-    let reaper = tokio::spawn(reap(child, stderr, exit_tx, run.to_owned()));
+    let tail = StderrTail::default();
+    let reaper = tokio::spawn(reap(child, stderr, exit_tx, tail.clone(), run.to_owned()));
     Ok(Spawned {
         stdin,
         stdout,
         group: ProcessGroup {
             pgid,
             exit,
+            tail,
             reaper: Some(reaper),
             armed: true,
         },
     })
+}
+
+/// Have the child SIGKILLed when the thread that forked it exits (on
+/// Linux; elsewhere nothing is set), and fail its start when this process
+/// already died between the fork and the `prctl`.
+#[allow(unsafe_code)]
+fn die_with_parent(command: &mut Command) {
+    #[cfg(any(target_os = "linux", target_os = "android"))]
+    {
+        let parent = rustix::process::getpid();
+        // SAFETY: the closure runs in the forked child before `exec`, where
+        // only async-signal-safe calls are allowed. It makes two raw system
+        // calls (`prctl`, `getppid`) through rustix, allocates nothing,
+        // takes no lock and touches no state shared with the parent; its
+        // error is built from a raw errno, without allocating.
+        unsafe {
+            command.pre_exec(move || {
+                rustix::process::set_parent_process_death_signal(Some(Signal::KILL))?;
+                if rustix::process::getppid() != Some(parent) {
+                    return Err(io::Error::from(rustix::io::Errno::SRCH));
+                }
+                Ok(())
+            });
+        }
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "android")))]
+    let _ = command;
+}
+
+/// A spawn handed to the forking thread, with where to send its outcome.
+type SpawnJob = Box<dyn FnOnce() + Send>;
+
+/// The thread that forks every agent: it never exits, so the agents' parent
+/// death signal fires only when this process ends.
+fn forker() -> io::Result<&'static Mutex<mpsc::Sender<SpawnJob>>> {
+    static FORKER: OnceLock<Mutex<mpsc::Sender<SpawnJob>>> = OnceLock::new();
+    if let Some(forker) = FORKER.get() {
+        return Ok(forker);
+    }
+    let (tx, rx) = mpsc::channel::<SpawnJob>();
+    std::thread::Builder::new()
+        .name("dsh-acp-forker".to_owned())
+        .spawn(move || {
+            for job in rx {
+                job();
+            }
+        })?;
+    // A racing caller may have installed its own thread first; this one's
+    // channel then closes and its thread ends without having forked.
+    Ok(FORKER.get_or_init(|| Mutex::new(tx)))
+}
+
+/// Run `command.spawn()` on the forking thread, inside the caller's tokio
+/// runtime (the child's reaping belongs to it). Blocks for the fork and
+/// `exec`, as `Command::spawn` itself does.
+fn spawn_on_forker(mut command: Command) -> io::Result<Child> {
+    let runtime = tokio::runtime::Handle::try_current().map_err(io::Error::other)?;
+    let (reply_tx, reply_rx) = mpsc::sync_channel(1);
+    let job: SpawnJob = Box::new(move || {
+        let _entered = runtime.enter();
+        // The receiver only goes when the caller did, which it cannot
+        // while it blocks on it below.
+        let _ = reply_tx.send(command.spawn());
+    });
+    forker()?
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .send(job)
+        .map_err(|_| io::Error::other("the ACP forking thread is gone"))?;
+    reply_rx
+        .recv()
+        .map_err(|_| io::Error::other("the ACP forking thread is gone"))?
 }
 
 fn spawn_reason(err: &io::Error) -> String {
@@ -99,11 +193,13 @@ fn spawn_reason(err: &io::Error) -> String {
     }
 }
 
-/// Wait for the leader and forward stderr, line by line, to tracing.
+/// Wait for the leader and forward stderr, line by line, to tracing,
+/// keeping the last [`STDERR_TAIL_LINES`] in `tail`.
 async fn reap(
     mut child: Child,
     stderr: ChildStderr,
     exit: watch::Sender<Option<ExitStatus>>,
+    tail: StderrTail,
     run: String,
 ) {
     let wait = async {
@@ -131,6 +227,11 @@ async fn reap(
                     let text = text.trim_end();
                     if !text.is_empty() {
                         tracing::debug!(target: "dsh_subagent_acp::stderr", run = %run, "{text}");
+                        let mut tail = tail.lock().unwrap_or_else(PoisonError::into_inner);
+                        if tail.len() == STDERR_TAIL_LINES {
+                            tail.pop_front();
+                        }
+                        tail.push_back(text.to_owned());
                     }
                 }
             }
@@ -143,6 +244,7 @@ async fn reap(
 pub(crate) struct ProcessGroup {
     pgid: Pid,
     exit: watch::Receiver<Option<ExitStatus>>,
+    tail: StderrTail,
     reaper: Option<JoinHandle<()>>,
     armed: bool,
 }
@@ -151,6 +253,11 @@ impl ProcessGroup {
     /// The group id (the leader's pid).
     pub(crate) fn pgid(&self) -> i32 {
         self.pgid.as_raw_nonzero().get()
+    }
+
+    /// The agent's last stderr lines, as its reaper keeps them.
+    pub(crate) fn stderr_tail(&self) -> StderrTail {
+        self.tail.clone()
     }
 
     /// A receiver that sees the leader's exit.

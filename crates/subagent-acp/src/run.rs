@@ -26,8 +26,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{AcpConfig, PermissionPolicy};
-use crate::fault::{ExitFact, Fault, Phase, map_stop_reason, stop_diagnostic};
+use crate::config::{AcpConfig, Asker, PermissionAnswer, PermissionPolicy, PermissionQuestion};
+use crate::fault::{ExitFact, Fault, Phase, agent_text, map_stop_reason, stop_diagnostic};
 use crate::process::{self, ProcessGroup};
 use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of};
 use crate::transport::{self, BridgeFacts, MAX_LINE_BYTES, StdoutFault};
@@ -55,6 +55,15 @@ struct Shared {
     facts: BridgeFacts,
     progress: EventBus<AcpProgress>,
     permission: PermissionPolicy,
+    /// The host's asker under the `ask` policy.
+    asker: Option<Asker>,
+    /// The provider's registry name, as a question to the asker names it.
+    agent: String,
+    /// The values of the configured variables, never shown in a diagnostic.
+    masked: Vec<String>,
+    /// The first permission request the policy refused (its title, made
+    /// fit for a diagnostic), named when the turn then does not complete.
+    refused: Mutex<Option<String>>,
 }
 
 impl Shared {
@@ -121,8 +130,9 @@ impl Shared {
         }
     }
 
-    /// Answer a permission request by the policy.
-    fn answer(&self, request: &RequestPermissionRequest) -> RequestPermissionResponse {
+    /// Answer a permission request by the policy (asking the host's asker
+    /// under `ask`; a dispose while it waits answers `cancelled`).
+    async fn answer(&self, request: &RequestPermissionRequest) -> RequestPermissionResponse {
         let pick = |kinds: [PermissionOptionKind; 2]| {
             kinds.iter().find_map(|kind| {
                 request
@@ -132,14 +142,61 @@ impl Shared {
                     .map(|option| option.option_id.clone())
             })
         };
-        let allowed = match self.permission {
-            PermissionPolicy::Allow => pick([
-                PermissionOptionKind::AllowOnce,
-                PermissionOptionKind::AllowAlways,
-            ]),
-            PermissionPolicy::Reject => None,
+        let once = [
+            PermissionOptionKind::AllowOnce,
+            PermissionOptionKind::AllowAlways,
+        ];
+        let always = [
+            PermissionOptionKind::AllowAlways,
+            PermissionOptionKind::AllowOnce,
+        ];
+        let action = agent_text(
+            &request
+                .tool_call
+                .fields
+                .title
+                .clone()
+                .unwrap_or_else(|| request.tool_call.tool_call_id.to_string()),
+            &self.masked,
+        );
+        let allowed = match (self.permission, &self.asker) {
+            (PermissionPolicy::Allow, _) => pick(once),
+            (PermissionPolicy::AllowAlways, _) => pick(always),
+            (PermissionPolicy::Ask, Some(asker)) => {
+                let question = PermissionQuestion {
+                    agent: self.agent.clone(),
+                    action: action.clone(),
+                    kind: request
+                        .tool_call
+                        .fields
+                        .kind
+                        .as_ref()
+                        .and_then(|kind| serde_json::to_value(kind).ok())
+                        .and_then(|kind| kind.as_str().map(str::to_owned)),
+                };
+                let answer = tokio::select! {
+                    biased;
+                    () = self.stop.cancelled() => None,
+                    answer = asker.0.ask(question) => Some(answer),
+                };
+                match answer {
+                    Some(PermissionAnswer::AllowOnce) => pick(once),
+                    Some(PermissionAnswer::AllowAlways) => pick(always),
+                    Some(PermissionAnswer::Reject) => None,
+                    None => {
+                        return RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled);
+                    }
+                }
+            }
+            (PermissionPolicy::Reject | PermissionPolicy::Ask, _) => None,
         };
         let granted = allowed.is_some();
+        if !granted {
+            self.refused
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .get_or_insert(action);
+        }
         let outcome = match allowed.or_else(|| {
             pick([
                 PermissionOptionKind::RejectOnce,
@@ -154,6 +211,21 @@ impl Shared {
             granted,
         });
         RequestPermissionResponse::new(outcome)
+    }
+
+    /// For a turn that did not complete after the policy refused a
+    /// permission request: which one, since that is most likely why.
+    fn refused_diagnostic(&self, stop_reason: &StopReason) -> Option<String> {
+        if *stop_reason == StopReason::COMPLETED {
+            return None;
+        }
+        let refused = self.refused.lock().unwrap_or_else(PoisonError::into_inner);
+        refused.as_ref().map(|asked| {
+            format!(
+                "the agent asked permission to run `{asked}`; the `{}` policy refused it",
+                self.permission.name()
+            )
+        })
     }
 
     /// The fault behind a connection that ended or failed: what stdout
@@ -209,6 +281,11 @@ impl Shared {
             Fault::Protocol {
                 phase: self.phase(),
                 code: i32::from(err.code),
+                message: agent_text(&err.message, &self.masked),
+                data: err
+                    .data
+                    .as_ref()
+                    .map(|data| agent_text(&data.to_string(), &self.masked)),
             }
         }
     }
@@ -302,7 +379,7 @@ async fn connect(
         )
         .on_receive_request(
             async move |request: RequestPermissionRequest, responder, _cx| {
-                responder.respond(on_permission.answer(&request))
+                responder.respond(on_permission.answer(&request).await)
             },
             agent_client_protocol::on_receive_request!(),
         )
@@ -356,10 +433,10 @@ async fn foreground(
             }
         }
         Some(Ok(response)) => {
-            shared.settle(
-                map_stop_reason(&response.stop_reason),
-                stop_diagnostic(&response.stop_reason),
-            );
+            let stop_reason = map_stop_reason(&response.stop_reason);
+            let diagnostic = stop_diagnostic(&response.stop_reason)
+                .or_else(|| shared.refused_diagnostic(&stop_reason));
+            shared.settle(stop_reason, diagnostic);
         }
         Some(Err(err)) => {
             let fault = shared.request_fault(&err, &mut exit).await;
@@ -461,6 +538,26 @@ impl Parts {
     }
 }
 
+/// The values a diagnostic must never show: every configured variable's,
+/// and every inherited one's beyond the default allow-list (those are the
+/// operator's additions, such as a credential passed through by name).
+/// Values shorter than four bytes are left alone: masking them would
+/// garble the text and hide nothing.
+fn masked_values(config: &AcpConfig) -> Vec<String> {
+    let inherited = config
+        .inherit_env
+        .iter()
+        .filter(|name| !crate::config::DEFAULT_INHERITED_ENV.contains(&name.as_str()))
+        .filter_map(|name| std::env::var(name).ok());
+    config
+        .env
+        .values()
+        .cloned()
+        .chain(inherited)
+        .filter(|value| value.len() >= 4)
+        .collect()
+}
+
 /// Start one run; returns once its session is open and the prompt is on
 /// its way, or fails having torn everything down.
 pub(crate) async fn start(
@@ -487,6 +584,10 @@ pub(crate) async fn start(
         facts: BridgeFacts::default(),
         progress,
         permission: config.permission,
+        asker: config.asker.clone(),
+        agent: config.name.clone(),
+        masked: masked_values(config),
+        refused: Mutex::new(None),
     });
     let (startup_tx, startup_rx) = oneshot::channel();
     let close_stdin = CancellationToken::new();
@@ -506,6 +607,7 @@ pub(crate) async fn start(
     }));
     // From here on, dropping `parts` (this future dropped by a caller that
     // gave up) kills the group: nothing outlives an abandoned start.
+    let stderr_tail = spawned.group.stderr_tail();
     let parts = Parts {
         group: spawned.group,
         driver,
@@ -532,6 +634,7 @@ pub(crate) async fn start(
                 id: run_id,
                 shared,
                 eof_grace: config.eof_grace,
+                answered_grace: config.answered_grace,
                 term_grace: config.term_grace,
                 parts: tokio::sync::Mutex::new(Some(parts)),
                 teardown: tokio::sync::OnceCell::new(),
@@ -544,7 +647,24 @@ pub(crate) async fn start(
             match fault {
                 Some(fault) => {
                     tracing::debug!(run = %run_id, "the ACP start-up failed: {fault}");
-                    Err(provider_error(&fault))
+                    let mut message = fault.to_string();
+                    // The group is gone and its stderr drained: an agent
+                    // that ended during start-up usually said why there.
+                    if matches!(fault, Fault::Exited { .. } | Fault::Closed { .. }) {
+                        let tail = stderr_tail.lock().unwrap_or_else(PoisonError::into_inner);
+                        if !tail.is_empty() {
+                            let lines: Vec<String> = tail
+                                .iter()
+                                .map(|line| agent_text(line, &shared.masked))
+                                .collect();
+                            message.push_str("; its stderr ended with: ");
+                            message.push_str(&lines.join(" | "));
+                        }
+                    }
+                    Err(SubagentError::Provider {
+                        provider: config.name.clone(),
+                        message,
+                    })
                 }
                 None => Err(SubagentError::Cancelled),
             }
@@ -557,6 +677,7 @@ pub struct AcpRun {
     id: SessionId,
     shared: Arc<Shared>,
     eof_grace: Duration,
+    answered_grace: Duration,
     term_grace: Duration,
     parts: tokio::sync::Mutex<Option<Parts>>,
     teardown: tokio::sync::OnceCell<Result<(), SubagentError>>,
@@ -599,13 +720,23 @@ impl SubagentRun for AcpRun {
     }
 
     /// Settle `aborted` at once (unless already settled), send the ACP
-    /// cancel, close stdin, wait the EOF grace, SIGTERM the group, wait,
-    /// SIGKILL it; return when no process of the group is left.
+    /// cancel when a turn is in flight, close stdin, wait the EOF grace
+    /// (the short answered grace when the run had already settled, the
+    /// mid-turn grace otherwise), SIGTERM the group, wait, SIGKILL it;
+    /// return when no process of the group is left.
     ///
     /// # Cancel safety
     /// Dropping the future mid-way kills the group at once; a later call
     /// returns `Ok`.
     async fn dispose(&self) -> Result<(), SubagentError> {
+        // Whether the agent had already answered (or failed) decides how
+        // long it may take to go by itself after EOF.
+        let answered = self.shared.settled.borrow().is_some();
+        let eof_grace = if answered {
+            self.answered_grace
+        } else {
+            self.eof_grace
+        };
         self.shared.settle(StopReason::ABORTED, None);
         self.teardown
             .get_or_init(|| async {
@@ -613,7 +744,7 @@ impl SubagentRun for AcpRun {
                     return Ok(());
                 };
                 parts
-                    .shutdown(&self.shared, Some(self.eof_grace), self.term_grace)
+                    .shutdown(&self.shared, Some(eof_grace), self.term_grace)
                     .await
                     .map_err(SubagentError::Teardown)
             })

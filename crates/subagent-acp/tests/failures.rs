@@ -2,7 +2,8 @@
 //! (`tests/agents/rogue_agent.py`, standard-library Python driven by its
 //! prompt) for what the real agents cannot do: ignore cancel, EOF and
 //! SIGTERM with a grandchild in the group, never answer `initialize`,
-//! write garbage, exit non-zero, close stdout, answer with an error, stop
+//! write garbage, exit non-zero, close stdout, answer with an error (its
+//! message and data shown, bounded, configured values masked), stop
 //! for every reason. Also: a command that does not exist, a start abandoned
 //! by its caller, the environment and directory a child gets (B37), the
 //! capability refusals before any process starts and the catalog and
@@ -217,12 +218,31 @@ async fn b41_a_closed_stdout_settles_error() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn b14_an_error_answer_is_reported_by_its_code_never_its_message() {
+async fn b14_an_error_answer_is_reported_with_its_message_and_data_bounded() {
     let (world, result) = rogue_result(&[], "say partial; error").await;
     assert_eq!(result.stop_reason, StopReason::ERROR);
     let diagnostic = diagnostic(&result);
-    assert!(!diagnostic.contains("secret"));
-    insta::assert_snapshot!(diagnostic, @"the ACP agent answered session/prompt with error code -32603");
+    assert!(diagnostic.len() < 1024, "{diagnostic}");
+    insta::assert_snapshot!(diagnostic);
+    world.assert_no_process_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b14_a_failed_session_new_names_the_agents_message_but_never_a_configured_value() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&["--auth-fails"])).env("DSH_ACP_TEST_SECRET", "hunter2-credential"),
+    ])
+    .await;
+    let err = world.providers[0]
+        .start_run(resolved(&world, "say never"))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("-32000: Authentication required"), "{err}");
+    assert!(err.contains("chatgpt"), "{err}");
+    assert!(!err.contains("hunter2"), "{err}");
+    insta::assert_snapshot!(err);
     world.assert_no_process_left();
 }
 
@@ -437,5 +457,123 @@ async fn b42_external_children_are_catalog_leaves_that_refuse_follow_ups_and_not
         .expect("a settlement notice");
     insta::assert_snapshot!(notice, @"[finisher completed; stop reason: completed]\n\nall done");
     world.lead.wait_idle().await;
+    world.assert_no_process_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_refused_by_the_policy_is_named_in_the_diagnostic() {
+    let (world, result) = rogue_result(&[], "say looking; ask rm -rf build").await;
+    assert_eq!(result.stop_reason, StopReason::ABORTED);
+    let diagnostic = diagnostic(&result);
+    assert!(diagnostic.contains("`rm -rf build`"), "{diagnostic:?}");
+    insta::assert_snapshot!(diagnostic, @"the agent asked permission to run `rm -rf build`; the `reject` policy refused it");
+    world.assert_no_process_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permission_granted_by_the_allow_policy_lets_the_turn_go_on() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&[])).permission(dsh_subagent_acp::PermissionPolicy::Allow),
+    ])
+    .await;
+    let result = world.run("acp", "ask make test").await;
+    assert_eq!(result.stop_reason, StopReason::COMPLETED);
+    assert_eq!(text(&result), "granted yes");
+    world.assert_no_process_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b41_a_failed_start_shows_the_last_lines_of_the_agents_stderr_masked() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&["--exit-at-init", "7", "--complain"]))
+            .env("DSH_ACP_TEST_SECRET", "hunter2-credential"),
+    ])
+    .await;
+    let err = bounded(
+        "start",
+        world.runtime.start_activation(world.spec("acp", "hi")),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(!err.contains("hunter2"), "{err}");
+    insta::assert_snapshot!(err, @"provider `acp` failed: the ACP agent exited with status 7 during initialize; its stderr ended with: rogue: complaint 4 | rogue: complaint 5 | rogue: complaint 6 | rogue: complaint 7 | rogue: bad key [redacted] in config");
+    world.assert_no_process_left();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_allow_always_policy_picks_the_always_option() {
+    let peers = peers();
+    let world = world(vec![
+        quick(peers.rogue(&[])).permission(dsh_subagent_acp::PermissionPolicy::AllowAlways),
+    ])
+    .await;
+    let result = world.run("acp", "ask make test").await;
+    assert_eq!(text(&result), "granted always");
+    world.assert_no_process_left();
+}
+
+/// An asker that records each question and answers with `answer`.
+#[derive(Debug)]
+struct Recorder {
+    asked: std::sync::Mutex<Vec<dsh_subagent_acp::PermissionQuestion>>,
+    answer: dsh_subagent_acp::PermissionAnswer,
+}
+
+#[async_trait::async_trait]
+impl dsh_subagent_acp::PermissionAsker for Recorder {
+    async fn ask(
+        &self,
+        question: dsh_subagent_acp::PermissionQuestion,
+    ) -> dsh_subagent_acp::PermissionAnswer {
+        self.asked.lock().unwrap().push(question);
+        self.answer
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ask_policy_asks_the_host_naming_the_agent_and_the_action() {
+    use dsh_subagent_acp::PermissionAnswer;
+    let peers = peers();
+    for (answer, expected) in [
+        (PermissionAnswer::AllowOnce, "granted yes"),
+        (PermissionAnswer::AllowAlways, "granted always"),
+        (PermissionAnswer::Reject, ""),
+    ] {
+        let recorder = Arc::new(Recorder {
+            asked: std::sync::Mutex::new(Vec::new()),
+            answer,
+        });
+        let world = world(vec![
+            quick(peers.rogue(&[]))
+                .name("rogue")
+                .ask_with(recorder.clone()),
+        ])
+        .await;
+        let result = world.run("rogue", "ask rm -rf build").await;
+        assert_eq!(text(&result), expected, "{answer:?}");
+        let asked = recorder.asked.lock().unwrap().clone();
+        assert_eq!(asked.len(), 1);
+        assert_eq!(asked[0].agent, "rogue");
+        assert_eq!(asked[0].action, "rm -rf build");
+        assert_eq!(asked[0].kind.as_deref(), Some("execute"));
+        world.assert_no_process_left();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_variable_passed_through_by_name_reaches_the_agent() {
+    let peers = peers();
+    // Cargo sets it for every test process; it is not on the default list.
+    assert!(std::env::var_os("CARGO_MANIFEST_DIR").is_some());
+    let world = world(vec![quick(peers.rogue(&[])).pass_env("CARGO_MANIFEST_DIR")]).await;
+    let result = world.run("acp", "env").await;
+    assert!(
+        text(&result)
+            .split(',')
+            .any(|name| name == "CARGO_MANIFEST_DIR")
+    );
     world.assert_no_process_left();
 }

@@ -10,11 +10,18 @@ Start-up behaviour comes from the arguments:
   --ignore-term   ignore SIGTERM
   --images        advertise image prompts
   --exit-at-init N  exit with status N on initialize
+  --complain      before that exit, write 8 numbered lines to stderr, the
+                  last naming DSH_ACP_TEST_SECRET's value (to be masked)
+  --auth-fails    answer session/new with -32000 "Authentication required"
+                  and data naming an auth method, plus the value of
+                  DSH_ACP_TEST_SECRET when set (which must never be shown)
 
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
-  close_stdout | sleep SECONDS
+  close_stdout | sleep SECONDS | ask COMMAND
+(`ask` requests permission to run COMMAND; refused, the turn stops
+`cancelled`, granted it says `granted OPTION_ID`.)
 """
 
 import json
@@ -30,6 +37,7 @@ OUT = sys.stdout
 LOCK = threading.Lock()
 CANCELLED = threading.Event()
 STATE = {"session_cwd": None}
+PENDING = {}
 
 
 def send(message):
@@ -94,7 +102,8 @@ def run_prompt(request_id, params):
             stop = arg
         elif verb == "error":
             send({"jsonrpc": "2.0", "id": request_id,
-                  "error": {"code": -32603, "message": "secret internal detail"}})
+                  "error": {"code": -32603, "message": "internal detail\nsecond line",
+                            "data": {"hint": "x" * 2000}}})
             return
         elif verb == "grandchild":
             child = subprocess.Popen(["sleep", "1000"])
@@ -106,6 +115,23 @@ def run_prompt(request_id, params):
                 time.sleep(3600)
         elif verb == "sleep":
             time.sleep(float(arg))
+        elif verb == "ask":
+            answered = threading.Event()
+            PENDING["ask-1"] = {"event": answered}
+            send({"jsonrpc": "2.0", "id": "ask-1", "method": "session/request_permission",
+                  "params": {"sessionId": session_id,
+                             "toolCall": {"toolCallId": "t2", "title": arg, "kind": "execute"},
+                             "options": [
+                                 {"optionId": "yes", "name": "Allow", "kind": "allow_once"},
+                                 {"optionId": "always", "name": "Always", "kind": "allow_always"},
+                                 {"optionId": "no", "name": "Reject", "kind": "reject_once"}]}})
+            answered.wait()
+            outcome = PENDING["ask-1"].get("result", {}).get("outcome", {})
+            if outcome.get("outcome") == "selected" and outcome.get("optionId") in ("yes", "always"):
+                say(session_id, "granted " + outcome["optionId"])
+            else:
+                stop = "cancelled"
+                break
     send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": stop}})
 
 
@@ -125,12 +151,27 @@ def main():
         method = message.get("method")
         request_id = message.get("id")
         params = message.get("params") or {}
+        if method is None and request_id in PENDING:
+            PENDING[request_id]["result"] = message.get("result") or {}
+            PENDING[request_id]["event"].set()
+            continue
         if method == "initialize":
             if exit_at_init is not None:
+                if "--complain" in ARGS:
+                    for n in range(1, 8):
+                        sys.stderr.write("rogue: complaint %d\n" % n)
+                    sys.stderr.write("rogue: bad key %s in config\n"
+                                     % os.environ.get("DSH_ACP_TEST_SECRET", ""))
+                    sys.stderr.flush()
                 os._exit(exit_at_init)
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": 1,
                 "agentCapabilities": {"promptCapabilities": {"image": "--images" in ARGS}}}})
+        elif method == "session/new" and "--auth-fails" in ARGS:
+            secret = os.environ.get("DSH_ACP_TEST_SECRET", "")
+            send({"jsonrpc": "2.0", "id": request_id, "error": {
+                "code": -32000, "message": "Authentication required " + secret,
+                "data": {"authMethods": ["chatgpt"], "token": secret}}})
         elif method == "session/new":
             STATE["session_cwd"] = params.get("cwd")
             send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": "rogue-1"}})
