@@ -207,8 +207,8 @@ async fn messaging_matrix() {
         ("a1x", None),                   // a child of the target
         ("b", None),                     // parent's sibling
         ("b1", None),                    // cousin
-        ("other", Some("UNAUTHORIZED")), // another tree
-        ("a1", Some("UNAUTHORIZED")),    // self
+        ("other", Some("NOT_IN_TREE")),  // another tree
+        ("a1", Some("MESSAGE_TO_SELF")), // self
     ];
     for (sender, refusal) in cases {
         let agent = &tree.agents[sender];
@@ -678,7 +678,7 @@ async fn user_prompts_are_authorised_on_the_child_and_keep_their_request_id() {
             .await
             .unwrap_err()
             .code(),
-        "UNAUTHORIZED"
+        "NOT_A_CHILD"
     );
     tree.runtime
         .interrupt_by_user(a1.id(), &dsh_subagent::TrustedHost)

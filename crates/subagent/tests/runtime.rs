@@ -8,6 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_subagent::{AdmissionError, InfraError, RegistryError};
 use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -316,7 +317,7 @@ impl SubagentRun for TestRun {
             });
         }
         match &self.0.dispose_error {
-            Some(message) => Err(SubagentError::Teardown(message.clone())),
+            Some(message) => Err(SubagentError::Infra(InfraError::Teardown(message.clone()))),
             None => Ok(()),
         }
     }
@@ -432,10 +433,10 @@ impl Probe {
 
     fn reached(&self) -> SubagentError {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        SubagentError::Provider {
+        SubagentError::Infra(InfraError::Provider {
             provider: self.name.to_owned(),
             message: "the probe was reached".into(),
-        }
+        })
     }
 }
 
@@ -519,7 +520,9 @@ async fn b1_duplicate_registration_fails_and_the_first_stays() {
     });
     let err = env.runtime.register(second.clone()).unwrap_err();
     assert_eq!(err.code(), "DUPLICATE_PROVIDER");
-    assert!(matches!(&err, SubagentError::DuplicateProvider(name) if name == "spawn"));
+    assert!(
+        matches!(&err, SubagentError::Registry(RegistryError::DuplicateProvider(name)) if name == "spawn")
+    );
 
     let got = env.runtime.get("spawn").unwrap();
     assert!(same_provider(&got, &first));
@@ -539,7 +542,7 @@ async fn b1_a_provider_without_an_execution_path_is_refused() {
     let err = env.runtime.register(Arc::new(Bare)).unwrap_err();
     assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY");
     assert!(
-        matches!(&err, SubagentError::UnsupportedCapability { provider, .. } if provider == "bare")
+        matches!(&err, SubagentError::Admission(AdmissionError::UnsupportedCapability { provider, .. }) if provider == "bare")
     );
     assert!(env.runtime.get("bare").is_none());
     assert!(env.runtime.list().is_empty());
@@ -736,10 +739,10 @@ async fn b4_each_missing_flag_is_refused_before_any_provider_code_runs() {
             let context = format!("flag {} (external: {external})", flag.capability);
             assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY", "{context}: {err}");
             match &err {
-                SubagentError::UnsupportedCapability {
+                SubagentError::Admission(AdmissionError::UnsupportedCapability {
                     provider,
                     capability,
-                } => {
+                }) => {
                     assert_eq!(provider, "probe", "{context}");
                     assert_eq!(*capability, flag.capability, "{context}");
                 }
@@ -787,7 +790,7 @@ async fn b4_agent_preset_is_refused_for_a_provider_inheriting_parent_context() {
         let err = env.runtime.start_activation(spec).await.unwrap_err();
         assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY");
         assert!(
-            matches!(&err, SubagentError::UnsupportedCapability { capability, .. } if capability.starts_with("agent_preset")),
+            matches!(&err, SubagentError::Admission(AdmissionError::UnsupportedCapability { capability, .. }) if capability.starts_with("agent_preset")),
             "{err:?}"
         );
         assert_eq!(probe.calls(), 0);
@@ -817,7 +820,10 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     let err = env.runtime.start_activation(refused).await.unwrap_err();
     assert_eq!(err.code(), "DEPTH_LIMIT");
     assert!(
-        matches!(err, SubagentError::DepthLimit { depth: 1, max: 0 }),
+        matches!(
+            err,
+            SubagentError::Admission(AdmissionError::DepthLimit { depth: 1, max: 0 })
+        ),
         "{err:?}"
     );
     assert_eq!(probe.calls(), 0);
@@ -841,7 +847,10 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     refused.request.max_depth = Some(2);
     let err = deep.runtime.start_activation(refused).await.unwrap_err();
     assert!(
-        matches!(err, SubagentError::DepthLimit { depth: 3, max: 2 }),
+        matches!(
+            err,
+            SubagentError::Admission(AdmissionError::DepthLimit { depth: 3, max: 2 })
+        ),
         "{err:?}"
     );
     assert_eq!(
@@ -990,7 +999,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "UNAUTHORIZED");
+    assert_eq!(err.code(), "EXTERNAL_TARGET");
     assert_eq!(
         err.to_string(),
         format!(
@@ -1165,10 +1174,10 @@ async fn b9_cancelled_during_an_external_start_leaves_nothing_behind() {
 async fn b9_a_provider_failure_leaves_nothing_behind() {
     let env = env().await;
     let ext = Arc::new(External {
-        fail: Some(SubagentError::Provider {
+        fail: Some(SubagentError::Infra(InfraError::Provider {
             provider: "ext".into(),
             message: "could not spawn the agent".into(),
-        }),
+        })),
         ..External::new("ext")
     });
     env.runtime.register(ext.clone()).unwrap();
@@ -1280,7 +1289,7 @@ async fn b11_a_run_id_of_a_live_session_is_refused_and_the_run_disposed() {
     let err = env.runtime.start_activation(spec).await.unwrap_err();
     assert_eq!(err.code(), "DUPLICATE_RUN_ID");
     assert!(
-        matches!(&err, SubagentError::DuplicateRunId { provider, id } if provider == "ext" && id == env.parent.id()),
+        matches!(&err, SubagentError::Infra(InfraError::DuplicateRunId { provider, id }) if provider == "ext" && id == env.parent.id()),
         "{err:?}"
     );
     assert_eq!(
@@ -1389,10 +1398,10 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
 
     // Only an infrastructure fault is an Err.
     let broken = env.runtime.start_activation(env.spec("ext")).await.unwrap();
-    ext.run(2).fail(SubagentError::Provider {
+    ext.run(2).fail(SubagentError::Infra(InfraError::Provider {
         provider: "ext".into(),
         message: "lost the run".into(),
-    });
+    }));
     let err = within(broken.result()).await.unwrap_err();
     assert_eq!(err.code(), "PROVIDER_FAILED");
 
@@ -1727,7 +1736,7 @@ async fn names_an_invalid_name_fails_before_provider_code() {
         let err = env.runtime.start_activation(spec).await.unwrap_err();
         assert_eq!(err.code(), "INVALID_NAME", "{bad:?}: {err}");
         assert!(
-            matches!(&err, SubagentError::InvalidName { name, .. } if name == bad),
+            matches!(&err, SubagentError::Admission(AdmissionError::InvalidName { name, .. }) if name == bad),
             "{err:?}"
         );
     }
