@@ -9,7 +9,6 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dsh_subagent::{AdmissionError, InfraError, RegistryError};
-use std::future::Future;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -30,6 +29,7 @@ use dsh_subagent::{
     SubagentError, SubagentEvent, SubagentProvider, SubagentResult, SubagentRun, SubagentRuntime,
     fold_catalog,
 };
+use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::harness_and_runtime;
 use dsh_test_support::world::sid;
 use futures::FutureExt;
@@ -40,25 +40,6 @@ use tokio::sync::{Semaphore, watch};
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// Bound a wait so a bug fails the test instead of hanging it. Never used
-/// for ordering.
-async fn within<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .expect("timed out")
-}
-
-/// Yield until `condition` holds, failing after a bound (no sleeping).
-async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if condition() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("timed out waiting until {what}");
-}
 
 /// Let every other ready task run for a while.
 async fn yield_many(count: usize) {
@@ -653,7 +634,7 @@ async fn b3_removal_blocks_new_starts_but_not_a_running_activation() {
     assert!(activation.result().now_or_never().is_none());
 
     run.settle(completed("finished after removal"));
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     assert_eq!(output_text(&result), "finished after removal");
     assert_eq!(env.runtime.live_activations(), 0);
@@ -833,7 +814,7 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     allowed.request.max_depth = Some(1);
     let activation = env.runtime.start_activation(allowed).await.unwrap();
     assert_eq!(local.prepared(), 1);
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     let header = env.store.header(activation.child_id()).await.unwrap();
     assert_eq!(header.delegation_depth, 1);
@@ -863,7 +844,7 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     let mut allowed = deep.spec("spawn");
     allowed.request.max_depth = Some(3);
     let activation = deep.runtime.start_activation(allowed).await.unwrap();
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
     let header = deep.store.header(activation.child_id()).await.unwrap();
     assert_eq!(header.delegation_depth, 3);
 
@@ -873,7 +854,7 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
         .start_activation(deep.spec("spawn"))
         .await
         .unwrap();
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
     let header = deep.store.header(activation.child_id()).await.unwrap();
     assert_eq!(header.delegation_depth, 3);
 }
@@ -943,13 +924,13 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
 
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("the provider's start is called", || ext.started() == 1).await;
+    until(|| ext.started() == 1).await;
     yield_many(200).await;
     assert!(!starting.is_finished(), "returned before the run started");
     assert_eq!(env.runtime.live_activations(), 0);
 
     gate.add_permits(1);
-    let activation = within(starting).await.unwrap().unwrap();
+    let activation = bounded(starting).await.unwrap().unwrap();
     let run = ext.run(0);
     assert_eq!(activation.child_id(), &run.id);
     assert_eq!(activation.name(), "remote");
@@ -973,7 +954,7 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
     assert_eq!(env.runtime.live_activations(), 1);
 
     run.settle(completed("remote answer"));
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     assert_eq!(output_text(&result), "remote answer");
 }
@@ -988,7 +969,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
     let mut spec = env.spec("ext");
     spec.delivery = Delivery::Parent;
     spec.name = Some("remote".into());
-    let activation = within(env.runtime.start_activation(spec)).await.unwrap();
+    let activation = bounded(env.runtime.start_activation(spec)).await.unwrap();
     let err = env
         .runtime
         .send_message(
@@ -1020,7 +1001,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
         .unwrap_err();
     assert!(stranger.to_string().contains("not a member"), "{stranger}");
     ext.run(0).settle(completed("done"));
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
 }
 
 #[tokio::test]
@@ -1067,7 +1048,7 @@ async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_cal
     assert!(activation.result().now_or_never().is_none());
     assert_eq!(env.runtime.live_activations(), 1);
     model_gate.add_permits(1);
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(
         result.stop_reason,
         StopReason::COMPLETED,
@@ -1119,12 +1100,12 @@ async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     spec.cancel = token.clone();
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("preparation is in flight", || local.prepared() == 1).await;
+    until(|| local.prepared() == 1).await;
     yield_many(50).await;
     assert!(!starting.is_finished());
 
     token.cancel();
-    let err = within(starting).await.unwrap().unwrap_err();
+    let err = bounded(starting).await.unwrap().unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
     env.assert_nothing_left(&mut events).await;
 
@@ -1134,7 +1115,7 @@ async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     again.name = Some("worker".into());
     let activation = env.runtime.start_activation(again).await.unwrap();
     assert_eq!(activation.name(), "worker");
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
 }
 
 #[tokio::test]
@@ -1155,9 +1136,9 @@ async fn b9_cancelled_during_an_external_start_leaves_nothing_behind() {
     spec.cancel = token.clone();
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("the start is in flight", || ext.started() == 1).await;
+    until(|| ext.started() == 1).await;
     token.cancel();
-    let err = within(starting).await.unwrap().unwrap_err();
+    let err = bounded(starting).await.unwrap().unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
     assert_eq!(ext.run_count(), 0);
     env.assert_nothing_left(&mut events).await;
@@ -1226,16 +1207,16 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
         .start_activation(env.spec("spawn"))
         .await
         .unwrap();
-    let local_result = within(local_activation.result()).await.unwrap();
+    let local_result = bounded(local_activation.result()).await.unwrap();
     assert_eq!(local_result.stop_reason, StopReason::COMPLETED);
 
     let ext_activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(0)
         .settle(SubagentResult::stopped(StopReason::REFUSAL));
-    let ext_result = within(ext_activation.result()).await.unwrap();
+    let ext_result = bounded(ext_activation.result()).await.unwrap();
     assert_eq!(ext_result.stop_reason, StopReason::REFUSAL);
 
-    until("every monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     yield_many(100).await;
     let local_info = RunInfo {
         provider: "spawn".into(),
@@ -1345,7 +1326,7 @@ async fn b11_a_repeated_run_id_is_refused_across_parents_and_providers() {
     let starts = lifecycle(&drain(&mut events));
     assert_eq!(starts.len(), 1, "{starts:?}");
     first_provider.run(0).settle(completed("ok"));
-    let result = within(first.result()).await.unwrap();
+    let result = bounded(first.result()).await.unwrap();
     assert_eq!(output_text(&result), "ok");
 }
 
@@ -1379,7 +1360,7 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
         SubagentResult::stopped(StopReason::ERROR)
             .with_diagnostic("the agent process exited with status 3 during prompt"),
     );
-    let result = within(failed.result())
+    let result = bounded(failed.result())
         .await
         .expect("a child failure is not an Err");
     assert_eq!(result.stop_reason, StopReason::ERROR);
@@ -1391,7 +1372,7 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
     let limited = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(1)
         .settle(SubagentResult::stopped(StopReason::new("rate-limited")));
-    let result = within(limited.result()).await.unwrap();
+    let result = bounded(limited.result()).await.unwrap();
     assert_eq!(result.stop_reason.as_str(), "rate-limited");
     assert!(!result.stop_reason.is_known());
     assert!(!result.stop_reason.is_completed());
@@ -1402,10 +1383,10 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
         provider: "ext".into(),
         message: "lost the run".into(),
     }));
-    let err = within(broken.result()).await.unwrap_err();
+    let err = bounded(broken.result()).await.unwrap_err();
     assert_eq!(err.code(), "PROVIDER_FAILED");
 
-    until("every monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     let ends: Vec<RunOutcome> = drain(&mut events)
         .into_iter()
         .filter_map(|e| match e {
@@ -1435,7 +1416,7 @@ async fn b12_a_local_model_failure_resolves_with_stop_reason_error() {
         .start_activation(env.spec("spawn"))
         .await
         .unwrap();
-    let result = within(activation.result())
+    let result = bounded(activation.result())
         .await
         .expect("a model failure is not an Err");
     assert_eq!(result.stop_reason, StopReason::ERROR);
@@ -1490,7 +1471,7 @@ async fn b14_a_long_diagnostic_is_cut_on_a_char_boundary_with_the_marker() {
     env.runtime.register(ext.clone()).unwrap();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(0).settle(result);
-    let got = within(activation.result()).await.unwrap();
+    let got = bounded(activation.result()).await.unwrap();
     let diagnostic = got.diagnostic.unwrap();
     assert!(diagnostic.len() <= MAX_DIAGNOSTIC_BYTES);
     assert!(diagnostic.ends_with(TRUNCATION_MARKER));
@@ -1514,12 +1495,12 @@ async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
     yield_many(50).await;
     assert!(!waiting.is_finished());
 
-    let (a, b) = within(async { tokio::join!(activation.dispose(), other.dispose()) }).await;
+    let (a, b) = bounded(async { tokio::join!(activation.dispose(), other.dispose()) }).await;
     a.unwrap();
     b.unwrap();
     let (ra, rb) = tokio::join!(activation.result(), other.result());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    let rc = within(waiting).await.unwrap().unwrap();
+    let rc = bounded(waiting).await.unwrap().unwrap();
     assert_eq!(ra, rb);
     assert_eq!(ra, rc);
     assert_eq!(ra.stop_reason, StopReason::ABORTED);
@@ -1527,7 +1508,7 @@ async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
 
     // Again, after the teardown: still fine, nothing more happens.
     activation.dispose().await.unwrap();
-    until("the monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     let run = ext.run(0);
     assert_eq!(run.effective_disposals(), 1);
     // The runtime disposes a stopped run once to stop it and once more in
@@ -1547,11 +1528,11 @@ async fn b15_a_settled_external_run_is_disposed_exactly_once_in_teardown() {
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     let run = ext.run(0);
     run.settle(completed("done"));
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
     assert_eq!(run.dispose_calls(), 1, "the result settles after teardown");
     activation.dispose().await.unwrap();
     activation.dispose().await.unwrap();
-    until("the monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     assert_eq!(run.dispose_calls(), 1);
 }
 
@@ -1566,7 +1547,7 @@ async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
     let (_sub, mut events) = env.runtime.events().subscribe();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(0).settle(completed("captured"));
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(output_text(&result), "captured");
 
     let err = activation.dispose().await.unwrap_err();
@@ -1578,7 +1559,7 @@ async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
     let again = activation.result().await.unwrap();
     assert_eq!(again, result, "the teardown failure replaced the result");
 
-    until("the monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     let ends: Vec<RunOutcome> = drain(&mut events)
         .into_iter()
         .filter_map(|e| match e {
@@ -1601,15 +1582,12 @@ async fn b15_disposing_a_local_activation_stops_the_child() {
         .await
         .unwrap();
     let child = env.runtime.registry().get(activation.child_id()).unwrap();
-    until("the child is running", || {
-        child.status() == dsh_core::AgentStatus::Running
-    })
-    .await;
+    until(|| child.status() == dsh_core::AgentStatus::Running).await;
     yield_many(50).await;
     assert!(activation.result().now_or_never().is_none());
 
     let clone = activation.clone();
-    let (a, b) = within(async { tokio::join!(activation.dispose(), clone.dispose()) }).await;
+    let (a, b) = bounded(async { tokio::join!(activation.dispose(), clone.dispose()) }).await;
     a.unwrap();
     b.unwrap();
     let result = activation.result().await.unwrap();
@@ -1659,7 +1637,7 @@ async fn b17_a_tree_has_at_most_the_configured_live_children() {
     assert_eq!(ext.started(), 3);
 
     ext.run(0).settle(completed("one"));
-    within(first.result()).await.unwrap();
+    bounded(first.result()).await.unwrap();
     let third = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     // The third counts against the first tree, which had room again.
     assert_eq!(env.runtime.live_activations(), 3);
@@ -1696,7 +1674,7 @@ async fn b17_capacity_is_free_once_the_result_settles() {
     });
 
     ext.run(0).settle(completed("one"));
-    let result = within(first.result()).await.unwrap();
+    let result = bounded(first.result()).await.unwrap();
     assert_eq!(output_text(&result), "one");
     assert_eq!(env.runtime.live_activations(), 0);
     let next = env.runtime.start_activation(env.spec("ext")).await;
@@ -1758,7 +1736,7 @@ async fn names_a_name_is_taken_while_reserved_and_once_cataloged() {
     spec.name = Some("reviewer".into());
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("preparation is in flight", || local.prepared() == 1).await;
+    until(|| local.prepared() == 1).await;
     let mut clash = env.spec("probe");
     clash.name = Some("reviewer".into());
     let err = env
@@ -1770,9 +1748,9 @@ async fn names_a_name_is_taken_while_reserved_and_once_cataloged() {
     assert!(err.to_string().contains("reviewer"), "{err}");
 
     gate.add_permits(1);
-    let first = within(starting).await.unwrap().unwrap();
+    let first = bounded(starting).await.unwrap().unwrap();
     assert_eq!(first.name(), "reviewer");
-    within(first.result()).await.unwrap();
+    bounded(first.result()).await.unwrap();
 
     // Settled or not, the catalog holds the name.
     let err = env.runtime.start_activation(clash).await.unwrap_err();
@@ -1803,8 +1781,8 @@ async fn names_omitted_names_are_agent_n_in_order() {
         .unwrap();
     assert_eq!(first.name(), "agent-1");
     assert_eq!(second.name(), "agent-2");
-    within(first.result()).await.unwrap();
-    within(second.result()).await.unwrap();
+    bounded(first.result()).await.unwrap();
+    bounded(second.result()).await.unwrap();
     let third = env
         .runtime
         .start_activation(env.spec("spawn"))
@@ -1859,7 +1837,7 @@ async fn b32_drain_reports_every_teardown_failure_together_after_all_branches_se
         .await
         .unwrap();
 
-    let err = within(
+    let err = bounded(
         env.runtime
             .drain_descendants(std::slice::from_ref(&env.parent)),
     )
