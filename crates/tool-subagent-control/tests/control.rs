@@ -11,6 +11,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dsh_test_support::wait::bounded;
+use dsh_test_support::world::sid;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -34,10 +35,6 @@ use dsh_test_support::TappedAgent;
 use dsh_tool_subagent_control::{ControlTools, RuntimeBinding, report_target};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
-}
 
 fn user(text: &str) -> UserMessage {
     UserMessage::new(vec![ContentBlock::text(text)], MessageSource::User)
