@@ -41,11 +41,12 @@ use tokio::sync::{Semaphore, watch};
 // Helpers
 // ---------------------------------------------------------------------------
 
-/// Let every other ready task run for a while.
-async fn yield_many(count: usize) {
-    for _ in 0..count {
-        tokio::task::yield_now().await;
-    }
+/// Run every other task until all of them wait on something outside the
+/// runtime's control (a gate, a channel). Under paused time the clock only
+/// jumps when no task can run, so this sleep returns exactly then: an
+/// absence checked after it is not a matter of luck.
+async fn settle() {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
 }
 
 fn drain(rx: &mut UnboundedReceiver<SubagentEvent>) -> Vec<SubagentEvent> {
@@ -606,7 +607,7 @@ async fn b2_registration_and_removal_are_observable_and_listing_keeps_order() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b3_removal_blocks_new_starts_but_not_a_running_activation() {
     let env = env().await;
     let ext = Arc::new(External::new("ext"));
@@ -627,7 +628,7 @@ async fn b3_removal_blocks_new_starts_but_not_a_running_activation() {
     );
 
     // The activation handed out before the removal is untouched.
-    yield_many(100).await;
+    settle().await;
     let run = ext.run(0);
     assert_eq!(run.dispose_calls(), 0);
     assert_eq!(env.runtime.live_activations(), 1);
@@ -907,7 +908,7 @@ fn b5_an_output_schema_outside_the_subset_cannot_be_built() {
 // B7-B9: publication, the caller's token, failure before publication
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longer_reaches_it() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
@@ -925,7 +926,7 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
     until(|| ext.started() == 1).await;
-    yield_many(200).await;
+    settle().await;
     assert!(!starting.is_finished(), "returned before the run started");
     assert_eq!(env.runtime.live_activations(), 0);
 
@@ -944,7 +945,7 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
 
     // After publication the caller's token no longer reaches the run.
     token.cancel();
-    yield_many(500).await;
+    settle().await;
     assert_eq!(
         run.dispose_calls(),
         0,
@@ -1004,7 +1005,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
     bounded(activation.result()).await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_callers_token() {
     let env = env().await;
     let local = Arc::new(Local::new("spawn"));
@@ -1044,7 +1045,7 @@ async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_cal
     );
 
     token.cancel();
-    yield_many(500).await;
+    settle().await;
     assert!(activation.result().now_or_never().is_none());
     assert_eq!(env.runtime.live_activations(), 1);
     model_gate.add_permits(1);
@@ -1086,7 +1087,7 @@ async fn b9_cancelled_before_the_call_leaves_nothing_behind() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
@@ -1101,7 +1102,7 @@ async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
     until(|| local.prepared() == 1).await;
-    yield_many(50).await;
+    settle().await;
     assert!(!starting.is_finished());
 
     token.cancel();
@@ -1176,7 +1177,7 @@ async fn b9_a_provider_failure_leaves_nothing_behind() {
 // B10: lifecycle events
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity() {
     let env = env().await;
     let local = Arc::new(Local::new("spawn"));
@@ -1217,7 +1218,7 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
     assert_eq!(ext_result.stop_reason, StopReason::REFUSAL);
 
     until(|| env.runtime.tasks().is_empty()).await;
-    yield_many(100).await;
+    settle().await;
     let local_info = RunInfo {
         provider: "spawn".into(),
         child_id: local_activation.child_id().clone(),
@@ -1247,7 +1248,7 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
     // A later dispose emits nothing more.
     local_activation.dispose().await.unwrap();
     ext_activation.dispose().await.unwrap();
-    yield_many(100).await;
+    settle().await;
     assert!(drain(&mut events).is_empty());
 }
 
@@ -1481,7 +1482,7 @@ async fn b14_a_long_diagnostic_is_cut_on_a_char_boundary_with_the_marker() {
 // B15: disposal and shared results
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
     let env = env().await;
     let ext = Arc::new(External::new("ext"));
@@ -1492,7 +1493,7 @@ async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
         let third = activation.clone();
         tokio::spawn(async move { third.result().await })
     };
-    yield_many(50).await;
+    settle().await;
     assert!(!waiting.is_finished());
 
     let (a, b) = bounded(async { tokio::join!(activation.dispose(), other.dispose()) }).await;
@@ -1571,7 +1572,7 @@ async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
     assert!(matches!(&ends[0], RunOutcome::Error(m) if m.contains("the process group survived")));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b15_disposing_a_local_activation_stops_the_child() {
     let env = env().await;
     env.runtime.register(Arc::new(Local::new("spawn"))).unwrap();
@@ -1583,7 +1584,7 @@ async fn b15_disposing_a_local_activation_stops_the_child() {
         .unwrap();
     let child = env.runtime.registry().get(activation.child_id()).unwrap();
     until(|| child.status() == dsh_core::AgentStatus::Running).await;
-    yield_many(50).await;
+    settle().await;
     assert!(activation.result().now_or_never().is_none());
 
     let clone = activation.clone();
