@@ -14,7 +14,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dsh_test_support::requests::first_user_text;
-use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::wait::{bounded, settle, until};
 use std::collections::{BTreeSet, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -816,7 +816,7 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
 }
 
 // B15
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b15_an_activation_settles_only_after_the_children_it_owns() {
     let middle_gate = Arc::new(Semaphore::new(0));
     let leaf_gate = Arc::new(Semaphore::new(0));
@@ -843,9 +843,7 @@ async fn b15_an_activation_settles_only_after_the_children_it_owns() {
     middle_gate.add_permits(1);
     until(|| stop_reasons(&middle_agent.events()) == ["completed"]).await;
     bounded(middle_agent.wait_idle()).await;
-    for _ in 0..1000 {
-        tokio::task::yield_now().await;
-    }
+    settle().await;
     assert!(
         futures::FutureExt::now_or_never(middle.result()).is_none(),
         "the middle activation settled while it still owned a live child"

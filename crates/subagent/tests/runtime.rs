@@ -29,7 +29,7 @@ use dsh_subagent::{
     SubagentError, SubagentEvent, SubagentProvider, SubagentResult, SubagentRun, SubagentRuntime,
     fold_catalog,
 };
-use dsh_test_support::wait::{bounded, until};
+use dsh_test_support::wait::{bounded, settle, until};
 use dsh_test_support::world::harness_and_runtime;
 use dsh_test_support::world::sid;
 use futures::FutureExt;
@@ -40,14 +40,6 @@ use tokio::sync::{Semaphore, watch};
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// Run every other task until all of them wait on something outside the
-/// runtime's control (a gate, a channel). Under paused time the clock only
-/// jumps when no task can run, so this sleep returns exactly then: an
-/// absence checked after it is not a matter of luck.
-async fn settle() {
-    tokio::time::sleep(Duration::from_secs(3600)).await;
-}
 
 fn drain(rx: &mut UnboundedReceiver<SubagentEvent>) -> Vec<SubagentEvent> {
     let mut events = Vec::new();
