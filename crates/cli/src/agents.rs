@@ -40,8 +40,8 @@ fn root_diagnostic(err: &SubagentError) -> String {
         SubagentError::Agent(dsh_core::AgentError::Store(
             StoreError::Corrupt { .. } | StoreError::OutOfSequence { .. },
         ))
-        | SubagentError::CorruptCatalog { .. }
-        | SubagentError::DuplicateName { .. } => "corrupt",
+        | SubagentError::Infra(dsh_subagent::InfraError::CorruptCatalog { .. })
+        | SubagentError::Infra(dsh_subagent::InfraError::DuplicateName { .. }) => "corrupt",
         _ => "unavailable",
     };
     format!(

@@ -6,6 +6,7 @@
 //! a new agent instead"), so [`person`] words each of them again for the
 //! person at the terminal.
 
+use dsh_subagent::{AdmissionError, DeliveryError, RegistryError};
 use std::path::PathBuf;
 
 use dsh_core::{AgentError, StoreError};
@@ -149,29 +150,31 @@ pub const SIGTERM: i32 = 15;
 /// never what an agent should do about it.
 pub fn person(err: &SubagentError) -> String {
     match err {
-        SubagentError::NotResumable { id, reason } => {
+        SubagentError::Delivery(DeliveryError::NotResumable { id, reason }) => {
             format!("agent {id} cannot be resumed: {reason}")
         }
-        SubagentError::DeliveryUnavailable(id) => {
+        SubagentError::Delivery(DeliveryError::DeliveryUnavailable(id)) => {
             format!("agent {id} cannot take a message now: its tree is at its live-agent limit")
         }
-        SubagentError::Draining => "the tree is shutting down".to_owned(),
-        SubagentError::AgentNameNotFound(name) => {
+        SubagentError::Admission(AdmissionError::Draining) => {
+            "the tree is shutting down".to_owned()
+        }
+        SubagentError::Delivery(DeliveryError::AgentNameNotFound(name)) => {
             format!("no agent named `{name}` in the tree (see `dsh agents`)")
         }
-        SubagentError::DepthLimit { depth, max } => {
+        SubagentError::Admission(AdmissionError::DepthLimit { depth, max }) => {
             format!("a child would be at depth {depth}, deeper than the limit of {max}")
         }
-        SubagentError::NameTaken(name) => {
+        SubagentError::Admission(AdmissionError::NameTaken(name)) => {
             format!("the name `{name}` is already used by another child of that agent")
         }
-        SubagentError::Capacity(limit) => {
+        SubagentError::Admission(AdmissionError::Capacity(limit)) => {
             format!("the tree already has its limit of {limit} live agents")
         }
-        SubagentError::DuplicateProvider(name) => {
+        SubagentError::Registry(RegistryError::DuplicateProvider(name)) => {
             format!("a provider named `{name}` is registered twice")
         }
-        SubagentError::Unauthorized(text) => text.clone(),
+        SubagentError::Delivery(DeliveryError::Unauthorized(text)) => text.clone(),
         SubagentError::Agent(err) => err.to_string(),
         // The remaining texts say what happened and nothing more.
         other => other.to_string(),
@@ -220,50 +223,51 @@ mod tests {
 
     use super::*;
     use dsh_core::SessionId;
+    use dsh_subagent::InfraError;
 
     /// Every runtime error the cli can print, as the person reads it.
     #[test]
     fn runtime_errors_are_worded_for_a_person() {
         let id = SessionId::new("s-child").unwrap();
         let errors = vec![
-            SubagentError::DuplicateProvider("spawn".into()),
-            SubagentError::NoProvider("acp".into()),
-            SubagentError::UnsupportedCapability {
+            SubagentError::Registry(RegistryError::DuplicateProvider("spawn".into())),
+            SubagentError::Registry(RegistryError::NoProvider("acp".into())),
+            SubagentError::Admission(AdmissionError::UnsupportedCapability {
                 provider: "acp".into(),
                 capability: "fork",
-            },
-            SubagentError::InvalidRequest("unknown tool `x`".into()),
-            SubagentError::DepthLimit { depth: 4, max: 3 },
-            SubagentError::InvalidName {
+            }),
+            SubagentError::Admission(AdmissionError::InvalidRequest("unknown tool `x`".into())),
+            SubagentError::Admission(AdmissionError::DepthLimit { depth: 4, max: 3 }),
+            SubagentError::Admission(AdmissionError::InvalidName {
                 name: "A B".into(),
                 reason: "spaces are not allowed",
-            },
-            SubagentError::NameTaken("researcher".into()),
-            SubagentError::Capacity(8),
+            }),
+            SubagentError::Admission(AdmissionError::NameTaken("researcher".into())),
+            SubagentError::Admission(AdmissionError::Capacity(8)),
             SubagentError::Cancelled,
-            SubagentError::NotLive(id.clone()),
-            SubagentError::DuplicateName {
+            SubagentError::Delivery(DeliveryError::NotLive(id.clone())),
+            SubagentError::Infra(InfraError::DuplicateName {
                 parent: id.clone(),
                 name: "researcher".into(),
-            },
-            SubagentError::AgentNameNotFound("nobody".into()),
-            SubagentError::Unauthorized("`s-child` cannot receive messages".into()),
-            SubagentError::NotResumable {
+            }),
+            SubagentError::Delivery(DeliveryError::AgentNameNotFound("nobody".into())),
+            SubagentError::Delivery(DeliveryError::NotMessageable(id.clone())),
+            SubagentError::Delivery(DeliveryError::NotResumable {
                 id: id.clone(),
                 reason: "s/s-child.jsonl:3: corrupt session log: unreadable event".into(),
-            },
-            SubagentError::DeliveryUnavailable(id.clone()),
-            SubagentError::Draining,
-            SubagentError::CorruptCatalog {
+            }),
+            SubagentError::Delivery(DeliveryError::DeliveryUnavailable(id.clone())),
+            SubagentError::Admission(AdmissionError::Draining),
+            SubagentError::Infra(InfraError::CorruptCatalog {
                 parent: id.clone(),
                 seq: 7,
                 message: "missing field `child_id`".into(),
-            },
-            SubagentError::Provider {
+            }),
+            SubagentError::Infra(InfraError::Provider {
                 provider: "acp".into(),
                 message: "the agent exited".into(),
-            },
-            SubagentError::Teardown("the agent did not stop".into()),
+            }),
+            SubagentError::Infra(InfraError::Teardown("the agent did not stop".into())),
         ];
         let text: Vec<String> = errors
             .iter()

@@ -158,9 +158,9 @@ async fn deliver(
         .await
         .map_err(|err| match err {
             // Named as the person named it, not by session id.
-            SubagentError::NotResumable { reason, .. } => {
-                CliError::Refused(format!("`{name}` cannot be resumed: {reason}"))
-            }
+            SubagentError::Delivery(dsh_subagent::DeliveryError::NotResumable {
+                reason, ..
+            }) => CliError::Refused(format!("`{name}` cannot be resumed: {reason}")),
             err => match CliError::from(err) {
                 CliError::Corrupt(text) => {
                     CliError::Corrupt(format!("`{name}` cannot be resumed: {text}"))

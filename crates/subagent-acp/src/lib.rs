@@ -25,6 +25,7 @@ pub mod progress;
 mod run;
 mod transport;
 
+use dsh_subagent::AdmissionError;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -106,10 +107,12 @@ fn refuse_unsupported(provider: &str, request: &ResolvedStartRequest) -> Result<
         (request.persona.is_some(), "persona"),
     ];
     match requested.into_iter().find(|(asked, _)| *asked) {
-        Some((_, capability)) => Err(SubagentError::UnsupportedCapability {
-            provider: provider.to_owned(),
-            capability,
-        }),
+        Some((_, capability)) => Err(SubagentError::Admission(
+            AdmissionError::UnsupportedCapability {
+                provider: provider.to_owned(),
+                capability,
+            },
+        )),
         None => Ok(()),
     }
 }

@@ -5,6 +5,7 @@
 //! from the agent's stop reason, from an observed fault, or as `aborted`
 //! the moment the run is disposed (B40); whichever comes first wins.
 
+use dsh_subagent::InfraError;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -567,9 +568,11 @@ pub(crate) async fn start(
     prompt: &[ContentBlock],
     cancel: &CancellationToken,
 ) -> Result<AcpRun, SubagentError> {
-    let provider_error = |fault: &Fault| SubagentError::Provider {
-        provider: config.name.clone(),
-        message: fault.to_string(),
+    let provider_error = |fault: &Fault| {
+        SubagentError::Infra(InfraError::Provider {
+            provider: config.name.clone(),
+            message: fault.to_string(),
+        })
     };
     let run_id = SessionId::generate();
     let (prompt, images) = acp_prompt(prompt);
@@ -710,12 +713,12 @@ impl SubagentRun for AcpRun {
     async fn result(&self) -> Result<SubagentResult, SubagentError> {
         let mut settled = self.shared.settled.subscribe();
         match settled.wait_for(Option::is_some).await {
-            Ok(result) => (*result)
-                .clone()
-                .ok_or_else(|| SubagentError::Teardown("the ACP run vanished".into())),
-            Err(_) => Err(SubagentError::Teardown(
+            Ok(result) => (*result).clone().ok_or_else(|| {
+                SubagentError::Infra(InfraError::Teardown("the ACP run vanished".into()))
+            }),
+            Err(_) => Err(SubagentError::Infra(InfraError::Teardown(
                 "the ACP run ended without a result".into(),
-            )),
+            ))),
         }
     }
 
@@ -746,7 +749,7 @@ impl SubagentRun for AcpRun {
                 parts
                     .shutdown(&self.shared, Some(eof_grace), self.term_grace)
                     .await
-                    .map_err(SubagentError::Teardown)
+                    .map_err(|text| SubagentError::from(InfraError::Teardown(text)))
             })
             .await
             .clone()

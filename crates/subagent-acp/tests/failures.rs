@@ -414,7 +414,7 @@ async fn b42_external_children_are_catalog_leaves_that_refuse_follow_ups_and_not
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "UNAUTHORIZED");
+    assert_eq!(err.code(), "EXTERNAL_TARGET");
     assert!(err.to_string().contains("external agent"), "{err}");
     let rows = world
         .runtime

@@ -19,6 +19,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::requests::last_user_text;
 use dsh_test_support::world::harness_and_runtime;
 use tokio::sync::Semaphore;
 
@@ -28,18 +29,6 @@ struct World {
     harness: Harness,
     runtime: SubagentRuntime,
     model: Arc<ScriptedModel>,
-}
-
-/// The first user message's text of a request.
-fn first_user_text(messages: &[Message]) -> String {
-    messages
-        .iter()
-        .rev()
-        .find_map(|m| match m {
-            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 fn world(model: ScriptedModel) -> World {
@@ -122,9 +111,10 @@ async fn turn(agent: &Arc<dyn Agent>, text: &str) {
 // B18
 #[tokio::test]
 async fn a_fork_is_seeded_with_the_completed_turn_prefix_captured_once() {
-    let world = world(ScriptedModel::new().responder(|request| {
-        Scripted::Text(format!("re: {}", first_user_text(&request.messages)))
-    }));
+    let world = world(
+        ScriptedModel::new()
+            .responder(|request| Scripted::Text(format!("re: {}", last_user_text(request)))),
+    );
     let parent = root(&world).await;
 
     // No completed turn: no seed.
@@ -160,7 +150,7 @@ async fn a_fork_is_seeded_with_the_completed_turn_prefix_captured_once() {
         .model
         .requests()
         .into_iter()
-        .find(|r| first_user_text(&r.messages) == "go on")
+        .find(|r| last_user_text(r) == "go on")
         .unwrap();
     let texts: Vec<String> = request
         .messages
@@ -184,15 +174,16 @@ async fn a_fork_is_seeded_with_the_completed_turn_prefix_captured_once() {
 async fn a_turn_in_flight_is_not_part_of_the_seed() {
     let gate = Arc::new(Semaphore::new(0));
     let parent_gate = gate.clone();
-    let world = world(ScriptedModel::new().responder(move |request| {
-        match first_user_text(&request.messages).as_str() {
-            "slow" => Scripted::Gated {
-                gate: parent_gate.clone(),
-                then: Box::new(Scripted::Text("finally".into())),
+    let world =
+        world(ScriptedModel::new().responder(
+            move |request| match last_user_text(request).as_str() {
+                "slow" => Scripted::Gated {
+                    gate: parent_gate.clone(),
+                    then: Box::new(Scripted::Text("finally".into())),
+                },
+                other => Scripted::Text(format!("re: {other}")),
             },
-            other => Scripted::Text(format!("re: {other}")),
-        }
-    }));
+        ));
     let parent = root(&world).await;
     turn(&parent, "first").await;
     let completed = parent.events().len() as u64;
@@ -225,12 +216,13 @@ async fn a_turn_in_flight_is_not_part_of_the_seed() {
 // B13: a fork never returns text inherited from its parent.
 #[tokio::test]
 async fn a_failed_fork_returns_no_inherited_text() {
-    let world = world(ScriptedModel::new().responder(|request| {
-        match first_user_text(&request.messages).as_str() {
-            "hello" => Scripted::Text("parent words".into()),
-            _ => Scripted::Fail(ModelError::new(ModelErrorKind::Transport, "down")),
-        }
-    }));
+    let world =
+        world(
+            ScriptedModel::new().responder(|request| match last_user_text(request).as_str() {
+                "hello" => Scripted::Text("parent words".into()),
+                _ => Scripted::Fail(ModelError::new(ModelErrorKind::Transport, "down")),
+            }),
+        );
     let parent = root(&world).await;
     turn(&parent, "hello").await;
     let child = world
@@ -478,9 +470,10 @@ async fn options_merge_request_then_provider_route_then_parent() {
 // B35: a cold fork child resumes from its own log: the seed is replayed, not re-forked.
 #[tokio::test]
 async fn a_cold_fork_child_replays_its_seed_without_reforking() {
-    let world = world(ScriptedModel::new().responder(|request| {
-        Scripted::Text(format!("re: {}", first_user_text(&request.messages)))
-    }));
+    let world = world(
+        ScriptedModel::new()
+            .responder(|request| Scripted::Text(format!("re: {}", last_user_text(request)))),
+    );
     let parent = root(&world).await;
     turn(&parent, "hello").await;
     let mut s = spec("fork", &parent, "forked");

@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::wait::settle;
 use std::collections::HashMap;
 use std::sync::Arc;
 
@@ -207,8 +208,8 @@ async fn messaging_matrix() {
         ("a1x", None),                   // a child of the target
         ("b", None),                     // parent's sibling
         ("b1", None),                    // cousin
-        ("other", Some("UNAUTHORIZED")), // another tree
-        ("a1", Some("UNAUTHORIZED")),    // self
+        ("other", Some("NOT_IN_TREE")),  // another tree
+        ("a1", Some("MESSAGE_TO_SELF")), // self
     ];
     for (sender, refusal) in cases {
         let agent = &tree.agents[sender];
@@ -313,7 +314,7 @@ async fn interrupt_matrix() {
     tree.gate.add_permits(100);
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn an_interrupted_child_stays_parked_until_a_waking_send() {
     let tree = tree().await;
     let a1x = tree.agents["a1x"].clone();
@@ -338,9 +339,7 @@ async fn an_interrupted_child_stays_parked_until_a_waking_send() {
     a1x.wait_idle().await;
     let requests_before = tree.model.requests().len();
     // The steered message was claimed or parked; either way nothing runs by itself.
-    for _ in 0..200 {
-        tokio::task::yield_now().await;
-    }
+    settle().await;
     assert_eq!(
         tree.model.requests().len(),
         requests_before,
@@ -540,7 +539,7 @@ async fn drain_stops_the_selected_tree_and_closes_admission() {
 }
 
 // B33: joining tree work.
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn wait_for_tree_work_joins_running_members_and_skips_parked_ones() {
     let tree = tree().await;
     let lead = tree.agents["lead"].clone();
@@ -554,9 +553,7 @@ async fn wait_for_tree_work_joins_running_members_and_skips_parked_ones() {
         let lead = lead.clone();
         tokio::spawn(async move { runtime.wait_for_tree_work(&lead).await })
     };
-    for _ in 0..200 {
-        tokio::task::yield_now().await;
-    }
+    settle().await;
     assert!(!waiting.is_finished(), "running members hold it");
     tree.gate.add_permits(100);
     assert!(waiting.await.unwrap(), "it joined work");
@@ -678,7 +675,7 @@ async fn user_prompts_are_authorised_on_the_child_and_keep_their_request_id() {
             .await
             .unwrap_err()
             .code(),
-        "UNAUTHORIZED"
+        "NOT_A_CHILD"
     );
     tree.runtime
         .interrupt_by_user(a1.id(), &dsh_subagent::TrustedHost)

@@ -15,6 +15,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::requests::user_texts;
+use dsh_test_support::wait::bounded;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -22,7 +24,7 @@ use std::time::Duration;
 
 use dsh_core::{
     Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
-    Message, ResumeAgent, SessionHeader, SessionStore, StopReason,
+    ResumeAgent, SessionHeader, SessionStore, StopReason,
 };
 use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::{
@@ -73,23 +75,6 @@ fn project(dir: &Path) -> PathBuf {
     dir.join("project")
 }
 
-async fn bounded<T>(what: &str, work: impl std::future::Future<Output = T>) -> T {
-    tokio::time::timeout(BOUND, work)
-        .await
-        .unwrap_or_else(|_| panic!("{what} did not finish within {BOUND:?}"))
-}
-
-/// The text of every user message of a request.
-fn user_texts(messages: &[Message]) -> Vec<String> {
-    messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// The listing as plain JSON, comparable across processes.
 fn listing_json(rows: &[DescendantRow]) -> Value {
     serde_json::to_value(rows).unwrap()
@@ -116,7 +101,7 @@ async fn resolve_all(runtime: &SubagentRuntime, caller: &Arc<dyn Agent>) -> Valu
     let cancel = CancellationToken::new();
     let mut names = serde_json::Map::new();
     for name in NAMES {
-        let id = bounded("resolve_name", runtime.resolve_name(caller, name, &cancel))
+        let id = bounded(runtime.resolve_name(caller, name, &cancel))
             .await
             .unwrap();
         names.insert(name.into(), json!(id.to_string()));
@@ -159,21 +144,18 @@ async fn doomed(dir: PathBuf) {
         .clone();
     let mut parent = lead.clone();
     for name in ["alpha", "beta", "gamma"] {
-        let activation = bounded(
-            "start_activation",
-            world.runtime.start_activation(ActivationSpec {
-                provider: "spawn".into(),
-                label: format!("task {name}"),
-                name: Some(name.into()),
-                child_id: Some(sid(&format!("s-{name}"))),
-                cancel: CancellationToken::new(),
-                delivery: Delivery::Parent,
-                request: StartRequest::new(
-                    parent.clone(),
-                    vec![ContentBlock::text(format!("hold {name}"))],
-                ),
-            }),
-        )
+        let activation = bounded(world.runtime.start_activation(ActivationSpec {
+            provider: "spawn".into(),
+            label: format!("task {name}"),
+            name: Some(name.into()),
+            child_id: Some(sid(&format!("s-{name}"))),
+            cancel: CancellationToken::new(),
+            delivery: Delivery::Parent,
+            request: StartRequest::new(
+                parent.clone(),
+                vec![ContentBlock::text(format!("hold {name}"))],
+            ),
+        }))
         .await
         .unwrap();
         parent = world.runtime.registry().get(activation.child_id()).unwrap();
@@ -181,7 +163,7 @@ async fn doomed(dir: PathBuf) {
     // Every child is in the middle of its first turn (its model was asked).
     let mut prompts = Vec::new();
     for _ in 0..3 {
-        prompts.push(bounded("a held turn", turns.recv()).await.unwrap());
+        prompts.push(bounded(turns.recv()).await.unwrap());
     }
     prompts.sort();
     assert_eq!(prompts, ["hold alpha", "hold beta", "hold gamma"]);
@@ -190,26 +172,20 @@ async fn doomed(dir: PathBuf) {
     let cancel = CancellationToken::new();
     let mut queued = Vec::new();
     for text in ["before kill 1", "before kill 2"] {
-        let id = bounded(
-            "send_message",
-            world.runtime.send_message(
-                &lead,
-                &sid("s-beta"),
-                vec![ContentBlock::text(text)],
-                &cancel,
-            ),
-        )
+        let id = bounded(world.runtime.send_message(
+            &lead,
+            &sid("s-beta"),
+            vec![ContentBlock::text(text)],
+            &cancel,
+        ))
         .await
         .unwrap();
         queued.push(id.to_string());
     }
 
-    let listing = bounded(
-        "list_descendants",
-        world.runtime.list_descendants(&sid(LEAD), &cancel),
-    )
-    .await
-    .unwrap();
+    let listing = bounded(world.runtime.list_descendants(&sid(LEAD), &cancel))
+        .await
+        .unwrap();
     let seen = json!({
         "listing": listing_json(&listing),
         "names": resolve_all(&world.runtime, &lead).await,
@@ -270,26 +246,20 @@ async fn after_restart(dir: &Path, seen: &Value) {
     let cancel = CancellationToken::new();
 
     // The dead process's lock on the root's log is gone.
-    let lead = bounded(
-        "resume the root",
-        world.harness.resume(ResumeAgent {
-            id: sid(LEAD),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        }),
-    )
+    let lead = bounded(world.harness.resume(ResumeAgent {
+        id: sid(LEAD),
+        setup: Default::default(),
+        cancel: CancellationToken::new(),
+    }))
     .await
     .unwrap()
     .agent()
     .clone();
 
     // The same catalog and listing, read from the logs alone.
-    let listing = bounded(
-        "list_descendants",
-        world.runtime.list_descendants(&sid(LEAD), &cancel),
-    )
-    .await
-    .unwrap();
+    let listing = bounded(world.runtime.list_descendants(&sid(LEAD), &cancel))
+        .await
+        .unwrap();
     assert_eq!(
         outline(&listing),
         [
@@ -307,12 +277,9 @@ async fn after_restart(dir: &Path, seen: &Value) {
         seen["names"],
         "the same names"
     );
-    let beta = bounded(
-        "resolve_name",
-        world.runtime.resolve_name(&lead, "alpha/beta", &cancel),
-    )
-    .await
-    .unwrap();
+    let beta = bounded(world.runtime.resolve_name(&lead, "alpha/beta", &cancel))
+        .await
+        .unwrap();
     assert_eq!(beta, sid("s-beta"));
     assert!(
         world.runtime.registry().get(&beta).is_none(),
@@ -320,15 +287,12 @@ async fn after_restart(dir: &Path, seen: &Value) {
     );
 
     // A message to the cold grandchild resumes it and is delivered.
-    let after = bounded(
-        "send_message",
-        world.runtime.send_message(
-            &lead,
-            &beta,
-            vec![ContentBlock::text("after restart")],
-            &cancel,
-        ),
-    )
+    let after = bounded(world.runtime.send_message(
+        &lead,
+        &beta,
+        vec![ContentBlock::text("after restart")],
+        &cancel,
+    ))
     .await
     .unwrap();
     let mut queued: Vec<String> = seen["queued"]
@@ -342,7 +306,7 @@ async fn after_restart(dir: &Path, seen: &Value) {
 
     // Wait until beta has claimed everything it accepted and is idle.
     if let Some(agent) = world.runtime.registry().get(&beta) {
-        bounded("beta settles", async {
+        bounded(async {
             loop {
                 agent.wait_idle().await;
                 let events = agent.events();
@@ -363,7 +327,7 @@ async fn after_restart(dir: &Path, seen: &Value) {
         .await;
     }
 
-    let log = bounded("load beta", world.store.load(&beta)).await.unwrap();
+    let log = bounded(world.store.load(&beta)).await.unwrap();
     let accepted: Vec<String> = log
         .events
         .iter()

@@ -13,11 +13,12 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::requests::first_user_text;
+use dsh_test_support::wait::{bounded, settle, until};
 use std::collections::{BTreeSet, HashSet};
-use std::future::Future;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::schema::ObjectSchema;
@@ -49,9 +50,6 @@ use tokio::sync::Semaphore;
 /// The root agent's session id.
 const LEAD: &str = "lead-session";
 
-/// How long any single wait may take before the test fails instead of hanging.
-const BOUND: Duration = Duration::from_secs(20);
-
 struct World {
     dir: tempfile::TempDir,
     store: Arc<dyn SessionStore>,
@@ -71,9 +69,7 @@ impl World {
     }
 
     async fn start(&self, spec: ActivationSpec) -> SubagentActivation {
-        bounded("start_activation", self.runtime.start_activation(spec))
-            .await
-            .unwrap()
+        bounded(self.runtime.start_activation(spec)).await.unwrap()
     }
 
     /// The live agent of a child.
@@ -165,18 +161,6 @@ fn text_of(content: &[ContentBlock]) -> String {
     dsh_core::content::joined_text(content)
 }
 
-/// The text of the first user message of a request (a child's prompt).
-fn first_user_text(request: &ModelRequest) -> String {
-    request
-        .messages
-        .iter()
-        .find_map(|m| match m {
-            Message::User { content, .. } => Some(text_of(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
 /// How many tool results a request's transcript holds.
 fn tool_results(request: &ModelRequest) -> usize {
     request
@@ -243,25 +227,8 @@ fn output(result: &SubagentResult) -> String {
     text_of(&result.output)
 }
 
-async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(BOUND, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
 async fn result_of(activation: &SubagentActivation) -> SubagentResult {
-    bounded("the activation's result", activation.result())
-        .await
-        .unwrap()
-}
-
-/// Yield until `condition` holds, failing after a bound (no sleeping).
-async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !condition() {
-        assert!(started.elapsed() < BOUND, "timed out waiting until {what}");
-        tokio::task::yield_now().await;
-    }
+    bounded(activation.result()).await.unwrap()
 }
 
 /// The notices (`subagent-settled` acceptances) in an agent's log.
@@ -448,10 +415,7 @@ async fn b7_the_callers_token_no_longer_reaches_a_published_child() {
     let mut request = spec(&parent, "hold: keep going");
     request.cancel = cancel.clone();
     let activation = world.start(request).await;
-    until("the child asks its model", || {
-        requests_of(&model, "hold: keep going").len() == 1
-    })
-    .await;
+    until(|| requests_of(&model, "hold: keep going").len() == 1).await;
 
     // Cancelled while the child waits on its model: if the token reached the
     // child, the gated response would see it first and the turn would abort.
@@ -586,9 +550,7 @@ async fn b9_a_start_cancelled_during_setup_leaves_no_log_name_or_task() {
     let runtime = world.runtime.clone();
     let start = tokio::spawn(async move { runtime.start_activation(request).await });
 
-    bounded("the child's log to be written", reached)
-        .await
-        .unwrap();
+    bounded(reached).await.unwrap();
     assert_eq!(
         world.sessions().await.len(),
         2,
@@ -598,10 +560,7 @@ async fn b9_a_start_cancelled_during_setup_leaves_no_log_name_or_task() {
     // The create is not abandoned mid-way (the factory owns its rollback):
     // once the store returns, the factory sees the token and undoes it.
     release.add_permits(1);
-    let err = bounded("the cancelled start", start)
-        .await
-        .unwrap()
-        .unwrap_err();
+    let err = bounded(start).await.unwrap().unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
 
     assert_nothing_left(&world, &parent, &[parent.id().clone()], 1).await;
@@ -649,8 +608,8 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
         StopReason::COMPLETED
     );
 
-    let first = bounded("subagent/start", seen.recv()).await.unwrap();
-    let second = bounded("subagent/end", seen.recv()).await.unwrap();
+    let first = bounded(seen.recv()).await.unwrap();
+    let second = bounded(seen.recv()).await.unwrap();
     let expected = RunInfo {
         provider: "spawn".into(),
         child_id: activation.child_id().clone(),
@@ -664,7 +623,7 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
     );
     assert_eq!(first.name(), "subagent/start");
     assert_eq!(second.name(), "subagent/end");
-    bounded("runtime shutdown", world.runtime.shutdown()).await;
+    bounded(world.runtime.shutdown()).await;
     assert!(seen.try_recv().is_err(), "exactly one end per start");
     assert_eq!(
         *live_at_start.lock().unwrap(),
@@ -796,10 +755,10 @@ async fn b15_the_notice_and_teardown_come_before_the_result() {
 
     // Dispose after settling, twice, from two holders: fine.
     let other = activation.clone();
-    bounded("dispose", activation.dispose()).await.unwrap();
-    bounded("dispose", other.dispose()).await.unwrap();
+    bounded(activation.dispose()).await.unwrap();
+    bounded(other.dispose()).await.unwrap();
     assert_eq!(result_of(&other).await, result);
-    bounded("the parent's notice turn", parent.wait_idle()).await;
+    bounded(parent.wait_idle()).await;
 }
 
 // B15
@@ -820,10 +779,7 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
 
     let hanging = world.start(spec(&parent, "hang")).await;
     let sibling = world.start(spec(&parent, "sibling")).await;
-    until("both children ask their model", || {
-        model.requests().len() == 2
-    })
-    .await;
+    until(|| model.requests().len() == 2).await;
     let child_id = hanging.child_id().clone();
     let (_sub, mut seen) = world.runtime.events().subscribe();
 
@@ -836,8 +792,8 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
     assert!(world.runtime.registry().get(&child_id).is_none());
     let log = world.store.load(&child_id).await.unwrap();
     assert_eq!(stop_reasons(&log.events), ["aborted"]);
-    bounded("dispose", hanging.dispose()).await.unwrap();
-    let end = bounded("subagent/end", seen.recv()).await.unwrap();
+    bounded(hanging.dispose()).await.unwrap();
+    let end = bounded(seen.recv()).await.unwrap();
     assert_eq!(
         end,
         SubagentEvent::End(
@@ -860,7 +816,7 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
 }
 
 // B15
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b15_an_activation_settles_only_after_the_children_it_owns() {
     let middle_gate = Arc::new(Semaphore::new(0));
     let leaf_gate = Arc::new(Semaphore::new(0));
@@ -885,14 +841,9 @@ async fn b15_an_activation_settles_only_after_the_children_it_owns() {
 
     // The middle child finishes its turn while its leaf still runs.
     middle_gate.add_permits(1);
-    until("the middle child's first turn ends", || {
-        stop_reasons(&middle_agent.events()) == ["completed"]
-    })
-    .await;
-    bounded("the middle child to be idle", middle_agent.wait_idle()).await;
-    for _ in 0..1000 {
-        tokio::task::yield_now().await;
-    }
+    until(|| stop_reasons(&middle_agent.events()) == ["completed"]).await;
+    bounded(middle_agent.wait_idle()).await;
+    settle().await;
     assert!(
         futures::FutureExt::now_or_never(middle.result()).is_none(),
         "the middle activation settled while it still owned a live child"
@@ -929,10 +880,7 @@ async fn b15_disposing_a_child_releases_the_children_it_owns_first() {
     let middle = world.start(spec(&parent, "middle")).await;
     let middle_agent = world.live(middle.child_id());
     let leaf = world.start(spec(&middle_agent, "hang")).await;
-    until("both children ask their model", || {
-        model.requests().len() == 2
-    })
-    .await;
+    until(|| model.requests().len() == 2).await;
     let order = Arc::new(Mutex::new(Vec::new()));
     let _ends = world.runtime.events().listen({
         let order = order.clone();
@@ -943,7 +891,7 @@ async fn b15_disposing_a_child_releases_the_children_it_owns_first() {
         }
     });
 
-    bounded("dispose", middle.dispose()).await.unwrap();
+    bounded(middle.dispose()).await.unwrap();
     assert_eq!(result_of(&middle).await.stop_reason, StopReason::ABORTED);
     assert!(
         world.runtime.registry().get(leaf.child_id()).is_none(),
@@ -1187,7 +1135,7 @@ async fn b22_tool_filter_and_persona_apply_to_the_child_only() {
         .followup(UserMessage::user_text("parent turn"))
         .await
         .unwrap();
-    bounded("the parent's turn", parent.wait_idle()).await;
+    bounded(parent.wait_idle()).await;
     let asked = requests_of(&model, "parent turn");
     assert_eq!(asked.len(), 1);
     assert_eq!(
@@ -1297,7 +1245,7 @@ async fn b23_the_capture_tool_retries_invalid_arguments_and_returns_the_value() 
         .followup(UserMessage::user_text("parent turn"))
         .await
         .unwrap();
-    bounded("the parent's turn", parent.wait_idle()).await;
+    bounded(parent.wait_idle()).await;
     assert!(!tool_names(&requests_of(&model, "parent turn")[0]).contains("submit_result"));
 }
 
@@ -1560,7 +1508,7 @@ async fn b28_an_idle_parent_gets_a_turn_with_the_runtimes_notice() {
     request.child_id = Some(sid("scout-session"));
     let scout = world.start(request).await;
     assert_eq!(result_of(&scout).await.stop_reason, StopReason::COMPLETED);
-    bounded("the parent's notice turn", parent.wait_idle()).await;
+    bounded(parent.wait_idle()).await;
 
     let asked: Vec<ModelRequest> = model
         .requests()
@@ -1598,7 +1546,7 @@ async fn b28_an_idle_parent_gets_a_turn_with_the_runtimes_notice() {
     let fixer = world.start(request).await;
     let result = result_of(&fixer).await;
     assert_eq!(result.stop_reason, StopReason::ERROR);
-    bounded("the parent's notice turn", parent.wait_idle()).await;
+    bounded(parent.wait_idle()).await;
     let last = model.requests().last().cloned().unwrap();
     let notice = notice_messages(&last).pop().unwrap();
     let Message::User { source, content } = &notice else {
@@ -1636,7 +1584,7 @@ async fn b28_a_creator_that_is_no_longer_live_gets_no_notice() {
 
     let child = world.start(to_parent(spec(&parent, "hold: outlive"))).await;
     // The creator goes away, and comes back under a new epoch.
-    bounded("disposing the parent", handle.dispose()).await;
+    bounded(handle.dispose()).await;
     let err = world
         .runtime
         .start_activation(spec(&parent, "from a stale parent"))
@@ -1678,7 +1626,7 @@ async fn b28_caller_delivery_sends_no_notice() {
         result_of(&activation).await.stop_reason,
         StopReason::COMPLETED
     );
-    bounded("runtime shutdown", world.runtime.shutdown()).await;
+    bounded(world.runtime.shutdown()).await;
     let events = parent.events();
     assert!(notices(&events).is_empty());
     assert_eq!(count_kind(&events, "inbox/accepted"), 0);
@@ -1709,10 +1657,7 @@ async fn b28_a_running_parent_gets_the_notices_together_at_its_next_step() {
         .followup(UserMessage::user_text("parent work"))
         .await
         .unwrap();
-    until("the parent asks its model", || {
-        requests_of(&model, "parent work").len() == 1
-    })
-    .await;
+    until(|| requests_of(&model, "parent work").len() == 1).await;
     assert_eq!(parent.status(), AgentStatus::Running);
 
     let a = world.start(to_parent(spec(&parent, "child a"))).await;
@@ -1729,7 +1674,7 @@ async fn b28_a_running_parent_gets_the_notices_together_at_its_next_step() {
     );
 
     gate.add_permits(1);
-    bounded("the parent's turn", parent.wait_idle()).await;
+    bounded(parent.wait_idle()).await;
     let asked = requests_of(&model, "parent work");
     assert_eq!(asked.len(), 2, "one more step, no second turn");
     let senders: HashSet<SessionId> = notice_messages(&asked[1])
@@ -1776,7 +1721,7 @@ async fn many_activations_from_one_parent_settle_with_their_own_outputs_and_uniq
             (i, activation, result)
         }
     });
-    let settled = bounded("twenty activations", futures::future::join_all(starts)).await;
+    let settled = bounded(futures::future::join_all(starts)).await;
 
     let mut names = BTreeSet::new();
     for (i, activation, result) in &settled {
@@ -1788,7 +1733,7 @@ async fn many_activations_from_one_parent_settle_with_their_own_outputs_and_uniq
     assert_eq!(names, expected);
     let catalog = catalog(&parent);
     assert_eq!(catalog.len(), 20);
-    bounded("runtime shutdown", world.runtime.shutdown()).await;
+    bounded(world.runtime.shutdown()).await;
     assert_eq!(world.runtime.live_activations(), 0);
     assert_eq!(world.runtime.registry().len(), 1);
     assert_eq!(world.sessions().await.len(), 21);
@@ -1812,7 +1757,7 @@ async fn many_activations_started_in_parallel_tasks_get_unique_names() {
         });
     }
     let mut names = BTreeSet::new();
-    while let Some(joined) = bounded("a parallel start", tasks.join_next()).await {
+    while let Some(joined) = bounded(tasks.join_next()).await {
         let (i, name, result) = joined.unwrap().unwrap();
         assert_eq!(output(&result), format!("re: task {i}"));
         assert!(names.insert(name.clone()), "{name} was given twice");
@@ -1848,14 +1793,12 @@ async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblin
     let runtime = world.runtime.clone();
     let late_request = spec(&parent, "late");
     let late = tokio::spawn(async move { runtime.start_activation(late_request).await });
-    bounded("the late start to read the catalog", paused)
-        .await
-        .unwrap();
+    bounded(paused).await.unwrap();
     // Meanwhile another start runs to publication: it reserves, records and
     // releases its name.
     let early = world.start(spec(&parent, "early")).await;
     let _ = resume.send(());
-    let late = bounded("the late start", late).await.unwrap().unwrap();
+    let late = bounded(late).await.unwrap().unwrap();
 
     assert_ne!(
         early.name(),

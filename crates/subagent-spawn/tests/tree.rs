@@ -9,18 +9,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::requests::first_user_text;
+use dsh_test_support::wait::bounded;
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::{
     Agent, AgentFactory, AgentHandle, CancellationToken, ContentBlock, CreateAgent, Durability,
-    LoadedSession, Message, ModelRequest, RegistryEvent, SessionEvent, SessionHeader, SessionId,
-    SessionLog, SessionStore, StopReason, StoreError,
+    LoadedSession, RegistryEvent, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
+    StopReason, StoreError,
 };
 use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
@@ -40,9 +40,6 @@ use tokio::sync::Semaphore;
 
 /// The root agent's session id.
 const LEAD: &str = "lead-session";
-
-/// How long any single wait may take before the test fails instead of hanging.
-const BOUND: Duration = Duration::from_secs(20);
 
 /// A store that counts, per session, the reads (`load`) and the opens for
 /// writing (`open`, which only resuming an agent does).
@@ -123,9 +120,7 @@ impl World {
     }
 
     async fn start(&self, spec: ActivationSpec) -> SubagentActivation {
-        bounded("start_activation", self.runtime.start_activation(spec))
-            .await
-            .unwrap()
+        bounded(self.runtime.start_activation(spec)).await.unwrap()
     }
 
     /// The live agent of a session.
@@ -165,21 +160,14 @@ impl World {
 
     async fn resolve(&self, caller: &Arc<dyn Agent>, name: &str) -> Result<String, SubagentError> {
         let cancel = CancellationToken::new();
-        bounded(
-            "resolve_name",
-            self.runtime.resolve_name(caller, name, &cancel),
-        )
-        .await
-        .map(|id| id.to_string())
+        bounded(self.runtime.resolve_name(caller, name, &cancel))
+            .await
+            .map(|id| id.to_string())
     }
 
     async fn list(&self, root: &str) -> Result<Vec<DescendantRow>, SubagentError> {
         let cancel = CancellationToken::new();
-        bounded(
-            "list_descendants",
-            self.runtime.list_descendants(&sid(root), &cancel),
-        )
-        .await
+        bounded(self.runtime.list_descendants(&sid(root), &cancel)).await
     }
 }
 
@@ -247,18 +235,6 @@ async fn record(parent: &Arc<dyn Agent>, entry: &CatalogEntry) {
         .unwrap();
 }
 
-/// The text of the first user message of a request (a child's prompt).
-fn first_user_text(request: &ModelRequest) -> String {
-    request
-        .messages
-        .iter()
-        .find_map(|m| match m {
-            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
 /// A model that holds every request whose first user text starts with
 /// `hold` until `gate` gets a permit, and echoes every request.
 fn holding_model(gate: &Arc<Semaphore>) -> Arc<ScriptedModel> {
@@ -276,16 +252,8 @@ fn holding_model(gate: &Arc<Semaphore>) -> Arc<ScriptedModel> {
     }))
 }
 
-async fn bounded<F: Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(BOUND, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out waiting for {what}"))
-}
-
 async fn completed(activation: &SubagentActivation) {
-    let result = bounded("the activation's result", activation.result())
-        .await
-        .unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
 }
 
@@ -398,7 +366,7 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
     completed(&a).await;
     let err = world.resolve(&b_agent, "lead").await.unwrap_err();
     assert_eq!(err.code(), "NOT_LIVE");
-    bounded("disposing the root", lead_handle.dispose()).await;
+    bounded(lead_handle.dispose()).await;
     let resumed = world
         .harness
         .resume(dsh_core::ResumeAgent {
@@ -594,7 +562,7 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
         completed(activation).await;
     }
     for handle in &tree.handles {
-        bounded("disposing an agent", handle.dispose()).await;
+        bounded(handle.dispose()).await;
     }
     assert!(world.runtime.registry().is_empty());
     assert_eq!(world.runtime.live_activations(), 0);
@@ -670,7 +638,7 @@ async fn b34_a_root_that_cannot_be_read_fails_the_whole_listing() {
         .unwrap();
     let err = world.list(LEAD).await.unwrap_err();
     assert_eq!(err.code(), "CORRUPT_CATALOG", "{err}");
-    bounded("disposing the root", lead.dispose()).await;
+    bounded(lead.dispose()).await;
     let err = world.list(LEAD).await.unwrap_err();
     assert_eq!(
         err.code(),
@@ -681,7 +649,7 @@ async fn b34_a_root_that_cannot_be_read_fails_the_whole_listing() {
     // A root with no children lists nothing.
     let empty = world.agent("empty-root").await;
     assert_eq!(world.list("empty-root").await.unwrap(), []);
-    bounded("disposing the root", empty.dispose()).await;
+    bounded(empty.dispose()).await;
     assert_eq!(world.list("empty-root").await.unwrap(), []);
 }
 
@@ -696,7 +664,7 @@ async fn b34_a_cancelled_listing_fails_and_reads_nothing() {
         &entry("lost-session", Some("lost"), ChildMode::CONTINUABLE),
     )
     .await;
-    bounded("disposing the root", lead.dispose()).await;
+    bounded(lead.dispose()).await;
 
     let cancel = CancellationToken::new();
     cancel.cancel();

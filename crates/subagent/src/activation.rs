@@ -5,6 +5,7 @@
 //! monitor watches one activation until it ends, then notifies its
 //! creator, tears it down, frees its capacity slot and settles it.
 
+use crate::InfraError;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
@@ -320,7 +321,9 @@ impl SubagentActivation {
 }
 
 fn vanished() -> Settled {
-    let err = SubagentError::Teardown("the activation ended without a result".into());
+    let err = SubagentError::Infra(InfraError::Teardown(
+        "the activation ended without a result".into(),
+    ));
     Settled {
         result: Err(err.clone()),
         teardown: Err(err),

@@ -5,6 +5,7 @@
 //! admitted into a tree that is draining. Capacity slots free themselves on
 //! drop.
 
+use crate::AdmissionError;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -68,7 +69,7 @@ impl Admissions {
         let mut draining = lock(&self.draining);
         draining.retain(|reference| registry.is_live(reference));
         if draining.iter().any(|reference| &reference.id == root) {
-            return Err(SubagentError::Draining);
+            return Err(SubagentError::Admission(AdmissionError::Draining));
         }
         Ok(())
     }
@@ -86,7 +87,7 @@ impl Admissions {
         let mut draining = lock(&self.draining);
         draining.retain(|reference| registry.is_live(reference));
         if draining.iter().any(|reference| &reference.id == root) {
-            return Err(SubagentError::Draining);
+            return Err(SubagentError::Admission(AdmissionError::Draining));
         }
         let serial = self.next.fetch_add(1, Ordering::Relaxed);
         // Counted while the drain lock is held: a drain that starts after
@@ -173,7 +174,7 @@ impl Capacity {
         let mut counts = lock(&self.counts);
         let count = counts.entry(root.clone()).or_insert(0);
         if *count >= limit {
-            return Err(SubagentError::Capacity(limit));
+            return Err(SubagentError::Admission(AdmissionError::Capacity(limit)));
         }
         *count += 1;
         Ok(CapacitySlot {

@@ -5,6 +5,7 @@
 //! inherited through a fork seed are the ancestor's facts, so the fold skips
 //! the seed: a fork child never lists its parent's children as its own.
 
+use crate::InfraError;
 use std::collections::HashSet;
 use std::fmt;
 
@@ -157,21 +158,21 @@ impl CatalogFold {
                 && kind == CATALOG_EVENT
             {
                 let entry = payload.parse::<CatalogEntry>().map_err(|err| {
-                    SubagentError::CorruptCatalog {
+                    SubagentError::Infra(InfraError::CorruptCatalog {
                         parent: header.id.clone(),
                         seq: event.seq,
                         message: err.to_string(),
-                    }
+                    })
                 })?;
                 // A repeated child id adds nothing: the first record stands.
                 if !self.ids.contains(&entry.child_id) {
                     if let Some(name) = &entry.name
                         && self.names.contains(name)
                     {
-                        return Err(SubagentError::DuplicateName {
+                        return Err(SubagentError::Infra(InfraError::DuplicateName {
                             parent: header.id.clone(),
                             name: name.clone(),
-                        });
+                        }));
                     }
                     self.ids.insert(entry.child_id.clone());
                     if let Some(name) = &entry.name {
@@ -189,8 +190,8 @@ impl CatalogFold {
 /// Fold the catalog of `header`'s session from its events, skipping the seed.
 ///
 /// # Errors
-/// [`SubagentError::CorruptCatalog`] for an unreadable entry,
-/// [`SubagentError::DuplicateName`] when two children share a name.
+/// [`InfraError::CorruptCatalog`] for an unreadable entry,
+/// [`InfraError::DuplicateName`] when two children share a name.
 pub fn fold_catalog(
     header: &SessionHeader,
     events: &[SessionEvent],

@@ -2,6 +2,7 @@
 //! directory, and its header (lineage, depth, directory, composition and
 //! model route), derived from the parent's composition and the provider.
 
+use crate::AdmissionError;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -46,28 +47,36 @@ pub(crate) fn check_capabilities(
     ];
     for (requested, supported, capability) in needs {
         if requested && !supported {
-            return Err(SubagentError::UnsupportedCapability {
-                provider: provider.name().to_owned(),
-                capability,
-            });
+            return Err(SubagentError::Admission(
+                AdmissionError::UnsupportedCapability {
+                    provider: provider.name().to_owned(),
+                    capability,
+                },
+            ));
         }
     }
     if request.agent_preset.is_some() && provider.continuable().is_none() {
-        return Err(SubagentError::UnsupportedCapability {
-            provider: provider.name().to_owned(),
-            capability: "agent_preset (an external run is composed by its provider)",
-        });
+        return Err(SubagentError::Admission(
+            AdmissionError::UnsupportedCapability {
+                provider: provider.name().to_owned(),
+                capability: "agent_preset (an external run is composed by its provider)",
+            },
+        ));
     }
     if request.agent_preset.is_some() && provider.inherits_parent_context() {
-        return Err(SubagentError::UnsupportedCapability {
-            provider: provider.name().to_owned(),
-            capability: "agent_preset (the child inherits the parent's context and composition)",
-        });
+        return Err(SubagentError::Admission(
+            AdmissionError::UnsupportedCapability {
+                provider: provider.name().to_owned(),
+                capability: "agent_preset (the child inherits the parent's context and composition)",
+            },
+        ));
     }
     if let Some(persona) = &request.persona
         && persona.trim().is_empty()
     {
-        return Err(SubagentError::InvalidRequest("the persona is empty".into()));
+        return Err(SubagentError::Admission(AdmissionError::InvalidRequest(
+            "the persona is empty".into(),
+        )));
     }
     Ok(())
 }
@@ -88,9 +97,11 @@ pub(crate) fn narrow_tools(
         if hidden.is_empty() {
             Ok(())
         } else {
-            Err(SubagentError::InvalidRequest(format!(
-                "the tool filter allows {}, which this agent may not use itself; a child's tools can only be narrowed",
-                hidden.join(", ")
+            Err(SubagentError::Admission(AdmissionError::InvalidRequest(
+                format!(
+                    "the tool filter allows {}, which this agent may not use itself; a child's tools can only be narrowed",
+                    hidden.join(", ")
+                ),
             )))
         }
     };
@@ -121,16 +132,17 @@ pub(crate) fn resolve_cwd(
         Some(path) => parent.join(path),
     };
     if !cwd.is_absolute() {
-        return Err(SubagentError::InvalidRequest(format!(
-            "the working directory `{}` is not absolute",
-            cwd.display()
+        return Err(SubagentError::Admission(AdmissionError::InvalidRequest(
+            format!("the working directory `{}` is not absolute", cwd.display()),
         )));
     }
     match std::fs::metadata(&cwd) {
         Ok(meta) if meta.is_dir() => Ok(cwd),
-        _ => Err(SubagentError::InvalidRequest(format!(
-            "the working directory `{}` is not an existing directory",
-            cwd.display()
+        _ => Err(SubagentError::Admission(AdmissionError::InvalidRequest(
+            format!(
+                "the working directory `{}` is not an existing directory",
+                cwd.display()
+            ),
         ))),
     }
 }

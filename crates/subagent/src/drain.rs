@@ -4,6 +4,7 @@
 //! root so a host knows when a run is really over. Unrelated trees are
 //! never touched.
 
+use crate::InfraError;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
@@ -67,7 +68,9 @@ impl SubagentRuntime {
         if failures.is_empty() {
             Ok(())
         } else {
-            Err(SubagentError::Teardown(failures.join("; ")))
+            Err(SubagentError::Infra(InfraError::Teardown(
+                failures.join("; "),
+            )))
         }
     }
 

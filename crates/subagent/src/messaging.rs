@@ -5,6 +5,7 @@
 //! on facts (the registry's exact epochs, the headers' lineage), never on
 //! what a name resolved to.
 
+use crate::{AdmissionError, DeliveryError, InfraError};
 use std::sync::Arc;
 
 use std::sync::atomic::Ordering;
@@ -27,9 +28,7 @@ use crate::runtime::{SubagentRuntime, lock};
 
 /// The refusal of a follow-up message to an external child (B42).
 fn external_refusal(target: &SessionId) -> SubagentError {
-    SubagentError::Unauthorized(format!(
-        "`{target}` is an external agent; it cannot receive follow-up messages"
-    ))
+    DeliveryError::External(target.clone()).into()
 }
 
 /// How far up a lineage the runtime walks before calling it a cycle.
@@ -91,8 +90,8 @@ impl<'a> RequestInFlight<'a> {
     ) -> Result<Self, SubagentError> {
         let key = (child.clone(), id.clone());
         if !lock(&runtime.inner.requests).insert(key.clone()) {
-            return Err(SubagentError::InvalidRequest(format!(
-                "request `{id}` for `{child}` is already being delivered"
+            return Err(SubagentError::Admission(AdmissionError::InvalidRequest(
+                format!("request `{id}` for `{child}` is already being delivered"),
             )));
         }
         Ok(Self { runtime, key })
@@ -231,9 +230,9 @@ impl SubagentRuntime {
     /// governs only the work before the target's inbox accepts the message.
     ///
     /// # Errors
-    /// `NOT_LIVE` (sender), `UNAUTHORIZED` (self, outside the tree, an
-    /// external or one-shot target), `NOT_RESUMABLE`, `DELIVERY_UNAVAILABLE`,
-    /// `CANCELLED`.
+    /// `NOT_LIVE` (sender), `MESSAGE_TO_SELF`, `NOT_IN_TREE`,
+    /// `EXTERNAL_TARGET`, `NOT_MESSAGEABLE` (a one-shot target),
+    /// `NOT_RESUMABLE`, `DELIVERY_UNAVAILABLE`, `CANCELLED`.
     ///
     /// # Cancel safety
     /// The checks (registry, lineage and catalog reads) have no effect, so a
@@ -251,12 +250,12 @@ impl SubagentRuntime {
     ) -> Result<MessageId, SubagentError> {
         let sender_ref = sender.reference();
         if !self.registry().is_live(&sender_ref) {
-            return Err(SubagentError::NotLive(sender_ref.id));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                sender_ref.id,
+            )));
         }
         if target == sender.id() {
-            return Err(SubagentError::Unauthorized(
-                "an agent cannot send a message to itself".into(),
-            ));
+            return Err(DeliveryError::MessageToSelf.into());
         }
         let root = self.root_id(sender.id());
         self.check_admission(&root)?;
@@ -274,17 +273,13 @@ impl SubagentRuntime {
                 Err(err) => return Err(err),
             };
             if !member {
-                return Err(SubagentError::Unauthorized(format!(
-                    "`{target}` is not a member of this agent tree"
-                )));
+                return Err(DeliveryError::NotInTree(target.clone()).into());
             }
             match self.mode_of(target).await?.as_ref().map(ChildMode::as_str) {
                 Some("continuable") => {}
                 Some("external") => return Err(external_refusal(target)),
                 _ => {
-                    return Err(SubagentError::Unauthorized(format!(
-                        "`{target}` cannot receive messages"
-                    )));
+                    return Err(DeliveryError::NotMessageable(target.clone()).into());
                 }
             }
         }
@@ -362,7 +357,9 @@ impl SubagentRuntime {
                 outcome => return outcome,
             }
         }
-        Err(last.unwrap_or_else(|| SubagentError::DeliveryUnavailable(target.clone())))
+        Err(last.unwrap_or_else(|| {
+            SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))
+        }))
     }
 
     /// Resume a cold `target` and deliver `message` to it, as work the
@@ -421,10 +418,10 @@ impl SubagentRuntime {
             // Cataloged, never given its task (B54): it must not take the
             // next message as one. Its creator gets the failure as a notice.
             handle.dispose().await;
-            return Err(SubagentError::NotResumable {
+            return Err(SubagentError::Delivery(DeliveryError::NotResumable {
                 id: target,
                 reason: "it was created but never accepted its task".into(),
-            });
+            }));
         }
         let creator = agent.header().parent_session.clone();
         let parent = creator
@@ -511,10 +508,14 @@ impl SubagentRuntime {
         if let Some(sender) = sender
             && !self.registry().is_live(sender)
         {
-            return Err(SubagentError::NotLive(sender.id.clone()));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                sender.id.clone(),
+            )));
         }
         if self.registry().get(root).is_none() {
-            return Err(SubagentError::NotLive(root.clone()));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                root.clone(),
+            )));
         }
         if cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
@@ -525,9 +526,9 @@ impl SubagentRuntime {
         });
         match agent.send(message, into, true).await {
             Ok(id) => Ok(id),
-            Err(dsh_core::AgentError::InvalidInput(reason)) => {
-                Err(SubagentError::InvalidRequest(reason))
-            }
+            Err(dsh_core::AgentError::InvalidInput(reason)) => Err(SubagentError::Admission(
+                AdmissionError::InvalidRequest(reason),
+            )),
             Err(err) => Err(err.into()),
         }
     }
@@ -593,9 +594,9 @@ impl SubagentRuntime {
                 target.clone(),
             )));
         }
-        let slot = self
-            .reserve_capacity(root)
-            .map_err(|_| SubagentError::DeliveryUnavailable(target.clone()))?;
+        let slot = self.reserve_capacity(root).map_err(|_| {
+            SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))
+        })?;
         let resumed = self
             .inner
             .factory
@@ -612,10 +613,10 @@ impl SubagentRuntime {
                 err @ (dsh_core::AgentError::AlreadyLive(_)
                 | dsh_core::AgentError::Store(StoreError::Busy(_) | StoreError::Locked(_))),
             ) => Err(SubagentError::Agent(err)),
-            Err(err) => Err(SubagentError::NotResumable {
+            Err(err) => Err(SubagentError::Delivery(DeliveryError::NotResumable {
                 id: target.clone(),
                 reason: err.to_string(),
-            }),
+            })),
         }
     }
 
@@ -628,9 +629,7 @@ impl SubagentRuntime {
                 None => return Ok(current),
             }
         }
-        Err(SubagentError::Unauthorized(format!(
-            "the lineage of `{member}` does not end"
-        )))
+        Err(InfraError::LineageCycle(member.clone()).into())
     }
 
     /// Deliver a user-authored message to a continuable child through its
@@ -640,7 +639,8 @@ impl SubagentRuntime {
     /// them.
     ///
     /// # Errors
-    /// `UNAUTHORIZED`, `NOT_LIVE` (the root), `NOT_RESUMABLE`,
+    /// `UNAUTHORIZED` (the authoriser), `NOT_A_CHILD` (a root),
+    /// `NOT_MESSAGEABLE`, `LINEAGE_CYCLE`, `NOT_LIVE` (the root), `NOT_RESUMABLE`,
     /// `DELIVERY_UNAVAILABLE`, `INVALID_REQUEST` (images), `CANCELLED`.
     ///
     /// # Cancel safety
@@ -655,16 +655,13 @@ impl SubagentRuntime {
     ) -> Result<MessageId, SubagentError> {
         authoriser
             .authorise(&request.child)
-            .map_err(SubagentError::Unauthorized)?;
+            .map_err(|text| SubagentError::from(DeliveryError::Unauthorized(text)))?;
         let root = self.lineage_root(&request.child).await?;
         if root == request.child {
-            return Err(SubagentError::Unauthorized(format!(
-                "`{}` is a root, not a child of a tree",
-                request.child
-            )));
+            return Err(DeliveryError::NotAChild(request.child.clone()).into());
         }
         if self.registry().get(&root).is_none() {
-            return Err(SubagentError::NotLive(root));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(root)));
         }
         self.check_admission(&root)?;
         match self
@@ -675,10 +672,7 @@ impl SubagentRuntime {
         {
             Some("continuable") => {}
             _ => {
-                return Err(SubagentError::Unauthorized(format!(
-                    "`{}` cannot receive messages",
-                    request.child
-                )));
+                return Err(DeliveryError::NotMessageable(request.child.clone()).into());
             }
         }
         // The request id is an idempotency key: a repeat of an accepted
@@ -728,7 +722,7 @@ impl SubagentRuntime {
     ) -> Result<(), SubagentError> {
         authoriser
             .authorise(child)
-            .map_err(SubagentError::Unauthorized)?;
+            .map_err(|text| SubagentError::from(DeliveryError::Unauthorized(text)))?;
         self.interrupt(child, &InterruptAuthority::User).await
     }
 
@@ -757,9 +751,7 @@ impl SubagentRuntime {
                     && &reference.id != target
                     && matches!(self.is_ancestor(&reference.id, target).await, Ok(true));
                 if !authorised {
-                    return Err(SubagentError::Unauthorized(format!(
-                        "only the user or an ancestor of `{target}` may interrupt it"
-                    )));
+                    return Err(DeliveryError::NotAncestor(target.clone()).into());
                 }
                 CancelCause::Parent
             }

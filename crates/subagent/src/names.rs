@@ -5,6 +5,7 @@
 //! reservation that no longer owns its entry (stale or repeated) is a no-op,
 //! so it can never drop a newer reservation of the same name.
 
+use crate::AdmissionError;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -22,7 +23,7 @@ pub const MAX_NAME_LEN: usize = 32;
 /// Check a requested name against the rules.
 ///
 /// # Errors
-/// [`SubagentError::InvalidName`] saying which rule it breaks.
+/// [`AdmissionError::InvalidName`] saying which rule it breaks.
 pub fn validate_name(name: &str) -> Result<(), SubagentError> {
     let reason = if name.is_empty() {
         Some("a name needs at least one character")
@@ -42,10 +43,10 @@ pub fn validate_name(name: &str) -> Result<(), SubagentError> {
     };
     match reason {
         None => Ok(()),
-        Some(reason) => Err(SubagentError::InvalidName {
+        Some(reason) => Err(SubagentError::Admission(AdmissionError::InvalidName {
             name: name.to_owned(),
             reason,
-        }),
+        })),
     }
 }
 
@@ -93,7 +94,7 @@ impl NameReservations {
     /// names already in the parent's catalog).
     ///
     /// # Errors
-    /// [`SubagentError::NameTaken`].
+    /// [`AdmissionError::NameTaken`].
     pub fn reserve(
         &self,
         parent: &SessionId,
@@ -113,7 +114,9 @@ impl NameReservations {
     ) -> Result<NameReservation, SubagentError> {
         let key = (parent.clone(), name.to_owned());
         if taken.contains(name) || held.names.contains_key(&key) {
-            return Err(SubagentError::NameTaken(name.to_owned()));
+            return Err(SubagentError::Admission(AdmissionError::NameTaken(
+                name.to_owned(),
+            )));
         }
         let token = self.inner.next.fetch_add(1, Ordering::Relaxed);
         held.names.insert(key.clone(), token);

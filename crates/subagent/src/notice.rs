@@ -11,6 +11,7 @@
 //! the child's log with the notices already in its creator's log, and
 //! delivered exactly once ([`SubagentRuntime::deliver_lost_notices`]).
 
+use crate::DeliveryError;
 use std::collections::HashSet;
 use std::sync::Arc;
 
@@ -206,7 +207,9 @@ impl SubagentRuntime {
     ) -> Result<usize, SubagentError> {
         let reference = creator.reference();
         if !self.registry().is_live(&reference) {
-            return Err(SubagentError::NotLive(reference.id));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                reference.id,
+            )));
         }
         let entries = self.with_live_catalog(creator, |fold| fold.catalog().entries().to_vec())?;
         let mut sent = 0;
@@ -272,7 +275,9 @@ impl SubagentRuntime {
     ) -> Result<Vec<SessionId>, SubagentError> {
         let reference = creator.reference();
         if !self.registry().is_live(&reference) {
-            return Err(SubagentError::NotLive(reference.id));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                reference.id,
+            )));
         }
         let cataloged: HashSet<SessionId> = self.with_live_catalog(creator, |fold| {
             fold.catalog()

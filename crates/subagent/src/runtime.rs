@@ -6,6 +6,7 @@
 //! messaging, drain and tree. The runtime never reaches into a child's loop
 //! except through the core traits.
 
+use crate::{AdmissionError, DeliveryError, RegistryError};
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -144,21 +145,27 @@ impl SubagentRuntime {
     pub fn register(&self, provider: Arc<dyn SubagentProvider>) -> Result<(), SubagentError> {
         let name = provider.name().to_owned();
         if provider.continuable().is_none() && provider.external().is_none() {
-            return Err(SubagentError::UnsupportedCapability {
-                provider: name,
-                capability: "an execution path (continuable creation or start)",
-            });
+            return Err(SubagentError::Admission(
+                AdmissionError::UnsupportedCapability {
+                    provider: name,
+                    capability: "an execution path (continuable creation or start)",
+                },
+            ));
         }
         if provider.agent_route_defaults().is_some() && !provider.capabilities().agent_options {
-            return Err(SubagentError::UnsupportedCapability {
-                provider: name,
-                capability: "agent_options, which a default model route requires",
-            });
+            return Err(SubagentError::Admission(
+                AdmissionError::UnsupportedCapability {
+                    provider: name,
+                    capability: "agent_options, which a default model route requires",
+                },
+            ));
         }
         {
             let mut providers = lock(&self.inner.providers);
             if providers.iter().any(|p| p.name() == name) {
-                return Err(SubagentError::DuplicateProvider(name));
+                return Err(SubagentError::Registry(RegistryError::DuplicateProvider(
+                    name,
+                )));
             }
             providers.push(provider);
         }
@@ -226,12 +233,16 @@ impl SubagentRuntime {
     ) -> Result<Option<Arc<crate::activation::Activation>>, SubagentError> {
         let reference = agent.reference();
         if !self.registry().is_live(&reference) {
-            return Err(SubagentError::NotLive(reference.id));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                reference.id,
+            )));
         }
         match self.inner.activations.of_agent(&reference) {
             Some(activation) => Ok(Some(activation)),
             None if agent.header().parent_session.is_none() => Ok(None),
-            None => Err(SubagentError::NotAMember(reference.id)),
+            None => Err(SubagentError::Delivery(DeliveryError::NotAMember(
+                reference.id,
+            ))),
         }
     }
 

@@ -7,6 +7,7 @@
 //! log, the activation installed, the initial prompt accepted, the monitor
 //! running.
 
+use crate::{AdmissionError, DeliveryError, InfraError, RegistryError};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -87,14 +88,16 @@ impl SubagentRuntime {
 
     /// Every check a start makes before provider code runs.
     fn admit_start(&self, spec: ActivationSpec) -> Result<Admitted, SubagentError> {
-        let provider = self
-            .get(&spec.provider)
-            .ok_or_else(|| SubagentError::NoProvider(spec.provider.clone()))?;
+        let provider = self.get(&spec.provider).ok_or_else(|| {
+            SubagentError::Registry(RegistryError::NoProvider(spec.provider.clone()))
+        })?;
         check_capabilities(provider.as_ref(), &spec.request)?;
         let parent = spec.request.parent.clone();
         let parent_ref = parent.reference();
         if !self.registry().is_live(&parent_ref) {
-            return Err(SubagentError::NotLive(parent_ref.id));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                parent_ref.id,
+            )));
         }
         let root = self.root_id(parent.id());
         let cancel = spec.cancel.child_token();
@@ -107,12 +110,17 @@ impl SubagentRuntime {
             .delegation_depth
             .checked_add(1)
             .ok_or_else(|| {
-                SubagentError::InvalidRequest("the delegation depth overflows".into())
+                SubagentError::Admission(AdmissionError::InvalidRequest(
+                    "the delegation depth overflows".into(),
+                ))
             })?;
         if let Some(max) = spec.request.max_depth
             && depth > max
         {
-            return Err(SubagentError::DepthLimit { depth, max });
+            return Err(SubagentError::Admission(AdmissionError::DepthLimit {
+                depth,
+                max,
+            }));
         }
         let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
         let mut spec = spec;
@@ -126,10 +134,10 @@ impl SubagentRuntime {
             && (self.registry().get(child_id).is_some()
                 || lock(&self.inner.run_ids).contains(child_id))
         {
-            return Err(SubagentError::DuplicateRunId {
+            return Err(SubagentError::Infra(InfraError::DuplicateRunId {
                 provider: provider.name().to_owned(),
                 id: child_id.clone(),
-            });
+            }));
         }
         if cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
@@ -233,17 +241,19 @@ impl SubagentRuntime {
                 // A caller-supplied id may name a session of an earlier
                 // process: refuse it, and never touch that log.
                 if self.inner.store.exists(&child_id).await? {
-                    return Err(SubagentError::DuplicateRunId {
+                    return Err(SubagentError::Infra(InfraError::DuplicateRunId {
                         provider: provider.name().to_owned(),
                         id: child_id,
-                    });
+                    }));
                 }
                 child_id
             }
             None => SessionId::generate(),
         };
         let Some(continuable) = provider.continuable() else {
-            return Err(SubagentError::NoProvider(provider.name().to_owned()));
+            return Err(SubagentError::Registry(RegistryError::NoProvider(
+                provider.name().to_owned(),
+            )));
         };
         // Preparation has no effect to undo, so it can be abandoned.
         let prepared = tokio::select! {
@@ -277,7 +287,7 @@ impl SubagentRuntime {
             .await
             .map_err(|err| match err {
                 dsh_core::AgentError::Composition(message) => {
-                    SubagentError::InvalidRequest(message)
+                    SubagentError::Admission(AdmissionError::InvalidRequest(message))
                 }
                 other => SubagentError::from(other),
             })?;
@@ -348,10 +358,10 @@ impl SubagentRuntime {
                 // catalog, and its log says it has no task (B54).
                 self.uninstall(&activation);
                 handle.dispose().await;
-                Err(SubagentError::InitialPrompt {
+                Err(SubagentError::Infra(InfraError::InitialPrompt {
                     child: child_id,
                     reason: err.to_string(),
-                })
+                }))
             }
         }
     }
@@ -373,7 +383,9 @@ impl SubagentRuntime {
             ..
         } = admitted;
         let Some(external) = provider.external() else {
-            return Err(SubagentError::NoProvider(provider.name().to_owned()));
+            return Err(SubagentError::Registry(RegistryError::NoProvider(
+                provider.name().to_owned(),
+            )));
         };
         let request = spec.request;
         let parent = request.parent.clone();
@@ -406,10 +418,10 @@ impl SubagentRuntime {
                 lock(&self.inner.run_ids).remove(&child_id);
                 return Err(SubagentError::Cancelled);
             }
-            return Err(SubagentError::DuplicateRunId {
+            return Err(SubagentError::Infra(InfraError::DuplicateRunId {
                 provider: provider.name().to_owned(),
                 id: child_id,
-            });
+            }));
         }
         let name = reservation.name().to_owned();
         turn.wait().await;

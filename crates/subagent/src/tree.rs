@@ -6,6 +6,7 @@
 //! dispose an agent, never call the agent factory, and never write to a log.
 //! Resolution grants no authority; whoever acts on a resolved id checks it.
 
+use crate::DeliveryError;
 use std::collections::{HashMap, HashSet};
 
 use foldhash::fast::RandomState;
@@ -85,7 +86,7 @@ impl Unreadable {
 /// The error for a name that names no member of the caller's tree; the one
 /// place that chooses it.
 fn name_not_found(name: &str) -> SubagentError {
-    SubagentError::AgentNameNotFound(name.to_owned())
+    SubagentError::Delivery(DeliveryError::AgentNameNotFound(name.to_owned()))
 }
 
 /// How a listing treats a child of a given mode.
@@ -197,7 +198,9 @@ impl SubagentRuntime {
     ) -> Result<SessionId, SubagentError> {
         let reference = caller.reference();
         if !self.registry().is_live(&reference) {
-            return Err(SubagentError::NotLive(reference.id));
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                reference.id,
+            )));
         }
         let root = self.root_id(caller.id());
         if name == ROOT_NAME {

@@ -8,7 +8,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::future::Future;
+use dsh_subagent::{AdmissionError, InfraError, RegistryError};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -29,6 +29,7 @@ use dsh_subagent::{
     SubagentError, SubagentEvent, SubagentProvider, SubagentResult, SubagentRun, SubagentRuntime,
     fold_catalog,
 };
+use dsh_test_support::wait::{bounded, settle, until};
 use dsh_test_support::world::harness_and_runtime;
 use dsh_test_support::world::sid;
 use futures::FutureExt;
@@ -39,32 +40,6 @@ use tokio::sync::{Semaphore, watch};
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
-
-/// Bound a wait so a bug fails the test instead of hanging it. Never used
-/// for ordering.
-async fn within<F: Future>(future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .expect("timed out")
-}
-
-/// Yield until `condition` holds, failing after a bound (no sleeping).
-async fn until(what: &str, mut condition: impl FnMut() -> bool) {
-    for _ in 0..100_000 {
-        if condition() {
-            return;
-        }
-        tokio::task::yield_now().await;
-    }
-    panic!("timed out waiting until {what}");
-}
-
-/// Let every other ready task run for a while.
-async fn yield_many(count: usize) {
-    for _ in 0..count {
-        tokio::task::yield_now().await;
-    }
-}
 
 fn drain(rx: &mut UnboundedReceiver<SubagentEvent>) -> Vec<SubagentEvent> {
     let mut events = Vec::new();
@@ -316,7 +291,7 @@ impl SubagentRun for TestRun {
             });
         }
         match &self.0.dispose_error {
-            Some(message) => Err(SubagentError::Teardown(message.clone())),
+            Some(message) => Err(SubagentError::Infra(InfraError::Teardown(message.clone()))),
             None => Ok(()),
         }
     }
@@ -432,10 +407,10 @@ impl Probe {
 
     fn reached(&self) -> SubagentError {
         self.calls.fetch_add(1, Ordering::SeqCst);
-        SubagentError::Provider {
+        SubagentError::Infra(InfraError::Provider {
             provider: self.name.to_owned(),
             message: "the probe was reached".into(),
-        }
+        })
     }
 }
 
@@ -519,7 +494,9 @@ async fn b1_duplicate_registration_fails_and_the_first_stays() {
     });
     let err = env.runtime.register(second.clone()).unwrap_err();
     assert_eq!(err.code(), "DUPLICATE_PROVIDER");
-    assert!(matches!(&err, SubagentError::DuplicateProvider(name) if name == "spawn"));
+    assert!(
+        matches!(&err, SubagentError::Registry(RegistryError::DuplicateProvider(name)) if name == "spawn")
+    );
 
     let got = env.runtime.get("spawn").unwrap();
     assert!(same_provider(&got, &first));
@@ -539,7 +516,7 @@ async fn b1_a_provider_without_an_execution_path_is_refused() {
     let err = env.runtime.register(Arc::new(Bare)).unwrap_err();
     assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY");
     assert!(
-        matches!(&err, SubagentError::UnsupportedCapability { provider, .. } if provider == "bare")
+        matches!(&err, SubagentError::Admission(AdmissionError::UnsupportedCapability { provider, .. }) if provider == "bare")
     );
     assert!(env.runtime.get("bare").is_none());
     assert!(env.runtime.list().is_empty());
@@ -622,7 +599,7 @@ async fn b2_registration_and_removal_are_observable_and_listing_keeps_order() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b3_removal_blocks_new_starts_but_not_a_running_activation() {
     let env = env().await;
     let ext = Arc::new(External::new("ext"));
@@ -643,14 +620,14 @@ async fn b3_removal_blocks_new_starts_but_not_a_running_activation() {
     );
 
     // The activation handed out before the removal is untouched.
-    yield_many(100).await;
+    settle().await;
     let run = ext.run(0);
     assert_eq!(run.dispose_calls(), 0);
     assert_eq!(env.runtime.live_activations(), 1);
     assert!(activation.result().now_or_never().is_none());
 
     run.settle(completed("finished after removal"));
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     assert_eq!(output_text(&result), "finished after removal");
     assert_eq!(env.runtime.live_activations(), 0);
@@ -736,10 +713,10 @@ async fn b4_each_missing_flag_is_refused_before_any_provider_code_runs() {
             let context = format!("flag {} (external: {external})", flag.capability);
             assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY", "{context}: {err}");
             match &err {
-                SubagentError::UnsupportedCapability {
+                SubagentError::Admission(AdmissionError::UnsupportedCapability {
                     provider,
                     capability,
-                } => {
+                }) => {
                     assert_eq!(provider, "probe", "{context}");
                     assert_eq!(*capability, flag.capability, "{context}");
                 }
@@ -787,7 +764,7 @@ async fn b4_agent_preset_is_refused_for_a_provider_inheriting_parent_context() {
         let err = env.runtime.start_activation(spec).await.unwrap_err();
         assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY");
         assert!(
-            matches!(&err, SubagentError::UnsupportedCapability { capability, .. } if capability.starts_with("agent_preset")),
+            matches!(&err, SubagentError::Admission(AdmissionError::UnsupportedCapability { capability, .. }) if capability.starts_with("agent_preset")),
             "{err:?}"
         );
         assert_eq!(probe.calls(), 0);
@@ -817,7 +794,10 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     let err = env.runtime.start_activation(refused).await.unwrap_err();
     assert_eq!(err.code(), "DEPTH_LIMIT");
     assert!(
-        matches!(err, SubagentError::DepthLimit { depth: 1, max: 0 }),
+        matches!(
+            err,
+            SubagentError::Admission(AdmissionError::DepthLimit { depth: 1, max: 0 })
+        ),
         "{err:?}"
     );
     assert_eq!(probe.calls(), 0);
@@ -827,7 +807,7 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     allowed.request.max_depth = Some(1);
     let activation = env.runtime.start_activation(allowed).await.unwrap();
     assert_eq!(local.prepared(), 1);
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     let header = env.store.header(activation.child_id()).await.unwrap();
     assert_eq!(header.delegation_depth, 1);
@@ -841,7 +821,10 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     refused.request.max_depth = Some(2);
     let err = deep.runtime.start_activation(refused).await.unwrap_err();
     assert!(
-        matches!(err, SubagentError::DepthLimit { depth: 3, max: 2 }),
+        matches!(
+            err,
+            SubagentError::Admission(AdmissionError::DepthLimit { depth: 3, max: 2 })
+        ),
         "{err:?}"
     );
     assert_eq!(
@@ -854,7 +837,7 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
     let mut allowed = deep.spec("spawn");
     allowed.request.max_depth = Some(3);
     let activation = deep.runtime.start_activation(allowed).await.unwrap();
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
     let header = deep.store.header(activation.child_id()).await.unwrap();
     assert_eq!(header.delegation_depth, 3);
 
@@ -864,7 +847,7 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
         .start_activation(deep.spec("spawn"))
         .await
         .unwrap();
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
     let header = deep.store.header(activation.child_id()).await.unwrap();
     assert_eq!(header.delegation_depth, 3);
 }
@@ -917,7 +900,7 @@ fn b5_an_output_schema_outside_the_subset_cannot_be_built() {
 // B7-B9: publication, the caller's token, failure before publication
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longer_reaches_it() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
@@ -934,13 +917,13 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
 
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("the provider's start is called", || ext.started() == 1).await;
-    yield_many(200).await;
+    until(|| ext.started() == 1).await;
+    settle().await;
     assert!(!starting.is_finished(), "returned before the run started");
     assert_eq!(env.runtime.live_activations(), 0);
 
     gate.add_permits(1);
-    let activation = within(starting).await.unwrap().unwrap();
+    let activation = bounded(starting).await.unwrap().unwrap();
     let run = ext.run(0);
     assert_eq!(activation.child_id(), &run.id);
     assert_eq!(activation.name(), "remote");
@@ -954,7 +937,7 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
 
     // After publication the caller's token no longer reaches the run.
     token.cancel();
-    yield_many(500).await;
+    settle().await;
     assert_eq!(
         run.dispose_calls(),
         0,
@@ -964,7 +947,7 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
     assert_eq!(env.runtime.live_activations(), 1);
 
     run.settle(completed("remote answer"));
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     assert_eq!(output_text(&result), "remote answer");
 }
@@ -979,7 +962,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
     let mut spec = env.spec("ext");
     spec.delivery = Delivery::Parent;
     spec.name = Some("remote".into());
-    let activation = within(env.runtime.start_activation(spec)).await.unwrap();
+    let activation = bounded(env.runtime.start_activation(spec)).await.unwrap();
     let err = env
         .runtime
         .send_message(
@@ -990,7 +973,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
         )
         .await
         .unwrap_err();
-    assert_eq!(err.code(), "UNAUTHORIZED");
+    assert_eq!(err.code(), "EXTERNAL_TARGET");
     assert_eq!(
         err.to_string(),
         format!(
@@ -1011,10 +994,10 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
         .unwrap_err();
     assert!(stranger.to_string().contains("not a member"), "{stranger}");
     ext.run(0).settle(completed("done"));
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_callers_token() {
     let env = env().await;
     let local = Arc::new(Local::new("spawn"));
@@ -1054,11 +1037,11 @@ async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_cal
     );
 
     token.cancel();
-    yield_many(500).await;
+    settle().await;
     assert!(activation.result().now_or_never().is_none());
     assert_eq!(env.runtime.live_activations(), 1);
     model_gate.add_permits(1);
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(
         result.stop_reason,
         StopReason::COMPLETED,
@@ -1096,7 +1079,7 @@ async fn b9_cancelled_before_the_call_leaves_nothing_behind() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
@@ -1110,12 +1093,12 @@ async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     spec.cancel = token.clone();
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("preparation is in flight", || local.prepared() == 1).await;
-    yield_many(50).await;
+    until(|| local.prepared() == 1).await;
+    settle().await;
     assert!(!starting.is_finished());
 
     token.cancel();
-    let err = within(starting).await.unwrap().unwrap_err();
+    let err = bounded(starting).await.unwrap().unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
     env.assert_nothing_left(&mut events).await;
 
@@ -1125,7 +1108,7 @@ async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     again.name = Some("worker".into());
     let activation = env.runtime.start_activation(again).await.unwrap();
     assert_eq!(activation.name(), "worker");
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
 }
 
 #[tokio::test]
@@ -1146,9 +1129,9 @@ async fn b9_cancelled_during_an_external_start_leaves_nothing_behind() {
     spec.cancel = token.clone();
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("the start is in flight", || ext.started() == 1).await;
+    until(|| ext.started() == 1).await;
     token.cancel();
-    let err = within(starting).await.unwrap().unwrap_err();
+    let err = bounded(starting).await.unwrap().unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
     assert_eq!(ext.run_count(), 0);
     env.assert_nothing_left(&mut events).await;
@@ -1165,10 +1148,10 @@ async fn b9_cancelled_during_an_external_start_leaves_nothing_behind() {
 async fn b9_a_provider_failure_leaves_nothing_behind() {
     let env = env().await;
     let ext = Arc::new(External {
-        fail: Some(SubagentError::Provider {
+        fail: Some(SubagentError::Infra(InfraError::Provider {
             provider: "ext".into(),
             message: "could not spawn the agent".into(),
-        }),
+        })),
         ..External::new("ext")
     });
     env.runtime.register(ext.clone()).unwrap();
@@ -1186,7 +1169,7 @@ async fn b9_a_provider_failure_leaves_nothing_behind() {
 // B10: lifecycle events
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity() {
     let env = env().await;
     let local = Arc::new(Local::new("spawn"));
@@ -1217,17 +1200,17 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
         .start_activation(env.spec("spawn"))
         .await
         .unwrap();
-    let local_result = within(local_activation.result()).await.unwrap();
+    let local_result = bounded(local_activation.result()).await.unwrap();
     assert_eq!(local_result.stop_reason, StopReason::COMPLETED);
 
     let ext_activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(0)
         .settle(SubagentResult::stopped(StopReason::REFUSAL));
-    let ext_result = within(ext_activation.result()).await.unwrap();
+    let ext_result = bounded(ext_activation.result()).await.unwrap();
     assert_eq!(ext_result.stop_reason, StopReason::REFUSAL);
 
-    until("every monitor finished", || env.runtime.tasks().is_empty()).await;
-    yield_many(100).await;
+    until(|| env.runtime.tasks().is_empty()).await;
+    settle().await;
     let local_info = RunInfo {
         provider: "spawn".into(),
         child_id: local_activation.child_id().clone(),
@@ -1257,7 +1240,7 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
     // A later dispose emits nothing more.
     local_activation.dispose().await.unwrap();
     ext_activation.dispose().await.unwrap();
-    yield_many(100).await;
+    settle().await;
     assert!(drain(&mut events).is_empty());
 }
 
@@ -1280,7 +1263,7 @@ async fn b11_a_run_id_of_a_live_session_is_refused_and_the_run_disposed() {
     let err = env.runtime.start_activation(spec).await.unwrap_err();
     assert_eq!(err.code(), "DUPLICATE_RUN_ID");
     assert!(
-        matches!(&err, SubagentError::DuplicateRunId { provider, id } if provider == "ext" && id == env.parent.id()),
+        matches!(&err, SubagentError::Infra(InfraError::DuplicateRunId { provider, id }) if provider == "ext" && id == env.parent.id()),
         "{err:?}"
     );
     assert_eq!(
@@ -1336,7 +1319,7 @@ async fn b11_a_repeated_run_id_is_refused_across_parents_and_providers() {
     let starts = lifecycle(&drain(&mut events));
     assert_eq!(starts.len(), 1, "{starts:?}");
     first_provider.run(0).settle(completed("ok"));
-    let result = within(first.result()).await.unwrap();
+    let result = bounded(first.result()).await.unwrap();
     assert_eq!(output_text(&result), "ok");
 }
 
@@ -1370,7 +1353,7 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
         SubagentResult::stopped(StopReason::ERROR)
             .with_diagnostic("the agent process exited with status 3 during prompt"),
     );
-    let result = within(failed.result())
+    let result = bounded(failed.result())
         .await
         .expect("a child failure is not an Err");
     assert_eq!(result.stop_reason, StopReason::ERROR);
@@ -1382,21 +1365,21 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
     let limited = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(1)
         .settle(SubagentResult::stopped(StopReason::new("rate-limited")));
-    let result = within(limited.result()).await.unwrap();
+    let result = bounded(limited.result()).await.unwrap();
     assert_eq!(result.stop_reason.as_str(), "rate-limited");
     assert!(!result.stop_reason.is_known());
     assert!(!result.stop_reason.is_completed());
 
     // Only an infrastructure fault is an Err.
     let broken = env.runtime.start_activation(env.spec("ext")).await.unwrap();
-    ext.run(2).fail(SubagentError::Provider {
+    ext.run(2).fail(SubagentError::Infra(InfraError::Provider {
         provider: "ext".into(),
         message: "lost the run".into(),
-    });
-    let err = within(broken.result()).await.unwrap_err();
+    }));
+    let err = bounded(broken.result()).await.unwrap_err();
     assert_eq!(err.code(), "PROVIDER_FAILED");
 
-    until("every monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     let ends: Vec<RunOutcome> = drain(&mut events)
         .into_iter()
         .filter_map(|e| match e {
@@ -1426,7 +1409,7 @@ async fn b12_a_local_model_failure_resolves_with_stop_reason_error() {
         .start_activation(env.spec("spawn"))
         .await
         .unwrap();
-    let result = within(activation.result())
+    let result = bounded(activation.result())
         .await
         .expect("a model failure is not an Err");
     assert_eq!(result.stop_reason, StopReason::ERROR);
@@ -1481,7 +1464,7 @@ async fn b14_a_long_diagnostic_is_cut_on_a_char_boundary_with_the_marker() {
     env.runtime.register(ext.clone()).unwrap();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(0).settle(result);
-    let got = within(activation.result()).await.unwrap();
+    let got = bounded(activation.result()).await.unwrap();
     let diagnostic = got.diagnostic.unwrap();
     assert!(diagnostic.len() <= MAX_DIAGNOSTIC_BYTES);
     assert!(diagnostic.ends_with(TRUNCATION_MARKER));
@@ -1491,7 +1474,7 @@ async fn b14_a_long_diagnostic_is_cut_on_a_char_boundary_with_the_marker() {
 // B15: disposal and shared results
 // ---------------------------------------------------------------------------
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
     let env = env().await;
     let ext = Arc::new(External::new("ext"));
@@ -1502,15 +1485,15 @@ async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
         let third = activation.clone();
         tokio::spawn(async move { third.result().await })
     };
-    yield_many(50).await;
+    settle().await;
     assert!(!waiting.is_finished());
 
-    let (a, b) = within(async { tokio::join!(activation.dispose(), other.dispose()) }).await;
+    let (a, b) = bounded(async { tokio::join!(activation.dispose(), other.dispose()) }).await;
     a.unwrap();
     b.unwrap();
     let (ra, rb) = tokio::join!(activation.result(), other.result());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    let rc = within(waiting).await.unwrap().unwrap();
+    let rc = bounded(waiting).await.unwrap().unwrap();
     assert_eq!(ra, rb);
     assert_eq!(ra, rc);
     assert_eq!(ra.stop_reason, StopReason::ABORTED);
@@ -1518,7 +1501,7 @@ async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
 
     // Again, after the teardown: still fine, nothing more happens.
     activation.dispose().await.unwrap();
-    until("the monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     let run = ext.run(0);
     assert_eq!(run.effective_disposals(), 1);
     // The runtime disposes a stopped run once to stop it and once more in
@@ -1538,11 +1521,11 @@ async fn b15_a_settled_external_run_is_disposed_exactly_once_in_teardown() {
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     let run = ext.run(0);
     run.settle(completed("done"));
-    within(activation.result()).await.unwrap();
+    bounded(activation.result()).await.unwrap();
     assert_eq!(run.dispose_calls(), 1, "the result settles after teardown");
     activation.dispose().await.unwrap();
     activation.dispose().await.unwrap();
-    until("the monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     assert_eq!(run.dispose_calls(), 1);
 }
 
@@ -1557,7 +1540,7 @@ async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
     let (_sub, mut events) = env.runtime.events().subscribe();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(0).settle(completed("captured"));
-    let result = within(activation.result()).await.unwrap();
+    let result = bounded(activation.result()).await.unwrap();
     assert_eq!(output_text(&result), "captured");
 
     let err = activation.dispose().await.unwrap_err();
@@ -1569,7 +1552,7 @@ async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
     let again = activation.result().await.unwrap();
     assert_eq!(again, result, "the teardown failure replaced the result");
 
-    until("the monitor finished", || env.runtime.tasks().is_empty()).await;
+    until(|| env.runtime.tasks().is_empty()).await;
     let ends: Vec<RunOutcome> = drain(&mut events)
         .into_iter()
         .filter_map(|e| match e {
@@ -1581,7 +1564,7 @@ async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
     assert!(matches!(&ends[0], RunOutcome::Error(m) if m.contains("the process group survived")));
 }
 
-#[tokio::test]
+#[tokio::test(start_paused = true)]
 async fn b15_disposing_a_local_activation_stops_the_child() {
     let env = env().await;
     env.runtime.register(Arc::new(Local::new("spawn"))).unwrap();
@@ -1592,15 +1575,12 @@ async fn b15_disposing_a_local_activation_stops_the_child() {
         .await
         .unwrap();
     let child = env.runtime.registry().get(activation.child_id()).unwrap();
-    until("the child is running", || {
-        child.status() == dsh_core::AgentStatus::Running
-    })
-    .await;
-    yield_many(50).await;
+    until(|| child.status() == dsh_core::AgentStatus::Running).await;
+    settle().await;
     assert!(activation.result().now_or_never().is_none());
 
     let clone = activation.clone();
-    let (a, b) = within(async { tokio::join!(activation.dispose(), clone.dispose()) }).await;
+    let (a, b) = bounded(async { tokio::join!(activation.dispose(), clone.dispose()) }).await;
     a.unwrap();
     b.unwrap();
     let result = activation.result().await.unwrap();
@@ -1650,7 +1630,7 @@ async fn b17_a_tree_has_at_most_the_configured_live_children() {
     assert_eq!(ext.started(), 3);
 
     ext.run(0).settle(completed("one"));
-    within(first.result()).await.unwrap();
+    bounded(first.result()).await.unwrap();
     let third = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     // The third counts against the first tree, which had room again.
     assert_eq!(env.runtime.live_activations(), 3);
@@ -1687,7 +1667,7 @@ async fn b17_capacity_is_free_once_the_result_settles() {
     });
 
     ext.run(0).settle(completed("one"));
-    let result = within(first.result()).await.unwrap();
+    let result = bounded(first.result()).await.unwrap();
     assert_eq!(output_text(&result), "one");
     assert_eq!(env.runtime.live_activations(), 0);
     let next = env.runtime.start_activation(env.spec("ext")).await;
@@ -1727,7 +1707,7 @@ async fn names_an_invalid_name_fails_before_provider_code() {
         let err = env.runtime.start_activation(spec).await.unwrap_err();
         assert_eq!(err.code(), "INVALID_NAME", "{bad:?}: {err}");
         assert!(
-            matches!(&err, SubagentError::InvalidName { name, .. } if name == bad),
+            matches!(&err, SubagentError::Admission(AdmissionError::InvalidName { name, .. }) if name == bad),
             "{err:?}"
         );
     }
@@ -1749,7 +1729,7 @@ async fn names_a_name_is_taken_while_reserved_and_once_cataloged() {
     spec.name = Some("reviewer".into());
     let runtime = env.runtime.clone();
     let starting = tokio::spawn(async move { runtime.start_activation(spec).await });
-    until("preparation is in flight", || local.prepared() == 1).await;
+    until(|| local.prepared() == 1).await;
     let mut clash = env.spec("probe");
     clash.name = Some("reviewer".into());
     let err = env
@@ -1761,9 +1741,9 @@ async fn names_a_name_is_taken_while_reserved_and_once_cataloged() {
     assert!(err.to_string().contains("reviewer"), "{err}");
 
     gate.add_permits(1);
-    let first = within(starting).await.unwrap().unwrap();
+    let first = bounded(starting).await.unwrap().unwrap();
     assert_eq!(first.name(), "reviewer");
-    within(first.result()).await.unwrap();
+    bounded(first.result()).await.unwrap();
 
     // Settled or not, the catalog holds the name.
     let err = env.runtime.start_activation(clash).await.unwrap_err();
@@ -1794,8 +1774,8 @@ async fn names_omitted_names_are_agent_n_in_order() {
         .unwrap();
     assert_eq!(first.name(), "agent-1");
     assert_eq!(second.name(), "agent-2");
-    within(first.result()).await.unwrap();
-    within(second.result()).await.unwrap();
+    bounded(first.result()).await.unwrap();
+    bounded(second.result()).await.unwrap();
     let third = env
         .runtime
         .start_activation(env.spec("spawn"))
@@ -1850,7 +1830,7 @@ async fn b32_drain_reports_every_teardown_failure_together_after_all_branches_se
         .await
         .unwrap();
 
-    let err = within(
+    let err = bounded(
         env.runtime
             .drain_descendants(std::slice::from_ref(&env.parent)),
     )

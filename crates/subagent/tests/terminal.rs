@@ -9,6 +9,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_subagent::InfraError;
 use std::sync::Arc;
 
 use dsh_core::{CancellationToken, ContentBlock, Durability, StopReason};
@@ -159,10 +160,10 @@ async fn b54_an_infrastructure_failure_of_a_background_child_reaches_its_creator
     world
         .runtime
         .register(Arc::new(ExternalProvider::new("failing").ending(
-            RunEnd::Fails(SubagentError::Provider {
+            RunEnd::Fails(SubagentError::Infra(InfraError::Provider {
                 provider: "failing".into(),
                 message: "the remote end went away".into(),
-            }),
+            })),
         )))
         .unwrap();
     let mut spec = world.spec(Some("remote"));

@@ -26,6 +26,15 @@ pub fn user_texts(messages: &[Message]) -> Vec<String> {
         .collect()
 }
 
+/// The text of the first user message of `request` (empty without one):
+/// the agent's own first prompt.
+pub fn first_user_text(request: &ModelRequest) -> String {
+    user_texts(&request.messages)
+        .into_iter()
+        .next()
+        .unwrap_or_default()
+}
+
 /// The text of the last user message of `request` (empty without one).
 pub fn last_user_text(request: &ModelRequest) -> String {
     user_texts(&request.messages).pop().unwrap_or_default()

@@ -55,6 +55,20 @@ pub fn until(mut cond: impl FnMut() -> bool) -> impl Future<Output = ()> {
     }
 }
 
+/// Let every other task run until all of them wait on something no task can
+/// give them (a gate, a channel, a timer): for an absence check that can
+/// fail. It needs paused time (`#[tokio::test(start_paused = true)]`, a
+/// current-thread runtime): the virtual clock jumps to this sleep's end only
+/// when no task can run and no blocking task (a JSONL store's I/O) is in
+/// flight, so a task that could still finish has finished when it returns.
+/// Timers of the code under test that end sooner fire first.
+///
+/// # Cancel safety
+/// Dropping the future only stops waiting.
+pub async fn settle() {
+    tokio::time::sleep(Duration::from_secs(3600)).await;
+}
+
 /// Await `fut`; panic, naming the caller, if it has not finished after
 /// [`DEADLINE`] of wall-clock time.
 ///

@@ -4,7 +4,7 @@
 //! next; the stable [`ControlError::code`] is for hosts and tests.
 
 use dsh_core::ToolError;
-use dsh_subagent::SubagentError;
+use dsh_subagent::{AdmissionError, DeliveryError, SubagentError};
 
 /// A control tool's refusal or failure. Its `Display` text is what the model
 /// reads (as an error tool result).
@@ -144,28 +144,44 @@ impl ControlError {
     }
 
     /// The wording for a runtime error met while acting on the agent the
-    /// model called `name` (`caller` is the calling agent's session). Codes
-    /// that need the tree to be told apart (`UNAUTHORIZED`) are classified
-    /// by the tools before they get here; this is the rest.
+    /// model called `name` (`caller` is the calling agent's session). An
+    /// interrupt's `UNAUTHORIZED`, which needs the tree to tell a stranger
+    /// from an unknown name, is classified by that tool before it gets here;
+    /// this is the rest.
     pub(crate) fn from_runtime(
         name: &str,
         caller: &dsh_core::SessionId,
         err: SubagentError,
     ) -> Self {
         match err {
-            SubagentError::AgentNameNotFound(_) => Self::UnknownName(name.to_owned()),
-            SubagentError::NotResumable { reason, .. } => Self::NotResumable {
-                name: name.to_owned(),
-                reason,
-            },
-            SubagentError::DeliveryUnavailable(_) | SubagentError::Capacity(_) => {
+            SubagentError::Delivery(DeliveryError::AgentNameNotFound(_)) => {
+                Self::UnknownName(name.to_owned())
+            }
+            SubagentError::Delivery(DeliveryError::NotResumable { reason, .. }) => {
+                Self::NotResumable {
+                    name: name.to_owned(),
+                    reason,
+                }
+            }
+            SubagentError::Delivery(DeliveryError::DeliveryUnavailable(_))
+            | SubagentError::Admission(AdmissionError::Capacity(_)) => {
                 Self::DeliveryUnavailable(name.to_owned())
             }
-            SubagentError::Draining => Self::Draining,
+            SubagentError::Delivery(DeliveryError::MessageToSelf) => {
+                Self::MessageToSelf(name.to_owned())
+            }
+            SubagentError::Delivery(DeliveryError::NotInTree(_)) => {
+                Self::UnknownName(name.to_owned())
+            }
+            SubagentError::Delivery(DeliveryError::External(_)) => Self::External(name.to_owned()),
+            SubagentError::Delivery(DeliveryError::NotMessageable(_)) => {
+                Self::NotMessageable(name.to_owned())
+            }
+            SubagentError::Admission(AdmissionError::Draining) => Self::Draining,
             SubagentError::Cancelled => Self::Cancelled,
-            SubagentError::NotLive(id) if &id == caller => Self::NotLive,
-            SubagentError::NotLive(_) => Self::RootGone,
-            SubagentError::InvalidRequest(reason) => Self::Rejected {
+            SubagentError::Delivery(DeliveryError::NotLive(id)) if &id == caller => Self::NotLive,
+            SubagentError::Delivery(DeliveryError::NotLive(_)) => Self::RootGone,
+            SubagentError::Admission(AdmissionError::InvalidRequest(reason)) => Self::Rejected {
                 name: name.to_owned(),
                 reason,
             },
@@ -186,6 +202,7 @@ mod tests {
 
     use super::*;
     use dsh_core::SessionId;
+    use dsh_subagent::InfraError;
 
     /// Every refusal text, as the model reads it.
     #[test]
@@ -238,30 +255,61 @@ mod tests {
         let other = SessionId::new("root").unwrap();
         let cases = [
             (
-                SubagentError::AgentNameNotFound("x/y".into()),
+                SubagentError::Delivery(DeliveryError::AgentNameNotFound("x/y".into())),
                 "AGENT_NAME_NOT_FOUND",
             ),
             (
-                SubagentError::NotResumable {
+                SubagentError::Delivery(DeliveryError::NotResumable {
                     id: other.clone(),
                     reason: "gone".into(),
-                },
+                }),
                 "NOT_RESUMABLE",
             ),
             (
-                SubagentError::DeliveryUnavailable(other.clone()),
+                SubagentError::Delivery(DeliveryError::DeliveryUnavailable(other.clone())),
                 "DELIVERY_UNAVAILABLE",
             ),
-            (SubagentError::Capacity(2), "DELIVERY_UNAVAILABLE"),
-            (SubagentError::Draining, "DRAINING"),
-            (SubagentError::Cancelled, "CANCELLED"),
-            (SubagentError::NotLive(caller.clone()), "NOT_LIVE"),
-            (SubagentError::NotLive(other.clone()), "ROOT_GONE"),
             (
-                SubagentError::InvalidRequest("no images".into()),
+                SubagentError::Admission(AdmissionError::Capacity(2)),
+                "DELIVERY_UNAVAILABLE",
+            ),
+            (
+                SubagentError::Admission(AdmissionError::Draining),
+                "DRAINING",
+            ),
+            (SubagentError::Cancelled, "CANCELLED"),
+            (
+                SubagentError::Delivery(DeliveryError::MessageToSelf),
+                "MESSAGE_TO_SELF",
+            ),
+            (
+                SubagentError::Delivery(DeliveryError::NotInTree(other.clone())),
+                "AGENT_NAME_NOT_FOUND",
+            ),
+            (
+                SubagentError::Delivery(DeliveryError::External(other.clone())),
+                "EXTERNAL_TARGET",
+            ),
+            (
+                SubagentError::Delivery(DeliveryError::NotMessageable(other.clone())),
+                "NOT_MESSAGEABLE",
+            ),
+            (
+                SubagentError::Delivery(DeliveryError::NotLive(caller.clone())),
+                "NOT_LIVE",
+            ),
+            (
+                SubagentError::Delivery(DeliveryError::NotLive(other.clone())),
+                "ROOT_GONE",
+            ),
+            (
+                SubagentError::Admission(AdmissionError::InvalidRequest("no images".into())),
                 "INPUT_REJECTED",
             ),
-            (SubagentError::Teardown("x".into()), "FAILED"),
+            (
+                SubagentError::Infra(InfraError::Teardown("x".into())),
+                "FAILED",
+            ),
         ];
         for (err, code) in cases {
             let mapped = ControlError::from_runtime("x/y", &caller, err);

@@ -4,6 +4,7 @@
 
 use async_trait::async_trait;
 use dsh_core::{AgentStatus, Tool, ToolContext, ToolError, ToolOutput};
+use dsh_subagent::DeliveryError;
 use dsh_subagent::{InterruptAuthority, SubagentError};
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -83,7 +84,7 @@ impl Tool for InterruptAgentTool {
             .await
         {
             Ok(()) => {}
-            Err(SubagentError::Unauthorized(_)) => {
+            Err(SubagentError::Delivery(DeliveryError::NotAncestor(_))) => {
                 let view = TreeView::of(runtime, caller, &ctx.cancel).await?;
                 let known = target == view.root || view.row(&target).is_some();
                 return Err(if known {

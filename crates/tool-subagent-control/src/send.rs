@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{Agent, ContentBlock, SessionId, Tool, ToolContext, ToolError, ToolOutput};
-use dsh_subagent::{SubagentError, SubagentRuntime};
+use dsh_subagent::{DeliveryError, SubagentError, SubagentRuntime};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -67,7 +67,10 @@ pub(crate) async fn deliver(
         .await;
     match sent {
         Ok(_) => Ok(()),
-        Err(err @ SubagentError::Unauthorized(_)) => {
+        // The runtime judges membership by the target's stored lineage; a
+        // cataloged child without a session of its own (a one-shot run) is
+        // still in the listing, which says what it is.
+        Err(err @ SubagentError::Delivery(DeliveryError::NotInTree(_))) => {
             let view = TreeView::of(runtime, caller, cancel).await?;
             Err(view.message_refusal(name, target, err))
         }

@@ -2,6 +2,7 @@
 //! descendants, used to name agents for the model and to tell refusals
 //! apart. Read-only; it never loads, resumes or messages an agent.
 
+use dsh_subagent::DeliveryError;
 use std::sync::Arc;
 
 use dsh_core::{Agent, CancellationToken, SessionId};
@@ -27,7 +28,7 @@ impl TreeView {
         let root = match runtime.root_of(caller) {
             Ok(root) => root,
             // A live session outside every tree sees only its own, empty one.
-            Err(SubagentError::NotAMember(id)) => id,
+            Err(SubagentError::Delivery(DeliveryError::NotAMember(id))) => id,
             Err(err) => return Err(ControlError::Failed(err.to_string())),
         };
         let rows = runtime
@@ -56,8 +57,9 @@ impl TreeView {
             .unwrap_or_else(|| id.to_string())
     }
 
-    /// Why a target the runtime refused as `UNAUTHORIZED` for a message was
-    /// refused, judged from the listing.
+    /// Why a target the runtime refused as `NOT_IN_TREE` for a message was
+    /// refused, judged from the listing: a listed member is classified by
+    /// its mode, anything else is an unknown name.
     pub(crate) fn message_refusal(
         &self,
         name: &str,

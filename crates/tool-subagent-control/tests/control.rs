@@ -10,10 +10,11 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::wait::bounded;
+use dsh_test_support::world::sid;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::{
@@ -34,19 +35,6 @@ use dsh_test_support::TappedAgent;
 use dsh_tool_subagent_control::{ControlTools, RuntimeBinding, report_target};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
-
-/// How long any single wait may take before the test fails instead of hanging.
-const BOUND: Duration = Duration::from_secs(30);
-
-async fn bounded<F: std::future::Future>(what: &str, future: F) -> F::Output {
-    tokio::time::timeout(BOUND, future)
-        .await
-        .unwrap_or_else(|_| panic!("timed out: {what}"))
-}
-
-fn sid(text: &str) -> SessionId {
-    SessionId::new(text).unwrap()
-}
 
 fn user(text: &str) -> UserMessage {
     UserMessage::new(vec![ContentBlock::text(text)], MessageSource::User)
@@ -267,7 +255,7 @@ impl World {
 
     /// Wait until the model has received a request keyed `key`.
     async fn holding(&self, key: &str) {
-        bounded("the model holds the request", async {
+        bounded(async {
             while requests_of(self, key).is_empty() {
                 tokio::task::yield_now().await;
             }
@@ -293,7 +281,7 @@ impl World {
             call_id: CallId::new("direct"),
             cancel,
         };
-        match bounded(tool, self.tools[tool].execute(input, ctx)).await {
+        match bounded(self.tools[tool].execute(input, ctx)).await {
             Ok(output) => (
                 output.is_error,
                 dsh_core::content::joined_text(&output.content),
@@ -305,7 +293,7 @@ impl World {
     /// Start a turn of `agent` with `text` and wait until it is idle.
     async fn turn(&self, agent: &Arc<dyn Agent>, text: &str) {
         agent.followup(user(text)).await.unwrap();
-        bounded("turn", agent.wait_idle()).await;
+        bounded(agent.wait_idle()).await;
     }
 
     /// Record a hand-written catalog entry in `parent`'s log.
@@ -421,7 +409,7 @@ async fn list_agents_over_a_mixed_tree() {
     let quick = world
         .start_as(&lead, "spawn", "quick", "quick", Delivery::Caller)
         .await;
-    bounded("quick settles", quick.result()).await.unwrap();
+    bounded(quick.result()).await.unwrap();
     let a1 = world.held(&a, "a1").await;
     world.record(&lead, "old", ChildMode::ONE_SHOT).await;
     world.record(&lead, "ghost", ChildMode::CONTINUABLE).await;
@@ -560,7 +548,7 @@ async fn send_message_at_capacity_and_while_draining() {
     let quick = world
         .start_as(&lead, "spawn", "quick", "quick", Delivery::Caller)
         .await;
-    bounded("quick settles", quick.result()).await.unwrap();
+    bounded(quick.result()).await.unwrap();
     world.held(&lead, "a").await;
     let (error, full) = world
         .call(
@@ -571,12 +559,9 @@ async fn send_message_at_capacity_and_while_draining() {
         .await;
     assert!(error);
     world.gate.add_permits(1);
-    bounded(
-        "drain",
-        world.runtime.drain_descendants(std::slice::from_ref(&lead)),
-    )
-    .await
-    .unwrap();
+    bounded(world.runtime.drain_descendants(std::slice::from_ref(&lead)))
+        .await
+        .unwrap();
     let (error, draining) = world
         .call("send_message", &lead, json!({"to": "a", "message": "more"}))
         .await;
@@ -627,7 +612,7 @@ async fn interrupt_agent_authority_and_effect() {
         .call("interrupt_agent", &lead, json!({"to": "a/a1"}))
         .await;
     assert!(!error, "{stopped}");
-    bounded("a1 stops", a1.wait_idle()).await;
+    bounded(a1.wait_idle()).await;
     assert_eq!(stop_reasons(&a1), ["aborted"]);
     let (error, again) = world
         .call("interrupt_agent", &a, json!({"to": "a/a1"}))
@@ -687,10 +672,7 @@ async fn wait_returns_on_an_arrival() {
     let lead_gate = busy(&world, &lead, "lead: busy", Scripted::Text("ok".into())).await;
     let waiting = world.call("wait", &caller, json!({"timeout_ms": 600000}));
     let message = async {
-        bounded("wait checks", checked.acquire())
-            .await
-            .unwrap()
-            .forget();
+        bounded(checked.acquire()).await.unwrap().forget();
         world
             .call(
                 "send_message",
@@ -707,7 +689,7 @@ async fn wait_returns_on_an_arrival() {
     );
     // The turn reads the message and ends; the inbox is empty again.
     lead_gate.add_permits(1);
-    bounded("lead idle", lead.wait_idle()).await;
+    bounded(lead.wait_idle()).await;
 
     let lead_gate = busy(
         &world,
@@ -718,13 +700,10 @@ async fn wait_returns_on_an_arrival() {
     .await;
     let waiting = world.call("wait", &caller, json!({"timeout_ms": 600000}));
     let settle = async {
-        bounded("wait checks", checked.acquire())
-            .await
-            .unwrap()
-            .forget();
+        bounded(checked.acquire()).await.unwrap().forget();
         // b's held turn ends: it settles and notifies the lead.
         world.gate.add_permits(1);
-        bounded("b stops", b.wait_idle()).await;
+        bounded(b.wait_idle()).await;
     };
     let ((error, on_notice), ()) = tokio::join!(waiting, settle);
     assert!(!error, "{on_notice}");
@@ -758,14 +737,14 @@ async fn wait_with_pending_items_returns_at_once_and_content_is_shown_once() {
         .await;
     assert!(!error, "{text}");
     world.gate.add_permits(1);
-    bounded("the notice is pending", async {
+    bounded(async {
         while lead.pending().len() < 2 {
             tokio::task::yield_now().await;
         }
     })
     .await;
     lead_gate.add_permits(1);
-    bounded("lead turn", lead.wait_idle()).await;
+    bounded(lead.wait_idle()).await;
 
     let results = tool_results(&lead);
     assert_eq!(results.len(), 1);
@@ -826,10 +805,7 @@ async fn wait_is_cancellable() {
     let cancel = CancellationToken::new();
     let waiting = world.call_with("wait", &caller, json!({}), cancel.clone());
     let cancelling = async {
-        bounded("wait checks", checked.acquire())
-            .await
-            .unwrap()
-            .forget();
+        bounded(checked.acquire()).await.unwrap().forget();
         cancel.cancel();
     };
     let ((error, text), ()) = tokio::join!(waiting, cancelling);
@@ -842,7 +818,7 @@ async fn wait_is_cancellable() {
         [calls(&[("wait", json!({"timeout_ms": 600000}))])],
     );
     lead.followup(user("lead: wait long")).await.unwrap();
-    bounded("the wait call is made", async {
+    bounded(async {
         while !lead
             .events()
             .iter()
@@ -853,7 +829,7 @@ async fn wait_is_cancellable() {
     })
     .await;
     lead.cancel(CancelCause::User, CancelOptions::default());
-    bounded("lead stops", lead.wait_idle()).await;
+    bounded(lead.wait_idle()).await;
     assert_eq!(stop_reasons(&lead), ["aborted"]);
     let results = tool_results(&lead);
     assert_eq!(results.len(), 1);
@@ -884,7 +860,7 @@ async fn report_reaches_the_direct_parent_without_ending_the_turn() {
         .start_as(&a, "spawn", "a1", "report task", Delivery::Caller)
         .await;
     let child_id = child.child_id().clone();
-    let result = bounded("a1 settles", child.result()).await.unwrap();
+    let result = bounded(child.result()).await.unwrap();
     // The turn went on after the report: the model was asked again.
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     assert_eq!(

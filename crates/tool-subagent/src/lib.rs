@@ -14,6 +14,7 @@
 //! never message, interrupt or list agents (the control tools own agent
 //! identity) and never decide admission, which stays with the runtime.
 
+use dsh_subagent::{AdmissionError, RegistryError};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -460,16 +461,18 @@ fn started_in_background(name: &str, continuable: bool) -> String {
 /// A start the runtime refused, as a sentence the model can act on.
 fn refusal(err: &SubagentError) -> String {
     match err {
-        SubagentError::DepthLimit { .. } | SubagentError::Capacity(_) | SubagentError::Draining => {
+        SubagentError::Admission(AdmissionError::DepthLimit { .. })
+        | SubagentError::Admission(AdmissionError::Capacity(_))
+        | SubagentError::Admission(AdmissionError::Draining) => {
             format!("No subagent was started: {}.", sentence(err))
         }
-        SubagentError::NameTaken(name) => format!(
+        SubagentError::Admission(AdmissionError::NameTaken(name)) => format!(
             "No subagent was started: the name `{name}` is already taken by another of your subagents. Choose a different name, or leave `name` out."
         ),
-        SubagentError::InvalidName { name, reason } => format!(
+        SubagentError::Admission(AdmissionError::InvalidName { name, reason }) => format!(
             "No subagent was started: `{name}` cannot be used as a name ({reason}). Choose another name, or leave `name` out."
         ),
-        SubagentError::NoProvider(provider) => format!(
+        SubagentError::Registry(RegistryError::NoProvider(provider)) => format!(
             "No subagent was started: the `{provider}` provider is not available right now. Do the task yourself or try again later."
         ),
         SubagentError::Cancelled => "The subagent start was cancelled.".to_owned(),
@@ -595,15 +598,15 @@ mod tests {
     #[test]
     fn refusals_are_sentences() {
         let refusals: Vec<String> = [
-            SubagentError::DepthLimit { depth: 4, max: 3 },
-            SubagentError::Capacity(8),
-            SubagentError::NameTaken("scout".into()),
-            SubagentError::InvalidName {
+            SubagentError::Admission(AdmissionError::DepthLimit { depth: 4, max: 3 }),
+            SubagentError::Admission(AdmissionError::Capacity(8)),
+            SubagentError::Admission(AdmissionError::NameTaken("scout".into())),
+            SubagentError::Admission(AdmissionError::InvalidName {
                 name: "Scout".into(),
                 reason: "a name starts with a lower-case letter",
-            },
-            SubagentError::NoProvider("fork".into()),
-            SubagentError::Draining,
+            }),
+            SubagentError::Registry(RegistryError::NoProvider("fork".into())),
+            SubagentError::Admission(AdmissionError::Draining),
             SubagentError::Cancelled,
         ]
         .iter()

@@ -12,6 +12,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::requests::user_texts;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,21 +31,9 @@ use dsh_tool_subagent_control::ControlTools;
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
-/// Every text of the user messages of a request.
-fn user_texts(request: &ModelRequest) -> Vec<String> {
-    request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::User { content, .. } => Some(joined_text(content)),
-            _ => None,
-        })
-        .collect()
-}
-
 /// Which agent a request belongs to, from the task marker in its prompt.
 fn role(request: &ModelRequest) -> &'static str {
-    let texts = user_texts(request);
+    let texts = user_texts(&request.messages);
     for role in ["digger", "reviewer", "researcher"] {
         let marker = format!("[{role}]");
         if texts.iter().any(|text| text.starts_with(&marker)) {
@@ -84,7 +73,7 @@ struct Gates {
 }
 
 fn lead(request: &ModelRequest, gates: &Gates) -> Scripted {
-    if user_texts(request).len() == 1 {
+    if user_texts(&request.messages).len() == 1 {
         return Scripted::Text("Hello. Tell me what to plan.".into());
     }
     if calls_of(request, "subagent") == 0 {
@@ -167,7 +156,7 @@ fn researcher(request: &ModelRequest, gate: &Arc<Semaphore>) -> Scripted {
 fn reviewer(request: &ModelRequest, gate: &Arc<Semaphore>) -> Scripted {
     // The lead's message may be in the first request or steered in later,
     // depending on when the reviewer's loop first ran; the answer is the same.
-    let answer = if user_texts(request)
+    let answer = if user_texts(&request.messages)
         .iter()
         .any(|t| t == "Also check the rollback plan.")
     {
@@ -375,7 +364,7 @@ async fn a_lead_delegates_lists_messages_waits_and_a_grandchild_reports() {
     assert_eq!(paths, ["researcher", "researcher/digger", "reviewer"]);
     let researcher_saw_report = model.requests().iter().any(|request| {
         role(request) == "researcher"
-            && user_texts(request)
+            && user_texts(&request.messages)
                 .iter()
                 .any(|text| text == "Found three timeouts in the deploy logs.")
     });

@@ -6,6 +6,8 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::requests::first_user_text;
+use dsh_test_support::wait::bounded;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -45,7 +47,7 @@ impl World {
             .followup(UserMessage::user_text(text))
             .await
             .unwrap();
-        within(self.lead().wait_idle()).await;
+        bounded(self.lead().wait_idle()).await;
     }
 
     /// The requests the lead's model saw (the ones whose first message is
@@ -57,24 +59,6 @@ impl World {
             .filter(|request| first_user_text(request).starts_with("lead:"))
             .collect()
     }
-}
-
-async fn within<F: std::future::Future>(future: F) -> F::Output {
-    tokio::time::timeout(Duration::from_secs(10), future)
-        .await
-        .expect("timed out")
-}
-
-/// The text of a request's first user message: the agent's own first prompt.
-fn first_user_text(request: &ModelRequest) -> String {
-    request
-        .messages
-        .iter()
-        .find_map(|m| match m {
-            Message::User { content, .. } => Some(joined_text(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
 }
 
 /// The text of the last tool result in a request.
@@ -448,7 +432,7 @@ async fn b44_cancelling_a_foreground_call_disposes_the_child() {
         .await
         .unwrap();
     // Wait until the child is live and its model call hangs.
-    within(async {
+    bounded(async {
         while world.runtime.live_activations() == 0
             || world
                 .model
@@ -464,8 +448,8 @@ async fn b44_cancelling_a_foreground_call_disposes_the_child() {
         dsh_core::CancelCause::User,
         dsh_core::CancelOptions::default(),
     );
-    within(world.lead().wait_idle()).await;
-    within(async {
+    bounded(world.lead().wait_idle()).await;
+    bounded(async {
         while world.runtime.live_activations() > 0 {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
@@ -491,7 +475,7 @@ async fn b44_a_background_call_returns_the_name_and_the_result_arrives_as_a_noti
     insta::assert_snapshot!("background_started", text);
 
     // The notice wakes the lead for another turn.
-    within(async {
+    bounded(async {
         loop {
             let notice = world.lead_requests().iter().any(|r| {
                 r.messages.iter().any(|m| {
