@@ -664,10 +664,10 @@ pub(crate) async fn start(
                             message.push_str(&lines.join(" | "));
                         }
                     }
-                    Err(SubagentError::Provider {
+                    Err(SubagentError::Infra(InfraError::Provider {
                         provider: config.name.clone(),
                         message,
-                    })
+                    }))
                 }
                 None => Err(SubagentError::Cancelled),
             }
