@@ -21,6 +21,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod agents;
+mod config;
 mod demo;
 mod error;
 mod model;
@@ -52,6 +53,11 @@ struct Cli {
     /// `target=level,...` list) overrides it.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Read this configuration file instead of looking for `dsh.toml` in
+    /// the working directory, then in `$XDG_CONFIG_HOME/dsh/` (or
+    /// `~/.config/dsh/`).
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,14 +70,48 @@ struct DirArg {
     dir: PathBuf,
 }
 
-/// Which model drives the agents.
+/// Which model drives the agents, and the tree's limits.
 #[derive(Debug, Args)]
 struct ModelArg {
-    /// `openai:<model>` (key from OPENAI_API_KEY, base URL from
-    /// OPENAI_BASE_URL), or `demo` for the offline scripted demo (the
-    /// default when neither this nor DSH_MODEL is set).
+    /// `<provider>:<model>`, a provider alone (its `model` in dsh.toml), or
+    /// `demo` for the offline scripted demo (the default when neither
+    /// this, DSH_MODEL nor dsh.toml's `model` is set). `openai` is built in
+    /// (key from OPENAI_API_KEY, base URL from OPENAI_BASE_URL); others are
+    /// `[providers.<name>]` tables of dsh.toml.
     #[arg(long, value_name = "PROVIDER:MODEL", env = "DSH_MODEL")]
     model: Option<String>,
+    /// The API's base URL (`https://host/v1`), over the provider's.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// The environment variable holding the API key, over the provider's.
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+    /// Live children at once in the tree (dsh.toml `limits.max_live_children`).
+    #[arg(long, value_name = "N")]
+    max_live_children: Option<usize>,
+    /// The deepest a child may be (dsh.toml `limits.max_depth`).
+    #[arg(long, value_name = "N")]
+    max_depth: Option<u32>,
+    /// Model requests in one turn of one agent (dsh.toml
+    /// `limits.max_turn_steps`).
+    #[arg(long, value_name = "N")]
+    max_turn_steps: Option<u32>,
+}
+
+impl ModelArg {
+    /// These flags as overrides of the configuration file.
+    fn overrides(self, config: Option<PathBuf>) -> config::Overrides {
+        config::Overrides {
+            config,
+            model: self.model,
+            base_url: self.base_url,
+            api_key_env: self.api_key_env,
+            max_live_children: self.max_live_children,
+            max_depth: self.max_depth,
+            max_turn_steps: self.max_turn_steps,
+            ..config::Overrides::default()
+        }
+    }
 }
 
 /// Which tree a name is looked up in.
@@ -101,14 +141,17 @@ enum Command {
         /// offered to every agent as the `acp` tool (external children).
         #[arg(long, value_name = "COMMAND")]
         acp_command: Option<std::path::PathBuf>,
-        /// An argument for `--acp-command` (repeat for several).
-        #[arg(
-            long = "acp-arg",
-            value_name = "ARG",
-            allow_hyphen_values = true,
-            requires = "acp_command"
-        )]
+        /// An argument for the ACP agent (repeat for several; replaces
+        /// dsh.toml's `acp.args`).
+        #[arg(long = "acp-arg", value_name = "ARG", allow_hyphen_values = true)]
         acp_args: Vec<String>,
+        /// A variable passed through to the ACP agent when set (repeat for
+        /// several; added to dsh.toml's `acp.pass_env`).
+        #[arg(long = "acp-env", value_name = "VAR")]
+        acp_env: Vec<String>,
+        /// How the ACP agent's permission requests are answered.
+        #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow"])]
+        acp_permission: Option<String>,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
@@ -124,13 +167,18 @@ enum Command {
         #[arg(long)]
         prune_orphans: bool,
     },
-    /// Send a message to a child as the user and print its reply.
+    /// Send a message to a child as the user and print its reply, or to
+    /// `lead` to continue the lead's conversation with its whole tree.
     ///
-    /// The reply is the answer of the turn that took this message, never an
-    /// older one; then the tree is stopped, and the child's notice waits in
-    /// the root's inbox for its next run.
+    /// The tree's own model is used (recorded when `dsh run` built it)
+    /// unless `--model` names another. A child's reply is the answer of the
+    /// turn that took this message, never an older one; then the tree is
+    /// stopped, and the child's notice waits in the root's inbox for its
+    /// next run. To `lead`, the command runs as `dsh run` does, until the
+    /// whole tree is done, waking cold children as the lead addresses them.
     Send {
-        /// The child's name or path (`researcher`, `a/b`) or session id.
+        /// The child's name or path (`researcher`, `a/b`) or session id, or
+        /// `lead`.
         name: String,
         /// The message.
         message: String,
@@ -254,7 +302,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(execute(cli.command));
+    let outcome = runtime.block_on(execute(cli.command, cli.config));
     // Nothing may outlive the command: tasks still parked are dropped here.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
@@ -266,7 +314,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn execute(command: Command) -> Result<(), CliError> {
+async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliError> {
     match command {
         Command::Run {
             prompt,
@@ -274,13 +322,34 @@ async fn execute(command: Command) -> Result<(), CliError> {
             model,
             acp_command,
             acp_args,
+            acp_env,
+            acp_permission,
         } => {
+            let overrides = config::Overrides {
+                acp_command,
+                acp_args,
+                acp_env,
+                acp_permission: acp_permission.map(|policy| {
+                    if policy == "allow" {
+                        dsh_subagent_acp::PermissionPolicy::Allow
+                    } else {
+                        dsh_subagent_acp::PermissionPolicy::Reject
+                    }
+                }),
+                ..model.overrides(config)
+            };
+            let settings = config::load(&overrides)?;
+            if settings.acp.is_none() && !overrides.acp_args.is_empty() {
+                return Err(CliError::BadFlag(
+                    "--acp-arg: no ACP agent is configured (--acp-command or dsh.toml's [acp])"
+                        .to_owned(),
+                ));
+            }
             run::run(run::RunArgs {
                 prompt,
                 dir: dir.dir,
-                model: model.model,
-                acp_command,
-                acp_args,
+                settings,
+                resume: None,
             })
             .await
         }
@@ -298,12 +367,13 @@ async fn execute(command: Command) -> Result<(), CliError> {
             root,
             model,
         } => {
+            let settings = config::load(&model.overrides(config))?;
             send::send(send::SendArgs {
                 name,
                 message,
                 dir: dir.dir,
                 root: root.root,
-                model: model.model,
+                settings,
             })
             .await
         }

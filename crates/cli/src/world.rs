@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use dsh_core::{Model, SessionStore, Tool};
+use dsh_core::{AgentOptions, Model, SessionStore, Tool};
 use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
 use dsh_subagent_acp::{AcpConfig, AcpProvider};
@@ -17,6 +17,7 @@ use dsh_subagent_spawn::SpawnProvider;
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 
+use crate::config::Limits;
 use crate::error::CliError;
 use crate::observe::{Observed, Reporter};
 
@@ -43,28 +44,40 @@ fn install_error(err: impl std::fmt::Display) -> CliError {
 
 impl World {
     /// Build the world over `store` with `model`; tools report to `reporter`;
-    /// `acp`, when given, adds the `acp` provider and its tool.
+    /// `acp`, when given, adds the `acp` provider and its tool; `limits`
+    /// bound the tree (live children, depth) and every turn (steps).
     pub fn build(
         store: Arc<dyn SessionStore>,
         model: Arc<dyn Model>,
         reporter: Option<&Arc<Reporter>>,
         acp: Option<AcpConfig>,
+        limits: Limits,
     ) -> Result<Self, CliError> {
         let harness = Harness::builder(store.clone())
             .model(model)
             .prompt(SystemPrompt::new().section("role", SYSTEM_PROMPT))
+            .defaults(AgentOptions {
+                max_turn_steps: limits.max_turn_steps,
+                ..AgentOptions::default()
+            })
             .build()
             .map_err(install_error)?;
         let runtime = SubagentRuntime::new(
             Arc::new(harness.clone()),
             store.clone(),
-            RuntimeConfig::default(),
+            RuntimeConfig {
+                max_live_children_per_tree: limits.max_live_children,
+            },
         );
         runtime.register(Arc::new(SpawnProvider::new()))?;
         runtime.register(Arc::new(ForkProvider::new()))?;
-        let spawn = SubagentToolConfig::new("spawn");
+        let spawn = SubagentToolConfig {
+            max_depth: MaxDepth::Limit(limits.max_depth),
+            ..SubagentToolConfig::new("spawn")
+        };
         let fork = SubagentToolConfig {
             tool_name: "fork".to_owned(),
+            max_depth: MaxDepth::Limit(limits.max_depth),
             ..SubagentToolConfig::new("fork")
         };
         let mut configs = vec![spawn, fork];
