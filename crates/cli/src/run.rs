@@ -134,6 +134,7 @@ async fn run_over(
         args.dir.display()
     ));
     let prompt = args.prompt.unwrap_or_else(|| DEMO_PROMPT.to_owned());
+    let earlier_resumed = args.resume.is_some();
     let handle = match args.resume {
         // The lead's conversation goes on; its children stay cold until it
         // addresses them (the runtime resumes them on demand).
@@ -167,6 +168,14 @@ async fn run_over(
         }
     };
     let lead = handle.agent().clone();
+    tracing::info!(
+        lead = %lead.id(),
+        model = %settings.model.spec(),
+        sessions = %args.dir.display(),
+        config = ?settings.file,
+        resumed = earlier_resumed,
+        "run started"
+    );
     // Only the answers of turns that start now are printed.
     let earlier = transcript::finished_turns(&lead.events()).len();
     reporter.lead(&lead, &prompt);
@@ -214,6 +223,10 @@ async fn run_over(
         summary(&world, &lead, &reporter, settings.price()).await;
     }
     shutdown(&world, Some(&*reporter)).await;
+    match &outcome {
+        Ok(()) => tracing::info!(lead = %lead.id(), "run ended"),
+        Err(err) => tracing::warn!(lead = %lead.id(), "run failed: {err}"),
+    }
     outcome
 }
 
