@@ -84,6 +84,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
         None,
         None,
         Default::default(),
+        None,
     )?;
     let mut out = String::new();
     let mut listed: HashSet<SessionId> = HashSet::new();
@@ -229,6 +230,7 @@ mod tests {
             None,
             None,
             Default::default(),
+            None,
         )
         .unwrap();
         let lead = world

@@ -14,6 +14,7 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use dsh_subagent_acp::{AcpConfig, PermissionPolicy};
+use dsh_tool_workspace::Level;
 use serde::Deserialize;
 
 use crate::error::CliError;
@@ -39,6 +40,9 @@ pub struct ConfigFile {
     /// Prices by model id, for the cost shown with the tokens.
     #[serde(default)]
     pub prices: BTreeMap<String, Price>,
+    /// What the workspace tools may do: `read-only` (the default),
+    /// `workspace-write` or `full`.
+    pub sandbox: Option<String>,
 }
 
 /// One OpenAI-compatible API.
@@ -128,6 +132,8 @@ pub struct Overrides {
     pub acp_env: Vec<String>,
     /// `--acp-permission`.
     pub acp_permission: Option<PermissionPolicy>,
+    /// `--sandbox`.
+    pub sandbox: Option<Level>,
 }
 
 /// The tree's limits, resolved.
@@ -162,6 +168,8 @@ pub struct Settings {
     pub limits: Limits,
     /// The ACP agent, when one is configured.
     pub acp: Option<AcpConfig>,
+    /// What the workspace tools may do without asking.
+    pub sandbox: Level,
     /// Prices by model id.
     pub prices: BTreeMap<String, Price>,
     /// The flags, for a command that resolves a model again (`send` over a
@@ -360,6 +368,13 @@ pub fn resolve(
         }
     }
     let acp = acp(source, parsed.acp, overrides)?;
+    let sandbox = match (overrides.sandbox, &parsed.sandbox) {
+        (Some(level), _) => level,
+        (None, Some(name)) => name
+            .parse::<Level>()
+            .map_err(|err| bad(source, "sandbox", err.to_string()))?,
+        (None, None) => Level::default(),
+    };
     Ok(Settings {
         file: file.map(Path::to_owned),
         model,
@@ -369,6 +384,7 @@ pub fn resolve(
             max_turn_steps,
         },
         acp,
+        sandbox,
         prices: parsed.prices,
         overrides: overrides.clone(),
     })
@@ -561,6 +577,7 @@ mod tests {
         assert!(acp.inherit_env.contains(&"CODEX_HOME".to_owned()));
         assert!(acp.inherit_env.contains(&"PATH".to_owned()));
         assert_eq!(acp.permission, PermissionPolicy::Reject);
+        assert_eq!(settings.sandbox, Level::WorkspaceWrite);
         let cost = settings.prices["deepseek-chat"].cost(1_000_000, 500_000);
         assert!((cost - (0.27 + 0.55)).abs() < 1e-9, "{cost}");
     }
@@ -579,6 +596,7 @@ mod tests {
             acp_args: vec!["y".into()],
             acp_env: vec!["EXTRA".into()],
             acp_permission: Some(PermissionPolicy::Allow),
+            sandbox: Some(Level::Full),
             config: None,
         };
         let settings = settings(text, &overrides).unwrap();
@@ -606,6 +624,7 @@ mod tests {
         assert!(acp.inherit_env.contains(&"CODEX_HOME".to_owned()));
         assert!(acp.inherit_env.contains(&"EXTRA".to_owned()));
         assert_eq!(acp.permission, PermissionPolicy::Allow);
+        assert_eq!(settings.sandbox, Level::Full);
     }
 
     #[test]
@@ -637,6 +656,7 @@ mod tests {
             "[prices.gpt-4o]\ninput = -1.0\noutput = 1.0",
             "[prices.gpt-4o]\ninput = 1.0",
             "model = \"demo",
+            "sandbox = \"yolo\"",
         ];
         let lines: Vec<String> = cases
             .iter()

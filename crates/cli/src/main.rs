@@ -99,6 +99,12 @@ struct ModelArg {
     /// `limits.max_turn_steps`).
     #[arg(long, value_name = "N")]
     max_turn_steps: Option<u32>,
+    /// What the workspace tools may do over the working directory:
+    /// `read-only` (the default: read, list, grep), `workspace-write`
+    /// (also writes and `shell` inside it) or `full`; an action above
+    /// it is refused with a sentence the model can act on.
+    #[arg(long, value_name = "LEVEL", value_parser = ["read-only", "workspace-write", "full"])]
+    sandbox: Option<String>,
 }
 
 impl ModelArg {
@@ -112,6 +118,7 @@ impl ModelArg {
             max_live_children: self.max_live_children,
             max_depth: self.max_depth,
             max_turn_steps: self.max_turn_steps,
+            sandbox: self.sandbox.and_then(|level| level.parse().ok()),
             ..config::Overrides::default()
         }
     }

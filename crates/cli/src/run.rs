@@ -114,6 +114,7 @@ async fn run_over(
         Some(&reporter),
         settings.acp.clone(),
         settings.limits,
+        Some((&cwd, settings.sandbox)),
     )?;
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.

@@ -98,6 +98,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         None,
         None,
         args.settings.limits,
+        Some((&std::env::current_dir()?, args.settings.sandbox)),
     )?;
     let mut lead = None;
     let outcome = tokio::select! {

@@ -28,6 +28,7 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
         None,
         None,
         Default::default(),
+        None,
     )?;
     let member = sessions::resolve(&world.runtime, &root, name).await?;
     if let Member::Child(row) = &member

@@ -2,7 +2,8 @@
 //! with the chosen model, the subagent runtime over the harness, the `spawn`
 //! and `fork` providers, and the host tools every agent gets (the
 //! `subagent` tool for spawn, the `fork` tool for fork, and the five control
-//! tools), plus, when an ACP agent command is configured, the `acp` provider
+//! tools) and, for the commands that run agents, the workspace tools over
+//! the working directory under the `--sandbox` level; plus, when an ACP agent command is configured, the `acp` provider
 //! and its `acp` tool; each tool is wrapped for the reporter when there is
 //! one. This module only assembles; it starts no agent.
 
@@ -16,6 +17,7 @@ use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
+use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
 
 use crate::config::Limits;
 use crate::error::CliError;
@@ -45,13 +47,16 @@ fn install_error(err: impl std::fmt::Display) -> CliError {
 impl World {
     /// Build the world over `store` with `model`; tools report to `reporter`;
     /// `acp`, when given, adds the `acp` provider and its tool; `limits`
-    /// bound the tree (live children, depth) and every turn (steps).
+    /// bound the tree (live children, depth) and every turn (steps);
+    /// `workspace`, when given, adds the six workspace tools over that root
+    /// at that level.
     pub fn build(
         store: Arc<dyn SessionStore>,
         model: Arc<dyn Model>,
         reporter: Option<&Arc<Reporter>>,
         acp: Option<AcpConfig>,
         limits: Limits,
+        workspace: Option<(&std::path::Path, Level)>,
     ) -> Result<Self, CliError> {
         let harness = Harness::builder(store.clone())
             .model(model)
@@ -96,6 +101,13 @@ impl World {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
         tools.extend(ControlTools::new(runtime.clone()));
+        if let Some((root, level)) = workspace {
+            // No asker: an action above the level is refused with a
+            // sentence the model can act on.
+            let workspace = WorkspaceTools::new(root, Policy::new(level, None))
+                .map_err(|err| CliError::Refused(format!("cannot use the workspace: {err}")))?;
+            tools.extend(workspace);
+        }
         for tool in tools {
             let tool = match reporter {
                 Some(reporter) => Observed::wrap(tool, reporter),
