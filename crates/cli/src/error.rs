@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use dsh_core::{AgentError, StoreError};
 use dsh_subagent::SubagentError;
 
-/// Exit code: bad arguments or configuration (`--model`, a missing key).
+/// Exit code: bad arguments or configuration (`--model`, a bad `dsh.toml`,
+/// a missing key).
 pub const EXIT_USAGE: u8 = 2;
 /// Exit code: a name, root or session directory that does not exist.
 pub const EXIT_NOT_FOUND: u8 = 3;
@@ -35,6 +36,20 @@ pub enum CliError {
         /// What is wrong with it.
         reason: String,
     },
+    /// The configuration file has a bad key or value, or one it names (an
+    /// API key variable) is unset.
+    #[error("{}: {}{reason}", .file.display(), if .key.is_empty() { String::new() } else { format!("{}: ", .key) })]
+    Config {
+        /// The file.
+        file: PathBuf,
+        /// The key's dotted path (`limits.max_depth`); empty for the file.
+        key: String,
+        /// What is wrong.
+        reason: String,
+    },
+    /// A flag's value is unusable (the text names the flag).
+    #[error("bad {0}")]
+    BadFlag(String),
     /// The model client cannot be configured (a missing key, a bad base URL).
     #[error("cannot configure the model: {0}")]
     ModelConfig(String),
@@ -106,7 +121,10 @@ impl CliError {
     /// The process exit code for this error.
     pub fn exit_code(&self) -> u8 {
         match self {
-            Self::BadModel { .. } | Self::ModelConfig(_) => EXIT_USAGE,
+            Self::BadModel { .. }
+            | Self::ModelConfig(_)
+            | Self::Config { .. }
+            | Self::BadFlag(_) => EXIT_USAGE,
             Self::NoSessionDir(_)
             | Self::NoSessions(_)
             | Self::UnknownRoot(_)

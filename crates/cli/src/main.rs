@@ -4,9 +4,11 @@
 //! OpenAI-compatible API.
 //!
 //! This file parses the command line, installs the diagnostics subscriber
-//! (`-v` or `RUST_LOG`: tracing's warnings and errors on stderr; silent by
+//! (`-v` or `RUST_LOG`: tracing's warnings and errors on stderr, silent by
 //! default, because every failure already reaches stderr as the command's
-//! own one line), and maps every failure to one line on stderr and an exit
+//! own one line; and for `run` and `send` a log file in `logs/` beside the
+//! session directory: warnings, errors and an ACP agent's stderr by
+//! default, every level with `-v`), and maps every failure to one line on stderr and an exit
 //! code; the commands live in their own modules. The
 //! command wires the harness, the runtime, the providers and the tools
 //! together; it must never reach an agent except through the runtime and
@@ -21,6 +23,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod agents;
+mod config;
 mod demo;
 mod error;
 mod model;
@@ -48,10 +51,16 @@ const DEFAULT_DIR: &str = "./.dsh/sessions";
 )]
 struct Cli {
     /// Print the agents' diagnostics on stderr: `-v` warnings and errors,
-    /// `-vv` also progress, `-vvv` debugging detail. `RUST_LOG` (a
-    /// `target=level,...` list) overrides it.
+    /// `-vv` also progress, `-vvv` debugging detail; with any `-v` the run's
+    /// log file (in `logs/` beside the session directory) gets every
+    /// level. `RUST_LOG` (a `target=level,...` list) overrides both.
     #[arg(short, long, action = clap::ArgAction::Count, global = true)]
     verbose: u8,
+    /// Read this configuration file instead of looking for `dsh.toml` in
+    /// the working directory, then in `$XDG_CONFIG_HOME/dsh/` (or
+    /// `~/.config/dsh/`).
+    #[arg(long, value_name = "FILE", global = true)]
+    config: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -64,14 +73,55 @@ struct DirArg {
     dir: PathBuf,
 }
 
-/// Which model drives the agents.
+/// Which model drives the agents, and the tree's limits.
 #[derive(Debug, Args)]
 struct ModelArg {
-    /// `openai:<model>` (key from OPENAI_API_KEY, base URL from
-    /// OPENAI_BASE_URL), or `demo` for the offline scripted demo (the
-    /// default when neither this nor DSH_MODEL is set).
+    /// `<provider>:<model>`, a provider alone (its `model` in dsh.toml), or
+    /// `demo` for the offline scripted demo (the default when neither
+    /// this, DSH_MODEL nor dsh.toml's `model` is set). `openai` is built in
+    /// (key from OPENAI_API_KEY, base URL from OPENAI_BASE_URL); others are
+    /// `[providers.<name>]` tables of dsh.toml.
     #[arg(long, value_name = "PROVIDER:MODEL", env = "DSH_MODEL")]
     model: Option<String>,
+    /// The API's base URL (`https://host/v1`), over the provider's.
+    #[arg(long, value_name = "URL")]
+    base_url: Option<String>,
+    /// The environment variable holding the API key, over the provider's.
+    #[arg(long, value_name = "VAR")]
+    api_key_env: Option<String>,
+    /// Live children at once in the tree (dsh.toml `limits.max_live_children`).
+    #[arg(long, value_name = "N")]
+    max_live_children: Option<usize>,
+    /// The deepest a child may be (dsh.toml `limits.max_depth`).
+    #[arg(long, value_name = "N")]
+    max_depth: Option<u32>,
+    /// Model requests in one turn of one agent (dsh.toml
+    /// `limits.max_turn_steps`).
+    #[arg(long, value_name = "N")]
+    max_turn_steps: Option<u32>,
+    /// What the workspace tools may do over the working directory:
+    /// `read-only` (the default: read, list, grep), `workspace-write`
+    /// (also writes and `shell` inside it) or `full`; an action above
+    /// it is refused with a sentence the model can act on.
+    #[arg(long, value_name = "LEVEL", value_parser = ["read-only", "workspace-write", "full"])]
+    sandbox: Option<String>,
+}
+
+impl ModelArg {
+    /// These flags as overrides of the configuration file.
+    fn overrides(self, config: Option<PathBuf>) -> config::Overrides {
+        config::Overrides {
+            config,
+            model: self.model,
+            base_url: self.base_url,
+            api_key_env: self.api_key_env,
+            max_live_children: self.max_live_children,
+            max_depth: self.max_depth,
+            max_turn_steps: self.max_turn_steps,
+            sandbox: self.sandbox.and_then(|level| level.parse().ok()),
+            ..config::Overrides::default()
+        }
+    }
 }
 
 /// Which tree a name is looked up in.
@@ -101,14 +151,17 @@ enum Command {
         /// offered to every agent as the `acp` tool (external children).
         #[arg(long, value_name = "COMMAND")]
         acp_command: Option<std::path::PathBuf>,
-        /// An argument for `--acp-command` (repeat for several).
-        #[arg(
-            long = "acp-arg",
-            value_name = "ARG",
-            allow_hyphen_values = true,
-            requires = "acp_command"
-        )]
+        /// An argument for the ACP agent (repeat for several; replaces
+        /// dsh.toml's `acp.args`).
+        #[arg(long = "acp-arg", value_name = "ARG", allow_hyphen_values = true)]
         acp_args: Vec<String>,
+        /// A variable passed through to the ACP agent when set (repeat for
+        /// several; added to dsh.toml's `acp.pass_env`).
+        #[arg(long = "acp-env", value_name = "VAR")]
+        acp_env: Vec<String>,
+        /// How the ACP agent's permission requests are answered.
+        #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow"])]
+        acp_permission: Option<String>,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
@@ -124,13 +177,18 @@ enum Command {
         #[arg(long)]
         prune_orphans: bool,
     },
-    /// Send a message to a child as the user and print its reply.
+    /// Send a message to a child as the user and print its reply, or to
+    /// `lead` to continue the lead's conversation with its whole tree.
     ///
-    /// The reply is the answer of the turn that took this message, never an
-    /// older one; then the tree is stopped, and the child's notice waits in
-    /// the root's inbox for its next run.
+    /// The tree's own model is used (recorded when `dsh run` built it)
+    /// unless `--model` names another. A child's reply is the answer of the
+    /// turn that took this message, never an older one; then the tree is
+    /// stopped, and the child's notice waits in the root's inbox for its
+    /// next run. To `lead`, the command runs as `dsh run` does, until the
+    /// whole tree is done, waking cold children as the lead addresses them.
     Send {
-        /// The child's name or path (`researcher`, `a/b`) or session id.
+        /// The child's name or path (`researcher`, `a/b`) or session id, or
+        /// `lead`.
         name: String,
         /// The message.
         message: String,
@@ -174,42 +232,151 @@ fn quiet_panics() {
     }));
 }
 
-/// Install the tracing subscriber when asked for: `RUST_LOG` when set (a
-/// `target=level,...` list), else `-v`'s level; nothing otherwise. Output
-/// goes to stderr, one plain line per event.
-fn diagnostics(verbose: u8) {
+/// The log of one run, in `logs/` beside the session directory: created
+/// when its first line is written (so a clean run at the default level
+/// leaves no file), appended to after that.
+struct LogFile {
+    path: PathBuf,
+    file: std::sync::Mutex<LogState>,
+}
+
+/// Whether the log file is open yet.
+enum LogState {
+    Unopened,
+    Open(std::fs::File),
+    /// It could not be created; the user was told once, on stderr.
+    Failed,
+}
+
+impl LogFile {
+    /// The log of a run whose sessions are in `dir`.
+    fn beside(dir: &std::path::Path) -> Self {
+        let millis = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|since| since.as_millis())
+            .unwrap_or_default();
+        let parent = dir
+            .parent()
+            .filter(|parent| !parent.as_os_str().is_empty())
+            .unwrap_or(std::path::Path::new("."));
+        Self {
+            path: parent
+                .join("logs")
+                .join(format!("dsh-{millis}-{}.log", std::process::id())),
+            file: std::sync::Mutex::new(LogState::Unopened),
+        }
+    }
+}
+
+/// One write to a [`LogFile`].
+struct LogWriter(std::sync::Arc<LogFile>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        let mut state = self
+            .0
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let LogState::Unopened = *state {
+            let opened = self
+                .0
+                .path
+                .parent()
+                .map_or(Ok(()), std::fs::create_dir_all)
+                .and_then(|()| {
+                    std::fs::OpenOptions::new()
+                        .create(true)
+                        .append(true)
+                        .open(&self.0.path)
+                });
+            *state = match opened {
+                Ok(file) => LogState::Open(file),
+                Err(err) => {
+                    eprintln!(
+                        "dsh: warning: cannot write the log {}: {}",
+                        self.0.path.display(),
+                        one_line(&err.to_string())
+                    );
+                    LogState::Failed
+                }
+            };
+        }
+        match &mut *state {
+            LogState::Open(file) => file.write(bytes),
+            // Told once; the diagnostics still reach stderr with `-v`.
+            _ => Ok(bytes.len()),
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        match &mut *self
+            .0
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        {
+            LogState::Open(file) => file.flush(),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// Install the tracing subscriber. On stderr when asked for: `RUST_LOG`
+/// when set (a `target=level,...` list), else `-v`'s level. In the run's
+/// log file (`log`, for the commands that run agents): `RUST_LOG` when set,
+/// else every level with `-v`, else warnings, errors and an ACP agent's
+/// stderr.
+fn diagnostics(verbose: u8, log: Option<&std::path::Path>) {
+    use tracing_subscriber::Layer;
     use tracing_subscriber::filter::{LevelFilter, Targets};
     use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let from_env = std::env::var("RUST_LOG")
         .ok()
         .filter(|spec| !spec.trim().is_empty());
-    let filter = match from_env {
+    let from_env = match from_env {
         Some(spec) => match spec.parse::<Targets>() {
-            Ok(filter) => filter,
+            Ok(filter) => Some(filter),
             Err(err) => {
                 eprintln!("dsh: warning: ignoring RUST_LOG `{spec}`: {err}");
-                return;
+                None
             }
         },
-        None => {
-            let level = match verbose {
-                0 => return,
-                1 => LevelFilter::WARN,
-                2 => LevelFilter::INFO,
-                _ => LevelFilter::DEBUG,
-            };
-            Targets::new().with_default(level)
-        }
+        None => None,
     };
-    let layer = tracing_subscriber::fmt::layer()
-        .with_writer(std::io::stderr)
-        .with_ansi(false)
-        .without_time();
+    let stderr_filter = match (&from_env, verbose) {
+        (Some(filter), _) => Some(filter.clone()),
+        (None, 0) => None,
+        (None, 1) => Some(Targets::new().with_default(LevelFilter::WARN)),
+        (None, 2) => Some(Targets::new().with_default(LevelFilter::INFO)),
+        (None, _) => Some(Targets::new().with_default(LevelFilter::DEBUG)),
+    };
+    let stderr = stderr_filter.map(|filter| {
+        tracing_subscriber::fmt::layer()
+            .with_writer(std::io::stderr)
+            .with_ansi(false)
+            .without_time()
+            .with_filter(filter)
+    });
+    let file = log.map(|dir| {
+        let filter = match (&from_env, verbose) {
+            (Some(filter), _) => filter.clone(),
+            (None, 0) => Targets::new()
+                .with_default(LevelFilter::WARN)
+                .with_target("dsh_subagent_acp::stderr", LevelFilter::DEBUG),
+            (None, _) => Targets::new().with_default(LevelFilter::TRACE),
+        };
+        let log = std::sync::Arc::new(LogFile::beside(dir));
+        tracing_subscriber::fmt::layer()
+            .with_writer(move || LogWriter(std::sync::Arc::clone(&log)))
+            .with_ansi(false)
+            .with_filter(filter)
+    });
     // Another subscriber already installed (never, in `dsh`) keeps its place.
     let _ = tracing_subscriber::registry()
-        .with(layer)
-        .with(filter)
+        .with(stderr)
+        .with(file)
         .try_init();
 }
 
@@ -240,7 +407,11 @@ fn main() -> ExitCode {
         }
     };
     quiet_panics();
-    diagnostics(cli.verbose);
+    let log = match &cli.command {
+        Command::Run { dir, .. } | Command::Send { dir, .. } => Some(dir.dir.clone()),
+        Command::Agents { .. } | Command::Show { .. } => None,
+    };
+    diagnostics(cli.verbose, log.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -254,7 +425,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let outcome = runtime.block_on(execute(cli.command));
+    let outcome = runtime.block_on(execute(cli.command, cli.config));
     // Nothing may outlive the command: tasks still parked are dropped here.
     runtime.shutdown_timeout(std::time::Duration::from_secs(1));
     match outcome {
@@ -266,7 +437,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn execute(command: Command) -> Result<(), CliError> {
+async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliError> {
     match command {
         Command::Run {
             prompt,
@@ -274,13 +445,34 @@ async fn execute(command: Command) -> Result<(), CliError> {
             model,
             acp_command,
             acp_args,
+            acp_env,
+            acp_permission,
         } => {
+            let overrides = config::Overrides {
+                acp_command,
+                acp_args,
+                acp_env,
+                acp_permission: acp_permission.map(|policy| {
+                    if policy == "allow" {
+                        dsh_subagent_acp::PermissionPolicy::Allow
+                    } else {
+                        dsh_subagent_acp::PermissionPolicy::Reject
+                    }
+                }),
+                ..model.overrides(config)
+            };
+            let settings = config::load(&overrides)?;
+            if settings.acp.is_none() && !overrides.acp_args.is_empty() {
+                return Err(CliError::BadFlag(
+                    "--acp-arg: no ACP agent is configured (--acp-command or dsh.toml's [acp])"
+                        .to_owned(),
+                ));
+            }
             run::run(run::RunArgs {
                 prompt,
                 dir: dir.dir,
-                model: model.model,
-                acp_command,
-                acp_args,
+                settings,
+                resume: None,
             })
             .await
         }
@@ -298,12 +490,13 @@ async fn execute(command: Command) -> Result<(), CliError> {
             root,
             model,
         } => {
+            let settings = config::load(&model.overrides(config))?;
             send::send(send::SendArgs {
                 name,
                 message,
                 dir: dir.dir,
                 root: root.root,
-                model: model.model,
+                settings,
             })
             .await
         }

@@ -77,13 +77,19 @@ pub fn compact(text: &str, max: usize) -> String {
     }
 }
 
-/// The terminal width the live view fits its lines to.
+/// The terminal width the live view fits its lines to, read again at every
+/// redraw (so a resize takes effect at the next one): stdout's terminal
+/// size, else `$COLUMNS`, else 100; never under 20.
 fn width() -> usize {
-    std::env::var("COLUMNS")
-        .ok()
-        .and_then(|c| c.parse::<usize>().ok())
-        .filter(|w| *w >= 40)
+    terminal_size::terminal_size_of(std::io::stdout())
+        .map(|(terminal_size::Width(w), _)| usize::from(w))
+        .or_else(|| {
+            std::env::var("COLUMNS")
+                .ok()
+                .and_then(|c| c.parse::<usize>().ok())
+        })
         .unwrap_or(100)
+        .max(20)
 }
 
 impl Reporter {
@@ -460,5 +466,61 @@ impl Tool for Observed {
         let output = self.inner.execute(input.clone(), ctx).await;
         self.reporter.tool_finished(&agent, &name, &input, &output);
         output
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn row(id: &str, parent: Option<&str>, name: &str, provider: &str, activity: &str) -> Row {
+        Row {
+            id: SessionId::new(id).unwrap(),
+            parent: parent.map(|p| SessionId::new(p).unwrap()),
+            name: name.to_owned(),
+            provider: provider.to_owned(),
+            status: "running".to_owned(),
+            activity: activity.to_owned(),
+            input_tokens: 12_345,
+            output_tokens: 678,
+            seen: 0,
+            agent: None,
+        }
+    }
+
+    /// Frames of the same tree at fixed widths: no line reaches the width
+    /// (so none wraps, and redrawing `drawn` lines up clears exactly the
+    /// frame), tree glyphs and columns kept.
+    #[test]
+    fn the_tree_fits_every_width_without_wrapping() {
+        let rows = vec![
+            row("s-lead", None, "lead", "root", "calling subagent"),
+            row(
+                "s-a",
+                Some("s-lead"),
+                "researcher",
+                "spawn",
+                "calling grep over the whole workspace for every use of the catalog",
+            ),
+            row("s-b", Some("s-a"), "researcher/deep", "fork", "thinking"),
+            row(
+                "s-c",
+                Some("s-lead"),
+                "reviewer",
+                "acp",
+                "turn ended: completed",
+            ),
+        ];
+        let mut frames = Vec::new();
+        for width in [20, 40, 80, 120] {
+            let lines = render_tree(&rows, width);
+            for line in &lines {
+                assert!(line.chars().count() < width, "{width}: {line:?}");
+            }
+            frames.push(format!("width {width}:\n{}", lines.join("\n")));
+        }
+        insta::assert_snapshot!(frames.join("\n\n"));
     }
 }

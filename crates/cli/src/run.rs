@@ -22,13 +22,13 @@ use std::time::Duration;
 use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
-    Model, SessionHeader, SessionId, SessionStore, UserMessage,
+    Model, ResumeAgent, SessionHeader, SessionId, SessionStore, UserMessage,
 };
 use dsh_subagent::SubagentEvent;
-use dsh_subagent_acp::AcpConfig;
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
+use crate::config::{Price, Settings};
 use crate::demo::{DEMO_PROMPT, Demo};
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
@@ -54,18 +54,22 @@ pub struct RunArgs {
     pub prompt: Option<String>,
     /// The session directory.
     pub dir: PathBuf,
-    /// `--model`.
-    pub model: Option<String>,
-    /// `--acp-command`: an ACP agent program to offer as the `acp` tool.
-    pub acp_command: Option<PathBuf>,
-    /// `--acp-arg`: its arguments, in order.
-    pub acp_args: Vec<String>,
+    /// The model, limits, ACP agent and prices (`dsh.toml` and the flags).
+    pub settings: Settings,
+    /// Continue this root's conversation (`dsh send lead`) instead of
+    /// creating a new lead; the prompt is then the user's next message.
+    pub resume: Option<SessionId>,
 }
 
 /// Run the command.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
-    run_over(args, |dir| {
-        let store: Arc<dyn SessionStore> = sessions::open_store(dir)?;
+    let resuming = args.resume.is_some();
+    run_over(args, move |dir| {
+        let store: Arc<dyn SessionStore> = if resuming {
+            sessions::existing_store(dir)?
+        } else {
+            sessions::open_store(dir)?
+        };
         Ok(store)
     })
     .await
@@ -77,18 +81,21 @@ async fn run_over(
     args: RunArgs,
     open: impl FnOnce(&std::path::Path) -> Result<Arc<dyn SessionStore>, CliError>,
 ) -> Result<(), CliError> {
-    let choice = model::parse_choice(args.model.as_deref())?;
-    let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &choice {
+    let settings = args.settings;
+    let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &settings.model {
+        // A continued tree has no scripted order to keep: the demo answers
+        // any new input at once.
+        ModelChoice::Demo if args.resume.is_some() => (Demo::new(false).model(), None),
         ModelChoice::Demo => {
             let demo = Demo::new(true);
             (demo.model(), Some(demo))
         }
-        ModelChoice::OpenAi { model } => (model::openai(model).await?, None),
+        ModelChoice::Api(api) => (model::openai(api).await?, None),
     };
     let mut signals = Signals::install()?;
     let existed = args.dir.exists();
     let opened = open(&args.dir)?;
-    if existed {
+    if existed && args.resume.is_none() {
         // A new lead needs none of the other logs: a bad one is only named.
         sessions::scan(opened.as_ref()).await?.warn();
     }
@@ -101,31 +108,77 @@ async fn run_over(
         Mode::Plain
     };
     let reporter = Reporter::new(mode);
-    let acp = args
-        .acp_command
-        .map(|command| AcpConfig::new(command).args(args.acp_args));
-    let world = World::build(store, model, Some(&reporter), acp)?;
+    let world = World::build(
+        store,
+        model,
+        Some(&reporter),
+        settings.acp.clone(),
+        settings.limits,
+        Some((&cwd, settings.sandbox)),
+    )?;
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);
     let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
-    let what = match &choice {
+    let what = match &settings.model {
         ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
-        ModelChoice::OpenAi { model } => format!("model openai:{model}"),
+        choice => format!("model {}", choice.spec()),
     };
-    reporter.line(&format!("dsh: {what}; sessions in {}", args.dir.display()));
+    let config = settings
+        .file
+        .as_ref()
+        .map(|file| format!("; config {}", file.display()))
+        .unwrap_or_default();
+    reporter.line(&format!(
+        "dsh: {what}; sessions in {}{config}",
+        args.dir.display()
+    ));
     let prompt = args.prompt.unwrap_or_else(|| DEMO_PROMPT.to_owned());
-    let handle = world
-        .harness
-        .create(CreateAgent {
-            header: SessionHeader::new(SessionId::generate(), cwd),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await?;
+    let earlier_resumed = args.resume.is_some();
+    let handle = match args.resume {
+        // The lead's conversation goes on; its children stay cold until it
+        // addresses them (the runtime resumes them on demand).
+        Some(id) => {
+            world
+                .harness
+                .resume(ResumeAgent {
+                    id,
+                    setup: Default::default(),
+                    cancel: CancellationToken::new(),
+                })
+                .await?
+        }
+        None => {
+            // The tree remembers its model, for `dsh send` (no key, only
+            // its variable's name).
+            let mut header = SessionHeader::new(SessionId::generate(), cwd);
+            header.extensions.insert(
+                model::RUN_EXTENSION.to_owned(),
+                model::record(&settings.model),
+            );
+            world
+                .harness
+                .create(CreateAgent {
+                    header,
+                    seed: Vec::new(),
+                    setup: Default::default(),
+                    cancel: CancellationToken::new(),
+                })
+                .await?
+        }
+    };
     let lead = handle.agent().clone();
+    tracing::info!(
+        lead = %lead.id(),
+        model = %settings.model.spec(),
+        sessions = %args.dir.display(),
+        config = ?settings.file,
+        resumed = earlier_resumed,
+        "run started"
+    );
+    // Only the answers of turns that start now are printed.
+    let earlier = transcript::finished_turns(&lead.events()).len();
     reporter.lead(&lead, &prompt);
 
     let ticking = CancellationToken::new();
@@ -146,7 +199,7 @@ async fn run_over(
         Err(err) => Err(err.into()),
         Ok(_) => {
             tokio::select! {
-                outcome = settle(&world, &lead, &reporter, &external) => outcome,
+                outcome = settle(&world, &lead, &reporter, &external, earlier) => outcome,
                 err = faults.failed() => {
                     stop(&world, &lead, Some(&*reporter)).await;
                     Err(CliError::WriteFailed(err))
@@ -168,9 +221,13 @@ async fn run_over(
     ticking.cancel();
     reporter.tick();
     if mode == Mode::Plain && outcome.is_ok() {
-        summary(&world, &lead, &reporter).await;
+        summary(&world, &lead, &reporter, settings.price()).await;
     }
     shutdown(&world, Some(&*reporter)).await;
+    match &outcome {
+        Ok(()) => tracing::info!(lead = %lead.id(), "run ended"),
+        Err(err) => tracing::warn!(lead = %lead.id(), "run failed: {err}"),
+    }
     outcome
 }
 
@@ -277,14 +334,14 @@ impl External {
 }
 
 /// Wait until the tree is done (B33), printing each of the lead's answers
-/// as its turn ends. Errors when the lead's last turn failed.
+/// as its turn ends (after the first `printed` turns). Errors when the lead's last turn failed.
 async fn settle(
     world: &World,
     lead: &Arc<dyn Agent>,
     reporter: &Reporter,
     external: &External,
+    mut printed: usize,
 ) -> Result<(), CliError> {
-    let mut printed = 0;
     loop {
         lead.wait_idle().await;
         printed = print_answers(lead, reporter, printed);
@@ -341,8 +398,9 @@ fn print_answers(lead: &Arc<dyn Agent>, reporter: &Reporter, printed: usize) -> 
 }
 
 /// The tree as it ended, in stable order: every agent with its provider,
-/// last stop reason, tokens and the tools it called.
-async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
+/// last stop reason, tokens and the tools it called; with a `price`, each
+/// agent's cost and the tree's total.
+async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, price: Option<Price>) {
     let events = lead.events();
     let mut rows = vec![(
         "lead".to_owned(),
@@ -401,16 +459,28 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter) {
     }
     reporter.line("");
     reporter.line("tree:");
+    let (mut total_in, mut total_out) = (0, 0);
     for (name, provider, stop, (input, output), tools) in rows {
+        total_in += input;
+        total_out += output;
         let tools = if tools.is_empty() {
             String::new()
         } else {
             format!("  tools: {tools}")
         };
+        let cost = price
+            .map(|price| format!(" ${:.4}", price.cost(input, output)))
+            .unwrap_or_default();
         reporter.line(
-            format!("  {name:<14} {provider:<6} {stop:<10} tokens {input}/{output}{tools}")
+            format!("  {name:<14} {provider:<6} {stop:<10} tokens {input}/{output}{cost}{tools}")
                 .trim_end(),
         );
+    }
+    if let Some(price) = price {
+        reporter.line(&format!(
+            "  total tokens {total_in}/{total_out} ${:.4}",
+            price.cost(total_in, total_out)
+        ));
     }
 }
 
@@ -428,9 +498,13 @@ mod tests {
         RunArgs {
             prompt: None,
             dir: dir.to_path_buf(),
-            model: Some("demo".to_owned()),
-            acp_command: None,
-            acp_args: Vec::new(),
+            settings: crate::config::resolve(
+                None,
+                crate::config::ConfigFile::default(),
+                &crate::config::Overrides::default(),
+            )
+            .unwrap(),
+            resume: None,
         }
     }
 

@@ -1,4 +1,8 @@
-//! `dsh send <name> <message>`: the user-authored prompt path (B36). The
+//! `dsh send <name> <message>`: the user-authored prompt path (B36), with
+//! the model the tree recorded when `dsh run` built it (`--model` wins).
+//! `dsh send lead` continues the lead's own conversation: a `dsh run` that
+//! resumes the root instead of creating one, so the whole tree is there
+//! and cold children wake as the lead addresses them. For a child, the
 //! name is resolved in a persisted tree before anything is written; then
 //! the tree's root is resumed (the runtime delivers user prompts through a
 //! live root), the runtime resumes the cold child and delivers the message
@@ -26,6 +30,7 @@ use dsh_subagent::{
     ChildMode, PromptDelivery, RunOutcome, SubagentError, SubagentEvent, TrustedHost, UserPrompt,
 };
 
+use crate::config::Settings;
 use crate::demo::Demo;
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
@@ -47,13 +52,12 @@ pub struct SendArgs {
     pub dir: PathBuf,
     /// `--root`.
     pub root: Option<String>,
-    /// `--model`.
-    pub model: Option<String>,
+    /// The model and limits (`dsh.toml` and the flags).
+    pub settings: Settings,
 }
 
 /// Run the command.
 pub async fn send(args: SendArgs) -> Result<(), CliError> {
-    let choice = model::parse_choice(args.model.as_deref())?;
     if args.message.trim().is_empty() {
         return Err(CliError::Refused("the message is empty".to_owned()));
     }
@@ -62,12 +66,40 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(&args.dir, args.root.as_deref())?;
+    // The model the tree was built with, unless `--model` says otherwise.
+    let recorded = scan
+        .headers
+        .iter()
+        .find(|header| header.id == root)
+        .and_then(model::recorded);
+    let choice = args.settings.for_tree(recorded);
+    if args.name == dsh_subagent::ROOT_NAME || args.name == root.as_str() {
+        // The lead's own conversation goes on, with its whole tree: a run
+        // that resumes instead of creating.
+        drop(signals);
+        let mut settings = args.settings;
+        settings.model = choice;
+        return crate::run::run(crate::run::RunArgs {
+            prompt: Some(args.message),
+            dir: args.dir,
+            settings,
+            resume: Some(root),
+        })
+        .await;
+    }
     let model: Arc<dyn Model> = match &choice {
         ModelChoice::Demo => Demo::new(false).model(),
-        ModelChoice::OpenAi { model } => model::openai(model).await?,
+        ModelChoice::Api(api) => model::openai(api).await?,
     };
     let faults = WriteFaults::new();
-    let world = World::build(Watched::wrap(store, &faults), model, None, None)?;
+    let world = World::build(
+        Watched::wrap(store, &faults),
+        model,
+        None,
+        None,
+        args.settings.limits,
+        Some((&std::env::current_dir()?, args.settings.sandbox)),
+    )?;
     let mut lead = None;
     let outcome = tokio::select! {
         outcome = deliver(&world, &root, &args, &mut lead) => outcome,

@@ -22,7 +22,14 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(dir, root)?;
-    let world = World::build(store, Arc::new(ScriptedModel::new()), None, None)?;
+    let world = World::build(
+        store,
+        Arc::new(ScriptedModel::new()),
+        None,
+        None,
+        Default::default(),
+        None,
+    )?;
     let member = sessions::resolve(&world.runtime, &root, name).await?;
     if let Member::Child(row) = &member
         && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL

@@ -204,9 +204,13 @@ pub fn render(
     out
 }
 
-/// Whether a stop reason means the turn did not finish its work.
+/// Whether a stop reason means the turn did not finish its work: an
+/// error, a refusal, or the step limit (`limits.max_turn_steps`) reached
+/// while the model was still calling tools.
 pub fn failed(reason: &StopReason) -> bool {
-    reason == &StopReason::ERROR || reason == &StopReason::REFUSAL
+    reason == &StopReason::ERROR
+        || reason == &StopReason::REFUSAL
+        || reason == &StopReason::STEP_LIMIT
 }
 
 #[cfg(test)]

@@ -2,13 +2,14 @@
 //! with the chosen model, the subagent runtime over the harness, the `spawn`
 //! and `fork` providers, and the host tools every agent gets (the
 //! `subagent` tool for spawn, the `fork` tool for fork, and the five control
-//! tools), plus, when an ACP agent command is configured, the `acp` provider
+//! tools) and, for the commands that run agents, the workspace tools over
+//! the working directory under the `--sandbox` level; plus, when an ACP agent command is configured, the `acp` provider
 //! and its `acp` tool; each tool is wrapped for the reporter when there is
 //! one. This module only assembles; it starts no agent.
 
 use std::sync::Arc;
 
-use dsh_core::{Model, SessionStore, Tool};
+use dsh_core::{AgentOptions, Model, SessionStore, Tool};
 use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
 use dsh_subagent_acp::{AcpConfig, AcpProvider};
@@ -16,7 +17,9 @@ use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
+use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
 
+use crate::config::Limits;
 use crate::error::CliError;
 use crate::observe::{Observed, Reporter};
 
@@ -43,28 +46,43 @@ fn install_error(err: impl std::fmt::Display) -> CliError {
 
 impl World {
     /// Build the world over `store` with `model`; tools report to `reporter`;
-    /// `acp`, when given, adds the `acp` provider and its tool.
+    /// `acp`, when given, adds the `acp` provider and its tool; `limits`
+    /// bound the tree (live children, depth) and every turn (steps);
+    /// `workspace`, when given, adds the six workspace tools over that root
+    /// at that level.
     pub fn build(
         store: Arc<dyn SessionStore>,
         model: Arc<dyn Model>,
         reporter: Option<&Arc<Reporter>>,
         acp: Option<AcpConfig>,
+        limits: Limits,
+        workspace: Option<(&std::path::Path, Level)>,
     ) -> Result<Self, CliError> {
         let harness = Harness::builder(store.clone())
             .model(model)
             .prompt(SystemPrompt::new().section("role", SYSTEM_PROMPT))
+            .defaults(AgentOptions {
+                max_turn_steps: limits.max_turn_steps,
+                ..AgentOptions::default()
+            })
             .build()
             .map_err(install_error)?;
         let runtime = SubagentRuntime::new(
             Arc::new(harness.clone()),
             store.clone(),
-            RuntimeConfig::default(),
+            RuntimeConfig {
+                max_live_children_per_tree: limits.max_live_children,
+            },
         );
         runtime.register(Arc::new(SpawnProvider::new()))?;
         runtime.register(Arc::new(ForkProvider::new()))?;
-        let spawn = SubagentToolConfig::new("spawn");
+        let spawn = SubagentToolConfig {
+            max_depth: MaxDepth::Limit(limits.max_depth),
+            ..SubagentToolConfig::new("spawn")
+        };
         let fork = SubagentToolConfig {
             tool_name: "fork".to_owned(),
+            max_depth: MaxDepth::Limit(limits.max_depth),
             ..SubagentToolConfig::new("fork")
         };
         let mut configs = vec![spawn, fork];
@@ -83,6 +101,13 @@ impl World {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
         tools.extend(ControlTools::new(runtime.clone()));
+        if let Some((root, level)) = workspace {
+            // No asker: an action above the level is refused with a
+            // sentence the model can act on.
+            let workspace = WorkspaceTools::new(root, Policy::new(level, None))
+                .map_err(|err| CliError::Refused(format!("cannot use the workspace: {err}")))?;
+            tools.extend(workspace);
+        }
         for tool in tools {
             let tool = match reporter {
                 Some(reporter) => Observed::wrap(tool, reporter),

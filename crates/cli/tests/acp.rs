@@ -84,7 +84,8 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
 
     let err = scratch.refused(&["show", "helper"], &[], 1);
     assert!(err.contains("`helper` is an external agent"), "{err}");
-    let err = scratch.refused(&["send", "helper", "hi"], &[], 1);
+    // `send` uses the tree's recorded model (`openai:fake`), so its key.
+    let err = scratch.refused(&["send", "helper", "hi"], &env, 1);
     assert!(
         err.contains("`helper` is an external child and cannot receive messages"),
         "{err}"

@@ -1,6 +1,7 @@
 //! What every `dsh` process test shares: a scratch directory with the
 //! sessions under `sessions/`, the real binary run in it with the model
-//! variables cleared, the checks of a clean refusal, and snapshots that
+//! variables cleared and the configuration directory inside the scratch,
+//! the checks of a clean refusal, and snapshots that
 //! redact session ids, the scratch path and token counts.
 
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -99,6 +100,11 @@ impl Scratch {
         for var in ["DSH_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "COLUMNS"] {
             command.env_remove(var);
         }
+        // The user's own `dsh.toml` is never read: the configuration
+        // directory is the scratch's (empty unless a test writes one).
+        command
+            .env("XDG_CONFIG_HOME", self.dir.path().join("xdg"))
+            .env("HOME", self.dir.path());
         for (var, value) in env {
             command.env(var, value);
         }

@@ -1,0 +1,678 @@
+//! `dsh.toml`: the configuration file, found in the working directory, then
+//! in the user's configuration directory (`$XDG_CONFIG_HOME/dsh/dsh.toml`,
+//! else `~/.config/dsh/dsh.toml`), or named by `--config`; only the first
+//! found is read. Every key is optional and overridden by its flag (and a
+//! flag's environment variable, such as `DSH_MODEL`). Unknown keys and bad
+//! values are refused with one line naming the file and the key, exit code
+//! [`EXIT_USAGE`](crate::error::EXIT_USAGE), before anything runs.
+//!
+//! This module reads and checks; it resolves the file and the flags into
+//! [`Settings`], and never reads an API key itself (only the name of the
+//! variable that holds it).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use dsh_subagent_acp::{AcpConfig, PermissionPolicy};
+use dsh_tool_workspace::Level;
+use serde::Deserialize;
+
+use crate::error::CliError;
+use crate::model::{ApiModel, ModelChoice, parse_spec};
+
+/// The configuration file's name.
+pub const FILE_NAME: &str = "dsh.toml";
+
+/// The file as written: every key optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ConfigFile {
+    /// `demo`, `<provider>:<model>`, or `<provider>` (its default model).
+    pub model: Option<String>,
+    /// OpenAI-compatible APIs by name (`openai` is built in).
+    #[serde(default)]
+    pub providers: BTreeMap<String, ProviderConfig>,
+    /// The tree's limits.
+    #[serde(default)]
+    pub limits: LimitsConfig,
+    /// An ACP agent offered as the `acp` tool.
+    pub acp: Option<AcpSection>,
+    /// Prices by model id, for the cost shown with the tokens.
+    #[serde(default)]
+    pub prices: BTreeMap<String, Price>,
+    /// What the workspace tools may do: `read-only` (the default),
+    /// `workspace-write` or `full`.
+    pub sandbox: Option<String>,
+}
+
+/// One OpenAI-compatible API.
+#[derive(Debug, Default, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProviderConfig {
+    /// The base URL (`.../v1`); required but for `openai`.
+    pub base_url: Option<String>,
+    /// The variable holding the key; absent sends no key (a local server),
+    /// but for `openai`, whose default is `OPENAI_API_KEY`.
+    pub api_key_env: Option<String>,
+    /// The model used when `--model` names only the provider.
+    pub model: Option<String>,
+}
+
+/// The tree's limits.
+#[derive(Debug, Default, Clone, Copy, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    /// Live children at once in one tree.
+    pub max_live_children: Option<usize>,
+    /// How deep the tree may grow (the lead's children are at depth 1).
+    pub max_depth: Option<u32>,
+    /// Model requests in one turn of one agent.
+    pub max_turn_steps: Option<u32>,
+}
+
+/// The `[acp]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcpSection {
+    /// The agent program (a path, or a name on `PATH`).
+    pub command: PathBuf,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variables passed through from `dsh`'s environment when set, besides
+    /// the default few (`PATH`, `HOME`, ...); everything else is scrubbed.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+    /// How the agent's permission requests are answered: `reject` or `allow`.
+    #[serde(default)]
+    pub permission: PermissionPolicy,
+}
+
+/// A model's price in US dollars per million tokens.
+#[derive(Debug, Clone, Copy, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Price {
+    /// Per million input (prompt) tokens.
+    pub input: f64,
+    /// Per million output (completion) tokens.
+    pub output: f64,
+}
+
+impl Price {
+    /// The cost of `input` and `output` tokens, in dollars.
+    pub fn cost(&self, input: u64, output: u64) -> f64 {
+        #[allow(clippy::cast_precision_loss)]
+        let (input, output) = (input as f64, output as f64);
+        (input * self.input + output * self.output) / 1_000_000.0
+    }
+}
+
+/// What the flags say; each wins over the file's key.
+#[derive(Debug, Default, Clone)]
+pub struct Overrides {
+    /// `--config`: this file, which must exist, instead of the search.
+    pub config: Option<PathBuf>,
+    /// `--model` / `DSH_MODEL`.
+    pub model: Option<String>,
+    /// `--base-url`.
+    pub base_url: Option<String>,
+    /// `--api-key-env`.
+    pub api_key_env: Option<String>,
+    /// `--max-live-children`.
+    pub max_live_children: Option<usize>,
+    /// `--max-depth`.
+    pub max_depth: Option<u32>,
+    /// `--max-turn-steps`.
+    pub max_turn_steps: Option<u32>,
+    /// `--acp-command`.
+    pub acp_command: Option<PathBuf>,
+    /// `--acp-arg` (replace the file's `args` when any is given).
+    pub acp_args: Vec<String>,
+    /// `--acp-env` (added to the file's `pass_env`).
+    pub acp_env: Vec<String>,
+    /// `--acp-permission`.
+    pub acp_permission: Option<PermissionPolicy>,
+    /// `--sandbox`.
+    pub sandbox: Option<Level>,
+}
+
+/// The tree's limits, resolved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// Live children at once in one tree.
+    pub max_live_children: usize,
+    /// The deepest a child may be.
+    pub max_depth: u32,
+    /// Model requests per turn; `None` keeps the loop's default.
+    pub max_turn_steps: Option<u32>,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_live_children: dsh_subagent::RuntimeConfig::default().max_live_children_per_tree,
+            max_depth: dsh_tool_subagent::DEFAULT_MAX_DEPTH,
+            max_turn_steps: None,
+        }
+    }
+}
+
+/// Everything a command needs from the file and the flags.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    /// The file read, if any.
+    pub file: Option<PathBuf>,
+    /// What drives the agents.
+    pub model: ModelChoice,
+    /// The tree's limits.
+    pub limits: Limits,
+    /// The ACP agent, when one is configured.
+    pub acp: Option<AcpConfig>,
+    /// What the workspace tools may do without asking.
+    pub sandbox: Level,
+    /// Prices by model id.
+    pub prices: BTreeMap<String, Price>,
+    /// The flags, for a command that resolves a model again (`send` over a
+    /// tree that recorded its own).
+    pub overrides: Overrides,
+}
+
+impl Settings {
+    /// The model for a tree that recorded `recorded`: `--model` wins, then
+    /// the recorded one (with `--base-url` and `--api-key-env` over it),
+    /// then the file's or the demo.
+    pub fn for_tree(&self, recorded: Option<ModelChoice>) -> ModelChoice {
+        if self.overrides.model.is_some() {
+            return self.model.clone();
+        }
+        match recorded {
+            Some(ModelChoice::Api(mut api)) => {
+                if let Some(url) = &self.overrides.base_url {
+                    api.base_url.clone_from(url);
+                }
+                if let Some(var) = &self.overrides.api_key_env {
+                    api.api_key_env = Some(var.clone());
+                }
+                ModelChoice::Api(api)
+            }
+            Some(ModelChoice::Demo) => ModelChoice::Demo,
+            None => self.model.clone(),
+        }
+    }
+
+    /// The price of the model in use, when one is configured.
+    pub fn price(&self) -> Option<Price> {
+        match &self.model {
+            ModelChoice::Demo => None,
+            ModelChoice::Api(api) => self.prices.get(&api.model).copied(),
+        }
+    }
+}
+
+/// A bad key of `file`.
+fn bad(file: &Path, key: &str, reason: impl Into<String>) -> CliError {
+    CliError::Config {
+        file: file.to_owned(),
+        key: key.to_owned(),
+        reason: reason.into(),
+    }
+}
+
+/// Where the file is looked for, in order, when `--config` is not given.
+pub fn search_path(cwd: &Path) -> Vec<PathBuf> {
+    let mut paths = vec![cwd.join(FILE_NAME)];
+    let xdg = std::env::var_os("XDG_CONFIG_HOME")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute());
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .filter(|dir| dir.is_absolute());
+    if let Some(dir) = xdg.or_else(|| home.map(|home| home.join(".config"))) {
+        paths.push(dir.join("dsh").join(FILE_NAME));
+    }
+    paths
+}
+
+/// Read the configuration (the `--config` file, else the first of
+/// [`search_path`] that exists) and resolve it with the flags.
+pub fn load(overrides: &Overrides) -> Result<Settings, CliError> {
+    let cwd = std::env::current_dir()?;
+    let found = match &overrides.config {
+        Some(path) => Some(path.clone()),
+        None => search_path(&cwd).into_iter().find(|path| path.exists()),
+    };
+    let (file, parsed) = match found {
+        None => (None, ConfigFile::default()),
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|err| bad(&path, "", format!("cannot read it: {err}")))?;
+            let parsed = parse(&path, &text)?;
+            (Some(path), parsed)
+        }
+    };
+    resolve(file.as_deref(), parsed, overrides)
+}
+
+/// Parse the text of `file`.
+pub fn parse(file: &Path, text: &str) -> Result<ConfigFile, CliError> {
+    let line_of = |span: Option<std::ops::Range<usize>>| {
+        span.map(|span| {
+            text.get(..span.start)
+                .unwrap_or(text)
+                .bytes()
+                .filter(|b| *b == b'\n')
+                .count()
+                + 1
+        })
+    };
+    let deserializer = toml::Deserializer::parse(text).map_err(|err| {
+        let at = line_of(err.span())
+            .map(|line| format!("line {line}: "))
+            .unwrap_or_default();
+        bad(
+            file,
+            "",
+            format!("{at}not valid TOML: {}", crate::one_line(err.message())),
+        )
+    })?;
+    serde_path_to_error::deserialize(deserializer).map_err(|err| {
+        let path = err.path().to_string();
+        let key = if path == "." { String::new() } else { path };
+        let at = line_of(err.inner().span())
+            .map(|line| format!("line {line}: "))
+            .unwrap_or_default();
+        bad(
+            file,
+            &key,
+            format!("{at}{}", crate::one_line(err.inner().message())),
+        )
+    })
+}
+
+/// Resolve a parsed file and the flags into [`Settings`].
+pub fn resolve(
+    file: Option<&Path>,
+    parsed: ConfigFile,
+    overrides: &Overrides,
+) -> Result<Settings, CliError> {
+    let source = file.unwrap_or(Path::new(FILE_NAME));
+    for (name, provider) in &parsed.providers {
+        check_name(name).map_err(|reason| bad(source, &format!("providers.{name}"), reason))?;
+        if name != "openai" && provider.base_url.is_none() {
+            return Err(bad(
+                source,
+                &format!("providers.{name}.base_url"),
+                "missing: a provider other than `openai` needs its API's base URL",
+            ));
+        }
+        if let Some(var) = &provider.api_key_env {
+            check_var(var)
+                .map_err(|reason| bad(source, &format!("providers.{name}.api_key_env"), reason))?;
+        }
+    }
+    let model = match (&overrides.model, &parsed.model) {
+        (Some(spec), _) => {
+            let spec = parse_spec(spec).map_err(|reason| CliError::BadModel {
+                spec: spec.clone(),
+                reason,
+            })?;
+            choose(spec, "--model", file, &parsed, overrides)?
+        }
+        (None, Some(spec)) => {
+            let parsed_spec = parse_spec(spec).map_err(|reason| bad(source, "model", reason))?;
+            choose(parsed_spec, "model", file, &parsed, overrides)?
+        }
+        (None, None) => ModelChoice::Demo,
+    };
+    let defaults = Limits::default();
+    let positive = |value: Option<u32>, key: &str, flag: Option<u32>| match flag.or(value) {
+        Some(0) if flag.is_some() => Err(CliError::BadFlag(format!("--{key}: must be positive"))),
+        Some(0) => Err(bad(
+            source,
+            &format!("limits.{}", key.replace('-', "_")),
+            "must be positive",
+        )),
+        other => Ok(other),
+    };
+    let max_depth = positive(parsed.limits.max_depth, "max-depth", overrides.max_depth)?
+        .unwrap_or(defaults.max_depth);
+    let max_turn_steps = positive(
+        parsed.limits.max_turn_steps,
+        "max-turn-steps",
+        overrides.max_turn_steps,
+    )?;
+    let max_live_children = match overrides
+        .max_live_children
+        .or(parsed.limits.max_live_children)
+    {
+        Some(0) if overrides.max_live_children.is_some() => {
+            return Err(CliError::BadFlag(
+                "--max-live-children: must be positive".to_owned(),
+            ));
+        }
+        Some(0) => {
+            return Err(bad(source, "limits.max_live_children", "must be positive"));
+        }
+        Some(n) => n,
+        None => defaults.max_live_children,
+    };
+    for (id, price) in &parsed.prices {
+        for (field, value) in [("input", price.input), ("output", price.output)] {
+            if !value.is_finite() || value < 0.0 {
+                return Err(bad(
+                    source,
+                    &format!("prices.{id}.{field}"),
+                    "must be a non-negative number of dollars per million tokens",
+                ));
+            }
+        }
+    }
+    let acp = acp(source, parsed.acp, overrides)?;
+    let sandbox = match (overrides.sandbox, &parsed.sandbox) {
+        (Some(level), _) => level,
+        (None, Some(name)) => name
+            .parse::<Level>()
+            .map_err(|err| bad(source, "sandbox", err.to_string()))?,
+        (None, None) => Level::default(),
+    };
+    Ok(Settings {
+        file: file.map(Path::to_owned),
+        model,
+        limits: Limits {
+            max_live_children,
+            max_depth,
+            max_turn_steps,
+        },
+        acp,
+        sandbox,
+        prices: parsed.prices,
+        overrides: overrides.clone(),
+    })
+}
+
+/// The ACP agent from the `[acp]` table and the flags.
+fn acp(
+    source: &Path,
+    section: Option<AcpSection>,
+    overrides: &Overrides,
+) -> Result<Option<AcpConfig>, CliError> {
+    let command = overrides
+        .acp_command
+        .clone()
+        .or_else(|| section.as_ref().map(|s| s.command.clone()));
+    let Some(command) = command else {
+        return Ok(None);
+    };
+    let (file_args, mut pass_env, permission) = match section {
+        Some(section) => (section.args, section.pass_env, section.permission),
+        None => (Vec::new(), Vec::new(), PermissionPolicy::default()),
+    };
+    for var in &pass_env {
+        check_var(var).map_err(|reason| bad(source, "acp.pass_env", reason))?;
+    }
+    for var in &overrides.acp_env {
+        check_var(var)
+            .map_err(|reason| CliError::BadFlag(format!("--acp-env `{var}`: {reason}")))?;
+    }
+    pass_env.extend(overrides.acp_env.iter().cloned());
+    let args = if overrides.acp_args.is_empty() {
+        file_args
+    } else {
+        overrides.acp_args.clone()
+    };
+    let mut config = AcpConfig::new(command)
+        .args(args)
+        .permission(overrides.acp_permission.unwrap_or(permission));
+    for var in pass_env {
+        if !config.inherit_env.contains(&var) {
+            config.inherit_env.push(var);
+        }
+    }
+    Ok(Some(config))
+}
+
+/// The API model a parsed spec names, with its provider's settings.
+fn choose(
+    (provider, model): (String, Option<String>),
+    key: &str,
+    file: Option<&Path>,
+    parsed: &ConfigFile,
+    overrides: &Overrides,
+) -> Result<ModelChoice, CliError> {
+    let source = file.unwrap_or(Path::new(FILE_NAME));
+    let refuse = |reason: String| -> CliError {
+        if key == "model" {
+            bad(source, key, reason)
+        } else {
+            CliError::BadModel {
+                spec: overrides.model.clone().unwrap_or_default(),
+                reason,
+            }
+        }
+    };
+    if provider == "demo" {
+        return Ok(ModelChoice::Demo);
+    }
+    let configured = parsed.providers.get(&provider);
+    if configured.is_none() && provider != "openai" {
+        let known: Vec<&str> = std::iter::once("openai")
+            .chain(
+                parsed
+                    .providers
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|name| *name != "openai"),
+            )
+            .collect();
+        return Err(refuse(format!(
+            "unknown provider `{provider}`; known: {} (add one under [providers.{provider}] in {FILE_NAME})",
+            known.join(", ")
+        )));
+    }
+    let model = match model.or_else(|| configured.and_then(|p| p.model.clone())) {
+        Some(model) => model,
+        None => {
+            return Err(refuse(format!(
+                "no model for provider `{provider}`: write `{provider}:<model>` or set providers.{provider}.model"
+            )));
+        }
+    };
+    let env_base = (provider == "openai")
+        .then(|| std::env::var(crate::model::BASE_URL_ENV).ok())
+        .flatten()
+        .filter(|url| !url.trim().is_empty());
+    let base_url = overrides
+        .base_url
+        .clone()
+        .or(env_base)
+        .or_else(|| configured.and_then(|p| p.base_url.clone()))
+        .unwrap_or_else(|| dsh_llm_openai::DEFAULT_BASE_URL.to_owned());
+    let (api_key_env, key_origin) = match (
+        &overrides.api_key_env,
+        configured.and_then(|p| p.api_key_env.clone()),
+    ) {
+        (Some(var), _) => {
+            check_var(var)
+                .map_err(|reason| CliError::BadFlag(format!("--api-key-env `{var}`: {reason}")))?;
+            (Some(var.clone()), None)
+        }
+        (None, Some(var)) => (
+            Some(var),
+            Some((
+                source.to_owned(),
+                format!("providers.{provider}.api_key_env"),
+            )),
+        ),
+        (None, None) if provider == "openai" => {
+            (Some(dsh_llm_openai::DEFAULT_API_KEY_ENV.to_owned()), None)
+        }
+        (None, None) => (None, None),
+    };
+    Ok(ModelChoice::Api(ApiModel {
+        provider,
+        model,
+        base_url,
+        api_key_env,
+        key_origin,
+    }))
+}
+
+/// A provider name: lowercase letters, digits, `-` and `_`, not `demo`.
+fn check_name(name: &str) -> Result<(), String> {
+    if name == "demo" {
+        return Err("`demo` is the offline demo, not a provider".to_owned());
+    }
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_')
+    {
+        return Err("a provider name is lowercase letters, digits, `-` and `_`".to_owned());
+    }
+    Ok(())
+}
+
+/// An environment variable's name.
+fn check_var(var: &str) -> Result<(), String> {
+    if var.is_empty() || var.contains(['=', '\0']) || var.chars().any(char::is_whitespace) {
+        return Err("not an environment variable's name".to_owned());
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn settings(text: &str, overrides: &Overrides) -> Result<Settings, String> {
+        let file = Path::new("/cfg/dsh.toml");
+        parse(file, text)
+            .and_then(|parsed| resolve(Some(file), parsed, overrides))
+            .map_err(|err| format!("{} (exit {})", err, err.exit_code()))
+    }
+
+    #[test]
+    fn the_documented_example_parses_and_every_key_is_used() {
+        let text = include_str!("../dsh.example.toml");
+        let settings = settings(text, &Overrides::default()).unwrap();
+        let ModelChoice::Api(api) = &settings.model else {
+            panic!("{:?}", settings.model);
+        };
+        assert_eq!(api.provider, "deepseek");
+        assert_eq!(api.model, "deepseek-chat");
+        assert_eq!(api.base_url, "https://api.deepseek.com/v1");
+        assert_eq!(api.api_key_env.as_deref(), Some("DEEPSEEK_API_KEY"));
+        assert_eq!(
+            settings.limits,
+            Limits {
+                max_live_children: 8,
+                max_depth: 2,
+                max_turn_steps: Some(40),
+            }
+        );
+        let acp = settings.acp.unwrap();
+        assert_eq!(acp.command, PathBuf::from("codex-acp"));
+        assert!(acp.inherit_env.contains(&"CODEX_HOME".to_owned()));
+        assert!(acp.inherit_env.contains(&"PATH".to_owned()));
+        assert_eq!(acp.permission, PermissionPolicy::Reject);
+        assert_eq!(settings.sandbox, Level::WorkspaceWrite);
+        let cost = settings.prices["deepseek-chat"].cost(1_000_000, 500_000);
+        assert!((cost - (0.27 + 0.55)).abs() < 1e-9, "{cost}");
+    }
+
+    #[test]
+    fn flags_win_over_the_file() {
+        let text = "model = \"openai:gpt-4o\"\n[limits]\nmax_depth = 2\n[acp]\ncommand = \"a\"\nargs = [\"x\"]\npass_env = [\"CODEX_HOME\"]\n";
+        let overrides = Overrides {
+            model: Some("openai:gpt-4o-mini".into()),
+            base_url: Some("http://127.0.0.1:9/v1".into()),
+            api_key_env: Some("MY_KEY".into()),
+            max_depth: Some(5),
+            max_live_children: Some(3),
+            max_turn_steps: Some(9),
+            acp_command: Some("b".into()),
+            acp_args: vec!["y".into()],
+            acp_env: vec!["EXTRA".into()],
+            acp_permission: Some(PermissionPolicy::Allow),
+            sandbox: Some(Level::Full),
+            config: None,
+        };
+        let settings = settings(text, &overrides).unwrap();
+        assert_eq!(
+            settings.model,
+            ModelChoice::Api(ApiModel {
+                provider: "openai".into(),
+                model: "gpt-4o-mini".into(),
+                base_url: "http://127.0.0.1:9/v1".into(),
+                api_key_env: Some("MY_KEY".into()),
+                key_origin: None,
+            })
+        );
+        assert_eq!(
+            settings.limits,
+            Limits {
+                max_live_children: 3,
+                max_depth: 5,
+                max_turn_steps: Some(9)
+            }
+        );
+        let acp = settings.acp.unwrap();
+        assert_eq!(acp.command, PathBuf::from("b"));
+        assert_eq!(acp.args, vec!["y".to_owned()]);
+        assert!(acp.inherit_env.contains(&"CODEX_HOME".to_owned()));
+        assert!(acp.inherit_env.contains(&"EXTRA".to_owned()));
+        assert_eq!(acp.permission, PermissionPolicy::Allow);
+        assert_eq!(settings.sandbox, Level::Full);
+    }
+
+    #[test]
+    fn no_file_and_no_flags_is_the_demo_with_the_default_limits() {
+        let settings = resolve(None, ConfigFile::default(), &Overrides::default()).unwrap();
+        assert_eq!(settings.model, ModelChoice::Demo);
+        assert_eq!(settings.limits, Limits::default());
+        assert!(settings.acp.is_none());
+    }
+
+    #[test]
+    fn every_bad_configuration_is_one_line_naming_the_file_and_key() {
+        let cases = [
+            "modle = \"demo\"",
+            "model = 3",
+            "model = \"gpt-4o\"",
+            "model = \"nobody:x\"",
+            "model = \"openai\"",
+            "[limits]\nmax_depth = \"deep\"",
+            "[limits]\nmax_depth = 0",
+            "[limits]\nmax_live_children = -1",
+            "[limits]\ndepth = 2",
+            "[providers.local]\napi_key_env = \"K\"",
+            "[providers.Local]\nbase_url = \"http://x\"",
+            "[providers.local]\nbase_url = \"http://x\"\napi_key_env = \"A B\"",
+            "[providers.local]\nbase_url = \"http://x\"\nkey = \"sk-1\"",
+            "[acp]\nargs = []",
+            "[acp]\ncommand = \"a\"\npermission = \"maybe\"",
+            "[prices.gpt-4o]\ninput = -1.0\noutput = 1.0",
+            "[prices.gpt-4o]\ninput = 1.0",
+            "model = \"demo",
+            "sandbox = \"yolo\"",
+        ];
+        let lines: Vec<String> = cases
+            .iter()
+            .map(|text| {
+                let err = settings(text, &Overrides::default()).unwrap_err();
+                assert_eq!(err.lines().count(), 1, "{err}");
+                assert!(err.starts_with("/cfg/dsh.toml: "), "{err}");
+                format!("{text:?}\n  -> {err}")
+            })
+            .collect();
+        insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn the_search_looks_in_the_working_directory_first() {
+        let paths = search_path(Path::new("/work/here"));
+        assert_eq!(paths.first(), Some(&PathBuf::from("/work/here/dsh.toml")));
+    }
+}
