@@ -29,6 +29,7 @@ use dsh_core::{
 use dsh_harness::store::JsonlStore;
 use dsh_harness::{Scripted, ScriptedModel};
 use dsh_subagent::{RuntimeConfig, SubagentProvider};
+use dsh_test_support::logs::{accepted_minus_claimed, delivered, unanswered};
 use dsh_test_support::store::{CrashPoint, Op, RecordingStore, Write};
 use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{
@@ -113,53 +114,6 @@ async fn workload(dir: &Path) -> RecordingStore<JsonlStore> {
     until(|| runtime.tasks().is_empty()).await;
     bounded(harness.shutdown()).await;
     recording
-}
-
-/// Pending input as the log says: accepted − claimed − discarded, where a
-/// `user/message` claims its item too.
-fn accepted_minus_claimed(events: &[SessionEvent]) -> BTreeSet<MessageId> {
-    let mut pending = BTreeSet::new();
-    for event in events {
-        match &event.payload {
-            EventPayload::InboxAccepted(accepted) => {
-                pending.insert(accepted.message.id.clone());
-            }
-            EventPayload::InboxClaimed(ids) | EventPayload::InboxDiscarded(ids) => {
-                for id in &ids.message_ids {
-                    pending.remove(id);
-                }
-            }
-            EventPayload::UserMessage(entry) => {
-                pending.remove(&entry.message.id);
-            }
-            _ => {}
-        }
-    }
-    pending
-}
-
-/// The messages a log holds as conversation.
-fn delivered(events: &[SessionEvent]) -> BTreeSet<MessageId> {
-    events
-        .iter()
-        .filter_map(|event| match &event.payload {
-            EventPayload::UserMessage(entry) => Some(entry.message.id.clone()),
-            _ => None,
-        })
-        .collect()
-}
-
-/// Tool calls without a result.
-fn unanswered(events: &[SessionEvent]) -> Vec<String> {
-    let mut open: Vec<String> = Vec::new();
-    for event in events {
-        match &event.payload {
-            EventPayload::ToolCall(call) => open.push(call.call_id.as_str().to_owned()),
-            EventPayload::ToolResult(result) => open.retain(|id| id != result.call_id.as_str()),
-            _ => {}
-        }
-    }
-    open
 }
 
 /// The ids of the settlement notices a log accepted, by child.

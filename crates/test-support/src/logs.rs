@@ -1,0 +1,57 @@
+//! Queries over a session's events, as the crash-point harnesses check
+//! them after a reopen: the pending inbox the log implies, the messages it
+//! holds as conversation, and the tool calls it left without a result.
+//! Read-only helpers, so that suites stop carrying their own copies.
+
+use std::collections::BTreeSet;
+
+use dsh_core::MessageId;
+use dsh_core::session::{EventPayload, SessionEvent};
+
+/// Pending input as the log says: accepted − claimed − discarded, where a
+/// `user/message` claims its item too (the loop writes the message before
+/// its claim, so a torn batch may hold the message without the claim).
+pub fn accepted_minus_claimed(events: &[SessionEvent]) -> BTreeSet<MessageId> {
+    let mut pending = BTreeSet::new();
+    for event in events {
+        match &event.payload {
+            EventPayload::InboxAccepted(accepted) => {
+                pending.insert(accepted.message.id.clone());
+            }
+            EventPayload::InboxClaimed(ids) | EventPayload::InboxDiscarded(ids) => {
+                for id in &ids.message_ids {
+                    pending.remove(id);
+                }
+            }
+            EventPayload::UserMessage(entry) => {
+                pending.remove(&entry.message.id);
+            }
+            _ => {}
+        }
+    }
+    pending
+}
+
+/// The ids of the messages a log holds as conversation (`user/message`).
+pub fn delivered(events: &[SessionEvent]) -> BTreeSet<MessageId> {
+    events
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::UserMessage(entry) => Some(entry.message.id.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The call ids of the tool calls a log holds without a result, in order.
+pub fn unanswered(events: &[SessionEvent]) -> Vec<String> {
+    let mut open: Vec<String> = Vec::new();
+    for event in events {
+        match &event.payload {
+            EventPayload::ToolCall(call) => open.push(call.call_id.as_str().to_owned()),
+            EventPayload::ToolResult(result) => open.retain(|id| id != result.call_id.as_str()),
+            _ => {}
+        }
+    }
+    open
+}
