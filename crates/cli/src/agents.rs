@@ -60,6 +60,11 @@ pub struct AgentsArgs<'a> {
 }
 
 /// Run the command.
+///
+/// # Cancel safety
+/// Cancel safe, except with `--prune-orphans`: a drop while orphans are
+/// being removed leaves the ones not yet removed in place (each removal is
+/// whole). Listing never writes.
 pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
     let store = sessions::existing_store(args.dir)?;
     let out = listing(store, &args).await?;

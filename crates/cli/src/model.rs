@@ -125,6 +125,9 @@ pub fn parse_spec(spec: &str) -> Result<(String, Option<String>), String> {
 /// Build the client for an OpenAI-compatible API and check that its address
 /// accepts connections, so a bad configuration fails before any session is
 /// written.
+///
+/// # Cancel safety
+/// Cancel safe: it writes nothing; a drop abandons the connection check.
 pub async fn openai(api: &ApiModel) -> Result<Arc<dyn Model>, CliError> {
     let builder = OpenAiModel::builder(api.model.clone())
         .base_url(api.base_url.clone())

@@ -62,6 +62,12 @@ pub struct RunArgs {
 }
 
 /// Run the command.
+///
+/// # Cancel safety
+/// The whole command, not meant to be dropped (Ctrl-C goes through
+/// [`stop`]). A drop leaves every acknowledged write in its log and the
+/// tree's agents to the runtime's shutdown; a later `dsh send` resumes
+/// whatever was pending.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let resuming = args.resume.is_some();
     run_over(args, move |dir| {
@@ -240,6 +246,11 @@ fn say(reporter: Option<&Reporter>, line: &str) {
 }
 
 /// Interrupt the lead and drain its tree, within [`STOP_GRACE`].
+///
+/// # Cancel safety
+/// A drop part-way leaves the lead interrupted (its input parked) and the
+/// drain half done: the activations already stopped stay stopped, the
+/// others keep running until [`shutdown`].
 pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Reporter>) {
     lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
     let stopping = async {
@@ -270,6 +281,9 @@ pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Report
 }
 
 /// Shut the world down, within [`STOP_GRACE`].
+///
+/// # Cancel safety
+/// As [`World::shutdown`]: a drop leaves what is not yet stopped live.
 pub async fn shutdown(world: &World, reporter: Option<&Reporter>) {
     if timeout(STOP_GRACE, world.shutdown()).await.is_err() {
         say(

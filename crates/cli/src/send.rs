@@ -57,6 +57,13 @@ pub struct SendArgs {
 }
 
 /// Run the command.
+///
+/// # Cancel safety
+/// The whole command, not meant to be dropped (Ctrl-C goes through
+/// [`crate::run::stop`]). A drop leaves what was written durable: the
+/// message, once accepted, is in the child's log and is delivered on the
+/// next resume; nothing half-written is left, because the store's appends
+/// are whole.
 pub async fn send(args: SendArgs) -> Result<(), CliError> {
     if args.message.trim().is_empty() {
         return Err(CliError::Refused("the message is empty".to_owned()));

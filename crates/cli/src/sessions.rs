@@ -85,6 +85,10 @@ fn not_a_session(err: &StoreError) -> Option<Foreign> {
 /// Read every log's header. Only a directory that cannot be listed fails;
 /// each file that cannot be read is sorted into [`Scan::unreadable`] or
 /// [`Scan::foreign`].
+///
+/// # Cancel safety
+/// Cancel safe: it only reads headers; a drop leaves the directory as it
+/// was.
 pub async fn scan(store: &dyn SessionStore) -> Result<Scan, CliError> {
     let mut scan = Scan::default();
     for id in store.list().await? {
@@ -171,6 +175,9 @@ pub struct Orphan {
 /// tree is reported as unreadable instead): only a parent whose catalog is
 /// known and does not name the child, or a parent with no log at all,
 /// makes an orphan.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads logs; a drop leaves the directory as it was.
 pub async fn orphans(scan: &Scan, store: &dyn SessionStore) -> Vec<Orphan> {
     let present = |id: &SessionId| {
         scan.headers.iter().any(|h| &h.id == id) || scan.unreadable.iter().any(|u| &u.id == id)

@@ -17,6 +17,9 @@ use crate::transcript;
 use crate::world::World;
 
 /// Run the command.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the logs.
 pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliError> {
     let store = sessions::existing_store(dir)?;
     let scan = sessions::scan(store.as_ref()).await?;

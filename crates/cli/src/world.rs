@@ -123,6 +123,11 @@ impl World {
     }
 
     /// Stop every activation, then every agent, and wait for their tasks.
+    ///
+    /// # Cancel safety
+    /// A drop part-way leaves the activations and agents not yet stopped
+    /// live (every acknowledged write is already in its log); calling it again
+    /// finishes the work.
     pub async fn shutdown(&self) {
         self.runtime.shutdown().await;
         self.harness.shutdown().await;

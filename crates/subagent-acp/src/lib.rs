@@ -79,6 +79,10 @@ impl AcpProvider {
     ///
     /// # Errors
     /// As [`StartExternal::start`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a start dropped at any await kills the agent's process
+    /// group (a drop guard) and leaves no process and no run behind.
     pub async fn start_run(&self, request: ResolvedStartRequest) -> Result<AcpRun, SubagentError> {
         refuse_unsupported(&self.config.name, &request)?;
         if request.cancel.is_cancelled() {

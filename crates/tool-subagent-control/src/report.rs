@@ -49,6 +49,10 @@ impl ReportTool {
 /// record as continuable (or that is not in a tree);
 /// [`ControlError::Failed`] or [`ControlError::Cancelled`] when the tree
 /// cannot be read.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the tree (the parent's catalog); a drop at
+/// any await leaves nothing changed.
 pub async fn report_target(
     runtime: &SubagentRuntime,
     agent: &Arc<dyn Agent>,

@@ -106,6 +106,10 @@ impl World {
     ///
     /// # Panics
     /// When the world cannot be built (a test failure).
+    ///
+    /// # Cancel safety
+    /// A test helper: a drop part-way drops the temporary directory with
+    /// whatever the world had written in it.
     pub async fn new(backing: Backing, config: RuntimeConfig) -> Self {
         Self::build(backing, config, None, None).await
     }
@@ -115,6 +119,10 @@ impl World {
     ///
     /// # Panics
     /// When the world cannot be built.
+    ///
+    /// # Cancel safety
+    /// A drop part-way may leave the root's log in `dir` (it is created
+    /// first), with no live agent.
     pub async fn in_dir(dir: &std::path::Path, durability: Durability) -> Self {
         Self::build(
             Backing::Jsonl(durability),
@@ -136,6 +144,10 @@ impl World {
     ///
     /// # Panics
     /// When the copy or the resume fails.
+    ///
+    /// # Cancel safety
+    /// A drop part-way drops the copy (a temporary directory); `from` is only
+    /// read.
     pub async fn restarted(from: &std::path::Path, durability: Durability) -> Self {
         Self::build(
             Backing::Jsonl(durability),
@@ -240,6 +252,9 @@ impl World {
     ///
     /// # Panics
     /// When the store cannot list.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only lists.
     #[allow(clippy::expect_used)]
     pub async fn sessions(&self) -> Vec<SessionId> {
         let mut ids = self.store.list().await.expect("the store lists");
@@ -252,6 +267,9 @@ impl World {
 ///
 /// # Panics
 /// When creation fails.
+///
+/// # Cancel safety
+/// As [`AgentFactory::create`]: a drop leaves no live root.
 #[allow(clippy::expect_used)]
 pub async fn create_root(
     factory: &dyn AgentFactory,
@@ -322,6 +340,9 @@ impl SubagentProvider for LocalProvider {
 impl World {
     /// Wait (bounded) until the runtime has no task and no activation and
     /// every live agent is idle, twice over (a notice can wake the root).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
     pub async fn quiesce(&self) {
         for _ in 0..2 {
             until(|| self.runtime.tasks().is_empty() && self.runtime.live_activations() == 0).await;
@@ -338,6 +359,10 @@ impl World {
     ///
     /// # Panics
     /// When the start or the child fails.
+    ///
+    /// # Cancel safety
+    /// As [`SubagentRuntime::start_activation`]: a drop leaves nothing or a
+    /// published, monitored child, which settles on its own.
     #[allow(clippy::expect_used)]
     pub async fn cold_child(&self, name: &str) -> SubagentActivation {
         let mut spec = self.spec(Some(name));
