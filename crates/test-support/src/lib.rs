@@ -3,7 +3,8 @@
 //! test see (or stall) the moment the code under test reads an agent's
 //! pending inbox or its events; session-store wrappers that fail, hold or
 //! stop calls ([`store`]); bounded waits ([`wait`]); queries over recorded
-//! model requests ([`requests`]) and over a session's events ([`logs`]); with the `world` feature, subagent worlds,
+//! model requests ([`requests`]) and over a session's events ([`logs`]); the tool-spec checks every tool
+//! crate runs ([`specs`]); with the `world` feature, subagent worlds,
 //! providers and tree queries, and killing a re-executed test process
 //! (`world`);
 //! and a counting allocator for the memory benches. Used only as a dev-dependency; it must never become a
@@ -12,6 +13,7 @@
 pub mod alloc;
 pub mod logs;
 pub mod requests;
+pub mod specs;
 pub mod store;
 pub mod wait;
 #[cfg(feature = "world")]

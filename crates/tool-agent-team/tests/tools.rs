@@ -10,6 +10,7 @@ use dsh_agent_team::{Role, Team, TeamConfig};
 use dsh_core::{Agent, CallId, CancellationToken, Durability, Tool, ToolContext};
 use dsh_subagent::RuntimeConfig;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::specs::{assert_committed_specs, spec};
 use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{Backing, World};
 use dsh_tool_agent_team::{TeamDirectory, TeamTool, TeamToolKind, policy_section};
@@ -37,14 +38,7 @@ fn the_ten_tools_in_order_with_their_specs() {
     for tool in tools {
         dsh_core::schema::check_object_schema(&tool.input_schema())
             .unwrap_or_else(|err| panic!("{}: {err}", tool.name()));
-        insta::assert_json_snapshot!(
-            format!("spec_{}", tool.name()),
-            json!({
-                "name": tool.name(),
-                "description": tool.description(),
-                "input_schema": tool.input_schema(),
-            })
-        );
+        insta::assert_json_snapshot!(format!("spec_{}", tool.name()), spec(tool.as_ref()));
     }
 }
 
@@ -53,26 +47,11 @@ fn the_ten_tools_in_order_with_their_specs() {
 /// after a reviewed wording change.
 #[test]
 fn committed_specs_match_live_tools() {
-    let dir = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools");
-    for tool in TeamTool::all(&TeamDirectory::new()) {
-        let path = dir.join(format!("{}.json", tool.name()));
-        let spec = json!({
-            "name": tool.name(),
-            "description": tool.description(),
-            "input_schema": tool.input_schema(),
-        });
-        let text = format!("{}\n", serde_json::to_string_pretty(&spec).unwrap());
-        if std::env::var_os("UPDATE_TOOL_SPECS").is_some() {
-            std::fs::write(&path, &text).unwrap();
-        }
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert_eq!(
-            committed,
-            text,
-            "{} is stale: run `UPDATE_TOOL_SPECS=1 cargo test -p dsh-tool-agent-team --test tools`",
-            path.display()
-        );
-    }
+    assert_committed_specs(
+        env!("CARGO_MANIFEST_DIR"),
+        &TeamTool::all(&TeamDirectory::new()),
+        "cargo test -p dsh-tool-agent-team --test tools",
+    );
 }
 
 /// Every schema accepts a valid call and refuses unknown fields, and the

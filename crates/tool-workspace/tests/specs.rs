@@ -6,28 +6,18 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use dsh_core::Tool;
-use dsh_core::schema::JsonSchema;
+use dsh_test_support::specs::{assert_committed_specs, check_input, spec};
 use dsh_tool_workspace::{
     EditFileInput, GrepInput, ListFilesInput, Policy, ReadFileInput, ShellInput, WorkspaceTools,
     WriteFileInput,
 };
-use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
 fn tools() -> Vec<Arc<dyn Tool>> {
     WorkspaceTools::new(env!("CARGO_MANIFEST_DIR"), Policy::default()).unwrap()
-}
-
-fn spec(tool: &dyn Tool) -> Value {
-    json!({
-        "name": tool.name(),
-        "description": tool.description(),
-        "input_schema": tool.input_schema(),
-    })
 }
 
 #[test]
@@ -59,56 +49,21 @@ fn specs_snapshot() {
 /// `UPDATE_TOOL_SPECS=1` to rewrite them after a reviewed wording change.
 #[test]
 fn committed_specs_match_live_tools() {
-    let dir = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tools");
-    for tool in tools() {
-        let path = dir.join(format!("{}.json", tool.name()));
-        let text = format!(
-            "{}\n",
-            serde_json::to_string_pretty(&spec(tool.as_ref())).unwrap()
-        );
-        if std::env::var_os("UPDATE_TOOL_SPECS").is_some() {
-            std::fs::write(&path, &text).unwrap();
-        }
-        let committed = std::fs::read_to_string(&path).unwrap_or_default();
-        assert_eq!(
-            committed,
-            text,
-            "{} is stale: run `UPDATE_TOOL_SPECS=1 cargo test -p dsh-tool-workspace --test specs`",
-            path.display()
-        );
-    }
+    assert_committed_specs(
+        env!("CARGO_MANIFEST_DIR"),
+        &tools(),
+        "cargo test -p dsh-tool-workspace --test specs",
+    );
 }
 
-fn schema_of(name: &str) -> JsonSchema {
-    let tool = tools().into_iter().find(|t| t.name() == name).unwrap();
-    JsonSchema::compile(tool.input_schema()).unwrap()
-}
-
-/// Valid examples pass both the schema and the struct; structural mistakes
-/// (unknown, missing or mistyped fields) fail both; value bounds the struct
-/// cannot express fail the schema (and the tool re-checks them).
-fn check<T: DeserializeOwned + std::fmt::Debug>(
+/// Check the input struct `T` of `name` against its schema.
+fn check<T: serde::de::DeserializeOwned + std::fmt::Debug>(
     name: &str,
     valid: &[Value],
     structural: &[Value],
     bounds: &[Value],
 ) {
-    let schema = schema_of(name);
-    for example in valid {
-        assert!(schema.is_valid(example), "{name}: schema refused {example}");
-        serde_json::from_value::<T>(example.clone())
-            .unwrap_or_else(|e| panic!("{name}: struct refused {example}: {e}"));
-    }
-    for example in structural {
-        assert!(!schema.is_valid(example), "{name}: schema took {example}");
-        assert!(
-            serde_json::from_value::<T>(example.clone()).is_err(),
-            "{name}: struct took {example}"
-        );
-    }
-    for example in bounds {
-        assert!(!schema.is_valid(example), "{name}: schema took {example}");
-    }
+    check_input::<T>(&tools(), name, valid, structural, bounds);
 }
 
 #[test]
