@@ -130,17 +130,9 @@ impl Tool for EditFileTool {
             old_string,
             new_string,
         } = crate::parse(self.name(), input)?;
-        let cwd = ctx.agent.cwd();
-        let resolved = self.workspace.resolve(&cwd, &path)?;
-        self.workspace
-            .policy()
-            .check(
-                ctx.agent.id(),
-                self.name(),
-                Action::Write,
-                &path,
-                &ctx.cancel,
-            )
+        let resolved = self
+            .workspace
+            .admit(&ctx, self.name(), Action::Write, &path)
             .await?;
         let text = blocking(move || {
             let before = load_text(&resolved, &path)?;
@@ -212,17 +204,9 @@ impl Tool for WriteFileTool {
     /// the blocking write has started it runs to completion on its own.
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let WriteFileInput { path, content } = crate::parse(self.name(), input)?;
-        let cwd = ctx.agent.cwd();
-        let resolved = self.workspace.resolve(&cwd, &path)?;
-        self.workspace
-            .policy()
-            .check(
-                ctx.agent.id(),
-                self.name(),
-                Action::Write,
-                &path,
-                &ctx.cancel,
-            )
+        let resolved = self
+            .workspace
+            .admit(&ctx, self.name(), Action::Write, &path)
             .await?;
         let text = blocking(move || {
             let existed = match std::fs::metadata(&resolved) {

@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dsh_core::Tool;
+use dsh_core::{Tool, ToolContext};
 use serde::de::DeserializeOwned;
 use serde_json::Value;
 
@@ -79,6 +79,27 @@ impl Workspace {
     /// Resolve `input` against `cwd`, confined to the root.
     pub(crate) fn resolve(&self, cwd: &Path, input: &str) -> Result<PathBuf, WorkspaceError> {
         confine(&self.root, cwd, input)
+    }
+
+    /// What every path tool does before it touches the disk: resolve
+    /// `path` against the calling agent's cwd, confined to the root, then
+    /// check `action` on it against the policy (asking when a level is
+    /// missing). Returns the resolved path.
+    ///
+    /// # Cancel safety
+    /// As [`Policy::check`]: dropped while asking, nothing has been done.
+    pub(crate) async fn admit(
+        &self,
+        ctx: &ToolContext,
+        tool: &str,
+        action: Action,
+        path: &str,
+    ) -> Result<PathBuf, WorkspaceError> {
+        let resolved = self.resolve(&ctx.agent.cwd(), path)?;
+        self.policy
+            .check(ctx.agent.id(), tool, action, path, &ctx.cancel)
+            .await?;
+        Ok(resolved)
     }
 }
 

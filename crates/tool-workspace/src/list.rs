@@ -169,10 +169,9 @@ impl Tool for ListFilesTool {
         }
         let dir = dir.unwrap_or_else(|| ".".to_owned());
         let cwd = ctx.agent.cwd();
-        let resolved = self.workspace.resolve(&cwd, &dir)?;
-        self.workspace
-            .policy()
-            .check(ctx.agent.id(), self.name(), Action::Read, &dir, &ctx.cancel)
+        let resolved = self
+            .workspace
+            .admit(&ctx, self.name(), Action::Read, &dir)
             .await?;
         let root = self.workspace.root().to_path_buf();
         let text = blocking(move || {

@@ -187,17 +187,9 @@ impl Tool for ReadFileTool {
             )
             .into());
         }
-        let cwd = ctx.agent.cwd();
-        let resolved = self.workspace.resolve(&cwd, &path)?;
-        self.workspace
-            .policy()
-            .check(
-                ctx.agent.id(),
-                self.name(),
-                Action::Read,
-                &path,
-                &ctx.cancel,
-            )
+        let resolved = self
+            .workspace
+            .admit(&ctx, self.name(), Action::Read, &path)
             .await?;
         let text = blocking(move || {
             let content = load_text(&resolved, &path)?;
