@@ -24,17 +24,15 @@ use dsh_core::message::Message;
 use dsh_core::session::{EventPayload, SessionEvent};
 use dsh_core::{
     Agent, AgentFactory, CancellationToken, Durability, MessageId, MessageSource, ResumeAgent,
-    SessionId, SessionStore, Tool,
+    SessionId, SessionStore,
 };
 use dsh_harness::store::JsonlStore;
 use dsh_harness::{Scripted, ScriptedModel};
-use dsh_subagent::{RuntimeConfig, SubagentProvider};
+
 use dsh_test_support::logs::{accepted_minus_claimed, delivered, unanswered};
-use dsh_test_support::store::{CrashPoint, Op, RecordingStore, Write};
+use dsh_test_support::store::{CrashPoint, Op, RecordingStore, SharedStore, Write};
 use dsh_test_support::wait::{bounded, until};
-use dsh_test_support::world::{
-    LocalProvider, NamedTool, World, create_root, harness_and_runtime, sid,
-};
+use dsh_test_support::world::{NamedTool, World, WorldBuilder, sid};
 use serde_json::json;
 
 const DURABILITY: Durability = Durability::None;
@@ -60,24 +58,22 @@ fn model() -> Arc<ScriptedModel> {
 }
 
 /// Run the delegating workload once in `dir`, recording every write.
-async fn workload(dir: &Path) -> RecordingStore<JsonlStore> {
-    let jsonl = JsonlStore::new(dir, DURABILITY).unwrap();
+async fn workload(dir: &Path) -> RecordingStore<SharedStore> {
     let locate = {
-        let jsonl = jsonl.clone();
+        let jsonl = JsonlStore::new(dir, DURABILITY).unwrap();
         move |id: &SessionId| jsonl.log_path(id)
     };
-    let recording = RecordingStore::new(jsonl, locate);
-    let tools: Vec<Arc<dyn Tool>> = vec![Arc::new(NamedTool("alpha"))];
-    let providers: Vec<Arc<dyn SubagentProvider>> = vec![Arc::new(LocalProvider::new("local"))];
-    let (harness, runtime) = harness_and_runtime(
-        Arc::new(recording.clone()),
-        model(),
-        tools,
-        providers,
-        RuntimeConfig::default(),
-    );
-    let root = create_root(&harness, &sid("lead"), dir).await;
-    let lead = root.agent().clone();
+    let world = WorldBuilder::new()
+        .jsonl(DURABILITY)
+        .in_dir(dir)
+        .wrap(move |base| Arc::new(RecordingStore::new(SharedStore(base), locate)))
+        .model(model())
+        .tool(Arc::new(NamedTool("alpha")))
+        .local()
+        .build()
+        .await;
+    let (harness, runtime) = (&world.harness, &world.runtime);
+    let lead = world.lead();
     let mut children = Vec::new();
     for n in 0..CHILDREN {
         let spec = dsh_subagent::ActivationSpec {
@@ -113,7 +109,7 @@ async fn workload(dir: &Path) -> RecordingStore<JsonlStore> {
     bounded(lead.wait_idle()).await;
     until(|| runtime.tasks().is_empty()).await;
     bounded(harness.shutdown()).await;
-    recording
+    RecordingStore::clone(&world.store)
 }
 
 /// The ids of the settlement notices a log accepted, by child.
@@ -134,7 +130,7 @@ fn notices(events: &[SessionEvent]) -> Vec<(SessionId, MessageId)> {
 
 /// Lay out in `scratch` what a crash at `point` leaves.
 fn rebuild(
-    recording: &RecordingStore<JsonlStore>,
+    recording: &RecordingStore<SharedStore>,
     finals: &HashMap<PathBuf, Vec<u8>>,
     point: CrashPoint,
     write: &Write,

@@ -2,40 +2,38 @@
 //! checks made before any provider code runs, activations and their
 //! lifecycle events, run ids, results, diagnostics, disposal, capacity and
 //! names (B1-B17 and part of B26 in `BEHAVIOURS.md`). They drive the runtime
-//! over the reference harness with test-defined providers: `Local` (local
-//! continuable creation, optionally gated), `External` (external runs the
-//! test settles by hand) and `Probe` (records any call to its code).
+//! over the reference harness (a kit world on a memory store) with the kit's
+//! scripted providers: `LocalProvider` (local continuable creation,
+//! optionally gated), `ExternalProvider` (external runs the test settles by
+//! hand) and `Probe` (records any call to its code).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dsh_subagent::{AdmissionError, InfraError, RegistryError};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
-    Agent, AgentFactory, AgentHandle, AgentOptions, CancellationToken, ContentBlock, CreateAgent,
-    EventPayload, MessageSource, ModelError, ModelErrorKind, SessionHeader, SessionId,
-    SessionStore, StopReason, ToolRestriction,
+    Agent, AgentOptions, CancellationToken, ContentBlock, EventPayload, MessageSource, ModelError,
+    ModelErrorKind, SessionStore, StopReason, ToolRestriction,
 };
-use dsh_harness::{Harness, MemoryStore, Scripted, ScriptedModel};
+use dsh_harness::Scripted;
 use dsh_subagent::result::{MAX_DIAGNOSTIC_BYTES, TRUNCATION_MARKER};
 use dsh_subagent::{
-    ActivationSpec, AgentRoute, Catalog, ChildMode, ContinuableCreateRequest,
-    ContinuableCreateSpec, Delivery, PrepareContinuable, ResolvedStartRequest, RunInfo, RunOutcome,
-    RuntimeConfig, StartExternal, StartRequest, SubagentActivation, SubagentCapabilities,
-    SubagentError, SubagentEvent, SubagentProvider, SubagentResult, SubagentRun, SubagentRuntime,
-    fold_catalog,
+    ActivationSpec, AgentRoute, Catalog, ChildMode, Delivery, RunInfo, RunOutcome, RuntimeConfig,
+    StartRequest, SubagentActivation, SubagentCapabilities, SubagentError, SubagentEvent,
+    SubagentProvider, SubagentResult, fold_catalog,
 };
 use dsh_test_support::wait::{bounded, settle, until};
-use dsh_test_support::world::harness_and_runtime;
-use dsh_test_support::world::sid;
+use dsh_test_support::world::{
+    Bare, ExternalProvider, LocalProvider, Probe, World, WorldBuilder, sid,
+};
 use futures::FutureExt;
 use serde_json::json;
+use tokio::sync::Semaphore;
 use tokio::sync::mpsc::UnboundedReceiver;
-use tokio::sync::{Semaphore, watch};
 
 // ---------------------------------------------------------------------------
 // Helpers
@@ -69,16 +67,22 @@ fn output_text(result: &SubagentResult) -> String {
 }
 
 // ---------------------------------------------------------------------------
-// The environment: a harness over a memory store, a root parent, a runtime
+// The environment: a kit world over a memory store, the root parent, a
+// runtime with no provider yet
 // ---------------------------------------------------------------------------
 
+/// A kit world and its root parent.
 struct Env {
-    harness: Harness,
-    store: Arc<dyn SessionStore>,
-    model: Arc<ScriptedModel>,
-    runtime: SubagentRuntime,
+    world: World<dyn SessionStore>,
     parent: Arc<dyn Agent>,
-    _parent_handle: AgentHandle,
+}
+
+impl std::ops::Deref for Env {
+    type Target = World<dyn SessionStore>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.world
+    }
 }
 
 async fn env() -> Env {
@@ -86,33 +90,17 @@ async fn env() -> Env {
 }
 
 async fn env_with(config: RuntimeConfig, parent_depth: u32) -> Env {
-    let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-    let (harness, runtime) =
-        harness_and_runtime(store.clone(), model.clone(), Vec::new(), Vec::new(), config);
-    let handle = create_root(&harness, "lead-session", parent_depth).await;
+    let world = WorldBuilder::new()
+        .memory()
+        .config(config)
+        .root("lead-session")
+        .root_header(move |header| header.delegation_depth = parent_depth)
+        .build()
+        .await;
     Env {
-        harness,
-        store,
-        model,
-        runtime,
-        parent: handle.agent().clone(),
-        _parent_handle: handle,
+        parent: world.lead(),
+        world,
     }
-}
-
-async fn create_root(harness: &Harness, id: &str, depth: u32) -> AgentHandle {
-    let mut header = SessionHeader::new(sid(id), env!("CARGO_MANIFEST_DIR"));
-    header.delegation_depth = depth;
-    harness
-        .create(CreateAgent {
-            header,
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap()
 }
 
 impl Env {
@@ -123,12 +111,6 @@ impl Env {
 
     fn catalog(&self) -> Catalog {
         fold_catalog(self.parent.header(), &self.parent.events()).unwrap()
-    }
-
-    async fn sessions(&self) -> Vec<SessionId> {
-        let mut ids = self.store.list().await.unwrap();
-        ids.sort();
-        ids
     }
 
     /// B9's "nothing left behind": no session but the parent's, no catalog
@@ -155,324 +137,6 @@ fn spec_for(parent: &Arc<dyn Agent>, provider: &str) -> ActivationSpec {
     }
 }
 
-// ---------------------------------------------------------------------------
-// Providers
-// ---------------------------------------------------------------------------
-
-/// Local continuable creation; counts preparations and can hold them on a gate.
-struct Local {
-    name: &'static str,
-    caps: SubagentCapabilities,
-    inherits: bool,
-    route: Option<AgentRoute>,
-    prepared: AtomicUsize,
-    gate: Option<Arc<Semaphore>>,
-}
-
-impl Local {
-    fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            caps: SubagentCapabilities::ALL,
-            inherits: false,
-            route: None,
-            prepared: AtomicUsize::new(0),
-            gate: None,
-        }
-    }
-
-    fn gated(name: &'static str, gate: Arc<Semaphore>) -> Self {
-        Self {
-            gate: Some(gate),
-            ..Self::new(name)
-        }
-    }
-
-    fn prepared(&self) -> usize {
-        self.prepared.load(Ordering::SeqCst)
-    }
-}
-
-#[async_trait]
-impl PrepareContinuable for Local {
-    async fn prepare(
-        &self,
-        _request: ContinuableCreateRequest,
-    ) -> Result<ContinuableCreateSpec, SubagentError> {
-        self.prepared.fetch_add(1, Ordering::SeqCst);
-        if let Some(gate) = &self.gate {
-            gate.acquire().await.unwrap().forget();
-        }
-        Ok(ContinuableCreateSpec::default())
-    }
-}
-
-impl SubagentProvider for Local {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        self.caps
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        self.inherits
-    }
-
-    fn agent_route_defaults(&self) -> Option<AgentRoute> {
-        self.route.clone()
-    }
-
-    fn continuable(&self) -> Option<&dyn PrepareContinuable> {
-        Some(self)
-    }
-}
-
-type Settlement = Option<Result<SubagentResult, SubagentError>>;
-
-/// The test's side of one external run: settle it, and see its disposals.
-struct RunControl {
-    id: SessionId,
-    settle: watch::Sender<Settlement>,
-    dispose_calls: AtomicUsize,
-    disposed: AtomicBool,
-    effective_disposals: AtomicUsize,
-    dispose_error: Option<String>,
-}
-
-impl RunControl {
-    fn settle(&self, result: SubagentResult) {
-        self.settle.send_replace(Some(Ok(result)));
-    }
-
-    fn fail(&self, err: SubagentError) {
-        self.settle.send_replace(Some(Err(err)));
-    }
-
-    fn dispose_calls(&self) -> usize {
-        self.dispose_calls.load(Ordering::SeqCst)
-    }
-
-    fn effective_disposals(&self) -> usize {
-        self.effective_disposals.load(Ordering::SeqCst)
-    }
-}
-
-struct TestRun(Arc<RunControl>);
-
-#[async_trait]
-impl SubagentRun for TestRun {
-    fn id(&self) -> &SessionId {
-        &self.0.id
-    }
-
-    async fn result(&self) -> Result<SubagentResult, SubagentError> {
-        let mut settled = self.0.settle.subscribe();
-        let value = settled
-            .wait_for(Option::is_some)
-            .await
-            .expect("the control keeps the sender");
-        value.clone().expect("waited for a settlement")
-    }
-
-    async fn dispose(&self) -> Result<(), SubagentError> {
-        self.0.dispose_calls.fetch_add(1, Ordering::SeqCst);
-        if !self.0.disposed.swap(true, Ordering::SeqCst) {
-            self.0.effective_disposals.fetch_add(1, Ordering::SeqCst);
-            // Disposing an unsettled run cancels it: it ends as aborted.
-            self.0.settle.send_if_modified(|settled| {
-                if settled.is_none() {
-                    *settled = Some(Ok(SubagentResult::stopped(StopReason::ABORTED)));
-                    true
-                } else {
-                    false
-                }
-            });
-        }
-        match &self.0.dispose_error {
-            Some(message) => Err(SubagentError::Infra(InfraError::Teardown(message.clone()))),
-            None => Ok(()),
-        }
-    }
-}
-
-/// External execution: counts starts, keeps every run's control.
-struct External {
-    name: &'static str,
-    caps: SubagentCapabilities,
-    fixed_id: Option<SessionId>,
-    fail: Option<SubagentError>,
-    dispose_error: Option<String>,
-    gate: Option<Arc<Semaphore>>,
-    started: AtomicUsize,
-    runs: Mutex<Vec<Arc<RunControl>>>,
-}
-
-impl External {
-    fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            caps: SubagentCapabilities::ALL,
-            fixed_id: None,
-            fail: None,
-            dispose_error: None,
-            gate: None,
-            started: AtomicUsize::new(0),
-            runs: Mutex::new(Vec::new()),
-        }
-    }
-
-    fn started(&self) -> usize {
-        self.started.load(Ordering::SeqCst)
-    }
-
-    fn run(&self, index: usize) -> Arc<RunControl> {
-        self.runs.lock().unwrap()[index].clone()
-    }
-
-    fn run_count(&self) -> usize {
-        self.runs.lock().unwrap().len()
-    }
-}
-
-#[async_trait]
-impl StartExternal for External {
-    async fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
-        self.started.fetch_add(1, Ordering::SeqCst);
-        if let Some(gate) = &self.gate {
-            gate.acquire().await.unwrap().forget();
-        }
-        if let Some(err) = &self.fail {
-            return Err(err.clone());
-        }
-        let control = Arc::new(RunControl {
-            id: self.fixed_id.clone().unwrap_or_else(SessionId::generate),
-            settle: watch::Sender::new(None),
-            dispose_calls: AtomicUsize::new(0),
-            disposed: AtomicBool::new(false),
-            effective_disposals: AtomicUsize::new(0),
-            dispose_error: self.dispose_error.clone(),
-        });
-        self.runs.lock().unwrap().push(control.clone());
-        Ok(Arc::new(TestRun(control)))
-    }
-}
-
-impl SubagentProvider for External {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        self.caps
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-
-    fn external(&self) -> Option<&dyn StartExternal> {
-        Some(self)
-    }
-}
-
-/// Records every call into its code and refuses; a refusal test asserts it
-/// was never reached.
-struct Probe {
-    name: &'static str,
-    caps: SubagentCapabilities,
-    inherits: bool,
-    external: bool,
-    calls: AtomicUsize,
-}
-
-impl Probe {
-    fn new(name: &'static str, external: bool, caps: SubagentCapabilities) -> Self {
-        Self {
-            name,
-            caps,
-            inherits: false,
-            external,
-            calls: AtomicUsize::new(0),
-        }
-    }
-
-    fn calls(&self) -> usize {
-        self.calls.load(Ordering::SeqCst)
-    }
-
-    fn reached(&self) -> SubagentError {
-        self.calls.fetch_add(1, Ordering::SeqCst);
-        SubagentError::Infra(InfraError::Provider {
-            provider: self.name.to_owned(),
-            message: "the probe was reached".into(),
-        })
-    }
-}
-
-#[async_trait]
-impl PrepareContinuable for Probe {
-    async fn prepare(
-        &self,
-        _request: ContinuableCreateRequest,
-    ) -> Result<ContinuableCreateSpec, SubagentError> {
-        Err(self.reached())
-    }
-}
-
-#[async_trait]
-impl StartExternal for Probe {
-    async fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
-        Err(self.reached())
-    }
-}
-
-impl SubagentProvider for Probe {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        self.caps
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        self.inherits
-    }
-
-    fn continuable(&self) -> Option<&dyn PrepareContinuable> {
-        (!self.external).then_some(self as &dyn PrepareContinuable)
-    }
-
-    fn external(&self) -> Option<&dyn StartExternal> {
-        self.external.then_some(self as &dyn StartExternal)
-    }
-}
-
-/// A provider that implements neither execution path.
-struct Bare;
-
-impl SubagentProvider for Bare {
-    fn name(&self) -> &str {
-        "bare"
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::ALL
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-}
-
 fn same_provider(a: &Arc<dyn SubagentProvider>, b: &Arc<dyn SubagentProvider>) -> bool {
     std::ptr::eq(Arc::as_ptr(a).cast::<()>(), Arc::as_ptr(b).cast::<()>())
 }
@@ -485,13 +149,11 @@ fn same_provider(a: &Arc<dyn SubagentProvider>, b: &Arc<dyn SubagentProvider>) -
 async fn b1_duplicate_registration_fails_and_the_first_stays() {
     let env = env().await;
     let (_sub, mut events) = env.runtime.events().subscribe();
-    let first: Arc<dyn SubagentProvider> = Arc::new(Local::new("spawn"));
+    let first: Arc<dyn SubagentProvider> = Arc::new(LocalProvider::new("spawn"));
     env.runtime.register(first.clone()).unwrap();
 
-    let second: Arc<dyn SubagentProvider> = Arc::new(Local {
-        caps: SubagentCapabilities::default(),
-        ..Local::new("spawn")
-    });
+    let second: Arc<dyn SubagentProvider> =
+        Arc::new(LocalProvider::new("spawn").with_capabilities(SubagentCapabilities::default()));
     let err = env.runtime.register(second.clone()).unwrap_err();
     assert_eq!(err.code(), "DUPLICATE_PROVIDER");
     assert!(
@@ -530,24 +192,21 @@ async fn b1_a_default_route_without_agent_options_is_refused() {
         provider: "default".into(),
         model: "child-model".into(),
     };
-    let refused = Arc::new(Local {
-        caps: SubagentCapabilities {
-            agent_options: false,
-            ..SubagentCapabilities::ALL
-        },
-        route: Some(route.clone()),
-        ..Local::new("routed")
-    });
+    let refused = Arc::new(
+        LocalProvider::new("routed")
+            .with_capabilities(SubagentCapabilities {
+                agent_options: false,
+                ..SubagentCapabilities::ALL
+            })
+            .with_route(route.clone()),
+    );
     let err = env.runtime.register(refused).unwrap_err();
     assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY");
     assert!(err.to_string().contains("agent_options"), "{err}");
     assert!(env.runtime.get("routed").is_none());
 
     // The same route with the flag is accepted.
-    let accepted = Arc::new(Local {
-        route: Some(route),
-        ..Local::new("routed")
-    });
+    let accepted = Arc::new(LocalProvider::new("routed").with_route(route));
     env.runtime.register(accepted).unwrap();
     assert_eq!(env.runtime.list(), ["routed"]);
 }
@@ -556,11 +215,15 @@ async fn b1_a_default_route_without_agent_options_is_refused() {
 async fn b2_registration_and_removal_are_observable_and_listing_keeps_order() {
     let env = env().await;
     let (_sub, mut events) = env.runtime.events().subscribe();
-    env.runtime.register(Arc::new(Local::new("zeta"))).unwrap();
     env.runtime
-        .register(Arc::new(External::new("alpha")))
+        .register(Arc::new(LocalProvider::new("zeta")))
         .unwrap();
-    env.runtime.register(Arc::new(Local::new("mid"))).unwrap();
+    env.runtime
+        .register(Arc::new(ExternalProvider::held("alpha")))
+        .unwrap();
+    env.runtime
+        .register(Arc::new(LocalProvider::new("mid")))
+        .unwrap();
     assert_eq!(env.runtime.list(), ["zeta", "alpha", "mid"]);
 
     assert!(env.runtime.remove("alpha"));
@@ -571,7 +234,7 @@ async fn b2_registration_and_removal_are_observable_and_listing_keeps_order() {
     assert!(!env.runtime.remove("never-registered"));
     assert_eq!(env.runtime.list(), ["zeta", "mid"]);
     env.runtime
-        .register(Arc::new(External::new("alpha")))
+        .register(Arc::new(ExternalProvider::held("alpha")))
         .unwrap();
     assert_eq!(env.runtime.list(), ["zeta", "mid", "alpha"]);
 
@@ -602,7 +265,7 @@ async fn b2_registration_and_removal_are_observable_and_listing_keeps_order() {
 #[tokio::test(start_paused = true)]
 async fn b3_removal_blocks_new_starts_but_not_a_running_activation() {
     let env = env().await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
 
@@ -754,10 +417,7 @@ async fn b4_agent_preset_is_refused_for_a_provider_inheriting_parent_context() {
     for external in [false, true] {
         let env = env().await;
         let (_sub, mut events) = env.runtime.events().subscribe();
-        let probe = Arc::new(Probe {
-            inherits: true,
-            ..Probe::new("fork", external, SubagentCapabilities::ALL)
-        });
+        let probe = Arc::new(Probe::new("fork", external, SubagentCapabilities::ALL).inheriting());
         env.runtime.register(probe.clone()).unwrap();
         let mut spec = env.spec("fork");
         spec.request.agent_preset = Some("reviewer".into());
@@ -783,7 +443,7 @@ async fn b4_agent_preset_is_refused_for_a_provider_inheriting_parent_context() {
 async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() {
     // A root at depth 0: its child is at depth 1.
     let env = env().await;
-    let local = Arc::new(Local::new("spawn"));
+    let local = Arc::new(LocalProvider::new("spawn"));
     env.runtime.register(local.clone()).unwrap();
     let probe = Arc::new(Probe::new("probe", false, SubagentCapabilities::ALL));
     env.runtime.register(probe.clone()).unwrap();
@@ -815,7 +475,7 @@ async fn b5_b20_child_depth_is_parent_plus_one_and_max_depth_is_checked_first() 
 
     // A parent at depth 2: its child would be at depth 3.
     let deep = env_with(RuntimeConfig::default(), 2).await;
-    let local = Arc::new(Local::new("spawn"));
+    let local = Arc::new(LocalProvider::new("spawn"));
     deep.runtime.register(local.clone()).unwrap();
     let mut refused = deep.spec("spawn");
     refused.request.max_depth = Some(2);
@@ -904,10 +564,7 @@ fn b5_an_output_schema_outside_the_subset_cannot_be_built() {
 async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longer_reaches_it() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
-    let ext = Arc::new(External {
-        gate: Some(gate.clone()),
-        ..External::new("ext")
-    });
+    let ext = Arc::new(ExternalProvider::held("ext").gated(gate.clone()));
     env.runtime.register(ext.clone()).unwrap();
     let token = CancellationToken::new();
     let mut spec = env.spec("ext");
@@ -925,13 +582,13 @@ async fn b7_b8_external_start_returns_after_start_and_the_callers_token_no_longe
     gate.add_permits(1);
     let activation = bounded(starting).await.unwrap().unwrap();
     let run = ext.run(0);
-    assert_eq!(activation.child_id(), &run.id);
+    assert_eq!(activation.child_id(), run.id());
     assert_eq!(activation.name(), "remote");
     assert!(
         activation.message_id().is_none(),
         "no message id for an external child"
     );
-    let entry = env.catalog().get(&run.id).cloned().unwrap();
+    let entry = env.catalog().get(run.id()).cloned().unwrap();
     assert_eq!(entry.mode, ChildMode::EXTERNAL);
     assert_eq!(entry.name.as_deref(), Some("remote"));
 
@@ -957,7 +614,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
     // An external child has no session of its own; the refusal must still
     // say what it is, not that the child is outside the tree.
     let env = env().await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let mut spec = env.spec("ext");
     spec.delivery = Delivery::Parent;
@@ -1000,7 +657,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
 #[tokio::test(start_paused = true)]
 async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_callers_token() {
     let env = env().await;
-    let local = Arc::new(Local::new("spawn"));
+    let local = Arc::new(LocalProvider::new("spawn"));
     env.runtime.register(local.clone()).unwrap();
     // The child's first model request waits for the test.
     let model_gate = Arc::new(Semaphore::new(0));
@@ -1054,8 +711,8 @@ async fn b7_b8_local_start_returns_with_the_accepted_prompt_and_outlives_the_cal
 async fn b9_cancelled_before_the_call_leaves_nothing_behind() {
     for external in [false, true] {
         let env = env().await;
-        let local = Arc::new(Local::new("spawn"));
-        let ext = Arc::new(External::new("ext"));
+        let local = Arc::new(LocalProvider::new("spawn"));
+        let ext = Arc::new(ExternalProvider::held("ext"));
         env.runtime.register(local.clone()).unwrap();
         env.runtime.register(ext.clone()).unwrap();
         let provider = if external { "ext" } else { "spawn" };
@@ -1083,7 +740,7 @@ async fn b9_cancelled_before_the_call_leaves_nothing_behind() {
 async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
-    let local = Arc::new(Local::gated("spawn", gate.clone()));
+    let local = Arc::new(LocalProvider::new("spawn").gated(gate.clone()));
     env.runtime.register(local.clone()).unwrap();
     let (_sub, mut events) = env.runtime.events().subscribe();
 
@@ -1115,10 +772,7 @@ async fn b9_cancelled_during_preparation_leaves_nothing_behind() {
 async fn b9_cancelled_during_an_external_start_leaves_nothing_behind() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
-    let ext = Arc::new(External {
-        gate: Some(gate.clone()),
-        ..External::new("ext")
-    });
+    let ext = Arc::new(ExternalProvider::held("ext").gated(gate.clone()));
     env.runtime.register(ext.clone()).unwrap();
     let (_sub, mut events) = env.runtime.events().subscribe();
 
@@ -1147,13 +801,12 @@ async fn b9_cancelled_during_an_external_start_leaves_nothing_behind() {
 #[tokio::test]
 async fn b9_a_provider_failure_leaves_nothing_behind() {
     let env = env().await;
-    let ext = Arc::new(External {
-        fail: Some(SubagentError::Infra(InfraError::Provider {
+    let ext = Arc::new(ExternalProvider::held("ext").failing(SubagentError::Infra(
+        InfraError::Provider {
             provider: "ext".into(),
             message: "could not spawn the agent".into(),
-        })),
-        ..External::new("ext")
-    });
+        },
+    )));
     env.runtime.register(ext.clone()).unwrap();
     let (_sub, mut events) = env.runtime.events().subscribe();
     let mut spec = env.spec("ext");
@@ -1172,8 +825,8 @@ async fn b9_a_provider_failure_leaves_nothing_behind() {
 #[tokio::test(start_paused = true)]
 async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity() {
     let env = env().await;
-    let local = Arc::new(Local::new("spawn"));
-    let ext = Arc::new(External::new("ext"));
+    let local = Arc::new(LocalProvider::new("spawn"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(local.clone()).unwrap();
     env.runtime.register(ext.clone()).unwrap();
 
@@ -1251,10 +904,7 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
 #[tokio::test]
 async fn b11_a_run_id_of_a_live_session_is_refused_and_the_run_disposed() {
     let env = env().await;
-    let ext = Arc::new(External {
-        fixed_id: Some(env.parent.id().clone()),
-        ..External::new("ext")
-    });
+    let ext = Arc::new(ExternalProvider::held("ext").with_id(env.parent.id().clone()));
     env.runtime.register(ext.clone()).unwrap();
     let (_sub, mut events) = env.runtime.events().subscribe();
     let mut spec = env.spec("ext");
@@ -1278,17 +928,11 @@ async fn b11_a_run_id_of_a_live_session_is_refused_and_the_run_disposed() {
 async fn b11_a_repeated_run_id_is_refused_across_parents_and_providers() {
     let env = env().await;
     let fixed = sid("fixed-run");
-    let first_provider = Arc::new(External {
-        fixed_id: Some(fixed.clone()),
-        ..External::new("ext")
-    });
-    let second_provider = Arc::new(External {
-        fixed_id: Some(fixed.clone()),
-        ..External::new("ext-two")
-    });
+    let first_provider = Arc::new(ExternalProvider::held("ext").with_id(fixed.clone()));
+    let second_provider = Arc::new(ExternalProvider::held("ext-two").with_id(fixed.clone()));
     env.runtime.register(first_provider.clone()).unwrap();
     env.runtime.register(second_provider.clone()).unwrap();
-    let other_root = create_root(&env.harness, "other-lead", 0).await;
+    let other_root = env.agent("other-lead").await;
     let (_sub, mut events) = env.runtime.events().subscribe();
 
     let first = env.runtime.start_activation(env.spec("ext")).await.unwrap();
@@ -1326,7 +970,7 @@ async fn b11_a_repeated_run_id_is_refused_across_parents_and_providers() {
 #[tokio::test]
 async fn b11_a_reserved_local_id_already_in_use_is_refused_before_preparation() {
     let env = env().await;
-    let local = Arc::new(Local::new("spawn"));
+    let local = Arc::new(LocalProvider::new("spawn"));
     env.runtime.register(local.clone()).unwrap();
     let (_sub, mut events) = env.runtime.events().subscribe();
     let mut spec = env.spec("spawn");
@@ -1344,7 +988,7 @@ async fn b11_a_reserved_local_id_already_in_use_is_refused_before_preparation() 
 #[tokio::test]
 async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() {
     let env = env().await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let (_sub, mut events) = env.runtime.events().subscribe();
 
@@ -1399,7 +1043,9 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
 #[tokio::test]
 async fn b12_a_local_model_failure_resolves_with_stop_reason_error() {
     let env = env().await;
-    env.runtime.register(Arc::new(Local::new("spawn"))).unwrap();
+    env.runtime
+        .register(Arc::new(LocalProvider::new("spawn")))
+        .unwrap();
     env.model.push(Scripted::Fail(ModelError::new(
         ModelErrorKind::Transport,
         "connection reset",
@@ -1460,7 +1106,7 @@ async fn b14_a_long_diagnostic_is_cut_on_a_char_boundary_with_the_marker() {
 
     // Through the runtime, the bounded diagnostic reaches the caller as is.
     let env = env().await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     ext.run(0).settle(result);
@@ -1477,7 +1123,7 @@ async fn b14_a_long_diagnostic_is_cut_on_a_char_boundary_with_the_marker() {
 #[tokio::test(start_paused = true)]
 async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
     let env = env().await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     let other: SubagentActivation = activation.clone();
@@ -1516,7 +1162,7 @@ async fn b15_dispose_is_idempotent_and_every_holder_gets_the_same_result() {
 #[tokio::test]
 async fn b15_a_settled_external_run_is_disposed_exactly_once_in_teardown() {
     let env = env().await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     let run = ext.run(0);
@@ -1532,10 +1178,8 @@ async fn b15_a_settled_external_run_is_disposed_exactly_once_in_teardown() {
 #[tokio::test]
 async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
     let env = env().await;
-    let ext = Arc::new(External {
-        dispose_error: Some("the process group survived".into()),
-        ..External::new("ext")
-    });
+    let ext =
+        Arc::new(ExternalProvider::held("ext").failing_disposal("the process group survived"));
     env.runtime.register(ext.clone()).unwrap();
     let (_sub, mut events) = env.runtime.events().subscribe();
     let activation = env.runtime.start_activation(env.spec("ext")).await.unwrap();
@@ -1567,7 +1211,9 @@ async fn b15_dispose_reports_a_teardown_failure_without_replacing_the_result() {
 #[tokio::test(start_paused = true)]
 async fn b15_disposing_a_local_activation_stops_the_child() {
     let env = env().await;
-    env.runtime.register(Arc::new(Local::new("spawn"))).unwrap();
+    env.runtime
+        .register(Arc::new(LocalProvider::new("spawn")))
+        .unwrap();
     env.model.push(Scripted::Hang);
     let activation = env
         .runtime
@@ -1604,7 +1250,7 @@ async fn b17_a_tree_has_at_most_the_configured_live_children() {
         0,
     )
     .await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let first = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     let _second = env.runtime.start_activation(env.spec("ext")).await.unwrap();
@@ -1621,7 +1267,7 @@ async fn b17_a_tree_has_at_most_the_configured_live_children() {
     assert_eq!(ext.started(), 2, "the provider ran for a refused start");
 
     // The cap is per tree: another root still has room.
-    let other_root = create_root(&env.harness, "other-lead", 0).await;
+    let other_root = env.agent("other-lead").await;
     let elsewhere = env
         .runtime
         .start_activation(spec_for(other_root.agent(), "ext"))
@@ -1650,7 +1296,7 @@ async fn b17_capacity_is_free_once_the_result_settles() {
         0,
     )
     .await;
-    let ext = Arc::new(External::new("ext"));
+    let ext = Arc::new(ExternalProvider::held("ext"));
     env.runtime.register(ext.clone()).unwrap();
     let first = env.runtime.start_activation(env.spec("ext")).await.unwrap();
 
@@ -1719,7 +1365,7 @@ async fn names_an_invalid_name_fails_before_provider_code() {
 async fn names_a_name_is_taken_while_reserved_and_once_cataloged() {
     let env = env().await;
     let gate = Arc::new(Semaphore::new(0));
-    let local = Arc::new(Local::gated("spawn", gate.clone()));
+    let local = Arc::new(LocalProvider::new("spawn").gated(gate.clone()));
     let probe = Arc::new(Probe::new("probe", false, SubagentCapabilities::ALL));
     env.runtime.register(local.clone()).unwrap();
     env.runtime.register(probe.clone()).unwrap();
@@ -1761,7 +1407,9 @@ async fn names_a_name_is_taken_while_reserved_and_once_cataloged() {
 #[tokio::test]
 async fn names_omitted_names_are_agent_n_in_order() {
     let env = env().await;
-    env.runtime.register(Arc::new(Local::new("spawn"))).unwrap();
+    env.runtime
+        .register(Arc::new(LocalProvider::new("spawn")))
+        .unwrap();
     let first = env
         .runtime
         .start_activation(env.spec("spawn"))
@@ -1805,11 +1453,9 @@ async fn names_omitted_names_are_agent_n_in_order() {
 #[tokio::test]
 async fn b32_drain_reports_every_teardown_failure_together_after_all_branches_settle() {
     let env = env().await;
-    let failing = Arc::new(External {
-        dispose_error: Some("the process group survived".into()),
-        ..External::new("failing")
-    });
-    let clean = Arc::new(External::new("clean"));
+    let failing =
+        Arc::new(ExternalProvider::held("failing").failing_disposal("the process group survived"));
+    let clean = Arc::new(ExternalProvider::held("clean"));
     env.runtime.register(failing.clone()).unwrap();
     env.runtime.register(clean.clone()).unwrap();
     // Two failing branches and one clean one under the drained root, plus a
@@ -1823,7 +1469,7 @@ async fn b32_drain_reports_every_teardown_failure_together_after_all_branches_se
                 .unwrap(),
         );
     }
-    let other_root = create_root(&env.harness, "other-root", 0).await;
+    let other_root = env.agent("other-root").await;
     let bystander = env
         .runtime
         .start_activation(spec_for(other_root.agent(), "clean"))
@@ -1839,14 +1485,14 @@ async fn b32_drain_reports_every_teardown_failure_together_after_all_branches_se
     assert_eq!(err.code(), "TEARDOWN_FAILED");
     let message = err.to_string();
     for index in [0, 1] {
-        let id = failing.run(index).id.clone();
+        let id = failing.run(index).id().clone();
         assert!(
             message.contains(id.as_str()),
             "{id} missing from: {message}"
         );
     }
     assert!(
-        !message.contains(clean.run(0).id.as_str()),
+        !message.contains(clean.run(0).id().as_str()),
         "a clean teardown was reported: {message}"
     );
     // Every branch settled before the report, each run disposed once.

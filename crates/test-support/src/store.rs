@@ -13,10 +13,15 @@
 //!   it, so a crash test can rebuild the directory as a crash at any byte of
 //!   any write would have left it, and check that it reopens.
 //!
+//! - [`SharedStore`] turns a shared `Arc<dyn SessionStore>` back into a
+//!   store value, so the wrappers above can wrap a store chosen at run time
+//!   (what a test world does).
+//!
 //! Neither ever changes what the inner store writes: an injected failure
 //! happens *instead of* the inner call, never after it, so whatever the
 //! inner store holds is exactly what it acknowledged.
 
+use std::collections::BTreeMap;
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -296,6 +301,27 @@ impl<S: SessionStore> FaultStore<S> {
             .iter()
             .find(|(log, _)| log == id)
             .map_or(0, |(_, counts)| counts[op.index()])
+    }
+
+    /// How many calls of `op` were made on each log so far, leaving out the
+    /// logs it was never called on: per-id counts (a listing test asserts
+    /// which sessions were read, and how often).
+    pub fn calls_by_log(&self, op: Op) -> BTreeMap<SessionId, u64> {
+        lock(&self.plan)
+            .log_calls
+            .iter()
+            .filter(|(_, counts)| counts[op.index()] > 0)
+            .map(|(id, counts)| (id.clone(), counts[op.index()]))
+            .collect()
+    }
+
+    /// Forget every call counted so far (store-wide and per log), keeping the
+    /// planned faults and the write count that stops the world: a test
+    /// measures from here.
+    pub fn reset_calls(&self) {
+        let mut plan = lock(&self.plan);
+        plan.calls = [0; OPS];
+        plan.log_calls.clear();
     }
 
     /// How many writes went through to the inner store so far.
@@ -677,6 +703,60 @@ impl<S: SessionStore> SessionStore for GatedStore<S> {
 
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         self.around(Op::Remove, id, self.inner.remove(id)).await
+    }
+}
+
+/// A shared store as a store value: every call goes to the `Arc` it holds,
+/// so [`FaultStore`], [`GatedStore`] and [`RecordingStore`] can wrap a store
+/// whose type is only known at run time.
+#[derive(Clone)]
+pub struct SharedStore(pub Arc<dyn SessionStore>);
+
+impl fmt::Debug for SharedStore {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("SharedStore").finish_non_exhaustive()
+    }
+}
+
+#[async_trait]
+impl SessionStore for SharedStore {
+    async fn create(
+        &self,
+        header: &SessionHeader,
+        seed: &[SessionEvent],
+    ) -> Result<Arc<dyn SessionLog>, StoreError> {
+        self.0.create(header, seed).await
+    }
+
+    async fn open(
+        &self,
+        id: &SessionId,
+    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
+        self.0.open(id).await
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
+        self.0.load(id).await
+    }
+
+    async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
+        self.0.load_many(ids).await
+    }
+
+    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
+        self.0.header(id).await
+    }
+
+    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.0.exists(id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.0.list().await
+    }
+
+    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.0.remove(id).await
     }
 }
 

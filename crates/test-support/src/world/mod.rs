@@ -1,34 +1,41 @@
-//! World builders for the subagent suites: a JSONL store wrapped in the
-//! kit's [`FaultStore`] and [`GatedStore`], a harness answering with a
-//! scripted model and offering three host tools, a live root agent (fresh,
-//! or resumed from what a killed process left), a subagent runtime over
-//! them, and a local continuable provider. A test holds a store call at a
-//! [`Point`] ([`World::hold`]), drives the code under test until the gate
-//! is reached, and then decides what to do with the future (drop it, for
-//! the drop-point tests) before releasing it.
+//! Subagent test worlds, built by one [`WorldBuilder`]: a store (memory, or
+//! JSONL files in a temporary or given directory, optionally wrapped: the
+//! holding [`WorldStore`], a counting [`FaultStore`], any wrapper), a
+//! harness answering with a scripted model ([`models`]) and offering the
+//! test's tools, a live root agent (fresh, or resumed from what a killed
+//! process left), and a subagent runtime over them with the test's
+//! providers registered (the real ones, or the scripted ones of
+//! [`providers`]). A test holds a store call at a [`Point`]
+//! ([`World::hold`]), drives the code under test until the gate is reached,
+//! and then decides what to do with the future (drop it, for the drop-point
+//! tests) before releasing it.
 
+mod builder;
+pub mod models;
 pub mod process;
+pub mod providers;
 
-use std::sync::{Arc, Mutex};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentFactory, AgentHandle, AgentOptions, CancellationToken, ContentBlock, CreateAgent,
-    Durability, EventPayload, MessageSource, ResumeAgent, SessionHeader, SessionId, SessionStore,
-    StopReason, Tool, ToolContext, ToolError, ToolOutput,
+    Agent, AgentFactory, AgentHandle, AgentRegistry, CancellationToken, ContentBlock, CreateAgent,
+    Durability, EventPayload, MessageSource, SessionHeader, SessionId, SessionStore, StopReason,
+    Tool, ToolContext, ToolError, ToolOutput,
 };
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_harness::{Harness, JsonlStore, ScriptedModel};
 use dsh_subagent::{
-    ActivationSpec, AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, Delivery,
-    PrepareContinuable, ResolvedStartRequest, RuntimeConfig, StartExternal, StartRequest,
-    SubagentActivation, SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider,
-    SubagentResult, SubagentRun, SubagentRuntime,
+    ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentActivation, SubagentEvent,
+    SubagentRuntime,
 };
 
-use crate::store::{Fault, FaultStore, GatedStore};
+use crate::store::{Fault, FaultStore, GatedStore, SharedStore};
 use crate::wait::{bounded, until};
 
 pub use crate::store::{Gate, Op, Point as When};
+pub use builder::{Layout, WorldBuilder};
+pub use providers::{Bare, ExternalProvider, LocalProvider, Probe, RunControl, RunEnd};
 
 /// A store call a test holds or fails: the operation, on the log of which
 /// session, before or after the inner call.
@@ -42,14 +49,17 @@ pub struct Point {
     pub when: When,
 }
 
-/// The store a world writes through: faults over gates over JSONL files.
-pub type WorldStore = FaultStore<GatedStore<JsonlStore>>;
+/// The holding store of [`World::new`]: faults over gates over the
+/// world's backing.
+pub type WorldStore = FaultStore<GatedStore<SharedStore>>;
 
 /// Which store a world runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backing {
-    /// JSONL files in the world's directory, with this durability.
+    /// JSONL files in the world's sessions directory, with this durability.
     Jsonl(Durability),
+    /// An in-memory store (nothing outlives the world).
+    Memory,
 }
 
 /// The host tools every world registers (each answers `ok`).
@@ -82,14 +92,25 @@ impl Tool for NamedTool {
     }
 }
 
-/// A harness, a live root and a subagent runtime over one holding store.
-pub struct World {
-    /// The JSONL directory.
-    dir: std::path::PathBuf,
+/// A harness, a live root and a subagent runtime over one store, built by a
+/// [`WorldBuilder`]. `S` is the store's type as the test sees it (the
+/// wrapper it chose, or `dyn SessionStore`); by default it is the holding
+/// [`WorldStore`] of [`World::new`].
+pub struct World<S: ?Sized = WorldStore> {
+    /// The world's directory (a temporary one unless given).
+    dir: PathBuf,
+    /// Where the JSONL logs are.
+    sessions: PathBuf,
+    /// The directory every root starts in (it exists).
+    project: PathBuf,
     /// Keeps a temporary directory for the world's life.
     _temp: Option<tempfile::TempDir>,
-    /// The store every agent writes through.
-    pub store: Arc<WorldStore>,
+    /// The JSONL store under every wrapper, on a JSONL backing.
+    jsonl: Option<JsonlStore>,
+    /// The store every agent writes through, as the test chose it.
+    pub store: Arc<S>,
+    /// The same store as the harness and the runtime hold it.
+    shared: Arc<dyn SessionStore>,
     /// The scripted model every agent asks.
     pub model: Arc<ScriptedModel>,
     /// The harness (the runtime's factory).
@@ -102,7 +123,8 @@ pub struct World {
 
 impl World {
     /// A world on `backing` whose model answers every request with `done`,
-    /// with a fresh root `lead`.
+    /// with the host tools, the `local` provider and a fresh root `lead`,
+    /// over a holding store ([`World::hold`], [`World::fail`]).
     ///
     /// # Panics
     /// When the world cannot be built (a test failure).
@@ -111,11 +133,18 @@ impl World {
     /// A test helper: a drop part-way drops the temporary directory with
     /// whatever the world had written in it.
     pub async fn new(backing: Backing, config: RuntimeConfig) -> Self {
-        Self::build(backing, config, None, None).await
+        WorldBuilder::new()
+            .backing(backing)
+            .config(config)
+            .host_tools()
+            .local()
+            .holding()
+            .build()
+            .await
     }
 
-    /// A world over the JSONL directory `dir` (kept when the world goes),
-    /// with a fresh root `lead`: what a process the test kills runs.
+    /// As [`World::new`], over the JSONL directory `dir` (kept when the
+    /// world goes): what a process the test kills runs.
     ///
     /// # Panics
     /// When the world cannot be built.
@@ -123,19 +152,15 @@ impl World {
     /// # Cancel safety
     /// A drop part-way may leave the root's log in `dir` (it is created
     /// first), with no live agent.
-    pub async fn in_dir(dir: &std::path::Path, durability: Durability) -> Self {
-        Self::build(
-            Backing::Jsonl(durability),
-            RuntimeConfig::default(),
-            None,
-            Some(dir),
-        )
-        .await
-    }
-
-    /// The JSONL directory.
-    pub fn dir(&self) -> &std::path::Path {
-        &self.dir
+    pub async fn in_dir(dir: &Path, durability: Durability) -> Self {
+        WorldBuilder::new()
+            .jsonl(durability)
+            .in_dir(dir)
+            .host_tools()
+            .local()
+            .holding()
+            .build()
+            .await
     }
 
     /// A world of a later process: the JSONL logs of `from` (copied as a
@@ -148,76 +173,15 @@ impl World {
     /// # Cancel safety
     /// A drop part-way drops the copy (a temporary directory); `from` is only
     /// read.
-    pub async fn restarted(from: &std::path::Path, durability: Durability) -> Self {
-        Self::build(
-            Backing::Jsonl(durability),
-            RuntimeConfig::default(),
-            Some(from),
-            None,
-        )
-        .await
-    }
-
-    #[allow(clippy::expect_used)]
-    async fn build(
-        backing: Backing,
-        config: RuntimeConfig,
-        from: Option<&std::path::Path>,
-        at: Option<&std::path::Path>,
-    ) -> Self {
-        let (dir, temp) = match at {
-            Some(at) => (at.to_path_buf(), None),
-            None => {
-                let temp = tempfile::tempdir().expect("a temporary directory");
-                (temp.path().to_path_buf(), Some(temp))
-            }
-        };
-        if let Some(from) = from {
-            for entry in std::fs::read_dir(from).expect("the old directory lists") {
-                let path = entry.expect("a directory entry").path();
-                if path.is_file()
-                    && let Some(name) = path.file_name()
-                {
-                    std::fs::copy(&path, dir.join(name)).expect("a log copies");
-                }
-            }
-        }
-        let Backing::Jsonl(durability) = backing;
-        let store = Arc::new(FaultStore::new(GatedStore::new(
-            JsonlStore::new(&dir, durability).expect("a JSONL store"),
-        )));
-        let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-        let mut builder = Harness::builder(store.clone()).model(model.clone());
-        for name in HOST_TOOLS {
-            builder = builder
-                .tool(Arc::new(NamedTool(name)))
-                .expect("the host tool registers");
-        }
-        let harness = builder.build().expect("a harness");
-        let root = match from {
-            None => create_root(&harness, &sid("lead"), &dir).await,
-            Some(_) => harness
-                .resume(ResumeAgent {
-                    id: sid("lead"),
-                    setup: Default::default(),
-                    cancel: CancellationToken::new(),
-                })
-                .await
-                .expect("the root resumes"),
-        };
-        let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store.clone(), config);
-        runtime
-            .register(Arc::new(LocalProvider::new("local")))
-            .expect("the local provider registers");
-        Self {
-            dir,
-            _temp: temp,
-            store,
-            model,
-            harness,
-            runtime,
-            root,
-        }
+    pub async fn restarted(from: &Path, durability: Durability) -> Self {
+        WorldBuilder::new()
+            .jsonl(durability)
+            .restarted_from(from)
+            .host_tools()
+            .local()
+            .holding()
+            .build()
+            .await
     }
 
     /// Hold the next call at `point` until the gate is released.
@@ -230,6 +194,88 @@ impl World {
     /// Fail the next call at `point` with an I/O error (`EIO`).
     pub fn fail(&self, point: &Point) {
         self.store.fail_on_log(&point.id, point.op, 1, Fault::EIO);
+    }
+}
+
+impl<S: SessionStore + ?Sized> World<S> {
+    /// The world's directory.
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    /// The directory of the JSONL logs (on a memory backing, where they
+    /// would be).
+    pub fn sessions_dir(&self) -> &Path {
+        &self.sessions
+    }
+
+    /// The directory every root starts in (it exists).
+    pub fn project(&self) -> &Path {
+        &self.project
+    }
+
+    /// The JSONL store under every wrapper, so a test can write past them
+    /// (a corrupt log) or find a log's file.
+    ///
+    /// # Panics
+    /// On a memory backing.
+    pub fn jsonl(&self) -> &JsonlStore {
+        match &self.jsonl {
+            Some(jsonl) => jsonl,
+            None => panic!("a memory world has no JSONL store"),
+        }
+    }
+
+    /// The store as the harness and the runtime hold it.
+    pub fn shared_store(&self) -> Arc<dyn SessionStore> {
+        Arc::clone(&self.shared)
+    }
+
+    /// The registry of live agents.
+    pub fn registry(&self) -> &AgentRegistry {
+        self.runtime.registry()
+    }
+
+    /// The live root agent.
+    pub fn lead(&self) -> Arc<dyn Agent> {
+        Arc::clone(self.root.agent())
+    }
+
+    /// The live agent of `id`.
+    ///
+    /// # Panics
+    /// When it is not live.
+    pub fn live(&self, id: &SessionId) -> Arc<dyn Agent> {
+        match self.registry().get(id) {
+            Some(agent) => agent,
+            None => panic!("{id} is not live"),
+        }
+    }
+
+    /// Create a further root `id` in the project directory.
+    ///
+    /// # Panics
+    /// When creation fails.
+    ///
+    /// # Cancel safety
+    /// As [`AgentFactory::create`]: a drop leaves no live agent.
+    pub async fn agent(&self, id: &str) -> AgentHandle {
+        create_root(&self.harness, &sid(id), &self.project).await
+    }
+
+    /// Start `spec` (bounded) and return its activation.
+    ///
+    /// # Panics
+    /// When the start fails or hangs.
+    ///
+    /// # Cancel safety
+    /// As [`SubagentRuntime::start_activation`]: a drop leaves nothing or a
+    /// published, monitored child.
+    #[allow(clippy::expect_used)]
+    pub async fn start(&self, spec: ActivationSpec) -> SubagentActivation {
+        bounded(self.runtime.start_activation(spec))
+            .await
+            .expect("the activation starts")
     }
 
     /// A start of the `local` provider under the root, delivered to it.
@@ -262,7 +308,6 @@ impl World {
         ids
     }
 }
-
 /// Create a live root session `id` in `cwd`.
 ///
 /// # Panics
@@ -296,48 +341,7 @@ pub fn sid(text: &str) -> SessionId {
     SessionId::new(text).expect("a valid session id")
 }
 
-/// A local continuable provider with every capability and an empty seed.
-#[derive(Debug)]
-pub struct LocalProvider {
-    name: &'static str,
-}
-
-impl LocalProvider {
-    /// A provider registered as `name`.
-    pub fn new(name: &'static str) -> Self {
-        Self { name }
-    }
-}
-
-#[async_trait]
-impl PrepareContinuable for LocalProvider {
-    async fn prepare(
-        &self,
-        _request: ContinuableCreateRequest,
-    ) -> Result<ContinuableCreateSpec, SubagentError> {
-        Ok(ContinuableCreateSpec::default())
-    }
-}
-
-impl SubagentProvider for LocalProvider {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::ALL
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-
-    fn continuable(&self) -> Option<&dyn PrepareContinuable> {
-        Some(self)
-    }
-}
-
-impl World {
+impl<S: SessionStore + ?Sized> World<S> {
     /// Wait (bounded) until the runtime has no task and no activation and
     /// every live agent is idle, twice over (a notice can wake the root).
     ///
@@ -409,153 +413,4 @@ pub fn starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) 
         count += usize::from(matches!(event, SubagentEvent::Start(_)));
     }
     count
-}
-
-/// How an [`ExternalProvider`]'s runs end.
-#[derive(Debug, Clone)]
-pub enum RunEnd {
-    /// Completed at once.
-    Completed,
-    /// Failed at once with this infrastructure error.
-    Fails(SubagentError),
-}
-
-/// An external provider whose runs end at once as configured; it records
-/// the agent options of the last start it was given.
-pub struct ExternalProvider {
-    name: &'static str,
-    id: Option<SessionId>,
-    route: Option<AgentRoute>,
-    end: RunEnd,
-    seen: Mutex<Option<AgentOptions>>,
-}
-
-impl ExternalProvider {
-    /// Runs registered as `name`, with fresh ids, that complete.
-    pub fn new(name: &'static str) -> Self {
-        Self {
-            name,
-            id: None,
-            route: None,
-            end: RunEnd::Completed,
-            seen: Mutex::new(None),
-        }
-    }
-
-    /// Every run carries `id`.
-    #[must_use]
-    pub fn with_id(mut self, id: SessionId) -> Self {
-        self.id = Some(id);
-        self
-    }
-
-    /// The provider offers this default route.
-    #[must_use]
-    pub fn with_route(mut self, route: AgentRoute) -> Self {
-        self.route = Some(route);
-        self
-    }
-
-    /// Runs end so.
-    #[must_use]
-    pub fn ending(mut self, end: RunEnd) -> Self {
-        self.end = end;
-        self
-    }
-
-    /// The agent options of the last start.
-    pub fn seen_options(&self) -> Option<AgentOptions> {
-        self.seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
-    }
-}
-
-#[async_trait]
-impl StartExternal for ExternalProvider {
-    async fn start(
-        &self,
-        request: ResolvedStartRequest,
-    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
-        *self
-            .seen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = request.agent_options.clone();
-        Ok(Arc::new(EndedRun {
-            id: self.id.clone().unwrap_or_else(SessionId::generate),
-            end: self.end.clone(),
-        }))
-    }
-}
-
-impl SubagentProvider for ExternalProvider {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::ALL
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-
-    fn agent_route_defaults(&self) -> Option<AgentRoute> {
-        self.route.clone()
-    }
-
-    fn external(&self) -> Option<&dyn StartExternal> {
-        Some(self)
-    }
-}
-
-struct EndedRun {
-    id: SessionId,
-    end: RunEnd,
-}
-
-#[async_trait]
-impl SubagentRun for EndedRun {
-    fn id(&self) -> &SessionId {
-        &self.id
-    }
-
-    async fn result(&self) -> Result<SubagentResult, SubagentError> {
-        match &self.end {
-            RunEnd::Completed => Ok(SubagentResult::stopped(StopReason::COMPLETED)),
-            RunEnd::Fails(err) => Err(err.clone()),
-        }
-    }
-
-    async fn dispose(&self) -> Result<(), SubagentError> {
-        Ok(())
-    }
-}
-
-/// A harness over `store` answering with `model` (and offering `tools`),
-/// and a subagent runtime over it with `providers` registered: the pair
-/// every subagent suite builds its world from.
-///
-/// # Panics
-/// When the harness cannot be built or a provider does not register.
-#[allow(clippy::expect_used)]
-pub fn harness_and_runtime(
-    store: Arc<dyn SessionStore>,
-    model: Arc<ScriptedModel>,
-    tools: Vec<Arc<dyn Tool>>,
-    providers: Vec<Arc<dyn SubagentProvider>>,
-    config: RuntimeConfig,
-) -> (Harness, SubagentRuntime) {
-    let mut builder = Harness::builder(store.clone()).model(model);
-    for tool in tools {
-        builder = builder.tool(tool).expect("the tool registers");
-    }
-    let harness = builder.build().expect("a harness");
-    let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store, config);
-    for provider in providers {
-        runtime.register(provider).expect("the provider registers");
-    }
-    (harness, runtime)
 }
