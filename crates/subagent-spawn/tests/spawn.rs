@@ -23,23 +23,21 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
-    Agent, AgentFactory, AgentOptions, AgentStatus, CancellationToken, ContentBlock, CreateAgent,
-    Durability, EventPayload, InboxTarget, LoadedSession, Message, MessageId, MessageSource,
-    ModelError, ModelErrorKind, ModelRequest, SessionEvent, SessionHeader, SessionId, SessionLog,
-    SessionStore, StopReason, StoreError, Tool, ToolContext, ToolError, ToolOutput,
+    Agent, AgentFactory, AgentOptions, AgentStatus, CancellationToken, ContentBlock, EventPayload,
+    InboxTarget, Message, MessageId, MessageSource, ModelError, ModelErrorKind, ModelRequest,
+    SessionEvent, SessionId, SessionStore, StopReason, Tool, ToolContext, ToolError, ToolOutput,
     ToolRestriction, UserMessage,
 };
-use dsh_harness::{
-    Harness, HarnessBuilder, JsonlStore, ModelRoutes, Scripted, ScriptedModel, SystemPrompt,
-};
+use dsh_harness::{ModelRoutes, Scripted, ScriptedModel, SystemPrompt};
 use dsh_subagent::{
     ActivationSpec, Catalog, CatalogEntry, ChildMode, Delivery, MemberNames, RunInfo, RunOutcome,
-    RuntimeConfig, StartRequest, SubagentActivation, SubagentEvent, SubagentResult,
-    SubagentRuntime, fold_catalog,
+    RuntimeConfig, StartRequest, SubagentActivation, SubagentEvent, SubagentResult, fold_catalog,
 };
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::TappedAgent;
-use dsh_test_support::world::sid;
+use dsh_test_support::store::{GatedStore, Op, SharedStore};
+use dsh_test_support::world::models::{echo_of as echo, gated};
+use dsh_test_support::world::{Layout, When, World, WorldBuilder, models, sid};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -50,88 +48,19 @@ use tokio::sync::Semaphore;
 /// The root agent's session id.
 const LEAD: &str = "lead-session";
 
-struct World {
-    dir: tempfile::TempDir,
-    store: Arc<dyn SessionStore>,
-    harness: Harness,
-    runtime: SubagentRuntime,
+/// A world over a JSONL store in a temp dir (logs in `sessions/`, roots
+/// in `project/`) whose agents ask `model`, with `spawn` registered and
+/// the root `lead-session`.
+fn builder(model: &Arc<ScriptedModel>) -> WorldBuilder {
+    WorldBuilder::new()
+        .layout(Layout::Split)
+        .model(model.clone())
+        .provider(Arc::new(SpawnProvider::new()))
+        .root(LEAD)
 }
 
-impl World {
-    /// The project directory every root starts in (it exists).
-    fn project(&self) -> PathBuf {
-        self.dir.path().join("project")
-    }
-
-    /// Every session log in the store.
-    async fn sessions(&self) -> Vec<SessionId> {
-        self.store.list().await.unwrap()
-    }
-
-    async fn start(&self, spec: ActivationSpec) -> SubagentActivation {
-        bounded(self.runtime.start_activation(spec)).await.unwrap()
-    }
-
-    /// The live agent of a child.
-    fn live(&self, child: &SessionId) -> Arc<dyn Agent> {
-        self.runtime
-            .registry()
-            .get(child)
-            .expect("the child is live")
-    }
-}
-
-/// A world over a JSONL store in a temp dir, the store optionally wrapped,
-/// the harness configured by `configure`, and `spawn` registered.
-fn build_world(
-    wrap: impl FnOnce(Arc<dyn SessionStore>) -> Arc<dyn SessionStore>,
-    configure: impl FnOnce(HarnessBuilder) -> HarnessBuilder,
-    config: RuntimeConfig,
-) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("project")).unwrap();
-    let jsonl: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
-    let store = wrap(jsonl);
-    let harness = configure(Harness::builder(store.clone())).build().unwrap();
-    let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store.clone(), config);
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
-    World {
-        dir,
-        store,
-        harness,
-        runtime,
-    }
-}
-
-fn world(model: &Arc<ScriptedModel>) -> World {
-    let model = model.clone();
-    build_world(|s| s, |b| b.model(model), RuntimeConfig::default())
-}
-
-/// Create a root agent (delegation depth 0) in the project directory.
-async fn root_with(
-    world: &World,
-    id: &str,
-    edit: impl FnOnce(&mut SessionHeader),
-) -> Arc<dyn Agent> {
-    let mut header = SessionHeader::new(sid(id), world.project());
-    edit(&mut header);
-    let handle = world
-        .harness
-        .create(CreateAgent {
-            header,
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
-    handle.agent().clone()
-}
-
-async fn root(world: &World) -> Arc<dyn Agent> {
-    root_with(world, LEAD, |_| {}).await
+async fn world(model: &Arc<ScriptedModel>) -> World<dyn SessionStore> {
+    builder(model).build().await
 }
 
 /// A caller-delivered spawn of `prompt` under `parent`, label = prompt.
@@ -188,35 +117,6 @@ fn requests_of(model: &ScriptedModel, prompt: &str) -> Vec<ModelRequest> {
 
 fn tool_names(request: &ModelRequest) -> BTreeSet<String> {
     request.tools.iter().map(|t| t.name.clone()).collect()
-}
-
-fn gated(gate: &Arc<Semaphore>, then: Scripted) -> Scripted {
-    Scripted::Gated {
-        gate: gate.clone(),
-        then: Box::new(then),
-    }
-}
-
-fn echo(request: &ModelRequest) -> Scripted {
-    Scripted::Text(format!("re: {}", first_user_text(request)))
-}
-
-/// A model answering every request with `re: <first user text>`.
-fn echo_model() -> Arc<ScriptedModel> {
-    Arc::new(ScriptedModel::new().responder(echo))
-}
-
-/// A model that holds every request whose first user text starts with
-/// `hold` until `gate` gets a permit, and echoes everything else.
-fn holding_model(gate: &Arc<Semaphore>) -> Arc<ScriptedModel> {
-    let gate = gate.clone();
-    Arc::new(ScriptedModel::new().responder(move |r| {
-        if first_user_text(r).starts_with("hold") {
-            gated(&gate, echo(r))
-        } else {
-            echo(r)
-        }
-    }))
 }
 
 fn catalog(agent: &Arc<dyn Agent>) -> Catalog {
@@ -292,8 +192,8 @@ impl Tool for Host {
 /// Nothing of a start that failed before publication is left: no log but
 /// the ones listed, no catalog entry, no registry entry beyond `live`
 /// agents, no runtime task, no activation.
-async fn assert_nothing_left(
-    world: &World,
+async fn assert_nothing_left<S: SessionStore + ?Sized>(
+    world: &World<S>,
     parent: &Arc<dyn Agent>,
     logs: &[SessionId],
     live: usize,
@@ -320,9 +220,9 @@ async fn assert_nothing_left(
 #[tokio::test]
 async fn b8_b25_start_returns_after_the_prompt_is_accepted_and_the_child_is_cataloged() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let mut request = spec(&parent, "hold: inspect the parser");
     request.label = "parser review".into();
@@ -407,9 +307,9 @@ async fn b8_b25_start_returns_after_the_prompt_is_accepted_and_the_child_is_cata
 #[tokio::test]
 async fn b7_the_callers_token_no_longer_reaches_a_published_child() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let cancel = CancellationToken::new();
     let mut request = spec(&parent, "hold: keep going");
@@ -433,18 +333,14 @@ async fn b7_the_callers_token_no_longer_reaches_a_published_child() {
 // B9, B17
 #[tokio::test]
 async fn b9_a_start_cancelled_before_the_call_leaves_nothing_behind() {
-    let model = echo_model();
-    let world = build_world(
-        |s| s,
-        {
-            let model = model.clone();
-            |b| b.model(model)
-        },
-        RuntimeConfig {
+    let model = models::echo();
+    let world = builder(&model)
+        .config(RuntimeConfig {
             max_live_children_per_tree: 1,
-        },
-    );
-    let parent = root(&world).await;
+        })
+        .build()
+        .await;
+    let parent = world.lead();
     let (_sub, mut events) = world.runtime.events().subscribe();
 
     let cancel = CancellationToken::new();
@@ -467,90 +363,26 @@ async fn b9_a_start_cancelled_before_the_call_leaves_nothing_behind() {
     );
 }
 
-/// A store whose next `create` (once armed) writes the log, then stalls
-/// until released: a start cancelled there has a log on disk to undo.
-struct StallingStore {
-    inner: Arc<dyn SessionStore>,
-    armed: Mutex<Option<(tokio::sync::oneshot::Sender<()>, Arc<Semaphore>)>>,
-}
-
-#[async_trait]
-impl SessionStore for StallingStore {
-    async fn create(
-        &self,
-        header: &SessionHeader,
-        seed: &[SessionEvent],
-    ) -> Result<Arc<dyn SessionLog>, StoreError> {
-        let log = self.inner.create(header, seed).await?;
-        let armed = self.armed.lock().unwrap().take();
-        if let Some((entered, release)) = armed {
-            let _ = entered.send(());
-            let _permit = release.acquire().await;
-        }
-        Ok(log)
-    }
-
-    async fn open(
-        &self,
-        id: &SessionId,
-    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
-        self.inner.open(id).await
-    }
-
-    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
-        self.inner.load(id).await
-    }
-
-    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.inner.exists(id).await
-    }
-
-    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
-        self.inner.list().await
-    }
-
-    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.inner.remove(id).await
-    }
-}
-
 // B9
 #[tokio::test]
 async fn b9_a_start_cancelled_during_setup_leaves_no_log_name_or_task() {
-    let model = echo_model();
-    let stalling: Arc<Mutex<Option<Arc<StallingStore>>>> = Arc::default();
-    let world = build_world(
-        {
-            let stalling = stalling.clone();
-            move |inner| {
-                let store = Arc::new(StallingStore {
-                    inner,
-                    armed: Mutex::new(None),
-                });
-                *stalling.lock().unwrap() = Some(store.clone());
-                store
-            }
-        },
-        {
-            let model = model.clone();
-            |b| b.model(model)
-        },
-        RuntimeConfig::default(),
-    );
-    let stalling = stalling.lock().unwrap().clone().unwrap();
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = builder(&model)
+        .wrap(|inner| Arc::new(GatedStore::new(SharedStore(inner))))
+        .build()
+        .await;
+    let parent = world.lead();
     let (_sub, mut events) = world.runtime.events().subscribe();
 
-    let (entered, reached) = tokio::sync::oneshot::channel();
-    let release = Arc::new(Semaphore::new(0));
-    *stalling.armed.lock().unwrap() = Some((entered, release.clone()));
+    // The next create writes the log, then stalls until released.
+    let stalled = world.store.gate(Op::Create, When::After);
     let cancel = CancellationToken::new();
     let mut request = named(spec(&parent, "never runs"), "scout");
     request.cancel = cancel.clone();
     let runtime = world.runtime.clone();
     let start = tokio::spawn(async move { runtime.start_activation(request).await });
 
-    bounded(reached).await.unwrap();
+    bounded(stalled.reached()).await;
     assert_eq!(
         world.sessions().await.len(),
         2,
@@ -559,7 +391,7 @@ async fn b9_a_start_cancelled_during_setup_leaves_no_log_name_or_task() {
     cancel.cancel();
     // The create is not abandoned mid-way (the factory owns its rollback):
     // once the store returns, the factory sees the token and undoes it.
-    release.add_permits(1);
+    stalled.release();
     let err = bounded(start).await.unwrap().unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
 
@@ -581,9 +413,9 @@ async fn b9_a_start_cancelled_during_setup_leaves_no_log_name_or_task() {
 // B10
 #[tokio::test]
 async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
-    let model = echo_model();
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let registry = world.runtime.registry().clone();
     let live_at_start = Arc::new(Mutex::new(Vec::new()));
@@ -647,8 +479,8 @@ async fn b12_a_child_failure_is_a_stop_reason_never_an_err() {
             _ => Scripted::Text("fine".into()),
         }),
     );
-    let world = world(&model);
-    let parent = root(&world).await;
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let failed = result_of(&world.start(spec(&parent, "fail")).await).await;
     assert_eq!(failed.stop_reason, StopReason::ERROR);
@@ -688,15 +520,8 @@ async fn b13_output_is_the_last_non_empty_assistant_message() {
         // The last step says nothing: only usage is recorded.
         _ => Scripted::Text(String::new()),
     }));
-    let world = build_world(
-        |s| s,
-        {
-            let model = model.clone();
-            |b| b.model(model).tool(Arc::new(Host("alpha"))).unwrap()
-        },
-        RuntimeConfig::default(),
-    );
-    let parent = root(&world).await;
+    let world = builder(&model).tool(Arc::new(Host("alpha"))).build().await;
+    let parent = world.lead();
     let activation = world.start(spec(&parent, "work in steps")).await;
     let result = result_of(&activation).await;
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
@@ -713,9 +538,9 @@ async fn b13_output_is_the_last_non_empty_assistant_message() {
 // B15, B28
 #[tokio::test]
 async fn b15_the_notice_and_teardown_come_before_the_result() {
-    let model = echo_model();
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let activation = world.start(to_parent(spec(&parent, "report back"))).await;
     let child_id = activation.child_id().clone();
@@ -774,8 +599,8 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
             }),
         )
     };
-    let world = world(&model);
-    let parent = root(&world).await;
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let hanging = world.start(spec(&parent, "hang")).await;
     let sibling = world.start(spec(&parent, "sibling")).await;
@@ -832,8 +657,8 @@ async fn b15_an_activation_settles_only_after_the_children_it_owns() {
             }),
         )
     };
-    let world = world(&model);
-    let parent = root(&world).await;
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let middle = world.start(spec(&parent, "middle")).await;
     let middle_agent = world.live(middle.child_id());
@@ -874,8 +699,8 @@ async fn b15_disposing_a_child_releases_the_children_it_owns_first() {
             }),
         )
     };
-    let world = world(&model);
-    let parent = root(&world).await;
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let middle = world.start(spec(&parent, "middle")).await;
     let middle_agent = world.live(middle.child_id());
@@ -916,9 +741,9 @@ async fn b15_disposing_a_child_releases_the_children_it_owns_first() {
 #[tokio::test]
 async fn b16_a_child_has_at_most_one_live_activation() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let mut first = spec(&parent, "hold: once");
     first.child_id = Some(sid("reserved-child"));
@@ -960,9 +785,9 @@ async fn b16_a_child_has_at_most_one_live_activation() {
 #[tokio::test]
 async fn b20_depth_is_parent_plus_one_and_max_depth_refuses_before_the_child_exists() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let parent = world.lead();
     assert_eq!(parent.header().delegation_depth, 0);
 
     // Refused at the root: the child would be at depth 1.
@@ -1008,18 +833,11 @@ async fn b20_depth_is_parent_plus_one_and_max_depth_refuses_before_the_child_exi
 // B21
 #[tokio::test]
 async fn b21_agent_options_merge_over_the_parents_and_the_request_wins() {
-    let default_route = echo_model();
-    let main_route = echo_model();
-    let world = build_world(
-        |s| s,
-        {
-            let routes = ModelRoutes::new()
-                .route("default", default_route.clone())
-                .route("main", main_route.clone());
-            |b| b.models(routes)
-        },
-        RuntimeConfig::default(),
-    );
+    let default_route = models::echo();
+    let main_route = models::echo();
+    let routes = ModelRoutes::new()
+        .route("default", default_route.clone())
+        .route("main", main_route.clone());
     let parent_options = AgentOptions {
         provider: Some("main".into()),
         model: Some("parent-model".into()),
@@ -1027,10 +845,15 @@ async fn b21_agent_options_merge_over_the_parents_and_the_request_wins() {
         max_output_tokens: Some(1000),
         ..AgentOptions::default()
     };
-    let parent = root_with(&world, LEAD, |h| {
-        h.composition.options = parent_options.clone()
-    })
-    .await;
+    let world = builder(&default_route)
+        .harness(|b| b.models(routes))
+        .root_header({
+            let options = parent_options.clone();
+            move |h| h.composition.options = options
+        })
+        .build()
+        .await;
+    let parent = world.lead();
 
     // Override the model and the token cap; the route and effort are the parent's.
     let mut request = spec(&parent, "use the child model");
@@ -1084,32 +907,27 @@ async fn b21_agent_options_merge_over_the_parents_and_the_request_wins() {
 // B22: tool filter and persona
 // ---------------------------------------------------------------------------
 
-fn two_tool_world(model: &Arc<ScriptedModel>) -> World {
-    let model = model.clone();
-    build_world(
-        |s| s,
-        |b| {
-            b.model(model)
-                .prompt(
-                    SystemPrompt::new()
-                        .section("base", "You work in dsh.")
-                        .persona("Default persona."),
-                )
-                .tool(Arc::new(Host("alpha")))
-                .unwrap()
-                .tool(Arc::new(Host("beta")))
-                .unwrap()
-        },
-        RuntimeConfig::default(),
-    )
+async fn two_tool_world(model: &Arc<ScriptedModel>) -> World<dyn SessionStore> {
+    builder(model)
+        .harness(|b| {
+            b.prompt(
+                SystemPrompt::new()
+                    .section("base", "You work in dsh.")
+                    .persona("Default persona."),
+            )
+        })
+        .tool(Arc::new(Host("alpha")))
+        .tool(Arc::new(Host("beta")))
+        .build()
+        .await
 }
 
 // B22
 #[tokio::test]
 async fn b22_tool_filter_and_persona_apply_to_the_child_only() {
-    let model = echo_model();
-    let world = two_tool_world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = two_tool_world(&model).await;
+    let parent = world.lead();
 
     let mut request = spec(&parent, "restricted");
     request.request.tool_filter = Some(ToolRestriction::allow(["alpha"]));
@@ -1150,9 +968,9 @@ async fn b22_tool_filter_and_persona_apply_to_the_child_only() {
 // B22, B9
 #[tokio::test]
 async fn b22_an_unknown_tool_or_a_bad_persona_fails_the_start_and_leaves_no_child() {
-    let model = echo_model();
-    let world = two_tool_world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = two_tool_world(&model).await;
+    let parent = world.lead();
     let (_sub, mut events) = world.runtime.events().subscribe();
 
     let mut request = named(spec(&parent, "unknown tool"), "scout");
@@ -1207,8 +1025,8 @@ async fn b23_the_capture_tool_retries_invalid_arguments_and_returns_the_value() 
             _ => Scripted::Text("the turn should have ended".into()),
         }
     }));
-    let world = two_tool_world(&model);
-    let parent = root(&world).await;
+    let world = two_tool_world(&model).await;
+    let parent = world.lead();
 
     let mut request = spec(&parent, "structured");
     request.request.output_schema = Some(answer_schema());
@@ -1252,9 +1070,9 @@ async fn b23_the_capture_tool_retries_invalid_arguments_and_returns_the_value() 
 // B23
 #[tokio::test]
 async fn b23_finishing_without_a_capture_is_an_error() {
-    let model = echo_model();
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let mut request = spec(&parent, "forgets to submit");
     request.request.output_schema = Some(answer_schema());
@@ -1277,11 +1095,11 @@ async fn b23_finishing_without_a_capture_is_an_error() {
 #[tokio::test]
 async fn b24_cwd_resolves_against_the_parents_and_the_origin_is_kept() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
+    let model = models::holding(&gate);
+    let world = world(&model).await;
     let project = world.project();
     std::fs::create_dir_all(project.join("sub/inner")).unwrap();
-    let parent = root(&world).await;
+    let parent = world.lead();
     assert_eq!(parent.header().origin, None);
     let origin = Some(project.display().to_string());
 
@@ -1327,9 +1145,9 @@ async fn b24_cwd_resolves_against_the_parents_and_the_origin_is_kept() {
 // B24, B9
 #[tokio::test]
 async fn b24_a_missing_directory_is_an_invalid_request_and_leaves_nothing() {
-    let model = echo_model();
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let parent = world.lead();
     std::fs::write(world.project().join("file.txt"), "not a directory").unwrap();
 
     for bad in [
@@ -1349,14 +1167,14 @@ async fn b24_a_missing_directory_is_an_invalid_request_and_leaves_nothing() {
 // B24
 #[tokio::test]
 async fn b24_the_child_keeps_the_parents_origin_project() {
-    let model = echo_model();
-    let world = world(&model);
+    let model = models::echo();
+    let world = builder(&model)
+        .root_header(|h| h.origin = Some("git@example.com:acme/app".into()))
+        .build()
+        .await;
     let sub = world.project().join("sub");
     std::fs::create_dir_all(&sub).unwrap();
-    let parent = root_with(&world, LEAD, |h| {
-        h.origin = Some("git@example.com:acme/app".into());
-    })
-    .await;
+    let parent = world.lead();
 
     let mut request = spec(&parent, "elsewhere");
     request.request.cwd = Some(sub.clone());
@@ -1375,9 +1193,9 @@ async fn b24_the_child_keeps_the_parents_origin_project() {
 #[tokio::test]
 async fn b26_b27_names_default_are_unique_and_form_paths_from_the_root() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let first = world.start(spec(&parent, "one")).await;
     let second = world.start(spec(&parent, "two")).await;
@@ -1501,8 +1319,8 @@ async fn b28_an_idle_parent_gets_a_turn_with_the_runtimes_notice() {
             _ => echo(r),
         }),
     );
-    let world = world(&model);
-    let parent = root(&world).await;
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let mut request = named(to_parent(spec(&parent, "summarize")), "scout");
     request.child_id = Some(sid("scout-session"));
@@ -1568,18 +1386,9 @@ async fn b28_an_idle_parent_gets_a_turn_with_the_runtimes_notice() {
 #[tokio::test]
 async fn b28_a_creator_that_is_no_longer_live_gets_no_notice() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
-    let handle = world
-        .harness
-        .create(CreateAgent {
-            header: SessionHeader::new(sid(LEAD), world.project()),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let handle = world.root.clone();
     let parent = handle.agent().clone();
 
     let child = world.start(to_parent(spec(&parent, "hold: outlive"))).await;
@@ -1617,9 +1426,9 @@ async fn b28_a_creator_that_is_no_longer_live_gets_no_notice() {
 // B28
 #[tokio::test]
 async fn b28_caller_delivery_sends_no_notice() {
-    let model = echo_model();
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let activation = world.start(spec(&parent, "quiet")).await;
     assert_eq!(
@@ -1651,8 +1460,8 @@ async fn b28_a_running_parent_gets_the_notices_together_at_its_next_step() {
             }
         }))
     };
-    let world = world(&model);
-    let parent = root(&world).await;
+    let world = world(&model).await;
+    let parent = world.lead();
     parent
         .followup(UserMessage::user_text("parent work"))
         .await
@@ -1708,9 +1517,9 @@ async fn b28_a_running_parent_gets_the_notices_together_at_its_next_step() {
 // B8, B26, B15
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_activations_from_one_parent_settle_with_their_own_outputs_and_unique_names() {
-    let model = echo_model();
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let starts = (1..=20).map(|i| {
         let runtime = world.runtime.clone();
@@ -1742,9 +1551,9 @@ async fn many_activations_from_one_parent_settle_with_their_own_outputs_and_uniq
 // B26, B8
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn many_activations_started_in_parallel_tasks_get_unique_names() {
-    let model = echo_model();
-    let world = world(&model);
-    let parent = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let parent = world.lead();
 
     let mut tasks = tokio::task::JoinSet::new();
     for i in 1..=20 {
@@ -1769,9 +1578,9 @@ async fn many_activations_started_in_parallel_tasks_get_unique_names() {
 // B26
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblings_name() {
-    let model = echo_model();
-    let world = world(&model);
-    let lead = root(&world).await;
+    let model = models::echo();
+    let world = world(&model).await;
+    let lead = world.lead();
     // Stand the forwarding agent in for the root under the same reference.
     let registry = world.runtime.registry();
     assert!(registry.unpublish(&lead.reference()));
