@@ -9,28 +9,24 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use dsh_test_support::requests::first_user_text;
 use dsh_test_support::wait::bounded;
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentFactory, AgentHandle, CancellationToken, ContentBlock, CreateAgent, Durability,
-    LoadedSession, RegistryEvent, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
-    StopReason, StoreError,
+    Agent, AgentFactory, AgentHandle, CancellationToken, ContentBlock, RegistryEvent,
+    SessionHeader, SessionLog, SessionStore, StopReason,
 };
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_harness::ScriptedModel;
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
 use dsh_subagent::{
-    ActivationSpec, CatalogEntry, ChildMode, Delivery, DescendantRow, RowDiagnostic, RuntimeConfig,
-    StartRequest, SubagentActivation, SubagentError, SubagentRuntime,
+    ActivationSpec, CatalogEntry, ChildMode, Delivery, DescendantRow, RowDiagnostic, StartRequest,
+    SubagentActivation, SubagentError,
 };
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::harness_and_runtime;
-use dsh_test_support::world::sid;
+use dsh_test_support::store::{FaultStore, Op, SharedStore};
+use dsh_test_support::world::{Layout, WorldBuilder, models, sid};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -41,160 +37,68 @@ use tokio::sync::Semaphore;
 /// The root agent's session id.
 const LEAD: &str = "lead-session";
 
-/// A store that counts, per session, the reads (`load`) and the opens for
-/// writing (`open`, which only resuming an agent does).
-struct CountingStore {
-    inner: Arc<dyn SessionStore>,
-    loads: Mutex<BTreeMap<String, usize>>,
-    opens: Mutex<usize>,
+/// A world over a JSONL store in a temp dir (logs in `sessions/`, agents in
+/// `project/`) counted per session by the kit's `FaultStore`, with `spawn`
+/// registered and the root `lead-session`.
+type World = dsh_test_support::world::World<FaultStore<SharedStore>>;
+
+async fn world(model: &Arc<ScriptedModel>) -> World {
+    WorldBuilder::new()
+        .layout(Layout::Split)
+        .counting()
+        .model(model.clone())
+        .provider(Arc::new(SpawnProvider::new()))
+        .root(LEAD)
+        .build()
+        .await
 }
 
-impl CountingStore {
-    fn reset(&self) {
-        self.loads.lock().unwrap().clear();
-        *self.opens.lock().unwrap() = 0;
-    }
-
-    fn loads(&self) -> BTreeMap<String, usize> {
-        self.loads.lock().unwrap().clone()
-    }
-
-    fn opens(&self) -> usize {
-        *self.opens.lock().unwrap()
-    }
+/// The reads (`load`) per session since the last reset.
+fn loads(world: &World) -> BTreeMap<String, usize> {
+    world
+        .store
+        .calls_by_log(Op::Load)
+        .into_iter()
+        .map(|(id, count)| (id.to_string(), usize::try_from(count).unwrap()))
+        .collect()
 }
 
-#[async_trait]
-impl SessionStore for CountingStore {
-    async fn create(
-        &self,
-        header: &SessionHeader,
-        seed: &[SessionEvent],
-    ) -> Result<Arc<dyn SessionLog>, StoreError> {
-        self.inner.create(header, seed).await
-    }
-
-    async fn open(
-        &self,
-        id: &SessionId,
-    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
-        *self.opens.lock().unwrap() += 1;
-        self.inner.open(id).await
-    }
-
-    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
-        *self
-            .loads
-            .lock()
-            .unwrap()
-            .entry(id.to_string())
-            .or_default() += 1;
-        self.inner.load(id).await
-    }
-
-    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.inner.exists(id).await
-    }
-
-    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
-        self.inner.list().await
-    }
-
-    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.inner.remove(id).await
-    }
+/// The opens for writing (which only resuming an agent does) since the last
+/// reset.
+fn opens(world: &World) -> u64 {
+    world.store.calls(Op::Open)
 }
 
-struct World {
-    dir: tempfile::TempDir,
-    jsonl: Arc<JsonlStore>,
-    store: Arc<CountingStore>,
-    harness: Harness,
-    runtime: SubagentRuntime,
+/// Write a log for `id` whose middle line is not JSON: the store reports
+/// it corrupt.
+async fn corrupt_log(world: &World, id: &str) {
+    let log = world
+        .jsonl()
+        .create(&SessionHeader::new(sid(id), world.project()), &[])
+        .await
+        .unwrap();
+    drop(log);
+    let mut file = std::fs::OpenOptions::new()
+        .append(true)
+        .open(world.jsonl().log_path(&sid(id)))
+        .unwrap();
+    file.write_all(b"{not json\n{not json either\n").unwrap();
 }
 
-impl World {
-    /// The project directory every agent starts in (it exists).
-    fn project(&self) -> PathBuf {
-        self.dir.path().join("project")
-    }
-
-    async fn start(&self, spec: ActivationSpec) -> SubagentActivation {
-        bounded(self.runtime.start_activation(spec)).await.unwrap()
-    }
-
-    /// The live agent of a session.
-    fn live(&self, id: &SessionId) -> Arc<dyn Agent> {
-        self.runtime.registry().get(id).expect("the agent is live")
-    }
-
-    /// Create an agent with its own log (a tree root, or a session a
-    /// hand-written catalog entry points at).
-    async fn agent(&self, id: &str) -> AgentHandle {
-        self.harness
-            .create(CreateAgent {
-                header: SessionHeader::new(sid(id), self.project()),
-                seed: Vec::new(),
-                setup: Default::default(),
-                cancel: CancellationToken::new(),
-            })
-            .await
-            .unwrap()
-    }
-
-    /// Write a log for `id` whose middle line is not JSON: the store reports
-    /// it corrupt.
-    async fn corrupt_log(&self, id: &str) {
-        let log = self
-            .jsonl
-            .create(&SessionHeader::new(sid(id), self.project()), &[])
-            .await
-            .unwrap();
-        drop(log);
-        let mut file = std::fs::OpenOptions::new()
-            .append(true)
-            .open(self.jsonl.log_path(&sid(id)))
-            .unwrap();
-        file.write_all(b"{not json\n{not json either\n").unwrap();
-    }
-
-    async fn resolve(&self, caller: &Arc<dyn Agent>, name: &str) -> Result<String, SubagentError> {
-        let cancel = CancellationToken::new();
-        bounded(self.runtime.resolve_name(caller, name, &cancel))
-            .await
-            .map(|id| id.to_string())
-    }
-
-    async fn list(&self, root: &str) -> Result<Vec<DescendantRow>, SubagentError> {
-        let cancel = CancellationToken::new();
-        bounded(self.runtime.list_descendants(&sid(root), &cancel)).await
-    }
+async fn resolve(
+    world: &World,
+    caller: &Arc<dyn Agent>,
+    name: &str,
+) -> Result<String, SubagentError> {
+    let cancel = CancellationToken::new();
+    bounded(world.runtime.resolve_name(caller, name, &cancel))
+        .await
+        .map(|id| id.to_string())
 }
 
-/// A world over a counted JSONL store in a temp dir, with `spawn` registered.
-fn world(model: &Arc<ScriptedModel>) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("project")).unwrap();
-    let jsonl = Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
-    let store = Arc::new(CountingStore {
-        inner: jsonl.clone(),
-        loads: Mutex::new(BTreeMap::new()),
-        opens: Mutex::new(0),
-    });
-    let (harness, runtime) = harness_and_runtime(
-        store.clone(),
-        model.clone(),
-        Vec::new(),
-        vec![Arc::new(SpawnProvider::new())],
-        RuntimeConfig::default(),
-    );
-    World {
-        dir,
-        jsonl,
-        store,
-        harness,
-        runtime,
-    }
+async fn list(world: &World, root: &str) -> Result<Vec<DescendantRow>, SubagentError> {
+    let cancel = CancellationToken::new();
+    bounded(world.runtime.list_descendants(&sid(root), &cancel)).await
 }
 
 /// A caller-delivered spawn named `name` with the reserved id `id` under
@@ -235,23 +139,6 @@ async fn record(parent: &Arc<dyn Agent>, entry: &CatalogEntry) {
         .unwrap();
 }
 
-/// A model that holds every request whose first user text starts with
-/// `hold` until `gate` gets a permit, and echoes every request.
-fn holding_model(gate: &Arc<Semaphore>) -> Arc<ScriptedModel> {
-    let gate = gate.clone();
-    Arc::new(ScriptedModel::new().responder(move |r| {
-        let echo = Scripted::Text(format!("re: {}", first_user_text(r)));
-        if first_user_text(r).starts_with("hold") {
-            Scripted::Gated {
-                gate: gate.clone(),
-                then: Box::new(echo),
-            }
-        } else {
-            echo
-        }
-    }))
-}
-
 async fn completed(activation: &SubagentActivation) {
     let result = bounded(activation.result()).await.unwrap();
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
@@ -273,9 +160,9 @@ fn assert_name_not_found(result: Result<String, SubagentError>, name: &str) {
 #[tokio::test]
 async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
-    let lead_handle = world.agent(LEAD).await;
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let lead_handle = world.root.clone();
     let lead = lead_handle.agent().clone();
 
     let a = world.start(child(&lead, "a", "child-a")).await;
@@ -285,29 +172,29 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
     assert_eq!(b.name(), "a/b");
 
     // `lead` is the root, from the root and from any member.
-    assert_eq!(world.resolve(&lead, "lead").await.unwrap(), LEAD);
-    assert_eq!(world.resolve(&b_agent, "lead").await.unwrap(), LEAD);
+    assert_eq!(resolve(&world, &lead, "lead").await.unwrap(), LEAD);
+    assert_eq!(resolve(&world, &b_agent, "lead").await.unwrap(), LEAD);
     // Full names are paths from the root, whoever asks.
     for caller in [&lead, &a_agent, &b_agent] {
-        assert_eq!(world.resolve(caller, "a").await.unwrap(), "child-a");
-        assert_eq!(world.resolve(caller, "a/b").await.unwrap(), "child-b");
+        assert_eq!(resolve(&world, caller, "a").await.unwrap(), "child-a");
+        assert_eq!(resolve(&world, caller, "a/b").await.unwrap(), "child-b");
     }
 
     // A slash path naming no member fails; it is never taken as an id.
     for path in ["a/zzz", "zzz/b", "a/b/c", "a//b", "a/", "/a", "lead/a"] {
-        assert_name_not_found(world.resolve(&lead, path).await, path);
+        assert_name_not_found(resolve(&world, &lead, path).await, path);
     }
     // A single token that names no child of the root is a session id as it
     // is (a grandchild's bare name included); resolution grants nothing.
-    assert_eq!(world.resolve(&lead, "child-b").await.unwrap(), "child-b");
-    assert_eq!(world.resolve(&lead, "b").await.unwrap(), "b");
+    assert_eq!(resolve(&world, &lead, "child-b").await.unwrap(), "child-b");
+    assert_eq!(resolve(&world, &lead, "b").await.unwrap(), "b");
     assert_eq!(
-        world.resolve(&lead, "s-no-such-session").await.unwrap(),
+        resolve(&world, &lead, "s-no-such-session").await.unwrap(),
         "s-no-such-session"
     );
     // A token that cannot be a session id either names nothing.
     for token in ["", "no such agent", "../escape"] {
-        assert_name_not_found(world.resolve(&lead, token).await, token);
+        assert_name_not_found(resolve(&world, &lead, token).await, token);
     }
 
     // External and unknown children are leaves: their names resolve, but a
@@ -324,10 +211,13 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
         &entry("legacy-run", Some("legacy"), ChildMode::ONE_SHOT),
     )
     .await;
-    assert_eq!(world.resolve(&lead, "ext").await.unwrap(), "ext-run");
-    assert_eq!(world.resolve(&b_agent, "ghost").await.unwrap(), "ghost-run");
+    assert_eq!(resolve(&world, &lead, "ext").await.unwrap(), "ext-run");
+    assert_eq!(
+        resolve(&world, &b_agent, "ghost").await.unwrap(),
+        "ghost-run"
+    );
     for path in ["ext/x", "ghost/x", "legacy/x", "ext/x/y"] {
-        assert_name_not_found(world.resolve(&lead, path).await, path);
+        assert_name_not_found(resolve(&world, &lead, path).await, path);
     }
 
     // A catalog along the path that cannot be read is an error, not a miss.
@@ -336,35 +226,38 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
         &entry("lost-session", Some("lost"), ChildMode::CONTINUABLE),
     )
     .await;
-    assert_eq!(world.resolve(&lead, "lost").await.unwrap(), "lost-session");
-    let err = world.resolve(&lead, "lost/x").await.unwrap_err();
+    assert_eq!(
+        resolve(&world, &lead, "lost").await.unwrap(),
+        "lost-session"
+    );
+    let err = resolve(&world, &lead, "lost/x").await.unwrap_err();
     assert_eq!(err.code(), "SESSION_NOT_FOUND", "{err}");
     b_agent
         .record(CATALOG_EVENT, json!({"bogus": 1}))
         .await
         .unwrap();
-    let err = world.resolve(&lead, "a/b/c").await.unwrap_err();
+    let err = resolve(&world, &lead, "a/b/c").await.unwrap_err();
     assert_eq!(err.code(), "CORRUPT_CATALOG", "{err}");
-    assert_eq!(world.resolve(&lead, "a/b").await.unwrap(), "child-b");
+    assert_eq!(resolve(&world, &lead, "a/b").await.unwrap(), "child-b");
 
     // A cancelled resolution reads nothing and fails.
     let cancel = CancellationToken::new();
     cancel.cancel();
-    world.store.reset();
+    world.store.reset_calls();
     let err = world
         .runtime
         .resolve_name(&lead, "a/b", &cancel)
         .await
         .unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
-    assert!(world.store.loads().is_empty());
+    assert!(loads(&world).is_empty());
 
     // Only the exact live agent may resolve: a settled child is not live,
     // and neither is a root's earlier epoch.
     gate.add_permits(2);
     completed(&b).await;
     completed(&a).await;
-    let err = world.resolve(&b_agent, "lead").await.unwrap_err();
+    let err = resolve(&world, &b_agent, "lead").await.unwrap_err();
     assert_eq!(err.code(), "NOT_LIVE");
     bounded(lead_handle.dispose()).await;
     let resumed = world
@@ -376,11 +269,11 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
         })
         .await
         .unwrap();
-    let err = world.resolve(&lead, "a/b").await.unwrap_err();
+    let err = resolve(&world, &lead, "a/b").await.unwrap_err();
     assert_eq!(err.code(), "NOT_LIVE");
     // The new epoch resolves through the durable catalogs of cold members.
     let lead = resumed.agent().clone();
-    assert_eq!(world.resolve(&lead, "a/b").await.unwrap(), "child-b");
+    assert_eq!(resolve(&world, &lead, "a/b").await.unwrap(), "child-b");
     resumed.dispose().await;
 }
 
@@ -415,7 +308,7 @@ struct MixedTree {
 }
 
 async fn mixed_tree(world: &World) -> MixedTree {
-    let lead = world.agent(LEAD).await;
+    let lead = world.root.clone();
     let unnamed = world.agent("child-u").await;
     let one_shot = world.agent("child-o").await;
     let lead_agent = lead.agent().clone();
@@ -474,7 +367,7 @@ async fn mixed_tree(world: &World) -> MixedTree {
         &entry("child-b", Some("dup"), ChildMode::CONTINUABLE),
     )
     .await;
-    world.corrupt_log("child-f").await;
+    corrupt_log(&world, "child-f").await;
     record(
         &lead_agent,
         &entry("child-f", Some("f"), ChildMode::CONTINUABLE),
@@ -523,14 +416,14 @@ fn outline(rows: &[DescendantRow]) -> Vec<String> {
 #[tokio::test]
 async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_loading_agents() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = holding_model(&gate);
-    let world = world(&model);
+    let model = models::holding(&gate);
+    let world = world(&model).await;
     let tree = mixed_tree(&world).await;
 
     // Live: the spawned members and the hand-made agents are read through
     // the registry; only the sessions with no live agent come from the store.
-    world.store.reset();
-    let live = world.list(LEAD).await.unwrap();
+    world.store.reset_calls();
+    let live = list(&world, LEAD).await.unwrap();
     assert_eq!(
         outline(&live),
         [
@@ -550,11 +443,11 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
     );
     insta::assert_json_snapshot!("mixed_tree", live);
     assert_eq!(
-        world.store.loads(),
+        loads(&world),
         BTreeMap::from([("child-f".into(), 1), ("lost-session".into(), 1)]),
         "live catalogs are read from their agents; leaves are never read"
     );
-    assert_eq!(world.store.opens(), 0);
+    assert_eq!(opens(&world), 0);
 
     // Everyone goes away: the same listing from the logs alone.
     gate.add_permits(3);
@@ -576,11 +469,11 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
             }
         }
     });
-    world.store.reset();
-    let cold = world.list(LEAD).await.unwrap();
+    world.store.reset_calls();
+    let cold = list(&world, LEAD).await.unwrap();
     assert_eq!(cold, live, "cold and live listings are identical");
     assert_eq!(
-        world.store.loads(),
+        loads(&world),
         BTreeMap::from(
             [
                 LEAD,
@@ -596,7 +489,7 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
         ),
         "each reachable catalog is read once; leaves are never read"
     );
-    assert_eq!(world.store.opens(), 0, "no agent is opened or resumed");
+    assert_eq!(opens(&world), 0, "no agent is opened or resumed");
     assert_eq!(*published.lock().unwrap(), 0, "no agent is loaded");
     assert!(world.runtime.registry().is_empty());
     assert_eq!(world.runtime.live_activations(), 0);
@@ -604,11 +497,11 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
 
     // Any member lists its own subtree: depth and path count from it.
     assert_eq!(
-        outline(&world.list("child-o").await.unwrap()),
+        outline(&list(&world, "child-o").await.unwrap()),
         ["1 child-o child-p p -"]
     );
     assert_eq!(
-        world.list("child-p").await.unwrap_err().code(),
+        list(&world, "child-p").await.unwrap_err().code(),
         "SESSION_NOT_FOUND"
     );
 }
@@ -616,17 +509,17 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
 // B34
 #[tokio::test]
 async fn b34_a_root_that_cannot_be_read_fails_the_whole_listing() {
-    let model = holding_model(&Arc::new(Semaphore::new(0)));
-    let world = world(&model);
+    let model = models::holding(&Arc::new(Semaphore::new(0)));
+    let world = world(&model).await;
 
-    let err = world.list("no-such-root").await.unwrap_err();
+    let err = list(&world, "no-such-root").await.unwrap_err();
     assert_eq!(err.code(), "SESSION_NOT_FOUND", "{err}");
 
-    world.corrupt_log("torn-root").await;
-    let err = world.list("torn-root").await.unwrap_err();
+    corrupt_log(&world, "torn-root").await;
+    let err = list(&world, "torn-root").await.unwrap_err();
     assert_eq!(err.code(), "SESSION_CORRUPT", "{err}");
 
-    let lead = world.agent(LEAD).await;
+    let lead = world.root.clone();
     record(
         lead.agent(),
         &entry("ext-run", Some("ext"), ChildMode::EXTERNAL),
@@ -636,10 +529,10 @@ async fn b34_a_root_that_cannot_be_read_fails_the_whole_listing() {
         .record(CATALOG_EVENT, json!({"bogus": 1}))
         .await
         .unwrap();
-    let err = world.list(LEAD).await.unwrap_err();
+    let err = list(&world, LEAD).await.unwrap_err();
     assert_eq!(err.code(), "CORRUPT_CATALOG", "{err}");
     bounded(lead.dispose()).await;
-    let err = world.list(LEAD).await.unwrap_err();
+    let err = list(&world, LEAD).await.unwrap_err();
     assert_eq!(
         err.code(),
         "CORRUPT_CATALOG",
@@ -648,17 +541,17 @@ async fn b34_a_root_that_cannot_be_read_fails_the_whole_listing() {
 
     // A root with no children lists nothing.
     let empty = world.agent("empty-root").await;
-    assert_eq!(world.list("empty-root").await.unwrap(), []);
+    assert_eq!(list(&world, "empty-root").await.unwrap(), []);
     bounded(empty.dispose()).await;
-    assert_eq!(world.list("empty-root").await.unwrap(), []);
+    assert_eq!(list(&world, "empty-root").await.unwrap(), []);
 }
 
 // B34
 #[tokio::test]
 async fn b34_a_cancelled_listing_fails_and_reads_nothing() {
-    let model = holding_model(&Arc::new(Semaphore::new(0)));
-    let world = world(&model);
-    let lead = world.agent(LEAD).await;
+    let model = models::holding(&Arc::new(Semaphore::new(0)));
+    let world = world(&model).await;
+    let lead = world.root.clone();
     record(
         lead.agent(),
         &entry("lost-session", Some("lost"), ChildMode::CONTINUABLE),
@@ -668,17 +561,17 @@ async fn b34_a_cancelled_listing_fails_and_reads_nothing() {
 
     let cancel = CancellationToken::new();
     cancel.cancel();
-    world.store.reset();
+    world.store.reset_calls();
     let err = world
         .runtime
         .list_descendants(&sid(LEAD), &cancel)
         .await
         .unwrap_err();
     assert_eq!(err.code(), "CANCELLED");
-    assert!(world.store.loads().is_empty());
+    assert!(loads(&world).is_empty());
 
     // Uncancelled, the same listing succeeds.
-    let rows = world.list(LEAD).await.unwrap();
+    let rows = list(&world, LEAD).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].diagnostic, Some(RowDiagnostic::Unavailable));
 }
