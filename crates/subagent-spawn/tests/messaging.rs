@@ -11,26 +11,32 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dsh_core::{
-    Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
-    Message, MessageSource, SessionHeader, SessionId, SessionStore,
+    Agent, AgentFactory, CancellationToken, ContentBlock, EventPayload, Message, MessageSource,
+    SessionId, SessionStore,
 };
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_harness::Scripted;
 use dsh_subagent::{
     ActivationSpec, Delivery, InterruptAuthority, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::harness_and_runtime;
-use dsh_test_support::world::sid;
+use dsh_test_support::world::{Layout, World, WorldBuilder, models, sid};
 use tokio::sync::Semaphore;
 
+/// A kit world (logs in `sessions/`, roots in `project/`) with `spawn`
+/// registered, the gate every child's first turn waits on, and the tree's
+/// agents by name.
 struct Tree {
-    _dir: tempfile::TempDir,
-    store: Arc<dyn SessionStore>,
-    harness: Harness,
-    runtime: SubagentRuntime,
-    model: Arc<ScriptedModel>,
+    world: World<dyn SessionStore>,
     gate: Arc<Semaphore>,
     agents: HashMap<&'static str, Arc<dyn Agent>>,
+}
+
+impl std::ops::Deref for Tree {
+    type Target = World<dyn SessionStore>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.world
+    }
 }
 
 impl Tree {
@@ -51,31 +57,6 @@ impl Tree {
             )
             .await
     }
-}
-
-/// The text of the first user message of a request: a child's prompt.
-fn prompt_of(messages: &[Message]) -> String {
-    messages
-        .iter()
-        .find_map(|m| match m {
-            Message::User { content, .. } => Some(dsh_core::content::joined_text(content)),
-            _ => None,
-        })
-        .unwrap_or_default()
-}
-
-async fn root(harness: &Harness, id: &str, dir: &std::path::Path) -> Arc<dyn Agent> {
-    harness
-        .create(CreateAgent {
-            header: SessionHeader::new(sid(id), dir),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap()
-        .agent()
-        .clone()
 }
 
 async fn child(tree: &Tree, parent: &Arc<dyn Agent>, name: &str) -> Arc<dyn Agent> {
@@ -99,40 +80,22 @@ async fn child(tree: &Tree, parent: &Arc<dyn Agent>, name: &str) -> Arc<dyn Agen
 }
 
 async fn tree() -> Tree {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
     let gate = Arc::new(Semaphore::new(0));
-    let held = gate.clone();
-    let model = Arc::new(ScriptedModel::new().responder(move |request| {
-        let prompt = prompt_of(&request.messages);
-        if prompt.starts_with("hold") && request.messages.len() == 1 {
-            Scripted::Gated {
-                gate: held.clone(),
-                then: Box::new(Scripted::Text(format!("done: {prompt}"))),
-            }
-        } else {
-            Scripted::Text("ok".into())
-        }
-    }));
-    let (harness, runtime) = harness_and_runtime(
-        store.clone(),
-        model.clone(),
-        Vec::new(),
-        vec![Arc::new(SpawnProvider::new())],
-        RuntimeConfig::default(),
-    );
+    let (model, _scripts) = models::keyed(&gate);
+    let world = WorldBuilder::new()
+        .layout(Layout::Split)
+        .model(model)
+        .provider(Arc::new(SpawnProvider::new()))
+        .root("lead-session")
+        .build()
+        .await;
+    let other = world.agent("other-session").await.agent().clone();
+    let lead = world.lead();
     let mut tree = Tree {
-        store,
-        harness: harness.clone(),
-        runtime,
-        model,
         gate,
         agents: HashMap::new(),
-        _dir: dir,
+        world,
     };
-    let lead = root(&harness, "lead-session", tree._dir.path()).await;
-    let other = root(&harness, "other-session", tree._dir.path()).await;
     let a = child(&tree, &lead, "a").await;
     let b = child(&tree, &lead, "b").await;
     let a1 = child(&tree, &a, "a1").await;
@@ -156,16 +119,7 @@ async fn tree() -> Tree {
 /// session resumed under a new epoch.
 async fn stale(tree: &Tree) -> Arc<dyn Agent> {
     let id = sid("stale-session");
-    let handle = tree
-        .harness
-        .create(CreateAgent {
-            header: SessionHeader::new(id.clone(), tree._dir.path()),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
+    let handle = tree.agent(id.as_str()).await;
     let old = handle.agent().clone();
     handle.dispose().await;
     tree.harness
@@ -735,7 +689,7 @@ async fn resume_refusals_are_distinct() {
     lead.wait_idle().await;
     let cancel = CancellationToken::new();
     // A child whose log is corrupt cannot be resumed; the message says not to retry.
-    let path = tree._dir.path().join("sessions").join("s-b1.jsonl");
+    let path = tree.sessions_dir().join("s-b1.jsonl");
     let text = std::fs::read_to_string(&path).unwrap();
     let mut lines: Vec<&str> = text.lines().collect();
     lines[2] = "{not json";
