@@ -22,18 +22,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use dsh_core::{
-    Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, Durability, EventPayload,
-    ResumeAgent, SessionHeader, SessionStore, StopReason,
-};
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
-use dsh_subagent::{
-    ActivationSpec, Delivery, DescendantRow, RuntimeConfig, StartRequest, SubagentRuntime,
-};
+use dsh_core::{Agent, CancellationToken, ContentBlock, Durability, EventPayload, StopReason};
+use dsh_harness::{Scripted, ScriptedModel};
+use dsh_subagent::{ActivationSpec, Delivery, DescendantRow, StartRequest, SubagentRuntime};
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::harness_and_runtime;
 use dsh_test_support::world::process::start_ready;
-use dsh_test_support::world::sid;
+use dsh_test_support::world::{Layout, WorldBuilder, sid};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -46,33 +40,18 @@ const LEAD: &str = "lead-session";
 /// How long any single wait may take before the test fails instead of hanging.
 const BOUND: Duration = Duration::from_secs(30);
 
-/// One process's view of the directory: a JSONL store, a harness over it
-/// and a subagent runtime with `spawn` registered.
-struct World {
-    store: Arc<dyn SessionStore>,
-    harness: Harness,
-    runtime: SubagentRuntime,
-}
-
-fn world(dir: &Path, model: &Arc<ScriptedModel>) -> World {
-    let store: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.join("sessions"), Durability::EveryEvent).unwrap());
-    let (harness, runtime) = harness_and_runtime(
-        store.clone(),
-        model.clone(),
-        Vec::new(),
-        vec![Arc::new(SpawnProvider::new())],
-        RuntimeConfig::default(),
-    );
-    World {
-        store,
-        harness,
-        runtime,
-    }
-}
-
-fn project(dir: &Path) -> PathBuf {
-    dir.join("project")
+/// One process's view of the directory: a kit world over its JSONL logs
+/// (in `sessions/`, the root in `project/`) with `spawn` registered, whose
+/// root `lead-session` is created, or resumed from what a killed process
+/// left.
+fn world(dir: &Path, model: &Arc<ScriptedModel>) -> WorldBuilder {
+    WorldBuilder::new()
+        .jsonl(Durability::EveryEvent)
+        .in_dir(dir)
+        .layout(Layout::Split)
+        .model(model.clone())
+        .provider(Arc::new(SpawnProvider::new()))
+        .root(LEAD)
 }
 
 /// The listing as plain JSON, comparable across processes.
@@ -128,20 +107,8 @@ async fn doomed(dir: PathBuf) {
             then: Box::new(Scripted::Text("never".into())),
         }
     }));
-    let world = world(&dir, &model);
-    std::fs::create_dir_all(project(&dir)).unwrap();
-    let lead = world
-        .harness
-        .create(CreateAgent {
-            header: SessionHeader::new(sid(LEAD), project(&dir)),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap()
-        .agent()
-        .clone();
+    let world = world(&dir, &model).build().await;
+    let lead = world.lead();
     let mut parent = lead.clone();
     for name in ["alpha", "beta", "gamma"] {
         let activation = bounded(world.runtime.start_activation(ActivationSpec {
@@ -242,19 +209,10 @@ fn restart_after_sigkill() {
 
 async fn after_restart(dir: &Path, seen: &Value) {
     let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("ok".into())));
-    let world = world(dir, &model);
+    // The dead process's lock on the root's log is gone: it resumes.
+    let world = bounded(world(dir, &model).resume_root().build()).await;
+    let lead = world.lead();
     let cancel = CancellationToken::new();
-
-    // The dead process's lock on the root's log is gone.
-    let lead = bounded(world.harness.resume(ResumeAgent {
-        id: sid(LEAD),
-        setup: Default::default(),
-        cancel: CancellationToken::new(),
-    }))
-    .await
-    .unwrap()
-    .agent()
-    .clone();
 
     // The same catalog and listing, read from the logs alone.
     let listing = bounded(world.runtime.list_descendants(&sid(LEAD), &cancel))

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 
 use dsh_core::{
     Agent, AgentFactory, AgentHandle, CancellationToken, ContentBlock, RegistryEvent,
-    SessionHeader, SessionLog, SessionStore, StopReason,
+    SessionHeader, SessionStore, StopReason,
 };
 use dsh_harness::ScriptedModel;
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
@@ -367,7 +367,7 @@ async fn mixed_tree(world: &World) -> MixedTree {
         &entry("child-b", Some("dup"), ChildMode::CONTINUABLE),
     )
     .await;
-    corrupt_log(&world, "child-f").await;
+    corrupt_log(world, "child-f").await;
     record(
         &lead_agent,
         &entry("child-f", Some("f"), ChildMode::CONTINUABLE),
