@@ -11,23 +11,21 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dsh_test_support::wait::bounded;
-use dsh_test_support::world::sid;
-use std::collections::{BTreeMap, HashMap, VecDeque};
-use std::path::PathBuf;
-use std::sync::{Arc, Mutex};
+use dsh_test_support::world::models::{self, Scripts, script_key};
+use dsh_test_support::world::{ExternalProvider, Layout, World as KitWorld, WorldBuilder, sid};
+use std::collections::BTreeMap;
+use std::sync::Arc;
 
-use async_trait::async_trait;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CallId, CancelCause, CancelOptions, CancellationToken,
-    ContentBlock, CreateAgent, Durability, EventPayload, Message, MessageSource, ModelRequest,
-    SessionHeader, SessionId, SessionStore, StopReason, Tool, ToolContext, UserMessage,
+    ContentBlock, CreateAgent, EventPayload, MessageSource, ModelRequest, SessionHeader,
+    SessionStore, StopReason, Tool, ToolContext, UserMessage,
 };
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_harness::Scripted;
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
 use dsh_subagent::{
-    ActivationSpec, CatalogEntry, ChildMode, Delivery, ResolvedStartRequest, RuntimeConfig,
-    StartExternal, StartRequest, SubagentActivation, SubagentCapabilities, SubagentError,
-    SubagentProvider, SubagentResult, SubagentRun, SubagentRuntime,
+    ActivationSpec, CatalogEntry, ChildMode, Delivery, RuntimeConfig, StartRequest,
+    SubagentActivation,
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
@@ -41,76 +39,16 @@ fn user(text: &str) -> UserMessage {
 }
 
 // ---------------------------------------------------------------------------
-// A test external provider: its runs last until disposed.
-// ---------------------------------------------------------------------------
-
-struct External;
-
-struct ExternalRun {
-    id: SessionId,
-    stop: CancellationToken,
-}
-
-#[async_trait]
-impl SubagentRun for ExternalRun {
-    fn id(&self) -> &SessionId {
-        &self.id
-    }
-
-    async fn result(&self) -> Result<SubagentResult, SubagentError> {
-        self.stop.cancelled().await;
-        Ok(SubagentResult::stopped(StopReason::ABORTED))
-    }
-
-    async fn dispose(&self) -> Result<(), SubagentError> {
-        self.stop.cancel();
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl StartExternal for External {
-    async fn start(
-        &self,
-        _request: ResolvedStartRequest,
-    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
-        Ok(Arc::new(ExternalRun {
-            id: sid("ext-run"),
-            stop: CancellationToken::new(),
-        }))
-    }
-}
-
-impl SubagentProvider for External {
-    fn name(&self) -> &str {
-        "ext"
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::ALL
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        false
-    }
-
-    fn external(&self) -> Option<&dyn StartExternal> {
-        Some(self)
-    }
-}
-
-// ---------------------------------------------------------------------------
 // The world
 // ---------------------------------------------------------------------------
 
-/// Scripted responses per agent, keyed by the agent's first user text.
-type Scripts = Arc<Mutex<HashMap<String, VecDeque<Scripted>>>>;
-
+/// A kit world (logs in `sessions/`, roots in `project/`) whose model holds
+/// every `hold…` child's first turn behind `gate` and otherwise answers from
+/// `scripts`, with the control tools bound to its runtime, `spawn`, `fork`
+/// and a held external provider `ext` (its runs last until disposed), and
+/// the root `lead-session`.
 struct World {
-    dir: tempfile::TempDir,
-    harness: Harness,
-    runtime: SubagentRuntime,
-    model: Arc<ScriptedModel>,
+    world: KitWorld<dyn SessionStore>,
     /// Releases one held first turn of a `hold ...` child per permit.
     gate: Arc<Semaphore>,
     scripts: Scripts,
@@ -118,89 +56,43 @@ struct World {
     lead: Arc<dyn Agent>,
 }
 
-/// The script key of a request: the text of the last message the user
-/// wrote (a root's turn), else of the first user message (a child's prompt).
-fn script_key(messages: &[Message]) -> String {
-    fn text(m: &Message) -> Option<(&MessageSource, String)> {
-        match m {
-            Message::User { content, source } => {
-                Some((source, dsh_core::content::joined_text(content)))
-            }
-            _ => None,
-        }
+impl std::ops::Deref for World {
+    type Target = KitWorld<dyn SessionStore>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.world
     }
-    messages
-        .iter()
-        .rev()
-        .filter_map(text)
-        .find(|(source, _)| **source == MessageSource::User)
-        .or_else(|| messages.iter().find_map(text))
-        .map(|(_, text)| text)
-        .unwrap_or_default()
 }
 
 async fn world_with(config: RuntimeConfig) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::create_dir_all(dir.path().join("project")).unwrap();
-    let store: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
     let gate = Arc::new(Semaphore::new(0));
-    let scripts: Scripts = Arc::default();
-    let (held, keyed) = (gate.clone(), scripts.clone());
-    let model = Arc::new(
-        ScriptedModel::new().responder(move |request: &ModelRequest| {
-            let key = script_key(&request.messages);
-            if let Some(next) = keyed
-                .lock()
-                .unwrap()
-                .get_mut(&key)
-                .and_then(VecDeque::pop_front)
-            {
-                return next;
-            }
-            if key.starts_with("hold") && request.messages.len() == 1 {
-                Scripted::Gated {
-                    gate: held.clone(),
-                    then: Box::new(Scripted::Text(format!("done: {key}"))),
-                }
-            } else {
-                Scripted::Text("ok".into())
-            }
-        }),
-    );
+    let (model, scripts) = models::keyed(&gate);
     let binding = RuntimeBinding::new();
-    let mut builder = Harness::builder(store.clone()).model(model.clone());
-    let mut tools = BTreeMap::new();
-    for tool in ControlTools::with_binding(&binding) {
-        tools.insert(tool.name().to_owned(), tool.clone());
-        builder = builder.tool(tool).unwrap();
-    }
-    let harness = builder.build().unwrap();
-    let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store, config);
-    assert!(binding.bind(runtime.clone()));
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
-    runtime.register(Arc::new(ForkProvider::new())).unwrap();
-    runtime.register(Arc::new(External)).unwrap();
-    let lead = harness
-        .create(CreateAgent {
-            header: SessionHeader::new(sid("lead-session"), dir.path().join("project")),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap()
-        .agent()
-        .clone();
+    let control = ControlTools::with_binding(&binding);
+    let tools: BTreeMap<String, Arc<dyn Tool>> = control
+        .iter()
+        .map(|tool| (tool.name().to_owned(), tool.clone()))
+        .collect();
+    let world = WorldBuilder::new()
+        .layout(Layout::Split)
+        .model(model)
+        .tools(control)
+        .config(config)
+        .provider(Arc::new(SpawnProvider::new()))
+        .provider(Arc::new(ForkProvider::new()))
+        .provider(Arc::new(
+            ExternalProvider::held("ext").with_id(sid("ext-run")),
+        ))
+        .root("lead-session")
+        .build()
+        .await;
+    assert!(binding.bind(world.runtime.clone()));
     World {
-        dir,
-        harness,
-        runtime,
-        model,
+        lead: world.lead(),
+        world,
         gate,
         scripts,
         tools,
-        lead,
     }
 }
 
@@ -211,12 +103,7 @@ async fn world() -> World {
 impl World {
     /// Script the agent whose first user text is `key`.
     fn script(&self, key: &str, responses: impl IntoIterator<Item = Scripted>) {
-        self.scripts
-            .lock()
-            .unwrap()
-            .entry(key.to_owned())
-            .or_default()
-            .extend(responses);
+        self.scripts.script(key, responses);
     }
 
     async fn start_as(
@@ -309,10 +196,6 @@ impl World {
             .record(CATALOG_EVENT, catalog_payload(&entry))
             .await
             .unwrap();
-    }
-
-    fn project(&self) -> PathBuf {
-        self.dir.path().join("project")
     }
 
     async fn finish(self) {
