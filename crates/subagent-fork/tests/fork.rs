@@ -9,86 +9,34 @@ use std::sync::Arc;
 
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
-    Agent, AgentFactory, AgentOptions, CancellationToken, ContentBlock, CreateAgent, EventPayload,
-    Message, ModelError, ModelErrorKind, SessionHeader, SessionId, SessionStore, ToolRestriction,
-    UserMessage,
+    Agent, AgentFactory, AgentOptions, CancellationToken, ContentBlock, CreateAgent, Durability,
+    EventPayload, Message, ModelError, ModelErrorKind, SessionHeader, SessionId, SessionStore,
+    ToolRestriction, UserMessage,
 };
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
+use dsh_harness::{Harness, Scripted, ScriptedModel};
 use dsh_subagent::{
     ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime, fold_catalog,
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::requests::last_user_text;
-use dsh_test_support::world::harness_and_runtime;
+use dsh_test_support::world::{Layout, NamedTool, World, WorldBuilder};
 use tokio::sync::Semaphore;
 
-struct World {
-    _dir: tempfile::TempDir,
-    store: Arc<dyn SessionStore>,
-    harness: Harness,
-    runtime: SubagentRuntime,
-    model: Arc<ScriptedModel>,
-}
-
-fn world(model: ScriptedModel) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.path().join("sessions"), Default::default()).unwrap());
-    let model = Arc::new(model);
-    let (harness, runtime) = harness_and_runtime(
-        store.clone(),
-        model.clone(),
-        vec![Arc::new(Noop)],
-        vec![
-            Arc::new(ForkProvider::new()),
-            Arc::new(SpawnProvider::new()),
-        ],
-        RuntimeConfig::default(),
-    );
-    World {
-        _dir: dir,
-        store,
-        harness,
-        runtime,
-        model,
-    }
-}
-
-struct Noop;
-
-#[async_trait::async_trait]
-impl dsh_core::Tool for Noop {
-    fn name(&self) -> &str {
-        "noop"
-    }
-    fn description(&self) -> String {
-        "Does nothing.".into()
-    }
-    fn input_schema(&self) -> serde_json::Value {
-        serde_json::json!({"type": "object"})
-    }
-    async fn execute(
-        &self,
-        _input: serde_json::Value,
-        _ctx: dsh_core::ToolContext,
-    ) -> Result<dsh_core::ToolOutput, dsh_core::ToolError> {
-        Ok(dsh_core::ToolOutput::text("ok"))
-    }
-}
-
-async fn root(world: &World) -> Arc<dyn Agent> {
-    let handle = world
-        .harness
-        .create(CreateAgent {
-            header: SessionHeader::new(SessionId::new("lead-session").unwrap(), world._dir.path()),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
+/// A kit world (logs in `sessions/` with the default durability, the root
+/// `lead-session` in `project/`) whose agents ask `model` and may call a
+/// `noop` tool, with `fork` and `spawn` registered.
+async fn world(model: ScriptedModel) -> World<dyn SessionStore> {
+    WorldBuilder::new()
+        .jsonl(Durability::default())
+        .layout(Layout::Split)
+        .model(Arc::new(model))
+        .tool(Arc::new(NamedTool("noop")))
+        .provider(Arc::new(ForkProvider::new()))
+        .provider(Arc::new(SpawnProvider::new()))
+        .root("lead-session")
+        .build()
         .await
-        .unwrap();
-    handle.agent().clone()
 }
 
 fn spec(provider: &str, parent: &Arc<dyn Agent>, prompt: &str) -> ActivationSpec {
@@ -114,8 +62,9 @@ async fn a_fork_is_seeded_with_the_completed_turn_prefix_captured_once() {
     let world = world(
         ScriptedModel::new()
             .responder(|request| Scripted::Text(format!("re: {}", last_user_text(request)))),
-    );
-    let parent = root(&world).await;
+    )
+    .await;
+    let parent = world.lead();
 
     // No completed turn: no seed.
     let empty = world
@@ -183,8 +132,9 @@ async fn a_turn_in_flight_is_not_part_of_the_seed() {
                 },
                 other => Scripted::Text(format!("re: {other}")),
             },
-        ));
-    let parent = root(&world).await;
+        ))
+        .await;
+    let parent = world.lead();
     turn(&parent, "first").await;
     let completed = parent.events().len() as u64;
     parent
@@ -222,8 +172,9 @@ async fn a_failed_fork_returns_no_inherited_text() {
                 "hello" => Scripted::Text("parent words".into()),
                 _ => Scripted::Fail(ModelError::new(ModelErrorKind::Transport, "down")),
             }),
-        );
-    let parent = root(&world).await;
+        )
+        .await;
+    let parent = world.lead();
     turn(&parent, "hello").await;
     let child = world
         .runtime
@@ -238,8 +189,8 @@ async fn a_failed_fork_returns_no_inherited_text() {
 // B19
 #[tokio::test]
 async fn a_fork_child_made_after_spawned_siblings_lists_no_children_of_its_own() {
-    let world = world(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-    let parent = root(&world).await;
+    let world = world(ScriptedModel::new().responder(|_| Scripted::Text("done".into()))).await;
+    let parent = world.lead();
     turn(&parent, "hello").await;
     for _ in 0..2 {
         let mut s = spec("spawn", &parent, "sibling");
@@ -309,8 +260,8 @@ fn with_option(mut request: StartRequest, option: &str) -> StartRequest {
 // B4, B6: capability refusals, table-driven over every flag and both providers.
 #[tokio::test]
 async fn capability_table_of_the_in_process_providers() {
-    let world = world(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-    let parent = root(&world).await;
+    let world = world(ScriptedModel::new().responder(|_| Scripted::Text("done".into()))).await;
+    let parent = world.lead();
     let table = [
         ("spawn", "agent_options", None),
         ("spawn", "agent_preset", Some("INVALID_REQUEST")),
@@ -473,8 +424,9 @@ async fn a_cold_fork_child_replays_its_seed_without_reforking() {
     let world = world(
         ScriptedModel::new()
             .responder(|request| Scripted::Text(format!("re: {}", last_user_text(request)))),
-    );
-    let parent = root(&world).await;
+    )
+    .await;
+    let parent = world.lead();
     turn(&parent, "hello").await;
     let mut s = spec("fork", &parent, "forked");
     s.delivery = Delivery::Parent;
@@ -536,8 +488,9 @@ async fn a_resumed_child_has_no_capture_tool() {
         } else {
             Scripted::Text("plain".into())
         }
-    }));
-    let parent = root(&world).await;
+    }))
+    .await;
+    let parent = world.lead();
     let mut s = spec("spawn", &parent, "structured");
     s.request.output_schema = Some(
         ObjectSchema::new(serde_json::json!({
