@@ -18,14 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dsh_core::content::joined_text;
-use dsh_core::{
-    AgentFactory, CancellationToken, CreateAgent, Durability, Message, MessageSource, ModelRequest,
-    SessionHeader, SessionId, SessionStore, UserMessage,
-};
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
-use dsh_subagent::{RuntimeConfig, SubagentRuntime};
+use dsh_core::{CancellationToken, Message, MessageSource, ModelRequest, UserMessage};
+use dsh_harness::{Scripted, ScriptedModel};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::{Layout, WorldBuilder};
 use dsh_tool_subagent::{SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 use serde_json::{Value, json};
@@ -269,9 +266,6 @@ fn transcript(messages: &[Message], answer: &str) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lead_delegates_lists_messages_waits_and_a_grandchild_reports() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
     let gates = Arc::new(Gates {
         researcher: Arc::new(Semaphore::new(0)),
         reviewer: Arc::new(Semaphore::new(0)),
@@ -285,44 +279,36 @@ async fn a_lead_delegates_lists_messages_waits_and_a_grandchild_reports() {
             _ => digger(request),
         }),
     );
-    let harness = Harness::builder(store.clone())
+    let world = WorldBuilder::new()
+        .layout(Layout::Split)
         .model(model.clone())
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
-        store.clone(),
-        RuntimeConfig::default(),
-    );
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
-    runtime.register(Arc::new(ForkProvider::new())).unwrap();
-    harness
-        .add_tool(SubagentTool::install(&runtime, SubagentToolConfig::new("spawn")).unwrap())
-        .unwrap();
-    harness
-        .add_tool(
-            SubagentTool::install(
-                &runtime,
-                SubagentToolConfig {
-                    tool_name: "fork".into(),
-                    ..SubagentToolConfig::new("fork")
-                },
-            )
-            .unwrap(),
-        )
-        .unwrap();
-    for tool in ControlTools::new(runtime.clone()) {
-        harness.add_tool(tool).unwrap();
-    }
-    let lead_handle = harness
-        .create(CreateAgent {
-            header: SessionHeader::new(SessionId::new("lead-session").unwrap(), dir.path()),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
+        .provider(Arc::new(SpawnProvider::new()))
+        .provider(Arc::new(ForkProvider::new()))
+        .setup(|harness, runtime| {
+            harness
+                .add_tool(SubagentTool::install(runtime, SubagentToolConfig::new("spawn")).unwrap())
+                .unwrap();
+            harness
+                .add_tool(
+                    SubagentTool::install(
+                        runtime,
+                        SubagentToolConfig {
+                            tool_name: "fork".into(),
+                            ..SubagentToolConfig::new("fork")
+                        },
+                    )
+                    .unwrap(),
+                )
+                .unwrap();
+            for tool in ControlTools::new(runtime.clone()) {
+                harness.add_tool(tool).unwrap();
+            }
         })
-        .await
-        .unwrap();
+        .root("lead-session")
+        .build()
+        .await;
+    let (_harness, runtime, _store) = (&world.harness, &world.runtime, &world.store);
+    let lead_handle = world.root.clone();
     let lead_agent = lead_handle.agent().clone();
 
     for prompt in ["hello", "plan the release"] {

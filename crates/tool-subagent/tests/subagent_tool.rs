@@ -14,32 +14,33 @@ use std::time::Duration;
 use dsh_core::content::joined_text;
 use dsh_core::schema::JsonSchema;
 use dsh_core::{
-    Agent, AgentFactory, AgentHandle, CancellationToken, CreateAgent, Durability, Message,
-    MessageSource, ModelRequest, SessionHeader, SessionId, SessionStore, Tool, ToolRestriction,
+    Agent, AgentFactory, Message, MessageSource, ModelRequest, SessionStore, Tool, ToolRestriction,
     UserMessage,
 };
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
-use dsh_subagent::{
-    PrepareContinuable, RuntimeConfig, SubagentCapabilities, SubagentProvider, SubagentRuntime,
-};
+use dsh_harness::{Scripted, ScriptedModel};
+use dsh_subagent::{PrepareContinuable, SubagentCapabilities, SubagentProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::world::{Layout, World as KitWorld, WorldBuilder};
 use dsh_tool_subagent::{InstallError, MaxDepth, SubagentTool, SubagentToolConfig};
 use serde_json::{Value, json};
 
 type Responder = Box<dyn Fn(&ModelRequest) -> Scripted + Send + Sync>;
 
-struct World {
-    _dir: tempfile::TempDir,
-    model: Arc<ScriptedModel>,
-    harness: Harness,
-    runtime: SubagentRuntime,
-    lead: AgentHandle,
+/// A kit world and the lead it answers for.
+struct World(KitWorld<dyn SessionStore>);
+
+impl std::ops::Deref for World {
+    type Target = KitWorld<dyn SessionStore>;
+
+    fn deref(&self) -> &Self::Target {
+        &self.0
+    }
 }
 
 impl World {
     fn lead(&self) -> &Arc<dyn Agent> {
-        self.lead.agent()
+        self.0.root.agent()
     }
 
     async fn ask(&self, text: &str) {
@@ -110,43 +111,25 @@ fn lead_calls(input: Value) -> Responder {
 /// A world with `providers` registered and, before the lead exists, a tool
 /// installed on the harness for each of `tools`.
 async fn build(responder: Responder, providers: &[&str], tools: &[SubagentToolConfig]) -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
-    let model = Arc::new(ScriptedModel::new().responder(responder));
-    let harness = Harness::builder(store.clone())
-        .model(model.clone())
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
-        store.clone(),
-        RuntimeConfig::default(),
-    );
+    let mut builder = WorldBuilder::new()
+        .layout(Layout::Split)
+        .model(Arc::new(ScriptedModel::new().responder(responder)))
+        .root("lead-session");
     for provider in providers {
-        register(&runtime, provider);
+        builder = builder.provider(provider_named(provider));
     }
-    for config in tools {
-        harness
-            .add_tool(SubagentTool::install(&runtime, config.clone()).unwrap())
-            .unwrap();
-    }
-    let lead = harness
-        .create(CreateAgent {
-            header: SessionHeader::new(SessionId::new("lead-session").unwrap(), dir.path()),
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
+    let tools = tools.to_vec();
+    let world = builder
+        .setup(move |harness, runtime| {
+            for config in tools {
+                harness
+                    .add_tool(SubagentTool::install(runtime, config).unwrap())
+                    .unwrap();
+            }
         })
-        .await
-        .unwrap();
-    World {
-        lead,
-        _dir: dir,
-        model,
-        harness,
-        runtime,
-    }
+        .build()
+        .await;
+    World(world)
 }
 
 async fn world(responder: Responder, providers: &[&str]) -> World {
@@ -158,13 +141,12 @@ async fn world_with_tool(responder: Responder, config: SubagentToolConfig) -> Wo
     build(responder, &[provider.as_str()], &[config]).await
 }
 
-fn register(runtime: &SubagentRuntime, provider: &str) {
-    let provider: Arc<dyn SubagentProvider> = match provider {
+fn provider_named(provider: &str) -> Arc<dyn SubagentProvider> {
+    match provider {
         "spawn" => Arc::new(SpawnProvider::new()),
         "fork" => Arc::new(ForkProvider::new()),
         other => panic!("no test provider {other}"),
-    };
-    runtime.register(provider).unwrap();
+    }
 }
 
 fn spec_json(tool: &dyn Tool) -> Value {
@@ -224,7 +206,7 @@ async fn b43_an_agent_sees_the_tool_only_while_the_provider_is_there() {
     world.ask("lead: one").await;
     world.runtime.remove("spawn");
     world.ask("lead: two").await;
-    register(&world.runtime, "spawn");
+    world.runtime.register(provider_named("spawn")).unwrap();
     world.ask("lead: three").await;
     let offered: Vec<Vec<String>> = world
         .lead_requests()

@@ -38,6 +38,9 @@ type EditHeader = Box<dyn FnOnce(&mut SessionHeader) + Send>;
 /// Configures the harness beyond its model and tools.
 type Configure = Box<dyn FnOnce(HarnessBuilder) -> HarnessBuilder + Send>;
 
+/// Runs once the harness and the runtime exist, before the root does.
+type Setup = Box<dyn FnOnce(&Harness, &SubagentRuntime) + Send>;
+
 /// Builds a [`World`]. Defaults: JSONL files with no fsync in a temporary
 /// directory ([`Layout::Flat`]), the store unwrapped, a model that answers
 /// every request with `done`, no tool, no provider, the default runtime
@@ -50,6 +53,7 @@ pub struct WorldBuilder<S: ?Sized = dyn SessionStore> {
     wrap: Wrap<S>,
     model: Option<Arc<ScriptedModel>>,
     configure: Option<Configure>,
+    setup: Option<Setup>,
     tools: Vec<Arc<dyn Tool>>,
     providers: Vec<Arc<dyn SubagentProvider>>,
     config: RuntimeConfig,
@@ -75,6 +79,7 @@ impl WorldBuilder {
             wrap: Box::new(|base| (Arc::clone(&base), base)),
             model: None,
             configure: None,
+            setup: None,
             tools: Vec::new(),
             providers: Vec::new(),
             config: RuntimeConfig::default(),
@@ -121,6 +126,7 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
             wrap,
             model: self.model,
             configure: self.configure,
+            setup: self.setup,
             tools: self.tools,
             providers: self.providers,
             config: self.config,
@@ -195,6 +201,18 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
         configure: impl FnOnce(HarnessBuilder) -> HarnessBuilder + Send + 'static,
     ) -> Self {
         self.configure = Some(Box::new(configure));
+        self
+    }
+
+    /// Run `setup` once the harness and the runtime exist (providers
+    /// registered), before the root is created: to install a tool that
+    /// needs the runtime, so the root is offered it.
+    #[must_use]
+    pub fn setup(
+        mut self,
+        setup: impl FnOnce(&Harness, &SubagentRuntime) + Send + 'static,
+    ) -> Self {
+        self.setup = Some(Box::new(setup));
         self
     }
 
@@ -306,6 +324,9 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
             SubagentRuntime::new(Arc::new(harness.clone()), Arc::clone(&shared), self.config);
         for provider in self.providers {
             runtime.register(provider).expect("the provider registers");
+        }
+        if let Some(setup) = self.setup {
+            setup(&harness, &runtime);
         }
         let root = if self.resume_root {
             harness
