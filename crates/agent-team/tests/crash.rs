@@ -20,36 +20,25 @@ use dsh_agent_team::{
     CreateTask, DeliveryMode, MemberContext, MemberPhase, SendMessage, SpawnTeammate, TaskAction,
     Team, TeamConfig, UpdateTask, fold_team,
 };
-use dsh_core::{
-    Agent, AgentFactory, CancellationToken, Durability, ResumeAgent, SessionId, SessionStore,
-};
-use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
-use dsh_subagent::{RuntimeConfig, SubagentRuntime};
+use dsh_core::{Agent, Durability, SessionId, SessionStore};
+use dsh_harness::{JsonlStore, Scripted};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::store::{Op, RecordingStore};
+use dsh_test_support::store::{Op, RecordingStore, SharedStore};
 use dsh_test_support::wait::{bounded, until};
-use dsh_test_support::world::{create_root, sid};
+use dsh_test_support::world::{World, WorldBuilder, sid};
 use support::{accepted, essentials, text};
 
-struct Process {
-    harness: Harness,
-    runtime: SubagentRuntime,
-    lead: Arc<dyn Agent>,
+/// A process over `dir`'s logs: a kit world (the root `lead` created, or
+/// resumed) with the real providers.
+fn process(dir: &Path) -> WorldBuilder {
+    WorldBuilder::new()
+        .in_dir(dir)
+        .provider(Arc::new(SpawnProvider::new()))
+        .provider(Arc::new(ForkProvider::new()))
 }
 
-fn process(store: Arc<dyn SessionStore>, model: Arc<ScriptedModel>) -> (Harness, SubagentRuntime) {
-    let harness = Harness::builder(store.clone())
-        .model(model)
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(Arc::new(harness.clone()), store, RuntimeConfig::default());
-    runtime.register(Arc::new(SpawnProvider::new())).unwrap();
-    runtime.register(Arc::new(ForkProvider::new())).unwrap();
-    (harness, runtime)
-}
-
-async fn settle(process: &Process, team: &Team) {
+async fn settle<S: SessionStore + ?Sized>(process: &World<S>, team: &Team) {
     for _ in 0..2 {
         until(|| !team.is_busy()).await;
         for reference in process.runtime.registry().list() {
@@ -74,28 +63,20 @@ async fn send(team: &Team, from: &Arc<dyn Agent>, to: &str, body: &str, delivery
 }
 
 /// The team workload, once, recording every write under `dir`.
-async fn workload(dir: &Path) -> RecordingStore<JsonlStore> {
-    let jsonl = JsonlStore::new(dir, Durability::None).unwrap();
+async fn workload(dir: &Path) -> RecordingStore<SharedStore> {
     let locate = {
-        let jsonl = jsonl.clone();
+        let jsonl = JsonlStore::new(dir, Durability::None).unwrap();
         move |id: &SessionId| jsonl.log_path(id)
     };
-    let recording = RecordingStore::new(jsonl, locate);
-    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-    let (harness, runtime) = process(Arc::new(recording.clone()), model.clone());
-    let lead = create_root(&harness, &sid("lead"), dir)
-        .await
-        .agent()
-        .clone();
-    let process = Process {
-        harness,
-        runtime,
-        lead: lead.clone(),
-    };
+    let process = process(dir)
+        .wrap(move |base| Arc::new(RecordingStore::new(SharedStore(base), locate)))
+        .build()
+        .await;
+    let (model, lead) = (&process.model, process.lead());
     let (team, _) = bounded(Team::open(
         lead.clone(),
         process.runtime.clone(),
-        Arc::new(recording.clone()),
+        process.shared_store(),
         TeamConfig::default(),
     ))
     .await
@@ -164,7 +145,7 @@ async fn workload(dir: &Path) -> RecordingStore<JsonlStore> {
     settle(&process, &team).await;
     team.shutdown().await;
     bounded(process.harness.shutdown()).await;
-    recording
+    RecordingStore::clone(&process.store)
 }
 
 /// Check a crash at one point: resume, open, recover, settle, then the invariants.
@@ -174,23 +155,9 @@ async fn check(scratch: &Path, label: &str) {
     if !store.exists(&sid("lead")).await.unwrap() {
         return;
     }
-    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-    let (harness, runtime) = process(store.clone(), model);
-    let lead = harness
-        .resume(ResumeAgent {
-            id: sid("lead"),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap_or_else(|err| panic!("{label}: the lead resumes: {err}"))
-        .agent()
-        .clone();
-    let process = Process {
-        harness,
-        runtime,
-        lead: lead.clone(),
-    };
+    drop(store);
+    let process = process(scratch).resume_root().label(label).build().await;
+    let (store, lead) = (process.shared_store(), process.lead());
     let (team, recovery) = bounded(Team::open(
         lead.clone(),
         process.runtime.clone(),
@@ -206,7 +173,7 @@ async fn check(scratch: &Path, label: &str) {
     assert!(state.refused().is_empty(), "{label}: {:?}", state.refused());
     assert_eq!(
         essentials(&state),
-        essentials(&fold_team(&team.id(), &process.lead.events())),
+        essentials(&fold_team(&team.id(), &process.lead().events())),
         "{label}: live state and fold"
     );
     for member in state.members() {

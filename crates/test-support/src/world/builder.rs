@@ -60,6 +60,7 @@ pub struct WorldBuilder<S: ?Sized = dyn SessionStore> {
     root: String,
     edit_root: Option<EditHeader>,
     resume_root: bool,
+    label: String,
 }
 
 impl Default for WorldBuilder {
@@ -86,6 +87,7 @@ impl WorldBuilder {
             root: "lead".to_owned(),
             edit_root: None,
             resume_root: false,
+            label: String::new(),
         }
     }
 
@@ -133,6 +135,7 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
             root: self.root,
             edit_root: self.edit_root,
             resume_root: self.resume_root,
+            label: self.label,
         }
     }
 
@@ -274,6 +277,14 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
         self
     }
 
+    /// Name the world in the panic of a failed build (a loop over crash
+    /// points says which one failed).
+    #[must_use]
+    pub fn label(mut self, label: &str) -> Self {
+        self.label = format!("{label}: ");
+        self
+    }
+
     /// Build the world: directory, store, harness, runtime with its
     /// providers, then the root.
     ///
@@ -336,7 +347,7 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
                     cancel: CancellationToken::new(),
                 })
                 .await
-                .expect("the root resumes")
+                .unwrap_or_else(|err| panic!("{}the root resumes: {err}", self.label))
         } else {
             let mut header = SessionHeader::new(sid(&self.root), &project);
             if let Some(edit) = self.edit_root {
@@ -350,7 +361,7 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
                     cancel: CancellationToken::new(),
                 })
                 .await
-                .expect("the root is created")
+                .unwrap_or_else(|err| panic!("{}the root is created: {err}", self.label))
         };
         World {
             dir,
