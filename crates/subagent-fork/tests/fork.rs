@@ -9,14 +9,11 @@ use std::sync::Arc;
 
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
-    Agent, AgentFactory, AgentOptions, CancellationToken, ContentBlock, CreateAgent, Durability,
-    EventPayload, Message, ModelError, ModelErrorKind, SessionHeader, SessionId, SessionStore,
-    ToolRestriction, UserMessage,
+    Agent, AgentFactory, AgentOptions, CancellationToken, ContentBlock, Durability, EventPayload,
+    Message, ModelError, ModelErrorKind, SessionStore, ToolRestriction, UserMessage,
 };
-use dsh_harness::{Harness, Scripted, ScriptedModel};
-use dsh_subagent::{
-    ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime, fold_catalog,
-};
+use dsh_harness::{Scripted, ScriptedModel};
+use dsh_subagent::{ActivationSpec, Delivery, StartRequest, fold_catalog};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::requests::last_user_text;
@@ -335,42 +332,32 @@ impl dsh_subagent::SubagentProvider for Routed {
 // B6, B21: request override, then provider route, then parent.
 #[tokio::test]
 async fn options_merge_request_then_provider_route_then_parent() {
-    let dir = tempfile::tempdir().unwrap();
-    let store: Arc<dyn SessionStore> = Arc::new(dsh_harness::MemoryStore::new());
     let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("done".into())));
-    let harness = Harness::builder(store.clone())
-        .models(
-            dsh_harness::ModelRoutes::new()
-                .route("default", model.clone())
-                .route("alt", model.clone()),
-        )
-        .build()
-        .unwrap();
-    let runtime = SubagentRuntime::new(
-        Arc::new(harness.clone()),
-        store.clone(),
-        RuntimeConfig::default(),
-    );
-    runtime
-        .register(Arc::new(Routed(SpawnProvider::new())))
-        .unwrap();
-    let mut header = SessionHeader::new(SessionId::new("lead-session").unwrap(), dir.path());
-    header.composition.options = AgentOptions {
-        model: Some("parent-model".into()),
-        reasoning_effort: Some("low".into()),
-        ..AgentOptions::default()
-    };
-    let parent = harness
-        .create(CreateAgent {
-            header,
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
+    let world = WorldBuilder::new()
+        .memory()
+        .model(model.clone())
+        .harness({
+            let model = model.clone();
+            move |b| {
+                b.models(
+                    dsh_harness::ModelRoutes::new()
+                        .route("default", model.clone())
+                        .route("alt", model),
+                )
+            }
         })
-        .await
-        .unwrap()
-        .agent()
-        .clone();
+        .provider(Arc::new(Routed(SpawnProvider::new())))
+        .root("lead-session")
+        .root_header(|header| {
+            header.composition.options = AgentOptions {
+                model: Some("parent-model".into()),
+                reasoning_effort: Some("low".into()),
+                ..AgentOptions::default()
+            };
+        })
+        .build()
+        .await;
+    let (runtime, store, parent) = (&world.runtime, &world.store, world.lead());
 
     let plain = runtime
         .start_activation(spec("routed", &parent, "a"))

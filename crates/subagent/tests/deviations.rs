@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
-    AgentFactory, AgentHandle, AgentOptions, CancellationToken, ContentBlock, CreateAgent,
-    Durability, EventPayload, MessageId, SessionHeader, StopReason, ToolRestriction,
+    AgentOptions, CancellationToken, ContentBlock, Durability, EventPayload, MessageId,
+    SessionHeader, StopReason, ToolRestriction,
 };
 use dsh_harness::Scripted;
 use dsh_subagent::{
@@ -27,27 +27,13 @@ async fn world() -> World {
     World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await
 }
 
-/// A live session `id` made directly through the harness with `header`.
-async fn session(world: &World, header: SessionHeader) -> AgentHandle {
-    world
-        .harness
-        .create(CreateAgent {
-            header,
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap()
-}
-
 // B58: an `Allow{alpha,beta}` parent cannot give a child more than it has.
 #[tokio::test]
 async fn b58_a_childs_tool_filter_narrows_the_inherited_restriction_and_never_widens_it() {
     let world = world().await;
     let mut header = SessionHeader::new(sid("restricted"), world.dir());
     header.composition.tools = Some(ToolRestriction::allow(["alpha", "beta"]));
-    let parent = session(&world, header).await;
+    let parent = world.session(header).await;
     let parent = parent.agent();
 
     // A deny list on top of the allow list narrows it.
@@ -190,7 +176,7 @@ async fn names_and_roots_are_only_for_exact_live_members() {
     // A live session with a creator that is no activation is no member.
     let mut header = SessionHeader::new(sid("stray"), world.dir());
     header.parent_session = Some(sid("lead"));
-    let stray = session(&world, header).await;
+    let stray = world.session(header).await;
     assert_eq!(
         world.runtime.names_of(stray.agent()).unwrap_err().code(),
         "NOT_A_MEMBER"
@@ -273,7 +259,7 @@ async fn a_depth_that_would_overflow_is_refused() {
     let world = world().await;
     let mut header = SessionHeader::new(sid("deep"), world.dir());
     header.delegation_depth = u32::MAX;
-    let deep = session(&world, header).await;
+    let deep = world.session(header).await;
     let mut spec = world.spec(None);
     spec.request.parent = deep.agent().clone();
     let err = world.runtime.start_activation(spec).await.unwrap_err();

@@ -280,17 +280,11 @@ async fn b9_orphan_logs_a_kill_left_are_removed_and_nothing_else() {
     let stray = |id: &str| {
         let mut header = dsh_core::SessionHeader::new(sid(id), world.dir());
         header.parent_session = Some(sid("lead"));
-        dsh_core::CreateAgent {
-            header,
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        }
+        header
     };
-    use dsh_core::AgentFactory;
-    let orphan = world.harness.create(stray("orphan")).await.unwrap();
+    let orphan = world.session(stray("orphan")).await;
     orphan.dispose().await;
-    let worked = world.harness.create(stray("worked")).await.unwrap();
+    let worked = world.session(stray("worked")).await;
     worked
         .agent()
         .followup(dsh_core::UserMessage::user_text("a task from elsewhere"))
@@ -298,7 +292,7 @@ async fn b9_orphan_logs_a_kill_left_are_removed_and_nothing_else() {
         .unwrap();
     bounded(worked.agent().wait_idle()).await;
     worked.dispose().await;
-    let live = world.harness.create(stray("live")).await.unwrap();
+    let live = world.session(stray("live")).await;
     world.cold_child("child").await;
 
     let removed = world

@@ -17,9 +17,9 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use dsh_core::{
-    Agent, AgentFactory, AgentStatus, CallId, CancelCause, CancelOptions, CancellationToken,
-    ContentBlock, CreateAgent, EventPayload, MessageSource, ModelRequest, SessionHeader,
-    SessionStore, StopReason, Tool, ToolContext, UserMessage,
+    Agent, AgentStatus, CallId, CancelCause, CancelOptions, CancellationToken, ContentBlock,
+    EventPayload, MessageSource, ModelRequest, SessionHeader, SessionStore, StopReason, Tool,
+    ToolContext, UserMessage,
 };
 use dsh_harness::Scripted;
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
@@ -786,18 +786,7 @@ async fn report_refusals() {
     // A session that names a parent but was not started by the runtime.
     let mut header = SessionHeader::new(sid("stray"), world.project());
     header.parent_session = Some(lead.id().clone());
-    let stray = world
-        .harness
-        .create(CreateAgent {
-            header,
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap()
-        .agent()
-        .clone();
+    let stray = world.session(header).await.agent().clone();
 
     let mut texts = Vec::new();
     for (case, caller, input) in [

@@ -252,6 +252,17 @@ impl<S: SessionStore + ?Sized> World<S> {
         }
     }
 
+    /// Create a live session with `header` straight through the harness.
+    ///
+    /// # Panics
+    /// When creation fails.
+    ///
+    /// # Cancel safety
+    /// As [`AgentFactory::create`]: a drop leaves no live session.
+    pub async fn session(&self, header: SessionHeader) -> AgentHandle {
+        create_session(&self.harness, header).await
+    }
+
     /// Create a further root `id` in the project directory.
     ///
     /// # Panics
@@ -315,21 +326,49 @@ impl<S: SessionStore + ?Sized> World<S> {
 ///
 /// # Cancel safety
 /// As [`AgentFactory::create`]: a drop leaves no live root.
+pub async fn create_root(factory: &dyn AgentFactory, id: &SessionId, cwd: &Path) -> AgentHandle {
+    create_session(factory, SessionHeader::new(id.clone(), cwd)).await
+}
+
+/// Create a live session with `header`, with no seed, straight through the
+/// factory (not started by a runtime).
+///
+/// # Panics
+/// When creation fails.
+///
+/// # Cancel safety
+/// As [`AgentFactory::create`]: a drop leaves no live session.
 #[allow(clippy::expect_used)]
-pub async fn create_root(
-    factory: &dyn AgentFactory,
-    id: &SessionId,
-    cwd: &std::path::Path,
-) -> AgentHandle {
+pub async fn create_session(factory: &dyn AgentFactory, header: SessionHeader) -> AgentHandle {
     factory
         .create(CreateAgent {
-            header: SessionHeader::new(id.clone(), cwd),
+            header,
             seed: Vec::new(),
             setup: Default::default(),
             cancel: CancellationToken::new(),
         })
         .await
-        .expect("the root is created")
+        .expect("the session is created")
+}
+
+/// A start of `provider` named `name` under `parent` with the reserved id
+/// `s-<name>`, labelled `task <name>`, prompted with `prompt` and delivered
+/// to the parent (tests change the fields they need).
+pub fn named_spec(
+    parent: &Arc<dyn Agent>,
+    provider: &str,
+    name: &str,
+    prompt: &str,
+) -> ActivationSpec {
+    ActivationSpec {
+        provider: provider.into(),
+        label: format!("task {name}"),
+        name: Some(name.into()),
+        child_id: Some(sid(&format!("s-{name}"))),
+        cancel: CancellationToken::new(),
+        delivery: Delivery::Parent,
+        request: StartRequest::new(Arc::clone(parent), vec![ContentBlock::text(prompt)]),
+    }
 }
 
 /// A session id from test text.
