@@ -23,7 +23,7 @@ use dsh_core::{
 };
 use dsh_subagent::{ChildMode, SubagentEvent};
 use dsh_test_support::wait::{bounded, until};
-use dsh_test_support::world::process::start_ready;
+use dsh_test_support::world::process::{child_process, runtime, start_ready};
 use dsh_test_support::world::{World, sid};
 
 /// The variable that turns the child-process run on, naming its directory.
@@ -71,15 +71,7 @@ async fn delegating_run(dir: PathBuf) {
 
 #[test]
 fn kill_points_child_process() {
-    let Some(dir) = std::env::var_os(DIR_VAR) else {
-        return;
-    };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(delegating_run(PathBuf::from(dir)));
+    child_process(DIR_VAR, delegating_run);
 }
 
 /// Run the child process; kill it `after` its readiness, or let it finish.
@@ -215,11 +207,7 @@ async fn check(dir: &Path) -> Found {
 
 #[test]
 fn kill_points_a_delegating_run_killed_at_50_points_recovers() {
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
+    let runtime = runtime();
     // The uninterrupted run sets the span the kill points are drawn from.
     let whole = tempfile::tempdir().unwrap();
     let span = run(whole.path(), None);

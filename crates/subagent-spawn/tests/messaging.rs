@@ -19,7 +19,7 @@ use dsh_subagent::{
     ActivationSpec, Delivery, InterruptAuthority, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::{Layout, World, WorldBuilder, models, sid};
+use dsh_test_support::world::{Layout, World, WorldBuilder, models, named_spec, sid};
 use tokio::sync::Semaphore;
 
 /// A kit world (logs in `sessions/`, roots in `project/`) with `spawn`
@@ -62,18 +62,7 @@ impl Tree {
 async fn child(tree: &Tree, parent: &Arc<dyn Agent>, name: &str) -> Arc<dyn Agent> {
     let activation = tree
         .runtime
-        .start_activation(ActivationSpec {
-            provider: "spawn".into(),
-            label: format!("task {name}"),
-            name: Some(name.into()),
-            child_id: Some(sid(&format!("s-{name}"))),
-            cancel: CancellationToken::new(),
-            delivery: Delivery::Parent,
-            request: StartRequest::new(
-                parent.clone(),
-                vec![ContentBlock::text(format!("hold {name}"))],
-            ),
-        })
+        .start_activation(named_spec(parent, "spawn", name, &format!("hold {name}")))
         .await
         .unwrap();
     tree.runtime.registry().get(activation.child_id()).unwrap()

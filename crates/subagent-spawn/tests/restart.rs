@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use dsh_core::{Agent, CancellationToken, ContentBlock, Durability, EventPayload, StopReason};
 use dsh_harness::{Scripted, ScriptedModel};
-use dsh_subagent::{ActivationSpec, Delivery, DescendantRow, StartRequest, SubagentRuntime};
+use dsh_subagent::{DescendantRow, SubagentRuntime};
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::process::start_ready;
-use dsh_test_support::world::{Layout, WorldBuilder, sid};
+use dsh_test_support::world::process::{child_process, runtime, start_ready};
+use dsh_test_support::world::{Layout, WorldBuilder, named_spec, sid};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -111,18 +111,12 @@ async fn doomed(dir: PathBuf) {
     let lead = world.lead();
     let mut parent = lead.clone();
     for name in ["alpha", "beta", "gamma"] {
-        let activation = bounded(world.runtime.start_activation(ActivationSpec {
-            provider: "spawn".into(),
-            label: format!("task {name}"),
-            name: Some(name.into()),
-            child_id: Some(sid(&format!("s-{name}"))),
-            cancel: CancellationToken::new(),
-            delivery: Delivery::Parent,
-            request: StartRequest::new(
-                parent.clone(),
-                vec![ContentBlock::text(format!("hold {name}"))],
-            ),
-        }))
+        let activation = bounded(world.runtime.start_activation(named_spec(
+            &parent,
+            "spawn",
+            name,
+            &format!("hold {name}"),
+        )))
         .await
         .unwrap();
         parent = world.runtime.registry().get(activation.child_id()).unwrap();
@@ -169,15 +163,7 @@ async fn doomed(dir: PathBuf) {
 /// Runs only when re-executed by `restart_after_sigkill`.
 #[test]
 fn restart_child_process() {
-    let Some(dir) = std::env::var_os(DIR_VAR) else {
-        return;
-    };
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(doomed(PathBuf::from(dir)));
+    child_process(DIR_VAR, doomed);
 }
 
 // ---------------------------------------------------------------------------
@@ -199,12 +185,7 @@ fn restart_after_sigkill() {
     run_and_kill(dir.path());
     let seen: Value =
         serde_json::from_slice(&std::fs::read(dir.path().join("seen.json")).unwrap()).unwrap();
-    tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap()
-        .block_on(after_restart(dir.path(), &seen));
+    runtime().block_on(after_restart(dir.path(), &seen));
 }
 
 async fn after_restart(dir: &Path, seen: &Value) {

@@ -12,7 +12,9 @@
 
 use dsh_test_support::wait::bounded;
 use dsh_test_support::world::models::{self, Scripts, script_key};
-use dsh_test_support::world::{ExternalProvider, Layout, World as KitWorld, WorldBuilder, sid};
+use dsh_test_support::world::{
+    ExternalProvider, Layout, World as KitWorld, WorldBuilder, named_spec, sid,
+};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -23,10 +25,7 @@ use dsh_core::{
 };
 use dsh_harness::Scripted;
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
-use dsh_subagent::{
-    ActivationSpec, CatalogEntry, ChildMode, Delivery, RuntimeConfig, StartRequest,
-    SubagentActivation,
-};
+use dsh_subagent::{CatalogEntry, ChildMode, Delivery, RuntimeConfig, SubagentActivation};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::TappedAgent;
@@ -114,18 +113,12 @@ impl World {
         prompt: &str,
         delivery: Delivery,
     ) -> SubagentActivation {
-        self.runtime
-            .start_activation(ActivationSpec {
-                provider: provider.into(),
-                label: format!("task {name}"),
-                name: Some(name.into()),
-                child_id: (provider != "ext").then(|| sid(&format!("s-{name}"))),
-                cancel: CancellationToken::new(),
-                delivery,
-                request: StartRequest::new(parent.clone(), vec![ContentBlock::text(prompt)]),
-            })
-            .await
-            .unwrap()
+        let mut spec = named_spec(parent, provider, name, prompt);
+        spec.delivery = delivery;
+        if provider == "ext" {
+            spec.child_id = None;
+        }
+        self.runtime.start_activation(spec).await.unwrap()
     }
 
     /// Start a `spawn` child held in its first turn; returns its live agent

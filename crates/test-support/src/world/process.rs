@@ -2,9 +2,11 @@
 //! tests as a child process (selected by an environment variable naming a
 //! directory), waits for it to write a readiness file, and kills it.
 //! [`Reaped`] kills and reaps the child if the test fails first, so no
-//! process outlives its test.
+//! process outlives its test. [`child_process`] is the re-executed test's
+//! entry, and [`runtime`] the runtime both sides run on.
 
-use std::path::Path;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -63,4 +65,26 @@ pub fn start_ready(test: &str, var: &str, dir: &Path, bound: Duration) -> Reaped
         std::thread::sleep(Duration::from_millis(1));
     }
     child
+}
+
+/// The runtime the process tests run on: two workers, every driver on.
+///
+/// # Panics
+/// When the runtime cannot be built.
+#[allow(clippy::expect_used)]
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// The body of a test that only runs when re-executed by [`start_ready`]:
+/// when `var` is set, run `body` with the directory it names on a
+/// [`runtime`]; otherwise (an ordinary test run) return at once.
+pub fn child_process<F: Future<Output = ()>>(var: &str, body: impl FnOnce(PathBuf) -> F) {
+    if let Some(dir) = std::env::var_os(var) {
+        runtime().block_on(body(PathBuf::from(dir)));
+    }
 }
