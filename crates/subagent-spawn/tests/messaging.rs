@@ -6,6 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::logs::agent_messages;
 use dsh_test_support::wait::settle;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -122,23 +123,6 @@ async fn stale(tree: &Tree) -> Arc<dyn Agent> {
     old
 }
 
-fn relayed(agent: &Arc<dyn Agent>) -> Vec<(String, String)> {
-    agent
-        .events()
-        .iter()
-        .filter_map(|e| match &e.payload {
-            EventPayload::InboxAccepted(a) => match &a.message.source {
-                MessageSource::AgentMessage { sender_session_id } => Some((
-                    sender_session_id.to_string(),
-                    dsh_core::content::joined_text(&a.message.content),
-                )),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
-}
-
 // B30: who may message whom.
 #[tokio::test]
 async fn messaging_matrix() {
@@ -175,7 +159,7 @@ async fn messaging_matrix() {
     tree.send(&tree.agents["lead"], &sid("s-a1x"), "deep")
         .await
         .unwrap();
-    let got: Vec<String> = relayed(&tree.agents["a1"])
+    let got: Vec<String> = relayed_to(&tree.agents["a1"])
         .into_iter()
         .map(|(_, text)| text)
         .collect();
@@ -191,7 +175,7 @@ async fn messaging_matrix() {
         ]
     );
     // Attribution is the sender's session id.
-    let senders: Vec<String> = relayed(&tree.agents["a1"])
+    let senders: Vec<String> = relayed_to(&tree.agents["a1"])
         .into_iter()
         .map(|(s, _)| s)
         .collect();
@@ -706,4 +690,9 @@ async fn resume_refusals_are_distinct() {
         .unwrap_err();
     assert_eq!(err.code(), "DELIVERY_UNAVAILABLE", "{err}");
     assert!(err.to_string().contains("try again"), "{err}");
+}
+
+/// The messages other agents relayed to `agent`: `(sender, text)`.
+fn relayed_to(agent: &Arc<dyn Agent>) -> Vec<(String, String)> {
+    agent_messages(&agent.events())
 }

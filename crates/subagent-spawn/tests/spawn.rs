@@ -13,6 +13,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::logs::stop_reasons;
 use dsh_test_support::requests::first_user_text;
 use dsh_test_support::wait::{bounded, settle, until};
 use std::collections::{BTreeSet, HashSet};
@@ -144,16 +145,6 @@ fn notices(events: &[SessionEvent]) -> Vec<(UserMessage, InboxTarget)> {
             {
                 Some((accepted.message.clone(), accepted.target))
             }
-            _ => None,
-        })
-        .collect()
-}
-
-fn stop_reasons(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match &e.payload {
-            EventPayload::TurnEnd(end) => Some(end.stop_reason.to_string()),
             _ => None,
         })
         .collect()

@@ -1,12 +1,15 @@
 //! Queries over a session's events, as the crash-point harnesses check
 //! them after a reopen: the pending inbox the log implies, the messages it
-//! holds as conversation, and the tool calls it left without a result.
+//! holds as conversation, and the tool calls it left without a result; and
+//! as the suites read a log: the stop reason of every turn, and the
+//! messages other agents relayed to it.
 //! Read-only helpers, so that suites stop carrying their own copies.
 
 use std::collections::BTreeSet;
 
-use dsh_core::MessageId;
+use dsh_core::content::joined_text;
 use dsh_core::session::{EventPayload, SessionEvent};
+use dsh_core::{MessageId, MessageSource};
 
 /// Pending input as the log says: accepted − claimed − discarded, where a
 /// `user/message` claims its item too (the loop writes the message before
@@ -54,4 +57,35 @@ pub fn unanswered(events: &[SessionEvent]) -> Vec<String> {
         }
     }
     open
+}
+
+/// Every turn end's stop reason, in order.
+pub fn stop_reasons(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::TurnEnd(end) => Some(end.stop_reason.to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The messages other agents sent that `events` accepted, in order:
+/// `(sender, text)`.
+pub fn agent_messages<'a>(
+    events: impl IntoIterator<Item = &'a SessionEvent>,
+) -> Vec<(String, String)> {
+    events
+        .into_iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
+                MessageSource::AgentMessage { sender_session_id } => Some((
+                    sender_session_id.to_string(),
+                    joined_text(&accepted.message.content),
+                )),
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect()
 }

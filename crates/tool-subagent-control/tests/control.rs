@@ -10,6 +10,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+use dsh_test_support::logs::{self, agent_messages};
 use dsh_test_support::wait::bounded;
 use dsh_test_support::world::models::{self, Scripts, script_key};
 use dsh_test_support::world::{
@@ -218,33 +219,17 @@ fn tool_results(agent: &Arc<dyn Agent>) -> Vec<(String, bool, String)> {
 /// initial prompt, with senders.
 fn relayed(agent: &Arc<dyn Agent>) -> Vec<(String, String)> {
     let initial = agent.header().parent_session.is_some();
-    agent
-        .events()
-        .iter()
-        .filter(|e| matches!(e.payload, EventPayload::InboxAccepted(_)))
-        .skip(usize::from(initial))
-        .filter_map(|e| match &e.payload {
-            EventPayload::InboxAccepted(a) => match &a.message.source {
-                MessageSource::AgentMessage { sender_session_id } => Some((
-                    sender_session_id.to_string(),
-                    dsh_core::content::joined_text(&a.message.content),
-                )),
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect()
+    agent_messages(
+        agent
+            .events()
+            .iter()
+            .filter(|e| matches!(e.payload, EventPayload::InboxAccepted(_)))
+            .skip(usize::from(initial)),
+    )
 }
 
 fn stop_reasons(agent: &Arc<dyn Agent>) -> Vec<String> {
-    agent
-        .events()
-        .iter()
-        .filter_map(|e| match &e.payload {
-            EventPayload::TurnEnd(end) => Some(end.stop_reason.to_string()),
-            _ => None,
-        })
-        .collect()
+    logs::stop_reasons(&agent.events())
 }
 
 fn calls(calls: &[(&str, Value)]) -> Scripted {

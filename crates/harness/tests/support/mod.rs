@@ -19,6 +19,7 @@ use dsh_core::{
     SessionEvent, SessionHeader, SessionId, SessionStore, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, ScriptedModel};
+pub use dsh_test_support::logs::stop_reasons;
 pub use dsh_test_support::requests::{last_user_text, message_text};
 pub use dsh_test_support::wait::{bounded, until};
 use serde_json::{Value, json};
@@ -114,17 +115,6 @@ pub async fn create(harness: &Harness, name: &str) -> AgentHandle {
 /// The event types of a log, in order.
 pub fn kinds(events: &[SessionEvent]) -> Vec<String> {
     events.iter().map(|e| e.payload.kind().to_owned()).collect()
-}
-
-/// Every turn end's stop reason, in order.
-pub fn stop_reasons(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|e| match &e.payload {
-            EventPayload::TurnEnd(end) => Some(end.stop_reason.to_string()),
-            _ => None,
-        })
-        .collect()
 }
 
 /// Wait until the agent is idle and has no driver, bounded so a bug fails
