@@ -29,7 +29,7 @@ use dsh_core::{
 use dsh_harness::store::JsonlStore;
 use dsh_harness::{Harness, Scripted, ScriptedModel};
 use dsh_test_support::logs::{accepted_minus_claimed, delivered, unanswered};
-use dsh_test_support::store::{CrashPoint, Op, RecordingStore, Write};
+use dsh_test_support::store::{CrashPoint, Finals, Op, RecordingStore, Write};
 use dsh_test_support::wait::{bounded, until};
 use serde_json::json;
 use tokio::sync::Semaphore;
@@ -261,17 +261,7 @@ async fn crash_everywhere(checks: Checks) {
         "the workload wrote only {} times",
         writes.len()
     );
-    let mut files = HashMap::new();
-    let mut events = HashMap::new();
-    for write in &writes {
-        files
-            .entry(write.path.clone())
-            .or_insert_with(|| fs::read(&write.path).unwrap());
-        if !events.contains_key(&write.id) {
-            let loaded = recording.inner().load(&write.id).await.unwrap();
-            events.insert(write.id.clone(), loaded.events);
-        }
-    }
+    let Finals { files, events } = recording.finals().await.unwrap();
     let points = recording.crash_points(EVERY_BYTE).unwrap();
     let scratch = tempfile::tempdir().unwrap();
     let dead = dead_pid();

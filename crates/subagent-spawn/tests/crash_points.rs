@@ -30,7 +30,7 @@ use dsh_harness::store::JsonlStore;
 use dsh_harness::{Scripted, ScriptedModel};
 
 use dsh_test_support::logs::{accepted_minus_claimed, delivered, unanswered};
-use dsh_test_support::store::{CrashPoint, Op, RecordingStore, SharedStore, Write};
+use dsh_test_support::store::{CrashPoint, Finals, Op, RecordingStore, SharedStore, Write};
 use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{NamedTool, World, WorldBuilder, sid};
 use serde_json::json;
@@ -288,17 +288,7 @@ async fn b52_b54_a_crash_at_any_point_of_a_delegating_run_recovers() {
     let recording = workload(run.path()).await;
     let writes = recording.writes();
     assert!(writes.len() >= 30, "only {} writes", writes.len());
-    let mut files = HashMap::new();
-    let mut events = HashMap::new();
-    for write in &writes {
-        files
-            .entry(write.path.clone())
-            .or_insert_with(|| fs::read(&write.path).unwrap());
-        if !events.contains_key(&write.id) {
-            let loaded = recording.inner().load(&write.id).await.unwrap();
-            events.insert(write.id.clone(), loaded.events);
-        }
-    }
+    let Finals { files, events } = recording.finals().await.unwrap();
     assert!(
         writes
             .iter()

@@ -21,7 +21,7 @@
 //! happens *instead of* the inner call, never after it, so whatever the
 //! inner store holds is exactly what it acknowledged.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::io;
 use std::path::PathBuf;
@@ -760,6 +760,15 @@ impl SessionStore for SharedStore {
     }
 }
 
+/// What a [`RecordingStore`]'s run left ([`RecordingStore::finals`]).
+#[derive(Debug, Clone, Default)]
+pub struct Finals {
+    /// The bytes of every file a write touched, by path.
+    pub files: HashMap<PathBuf, Vec<u8>>,
+    /// The events of every log written, by session.
+    pub events: HashMap<SessionId, Vec<SessionEvent>>,
+}
+
 /// One write a [`RecordingStore`] saw succeed, in the order they happened.
 #[derive(Debug, Clone)]
 pub struct Write {
@@ -848,6 +857,33 @@ impl<S: SessionStore> RecordingStore<S> {
     /// Every write so far, in order.
     pub fn writes(&self) -> Vec<Write> {
         lock(&self.writes).clone()
+    }
+
+    /// What the recorded run left, the images a crash rebuild cuts: the
+    /// bytes of every file a write touched, as they are now, and the events
+    /// of every log written, as the inner store loads them.
+    ///
+    /// # Errors
+    /// [`StoreError::Io`] when a file cannot be read, or the load's error.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn finals(&self) -> Result<Finals, StoreError> {
+        let mut finals = Finals::default();
+        for write in self.writes() {
+            if !finals.files.contains_key(&write.path) {
+                let bytes = std::fs::read(&write.path).map_err(|source| StoreError::Io {
+                    path: write.path.clone(),
+                    source: Arc::new(source),
+                })?;
+                finals.files.insert(write.path.clone(), bytes);
+            }
+            if !finals.events.contains_key(&write.id) {
+                let loaded = self.inner.load(&write.id).await?;
+                finals.events.insert(write.id.clone(), loaded.events);
+            }
+        }
+        Ok(finals)
     }
 
     /// Every crash point of the recorded run: each write at every byte
