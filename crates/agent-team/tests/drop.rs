@@ -13,9 +13,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use dsh_agent_team::{
-    CreateTask, DeliveryMode, MEMBER_EVENT, MemberContext, MemberPhase, MemberRecord, SendMessage,
-    SpawnTeammate, TaskAction, TaskStatus, Team, TeamConfig, TeamEvent, TeamId, UpdateTask,
-    fold_team,
+    CreateTask, DeliveryMode, MEMBER_EVENT, MemberContext, MemberPhase, SendMessage, SpawnTeammate,
+    TaskAction, TaskStatus, Team, TeamConfig, TeamEvent, UpdateTask, fold_team,
 };
 use dsh_core::{Agent, CancellationToken, SessionId};
 use dsh_harness::Scripted;
@@ -233,17 +232,7 @@ async fn a_stop_dropped_at_a_release_still_releases_every_task() {
 async fn an_open_dropped_during_recovery_still_decides_the_member_once() {
     let world = world().await;
     let lead = lead(&world);
-    let ghost = MemberRecord {
-        team: TeamId(lead.id().clone()),
-        id: SessionId::generate(),
-        name: "ghost".into(),
-        description: String::new(),
-        provider: "spawn".into(),
-        context: MemberContext::Fresh,
-        phase: MemberPhase::Provisioning,
-        error: None,
-        worktree: None,
-    };
+    let ghost = provisioning(&world, "ghost", &SessionId::generate());
     lead.record(MEMBER_EVENT, serde_json::to_value(&ghost).unwrap())
         .await
         .unwrap();

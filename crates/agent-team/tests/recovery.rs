@@ -7,28 +7,14 @@
 mod support;
 
 use dsh_agent_team::{
-    DeliveryMode, MEMBER_EVENT, MESSAGE_EVENT, MemberContext, MemberPhase, MemberRecord,
-    MessageRecord, Team, TeamConfig, TeamId,
+    DeliveryMode, MEMBER_EVENT, MESSAGE_EVENT, MemberContext, MemberPhase, MessageRecord, Team,
+    TeamConfig, TeamId,
 };
 use dsh_core::{Agent, MessageId, SessionId};
 use dsh_subagent::{PromptDelivery, TrustedHost, UserPrompt};
 use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::World;
 use support::*;
-
-fn provisioning(world: &World, name: &str, id: &SessionId) -> MemberRecord {
-    MemberRecord {
-        team: TeamId(lead(world).id().clone()),
-        id: id.clone(),
-        name: name.into(),
-        description: String::new(),
-        provider: "spawn".into(),
-        context: MemberContext::Fresh,
-        phase: MemberPhase::Provisioning,
-        error: None,
-        worktree: None,
-    }
-}
 
 async fn reopen(world: &World) -> (Team, dsh_agent_team::Recovery) {
     bounded(Team::open(

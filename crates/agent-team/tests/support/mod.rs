@@ -6,8 +6,8 @@
 use std::sync::Arc;
 
 use dsh_agent_team::{
-    DeliveryMode, MemberContext, MemberView, SendMessage, SendOutcome, SpawnTeammate, Team,
-    TeamConfig, TeamEvent, TeamState,
+    DeliveryMode, MemberContext, MemberPhase, MemberRecord, MemberView, SendMessage, SendOutcome,
+    SpawnTeammate, Team, TeamConfig, TeamEvent, TeamId, TeamState,
 };
 use dsh_core::{Agent, ContentBlock, Durability, EventPayload, MessageId, SessionEvent, SessionId};
 use dsh_subagent::RuntimeConfig;
@@ -45,6 +45,22 @@ pub async fn restarted(from: &std::path::Path) -> World {
 /// The world's root.
 pub fn lead(world: &World) -> Arc<dyn Agent> {
     world.root.agent().clone()
+}
+
+/// A member record of `world`'s team, `provisioning` (a start that never
+/// finished).
+pub fn provisioning(world: &World, name: &str, id: &SessionId) -> MemberRecord {
+    MemberRecord {
+        team: TeamId(lead(world).id().clone()),
+        id: id.clone(),
+        name: name.into(),
+        description: String::new(),
+        provider: "spawn".into(),
+        context: MemberContext::Fresh,
+        phase: MemberPhase::Provisioning,
+        error: None,
+        worktree: None,
+    }
 }
 
 /// Open the team of `world`'s root with `config`.

@@ -9,13 +9,12 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_core::{
-    AgentFactory, CancellationToken, CreateAgent, Durability, ResumeAgent, SessionHeader,
-    SessionStore, Tool,
+    AgentFactory, CancellationToken, Durability, ResumeAgent, SessionHeader, SessionStore, Tool,
 };
 use dsh_harness::{Harness, HarnessBuilder, JsonlStore, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::{RuntimeConfig, SubagentProvider, SubagentRuntime};
 
-use super::{Backing, HOST_TOOLS, LocalProvider, NamedTool, World, WorldStore, sid};
+use super::{Backing, HOST_TOOLS, LocalProvider, NamedTool, World, WorldStore, fresh, sid};
 use crate::store::{FaultStore, GatedStore, SharedStore};
 
 /// Where a world keeps its logs and starts its roots, below its directory.
@@ -354,12 +353,7 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
                 edit(&mut header);
             }
             harness
-                .create(CreateAgent {
-                    header,
-                    seed: Vec::new(),
-                    setup: Default::default(),
-                    cancel: CancellationToken::new(),
-                })
+                .create(fresh(header))
                 .await
                 .unwrap_or_else(|err| panic!("{}the root is created: {err}", self.label))
         };

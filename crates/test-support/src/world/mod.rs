@@ -341,14 +341,20 @@ pub async fn create_root(factory: &dyn AgentFactory, id: &SessionId, cwd: &Path)
 #[allow(clippy::expect_used)]
 pub async fn create_session(factory: &dyn AgentFactory, header: SessionHeader) -> AgentHandle {
     factory
-        .create(CreateAgent {
-            header,
-            seed: Vec::new(),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
+        .create(fresh(header))
         .await
         .expect("the session is created")
+}
+
+/// A creation of `header` with no seed, the default setup and a token
+/// nobody cancels.
+fn fresh(header: SessionHeader) -> CreateAgent {
+    CreateAgent {
+        header,
+        seed: Vec::new(),
+        setup: Default::default(),
+        cancel: CancellationToken::new(),
+    }
 }
 
 /// A start of `provider` named `name` under `parent` with the reserved id
