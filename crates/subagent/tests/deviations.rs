@@ -117,18 +117,7 @@ async fn b23_a_valid_capture_closes_the_activations_input() {
                 .any(|event| matches!(&event.payload, EventPayload::ToolResult(_)))
     })
     .await;
-    let runtime = world.runtime.clone();
-    let root = world.root.agent().clone();
-    let message = tokio::spawn(async move {
-        runtime
-            .send_message(
-                &root,
-                &sid("structured"),
-                vec![ContentBlock::text("more")],
-                &CancellationToken::new(),
-            )
-            .await
-    });
+    let message = tokio::spawn(world.tell("structured", "more"));
     grandchild_gate.add_permits(1);
     bounded(grandchild.result()).await.unwrap();
     let result = bounded(child.result()).await.unwrap();
@@ -233,16 +222,7 @@ async fn a_resumed_activation_names_its_real_provider() {
     let world = world().await;
     world.cold_child("child").await;
     let (_subscription, mut events) = world.runtime.events().subscribe();
-    world
-        .runtime
-        .send_message(
-            world.root.agent(),
-            &sid("child"),
-            vec![ContentBlock::text("again")],
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap();
+    world.tell("child", "again").await.unwrap();
     world.quiesce().await;
     let mut providers = Vec::new();
     while let Ok(event) = events.try_recv() {

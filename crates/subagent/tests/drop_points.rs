@@ -101,16 +101,12 @@ fn operation(world: &World, operation: Operation) -> BoxFuture<'_, ()> {
                 let _ = runtime.start_activation(spec).await;
             })
         }
-        Operation::Send => Box::pin(async move {
-            let _ = runtime
-                .send_message(
-                    &root,
-                    &child(),
-                    vec![ContentBlock::text("wake up")],
-                    &CancellationToken::new(),
-                )
-                .await;
-        }),
+        Operation::Send => {
+            let send = world.tell(child().as_str(), "wake up");
+            Box::pin(async move {
+                let _ = send.await;
+            })
+        }
         Operation::Prompt => Box::pin(async move {
             let request = UserPrompt {
                 child: child(),

@@ -8,7 +8,7 @@
 
 use std::sync::Arc;
 
-use dsh_core::{Agent, CancellationToken, ContentBlock, Durability, SessionStore, StopReason};
+use dsh_core::{Agent, Durability, SessionStore, StopReason};
 use dsh_harness::Scripted;
 use dsh_subagent::{InterruptAuthority, RuntimeConfig, SubagentError, fold_catalog};
 use dsh_test_support::wait::{bounded, until};
@@ -82,15 +82,7 @@ async fn a_refused_initial_prompt_fails_the_start_and_leaves_no_live_child() {
 }
 
 async fn send(world: &World, to: &str, text: &str) -> Result<dsh_core::MessageId, SubagentError> {
-    world
-        .runtime
-        .send_message(
-            world.root.agent(),
-            &sid(to),
-            vec![ContentBlock::text(text)],
-            &CancellationToken::new(),
-        )
-        .await
+    world.tell(to, text).await
 }
 
 fn stop_reasons(agent: &Arc<dyn Agent>, child: &str) -> Vec<StopReason> {
@@ -211,18 +203,7 @@ async fn a_drain_cancels_a_resume_in_flight_and_waits_for_it() {
         id: sid("child"),
         when: When::Before,
     });
-    let runtime = world.runtime.clone();
-    let root = world.root.agent().clone();
-    let message = tokio::spawn(async move {
-        runtime
-            .send_message(
-                &root,
-                &sid("child"),
-                vec![ContentBlock::text("again")],
-                &CancellationToken::new(),
-            )
-            .await
-    });
+    let message = tokio::spawn(world.tell("child", "again"));
     bounded(hold.reached()).await;
     // The drain closes admission and cancels the work in flight before its
     // first await: poll it that far, then let the held call go on.

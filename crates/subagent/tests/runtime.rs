@@ -621,13 +621,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
     spec.name = Some("remote".into());
     let activation = bounded(env.runtime.start_activation(spec)).await.unwrap();
     let err = env
-        .runtime
-        .send_message(
-            &env.parent,
-            activation.child_id(),
-            vec![ContentBlock::text("one more thing")],
-            &CancellationToken::new(),
-        )
+        .tell(activation.child_id().as_str(), "one more thing")
         .await
         .unwrap_err();
     assert_eq!(err.code(), "EXTERNAL_TARGET");
@@ -639,16 +633,7 @@ async fn b42_a_follow_up_to_an_external_child_is_refused_as_external() {
         )
     );
     // An id nobody knows is still outside the tree.
-    let stranger = env
-        .runtime
-        .send_message(
-            &env.parent,
-            &sid("nobody"),
-            vec![ContentBlock::text("hello?")],
-            &CancellationToken::new(),
-        )
-        .await
-        .unwrap_err();
+    let stranger = env.tell("nobody", "hello?").await.unwrap_err();
     assert!(stranger.to_string().contains("not a member"), "{stranger}");
     ext.run(0).settle(completed("done"));
     bounded(activation.result()).await.unwrap();

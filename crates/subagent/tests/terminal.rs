@@ -245,18 +245,7 @@ async fn a_message_sent_while_the_notice_is_on_its_way_is_answered_by_a_resume()
     });
     gate.add_permits(1);
     bounded(notice.reached()).await;
-    let runtime = world.runtime.clone();
-    let root = world.root.agent().clone();
-    let late = tokio::spawn(async move {
-        runtime
-            .send_message(
-                &root,
-                &sid("child"),
-                vec![ContentBlock::text("one late question")],
-                &CancellationToken::new(),
-            )
-            .await
-    });
+    let late = tokio::spawn(world.tell("child", "one late question"));
     notice.release();
     bounded(late).await.unwrap().unwrap();
     until(|| notices_from(world.root.agent(), "child").len() == 2).await;

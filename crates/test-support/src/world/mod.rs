@@ -15,19 +15,20 @@ pub mod models;
 pub mod process;
 pub mod providers;
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{
     Agent, AgentFactory, AgentHandle, AgentRegistry, CancellationToken, ContentBlock, CreateAgent,
-    Durability, EventPayload, MessageSource, SessionHeader, SessionId, SessionStore, StopReason,
-    Tool, ToolContext, ToolError, ToolOutput,
+    Durability, EventPayload, MessageId, MessageSource, SessionHeader, SessionId, SessionStore,
+    StopReason, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, JsonlStore, ScriptedModel};
 use dsh_subagent::{
-    ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentActivation, SubagentEvent,
-    SubagentRuntime,
+    ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentActivation, SubagentError,
+    SubagentEvent, SubagentRuntime,
 };
 
 use crate::store::{Fault, FaultStore, GatedStore, SharedStore};
@@ -272,6 +273,27 @@ impl<S: SessionStore + ?Sized> World<S> {
     /// As [`AgentFactory::create`]: a drop leaves no live agent.
     pub async fn agent(&self, id: &str) -> AgentHandle {
         create_root(&self.harness, &sid(id), &self.project).await
+    }
+
+    /// A message from the root to `target` (by session id) saying `text`,
+    /// as `send_message` delivers it under a token nobody cancels. The
+    /// future owns what it needs, so a test can spawn it or drop it at an
+    /// await point.
+    ///
+    /// # Cancel safety
+    /// As [`SubagentRuntime::send_message`].
+    pub fn tell(
+        &self,
+        target: &str,
+        text: &str,
+    ) -> impl Future<Output = Result<MessageId, SubagentError>> + Send + 'static {
+        let (runtime, root, target) = (self.runtime.clone(), self.lead(), sid(target));
+        let content = vec![ContentBlock::text(text)];
+        async move {
+            runtime
+                .send_message(&root, &target, content, &CancellationToken::new())
+                .await
+        }
     }
 
     /// Start `spec` (bounded) and return its activation.
