@@ -23,8 +23,7 @@ use std::sync::Arc;
 use dsh_core::message::Message;
 use dsh_core::session::{EventPayload, SessionEvent};
 use dsh_core::{
-    Agent, AgentFactory, CancellationToken, Durability, MessageId, MessageSource, ResumeAgent,
-    SessionId, SessionStore,
+    Agent, CancellationToken, Durability, MessageId, MessageSource, SessionId, SessionStore,
 };
 use dsh_harness::store::JsonlStore;
 use dsh_harness::{Scripted, ScriptedModel};
@@ -244,20 +243,10 @@ async fn check(
     for id in &ids {
         let agent: Arc<dyn Agent> = match after.runtime.registry().get(id) {
             Some(live) => live,
-            None => {
-                let resumed = after
-                    .harness
-                    .resume(ResumeAgent {
-                        id: id.clone(),
-                        setup: Default::default(),
-                        cancel: CancellationToken::new(),
-                    })
-                    .await;
-                match resumed {
-                    Ok(handle) => handle.agent().clone(),
-                    Err(err) => panic!("{at}: {id} does not resume: {err}"),
-                }
-            }
+            None => match after.try_resume(id).await {
+                Ok(handle) => handle.agent().clone(),
+                Err(err) => panic!("{at}: {id} does not resume: {err}"),
+            },
         };
         let events = agent.events();
         let pending: BTreeSet<MessageId> = agent.pending().into_iter().collect();

@@ -12,8 +12,8 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use dsh_core::{
-    Agent, AgentFactory, CancellationToken, ContentBlock, EventPayload, Message, MessageSource,
-    SessionId, SessionStore,
+    Agent, CancellationToken, ContentBlock, EventPayload, Message, MessageSource, SessionId,
+    SessionStore,
 };
 use dsh_harness::Scripted;
 use dsh_subagent::{
@@ -112,14 +112,7 @@ async fn stale(tree: &Tree) -> Arc<dyn Agent> {
     let handle = tree.agent(id.as_str()).await;
     let old = handle.agent().clone();
     handle.dispose().await;
-    tree.harness
-        .resume(dsh_core::ResumeAgent {
-            id,
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
+    tree.resume(id.as_str()).await;
     old
 }
 

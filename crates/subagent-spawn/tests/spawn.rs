@@ -24,10 +24,10 @@ use std::time::Duration;
 use async_trait::async_trait;
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
-    Agent, AgentFactory, AgentOptions, AgentStatus, CancellationToken, ContentBlock, EventPayload,
-    InboxTarget, Message, MessageId, MessageSource, ModelError, ModelErrorKind, ModelRequest,
-    SessionEvent, SessionId, SessionStore, StopReason, Tool, ToolContext, ToolError, ToolOutput,
-    ToolRestriction, UserMessage,
+    Agent, AgentOptions, AgentStatus, CancellationToken, ContentBlock, EventPayload, InboxTarget,
+    Message, MessageId, MessageSource, ModelError, ModelErrorKind, ModelRequest, SessionEvent,
+    SessionId, SessionStore, StopReason, Tool, ToolContext, ToolError, ToolOutput, ToolRestriction,
+    UserMessage,
 };
 use dsh_harness::{ModelRoutes, Scripted, ScriptedModel, SystemPrompt};
 use dsh_subagent::{
@@ -1391,15 +1391,7 @@ async fn b28_a_creator_that_is_no_longer_live_gets_no_notice() {
         .await
         .unwrap_err();
     assert_eq!(err.code(), "NOT_LIVE");
-    let resumed = world
-        .harness
-        .resume(dsh_core::ResumeAgent {
-            id: sid(LEAD),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
+    let resumed = world.resume(LEAD).await;
     assert_ne!(resumed.agent().epoch(), parent.epoch());
 
     gate.add_permits(1);

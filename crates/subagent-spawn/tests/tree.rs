@@ -15,8 +15,8 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use dsh_core::{
-    Agent, AgentFactory, AgentHandle, CancellationToken, ContentBlock, RegistryEvent,
-    SessionHeader, SessionStore, StopReason,
+    Agent, AgentHandle, CancellationToken, ContentBlock, RegistryEvent, SessionHeader,
+    SessionStore, StopReason,
 };
 use dsh_harness::ScriptedModel;
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
@@ -260,15 +260,7 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
     let err = resolve(&world, &b_agent, "lead").await.unwrap_err();
     assert_eq!(err.code(), "NOT_LIVE");
     bounded(lead_handle.dispose()).await;
-    let resumed = world
-        .harness
-        .resume(dsh_core::ResumeAgent {
-            id: sid(LEAD),
-            setup: Default::default(),
-            cancel: CancellationToken::new(),
-        })
-        .await
-        .unwrap();
+    let resumed = world.resume(LEAD).await;
     let err = resolve(&world, &lead, "a/b").await.unwrap_err();
     assert_eq!(err.code(), "NOT_LIVE");
     // The new epoch resolves through the durable catalogs of cold members.

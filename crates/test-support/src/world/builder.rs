@@ -8,13 +8,13 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use dsh_core::{
-    AgentFactory, CancellationToken, Durability, ResumeAgent, SessionHeader, SessionStore, Tool,
-};
+use dsh_core::{AgentFactory, Durability, SessionHeader, SessionStore, Tool};
 use dsh_harness::{Harness, HarnessBuilder, JsonlStore, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::{RuntimeConfig, SubagentProvider, SubagentRuntime};
 
-use super::{Backing, HOST_TOOLS, LocalProvider, NamedTool, World, WorldStore, fresh, sid};
+use super::{
+    Backing, HOST_TOOLS, LocalProvider, NamedTool, World, WorldStore, fresh, resuming, sid,
+};
 use crate::store::{FaultStore, GatedStore, SharedStore};
 
 /// Where a world keeps its logs and starts its roots, below its directory.
@@ -340,11 +340,7 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
         }
         let root = if self.resume_root {
             harness
-                .resume(ResumeAgent {
-                    id: sid(&self.root),
-                    setup: Default::default(),
-                    cancel: CancellationToken::new(),
-                })
+                .resume(resuming(sid(&self.root)))
                 .await
                 .unwrap_or_else(|err| panic!("{}the root resumes: {err}", self.label))
         } else {

@@ -21,9 +21,9 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentFactory, AgentHandle, AgentRegistry, CancellationToken, ContentBlock, CreateAgent,
-    Durability, EventPayload, MessageId, MessageSource, SessionHeader, SessionId, SessionStore,
-    StopReason, Tool, ToolContext, ToolError, ToolOutput,
+    Agent, AgentError, AgentFactory, AgentHandle, AgentRegistry, CancellationToken, ContentBlock,
+    CreateAgent, Durability, EventPayload, MessageId, MessageSource, ResumeAgent, SessionHeader,
+    SessionId, SessionStore, StopReason, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Harness, JsonlStore, ScriptedModel};
 use dsh_subagent::{
@@ -264,6 +264,31 @@ impl<S: SessionStore + ?Sized> World<S> {
         create_session(&self.harness, header).await
     }
 
+    /// Resume the stored session `id` under a new epoch.
+    ///
+    /// # Errors
+    /// As [`AgentFactory::resume`].
+    ///
+    /// # Cancel safety
+    /// As [`AgentFactory::resume`].
+    pub async fn try_resume(&self, id: &SessionId) -> Result<AgentHandle, AgentError> {
+        self.harness.resume(resuming(id.clone())).await
+    }
+
+    /// Resume the stored session `id` under a new epoch.
+    ///
+    /// # Panics
+    /// When it cannot be resumed.
+    ///
+    /// # Cancel safety
+    /// As [`AgentFactory::resume`].
+    pub async fn resume(&self, id: &str) -> AgentHandle {
+        match self.try_resume(&sid(id)).await {
+            Ok(handle) => handle,
+            Err(err) => panic!("{id} does not resume: {err}"),
+        }
+    }
+
     /// Create a further root `id` in the project directory.
     ///
     /// # Panics
@@ -366,6 +391,15 @@ pub async fn create_session(factory: &dyn AgentFactory, header: SessionHeader) -
         .create(fresh(header))
         .await
         .expect("the session is created")
+}
+
+/// A resume of `id` with the default setup and a token nobody cancels.
+fn resuming(id: SessionId) -> ResumeAgent {
+    ResumeAgent {
+        id,
+        setup: Default::default(),
+        cancel: CancellationToken::new(),
+    }
 }
 
 /// A creation of `header` with no seed, the default setup and a token
