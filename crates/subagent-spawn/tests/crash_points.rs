@@ -199,13 +199,10 @@ async fn check(
     // A new process over what the crash left.
     let after = World::restarted(scratch, DURABILITY).await;
     let lead = after.root.agent().clone();
-    let rows = bounded(
-        after
-            .runtime
-            .list_descendants(lead.id(), &CancellationToken::new()),
-    )
-    .await
-    .unwrap_or_else(|err| panic!("{at}: the tree does not list: {err}"));
+    let rows = after
+        .descendants()
+        .await
+        .unwrap_or_else(|err| panic!("{at}: the tree does not list: {err}"));
     let cataloged: HashSet<SessionId> = rows.iter().map(|row| row.entry.child_id.clone()).collect();
     bounded(after.runtime.deliver_lost_notices(&lead))
         .await

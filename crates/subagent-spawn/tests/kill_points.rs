@@ -112,13 +112,7 @@ async fn check(dir: &Path) -> Found {
     let mut found = Found::default();
     let after = World::restarted(&dir.join("sessions"), DURABILITY).await;
     let lead = after.root.agent().clone();
-    let rows = bounded(
-        after
-            .runtime
-            .list_descendants(lead.id(), &CancellationToken::new()),
-    )
-    .await
-    .unwrap();
+    let rows = after.descendants().await.unwrap();
     let cataloged: HashSet<_> = rows.iter().map(|row| row.entry.child_id.clone()).collect();
     let orphans = || async {
         let mut orphans = 0;

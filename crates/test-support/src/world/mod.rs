@@ -27,8 +27,8 @@ use dsh_core::{
 };
 use dsh_harness::{Harness, JsonlStore, ScriptedModel};
 use dsh_subagent::{
-    ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentActivation, SubagentError,
-    SubagentEvent, SubagentRuntime,
+    ActivationSpec, Delivery, DescendantRow, RuntimeConfig, StartRequest, SubagentActivation,
+    SubagentError, SubagentEvent, SubagentRuntime,
 };
 
 use crate::store::{Fault, FaultStore, GatedStore, SharedStore};
@@ -319,6 +319,26 @@ impl<S: SessionStore + ?Sized> World<S> {
                 .send_message(&root, &target, content, &CancellationToken::new())
                 .await
         }
+    }
+
+    /// The root's descendants, listed (bounded) under a token nobody
+    /// cancels.
+    ///
+    /// # Errors
+    /// As [`SubagentRuntime::list_descendants`].
+    ///
+    /// # Panics
+    /// When the listing hangs.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn descendants(&self) -> Result<Vec<DescendantRow>, SubagentError> {
+        let root = self.lead();
+        bounded(
+            self.runtime
+                .list_descendants(root.id(), &CancellationToken::new()),
+        )
+        .await
     }
 
     /// Start `spec` (bounded) and return its activation.

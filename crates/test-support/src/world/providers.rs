@@ -37,6 +37,34 @@ async fn pass(gate: Option<&Arc<Semaphore>>, provider: &str) -> Result<(), Subag
     Ok(())
 }
 
+/// The builder methods [`LocalProvider`] and [`ExternalProvider`] share
+/// (each has `caps`, `route` and `gate` fields); `$call` names what the gate
+/// holds.
+macro_rules! shared_setters {
+    ($call:literal) => {
+        /// It claims these capabilities instead of all of them.
+        #[must_use]
+        pub fn with_capabilities(mut self, caps: SubagentCapabilities) -> Self {
+            self.caps = caps;
+            self
+        }
+
+        /// It offers this default route.
+        #[must_use]
+        pub fn with_route(mut self, route: AgentRoute) -> Self {
+            self.route = Some(route);
+            self
+        }
+
+        #[doc = concat!("Each ", $call, " waits for (and consumes) one permit of `gate`.")]
+        #[must_use]
+        pub fn gated(mut self, gate: Arc<Semaphore>) -> Self {
+            self.gate = Some(gate);
+            self
+        }
+    };
+}
+
 /// Local continuable creation with an empty seed: every capability, no
 /// inherited context and no default route unless configured; counts its
 /// preparations and, when gated, holds each until the gate gets a permit.
@@ -63,31 +91,12 @@ impl LocalProvider {
         }
     }
 
-    /// It claims these capabilities instead of all of them.
-    #[must_use]
-    pub fn with_capabilities(mut self, caps: SubagentCapabilities) -> Self {
-        self.caps = caps;
-        self
-    }
+    shared_setters!("preparation");
 
     /// It says it inherits the parent's context.
     #[must_use]
     pub fn inheriting(mut self) -> Self {
         self.inherits = true;
-        self
-    }
-
-    /// It offers this default route.
-    #[must_use]
-    pub fn with_route(mut self, route: AgentRoute) -> Self {
-        self.route = Some(route);
-        self
-    }
-
-    /// Each preparation waits for (and consumes) one permit of `gate`.
-    #[must_use]
-    pub fn gated(mut self, gate: Arc<Semaphore>) -> Self {
-        self.gate = Some(gate);
         self
     }
 
@@ -278,19 +287,7 @@ impl ExternalProvider {
         self
     }
 
-    /// The provider offers this default route.
-    #[must_use]
-    pub fn with_route(mut self, route: AgentRoute) -> Self {
-        self.route = Some(route);
-        self
-    }
-
-    /// It claims these capabilities instead of all of them.
-    #[must_use]
-    pub fn with_capabilities(mut self, caps: SubagentCapabilities) -> Self {
-        self.caps = caps;
-        self
-    }
+    shared_setters!("start");
 
     /// Runs end so.
     #[must_use]
@@ -312,13 +309,6 @@ impl ExternalProvider {
     #[must_use]
     pub fn failing_disposal(mut self, message: &str) -> Self {
         self.dispose_error = Some(message.to_owned());
-        self
-    }
-
-    /// Each start waits for (and consumes) one permit of `gate`.
-    #[must_use]
-    pub fn gated(mut self, gate: Arc<Semaphore>) -> Self {
-        self.gate = Some(gate);
         self
     }
 
