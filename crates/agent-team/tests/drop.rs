@@ -9,14 +9,13 @@
 mod support;
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::Duration;
 
 use dsh_agent_team::{
     CreateTask, DeliveryMode, MEMBER_EVENT, MemberContext, MemberPhase, SendMessage, SpawnTeammate,
     TaskAction, TaskStatus, Team, TeamConfig, TeamEvent, UpdateTask, fold_team,
 };
-use dsh_core::{Agent, CancellationToken, SessionId};
+use dsh_core::{CancellationToken, SessionId};
 use dsh_harness::Scripted;
 use dsh_test_support::store::Gate;
 use dsh_test_support::wait::{bounded, until};
@@ -187,9 +186,8 @@ async fn a_stop_dropped_at_a_release_still_releases_every_task() {
     let team = open(&world).await;
     let lead = lead(&world);
     world.model.push(Scripted::Hang);
-    let alice_row = spawn(&team, "alice", MemberContext::Fresh).await;
-    until(|| world.runtime.registry().get(&alice_row.id).is_some()).await;
-    let alice = world.runtime.registry().get(&alice_row.id).unwrap();
+    spawn(&team, "alice", MemberContext::Fresh).await;
+    let alice = resident(&world, &team, "alice").await;
     for subject in ["one", "two"] {
         bounded(team.create_task(
             &alice,
@@ -262,9 +260,8 @@ async fn dropping_a_wait_or_an_interrupt_leaves_nothing() {
     let team = open(&world).await;
     let lead = lead(&world);
     world.model.push(Scripted::Hang);
-    let alice_row = spawn(&team, "alice", MemberContext::Fresh).await;
-    until(|| world.runtime.registry().get(&alice_row.id).is_some()).await;
-    let alice: Arc<dyn Agent> = world.runtime.registry().get(&alice_row.id).unwrap();
+    let _alice_row = spawn(&team, "alice", MemberContext::Fresh).await;
+    let alice = resident(&world, &team, "alice").await;
     until(|| alice.status() == dsh_core::AgentStatus::Running).await;
     let written = lead.events().len();
 

@@ -58,17 +58,6 @@ fn blockers(ids: &[&str]) -> TaskAction {
     }
 }
 
-/// The live teammate `name`, once it is resident.
-async fn resident(
-    world: &dsh_test_support::world::World,
-    team: &Team,
-    name: &str,
-) -> Arc<dyn Agent> {
-    let id = team.state().member(name).unwrap().record.id.clone();
-    until(|| world.runtime.registry().get(&id).is_some()).await;
-    world.runtime.registry().get(&id).unwrap()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn replay_after_restart_yields_the_same_roster_board_and_mailbox() {
     let world = world().await;

@@ -13,7 +13,7 @@ use dsh_core::{Agent, ContentBlock, Durability, EventPayload, MessageId, Session
 use dsh_subagent::RuntimeConfig;
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::wait::bounded;
+use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{Backing, World};
 
 /// A world with `spawn` and `fork` registered.
@@ -61,6 +61,13 @@ pub fn provisioning(world: &World, name: &str, id: &SessionId) -> MemberRecord {
         error: None,
         worktree: None,
     }
+}
+
+/// The live teammate `name`, once it is resident.
+pub async fn resident(world: &World, team: &Team, name: &str) -> Arc<dyn Agent> {
+    let id = team.state().member(name).unwrap().record.id.clone();
+    until(|| world.runtime.registry().get(&id).is_some()).await;
+    world.runtime.registry().get(&id).unwrap()
 }
 
 /// Open the team of `world`'s root with `config`.
