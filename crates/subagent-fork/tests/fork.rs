@@ -17,21 +17,19 @@ use dsh_subagent::{ActivationSpec, Delivery, StartRequest, fold_catalog};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::requests::last_user_text;
-use dsh_test_support::world::{Layout, NamedTool, World, WorldBuilder};
+use dsh_test_support::world::{NamedTool, World, WorldBuilder};
 use tokio::sync::Semaphore;
 
 /// A kit world (logs in `sessions/` with the default durability, the root
 /// `lead-session` in `project/`) whose agents ask `model` and may call a
 /// `noop` tool, with `fork` and `spawn` registered.
 async fn world(model: ScriptedModel) -> World<dyn SessionStore> {
-    WorldBuilder::new()
+    WorldBuilder::project()
         .jsonl(Durability::default())
-        .layout(Layout::Split)
         .model(Arc::new(model))
         .tool(Arc::new(NamedTool("noop")))
         .provider(Arc::new(ForkProvider::new()))
         .provider(Arc::new(SpawnProvider::new()))
-        .root("lead-session")
         .build()
         .await
 }

@@ -20,7 +20,7 @@ use dsh_subagent::{
     ActivationSpec, Delivery, InterruptAuthority, RuntimeConfig, StartRequest, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::{Layout, World, WorldBuilder, models, named_spec, sid};
+use dsh_test_support::world::{World, WorldBuilder, models, named_spec, sid};
 use tokio::sync::Semaphore;
 
 /// A kit world (logs in `sessions/`, roots in `project/`) with `spawn`
@@ -72,11 +72,9 @@ async fn child(tree: &Tree, parent: &Arc<dyn Agent>, name: &str) -> Arc<dyn Agen
 async fn tree() -> Tree {
     let gate = Arc::new(Semaphore::new(0));
     let (model, _scripts) = models::keyed(&gate);
-    let world = WorldBuilder::new()
-        .layout(Layout::Split)
+    let world = WorldBuilder::project()
         .model(model)
         .provider(Arc::new(SpawnProvider::new()))
-        .root("lead-session")
         .build()
         .await;
     let other = world.agent("other-session").await.agent().clone();

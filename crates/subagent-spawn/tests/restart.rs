@@ -27,7 +27,7 @@ use dsh_harness::{Scripted, ScriptedModel};
 use dsh_subagent::{DescendantRow, SubagentRuntime};
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::world::process::{child_process, runtime, start_ready};
-use dsh_test_support::world::{Layout, WorldBuilder, named_spec, sid};
+use dsh_test_support::world::{WorldBuilder, named_spec, sid};
 use serde_json::{Value, json};
 use tokio::sync::{Semaphore, mpsc};
 
@@ -45,13 +45,11 @@ const BOUND: Duration = Duration::from_secs(30);
 /// root `lead-session` is created, or resumed from what a killed process
 /// left.
 fn world(dir: &Path, model: &Arc<ScriptedModel>) -> WorldBuilder {
-    WorldBuilder::new()
+    WorldBuilder::project()
         .jsonl(Durability::EveryEvent)
         .in_dir(dir)
-        .layout(Layout::Split)
         .model(model.clone())
         .provider(Arc::new(SpawnProvider::new()))
-        .root(LEAD)
 }
 
 /// The listing as plain JSON, comparable across processes.

@@ -38,7 +38,7 @@ use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::TappedAgent;
 use dsh_test_support::store::{GatedStore, Op, SharedStore};
 use dsh_test_support::world::models::{echo_of as echo, gated};
-use dsh_test_support::world::{Layout, When, World, WorldBuilder, models, sid};
+use dsh_test_support::world::{When, World, WorldBuilder, models, sid};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -53,11 +53,9 @@ const LEAD: &str = "lead-session";
 /// in `project/`) whose agents ask `model`, with `spawn` registered and
 /// the root `lead-session`.
 fn builder(model: &Arc<ScriptedModel>) -> WorldBuilder {
-    WorldBuilder::new()
-        .layout(Layout::Split)
+    WorldBuilder::project()
         .model(model.clone())
         .provider(Arc::new(SpawnProvider::new()))
-        .root(LEAD)
 }
 
 async fn world(model: &Arc<ScriptedModel>) -> World<dyn SessionStore> {

@@ -26,7 +26,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::store::{FaultStore, Op, SharedStore};
-use dsh_test_support::world::{Layout, WorldBuilder, models, sid};
+use dsh_test_support::world::{WorldBuilder, models, sid};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -43,12 +43,10 @@ const LEAD: &str = "lead-session";
 type World = dsh_test_support::world::World<FaultStore<SharedStore>>;
 
 async fn world(model: &Arc<ScriptedModel>) -> World {
-    WorldBuilder::new()
-        .layout(Layout::Split)
+    WorldBuilder::project()
         .counting()
         .model(model.clone())
         .provider(Arc::new(SpawnProvider::new()))
-        .root(LEAD)
         .build()
         .await
 }

@@ -13,9 +13,7 @@
 use dsh_test_support::logs::{self, agent_messages};
 use dsh_test_support::wait::bounded;
 use dsh_test_support::world::models::{self, Scripts, script_key};
-use dsh_test_support::world::{
-    ExternalProvider, Layout, World as KitWorld, WorldBuilder, named_spec, sid,
-};
+use dsh_test_support::world::{ExternalProvider, World as KitWorld, WorldBuilder, named_spec, sid};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
@@ -73,8 +71,7 @@ async fn world_with(config: RuntimeConfig) -> World {
         .iter()
         .map(|tool| (tool.name().to_owned(), tool.clone()))
         .collect();
-    let world = WorldBuilder::new()
-        .layout(Layout::Split)
+    let world = WorldBuilder::project()
         .model(model)
         .tools(control)
         .config(config)
@@ -83,7 +80,6 @@ async fn world_with(config: RuntimeConfig) -> World {
         .provider(Arc::new(
             ExternalProvider::held("ext").with_id(sid("ext-run")),
         ))
-        .root("lead-session")
         .build()
         .await;
     assert!(binding.bind(world.runtime.clone()));

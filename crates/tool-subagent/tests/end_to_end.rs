@@ -22,7 +22,7 @@ use dsh_core::{CancellationToken, Message, MessageSource, ModelRequest, UserMess
 use dsh_harness::{Scripted, ScriptedModel};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::{Layout, WorldBuilder};
+use dsh_test_support::world::WorldBuilder;
 use dsh_tool_subagent::{SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 use serde_json::{Value, json};
@@ -279,8 +279,7 @@ async fn a_lead_delegates_lists_messages_waits_and_a_grandchild_reports() {
             _ => digger(request),
         }),
     );
-    let world = WorldBuilder::new()
-        .layout(Layout::Split)
+    let world = WorldBuilder::project()
         .model(model.clone())
         .provider(Arc::new(SpawnProvider::new()))
         .provider(Arc::new(ForkProvider::new()))
@@ -304,7 +303,6 @@ async fn a_lead_delegates_lists_messages_waits_and_a_grandchild_reports() {
                 harness.add_tool(tool).unwrap();
             }
         })
-        .root("lead-session")
         .build()
         .await;
     let (_harness, runtime, _store) = (&world.harness, &world.runtime, &world.store);

@@ -21,7 +21,7 @@ use dsh_harness::{Scripted, ScriptedModel};
 use dsh_subagent::{PrepareContinuable, SubagentCapabilities, SubagentProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::world::{Layout, World as KitWorld, WorldBuilder};
+use dsh_test_support::world::{World as KitWorld, WorldBuilder};
 use dsh_tool_subagent::{InstallError, MaxDepth, SubagentTool, SubagentToolConfig};
 use serde_json::{Value, json};
 
@@ -111,10 +111,8 @@ fn lead_calls(input: Value) -> Responder {
 /// A world with `providers` registered and, before the lead exists, a tool
 /// installed on the harness for each of `tools`.
 async fn build(responder: Responder, providers: &[&str], tools: &[SubagentToolConfig]) -> World {
-    let mut builder = WorldBuilder::new()
-        .layout(Layout::Split)
-        .model(Arc::new(ScriptedModel::new().responder(responder)))
-        .root("lead-session");
+    let mut builder =
+        WorldBuilder::project().model(Arc::new(ScriptedModel::new().responder(responder)));
     for provider in providers {
         builder = builder.provider(provider_named(provider));
     }

@@ -17,6 +17,9 @@ use super::{
 };
 use crate::store::{FaultStore, GatedStore, SharedStore};
 
+/// The root session of a [`WorldBuilder::project`] world.
+pub const PROJECT_ROOT: &str = "lead-session";
+
 /// Where a world keeps its logs and starts its roots, below its directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Layout {
@@ -88,6 +91,12 @@ impl WorldBuilder {
             resume_root: false,
             label: String::new(),
         }
+    }
+
+    /// A builder laid out as a project ([`Layout::Split`]: logs in
+    /// `sessions/`, roots in `project/`) whose root is [`PROJECT_ROOT`].
+    pub fn project() -> Self {
+        Self::new().layout(Layout::Split).root(PROJECT_ROOT)
     }
 
     /// Wrap the base store with `wrap`; the world's `store` is what it

@@ -35,7 +35,7 @@ use crate::store::{Fault, FaultStore, GatedStore, SharedStore};
 use crate::wait::{bounded, until};
 
 pub use crate::store::{Gate, Op, Point as When};
-pub use builder::{Layout, WorldBuilder};
+pub use builder::{Layout, PROJECT_ROOT, WorldBuilder};
 pub use providers::{Bare, ExternalProvider, LocalProvider, Probe, RunControl, RunEnd};
 
 /// A store call a test holds or fails: the operation, on the log of which
