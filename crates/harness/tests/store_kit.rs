@@ -1,5 +1,5 @@
-//! Tests of the store test kit of `dsh-test-support` (`FaultStore`,
-//! `GatedStore`, `until`, `bounded`) against the real stores, so the other
+//! Tests of the store test kit of `dsh-test-support` (`FaultStore` and its
+//! per-log counts, `GatedStore`, `SharedStore`, `until`, `bounded`) against the real stores, so the other
 //! suites can trust what it injects: a failed call never reaches the inner
 //! store, a stopped world stays stopped, and a gate holds a call exactly at
 //! its point until released or dropped.
@@ -8,12 +8,13 @@
 
 mod store_support;
 
+use std::collections::BTreeMap;
 use std::io;
 use std::sync::Arc;
 
 use dsh_core::{Durability, SessionStore};
 use dsh_harness::store::{JsonlStore, MemoryStore};
-use dsh_test_support::store::{Fault, FaultStore, GatedStore, Op, Point};
+use dsh_test_support::store::{Fault, FaultStore, GatedStore, Op, Point, SharedStore};
 use dsh_test_support::wait::{bounded, until};
 use futures::FutureExt;
 
@@ -52,6 +53,37 @@ async fn a_per_log_fault_counts_only_that_log() {
         panic!("the open should have failed");
     };
     assert_eq!(io_source(&err).kind(), io::ErrorKind::PermissionDenied);
+}
+
+#[tokio::test]
+async fn per_log_counts_list_only_the_logs_called_and_reset_keeps_the_plan() {
+    let store = FaultStore::new(SharedStore(Arc::new(MemoryStore::new())));
+    store.create(&header("a"), &[]).await.unwrap();
+    store.create(&header("b"), &[]).await.unwrap();
+    store.load(&sid("a")).await.unwrap();
+    store.header(&sid("a")).await.unwrap();
+    assert_eq!(
+        store.calls_by_log(Op::Load),
+        BTreeMap::from([(sid("a"), 2)]),
+        "a header read is a load; b was never read"
+    );
+    assert_eq!(
+        store.calls_by_log(Op::Create),
+        BTreeMap::from([(sid("a"), 1), (sid("b"), 1)])
+    );
+    // A planned fault keeps its own count across the reset: the second load
+    // of b fails, though it is the first the reset counts.
+    store.fail_on_log(&sid("b"), Op::Load, 2, Fault::EIO);
+    store.load(&sid("b")).await.unwrap();
+    store.reset_calls();
+    assert!(store.calls_by_log(Op::Load).is_empty());
+    assert_eq!(store.calls(Op::Create), 0);
+    let err = store.load(&sid("b")).await.unwrap_err();
+    assert_eq!(io_source(&err).raw_os_error(), Some(5));
+    assert_eq!(
+        store.calls_by_log(Op::Load),
+        BTreeMap::from([(sid("b"), 1)])
+    );
 }
 
 #[tokio::test]

@@ -4,9 +4,9 @@
 //! pending inbox or its events; session-store wrappers that fail, hold or
 //! stop calls ([`store`]); bounded waits ([`wait`]); queries over recorded
 //! model requests ([`requests`]) and over a session's events ([`logs`]); the tool-spec checks every tool
-//! crate runs ([`specs`]); with the `world` feature, subagent worlds,
-//! providers and tree queries, and killing a re-executed test process
-//! (`world`);
+//! crate runs ([`specs`]); with the `world` feature, the one configurable
+//! subagent test world (`world::WorldBuilder`), its scripted models and
+//! providers, and killing a re-executed test process (`world::process`);
 //! and a counting allocator for the memory benches. Used only as a dev-dependency; it must never become a
 //! dependency of a library crate.
 

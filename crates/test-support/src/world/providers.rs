@@ -65,6 +65,24 @@ macro_rules! shared_setters {
     };
 }
 
+/// The identity half of [`SubagentProvider`] for a provider with `name`,
+/// `caps` and `inherits` fields.
+macro_rules! identity {
+    () => {
+        fn name(&self) -> &str {
+            self.name
+        }
+
+        fn capabilities(&self) -> SubagentCapabilities {
+            self.caps
+        }
+
+        fn inherits_parent_context(&self) -> bool {
+            self.inherits
+        }
+    };
+}
+
 /// Local continuable creation with an empty seed: every capability, no
 /// inherited context and no default route unless configured; counts its
 /// preparations and, when gated, holds each until the gate gets a permit.
@@ -119,17 +137,7 @@ impl PrepareContinuable for LocalProvider {
 }
 
 impl SubagentProvider for LocalProvider {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        self.caps
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        self.inherits
-    }
+    identity!();
 
     fn agent_route_defaults(&self) -> Option<AgentRoute> {
         self.route.clone()
@@ -467,17 +475,7 @@ impl StartExternal for Probe {
 }
 
 impl SubagentProvider for Probe {
-    fn name(&self) -> &str {
-        self.name
-    }
-
-    fn capabilities(&self) -> SubagentCapabilities {
-        self.caps
-    }
-
-    fn inherits_parent_context(&self) -> bool {
-        self.inherits
-    }
+    identity!();
 
     fn continuable(&self) -> Option<&dyn PrepareContinuable> {
         (!self.external).then_some(self as &dyn PrepareContinuable)
