@@ -18,13 +18,10 @@ use dsh_core::session::{
 };
 use dsh_core::{CallId, Durability, MessageId, SessionId, SessionStore, StopReason, StoreError};
 use dsh_harness::store::{JsonlStore, MemoryStore};
+use dsh_test_support::sid;
 use tempfile::TempDir;
 
 const T0: u64 = 1_700_000_000_000;
-
-fn sid(id: &str) -> SessionId {
-    SessionId::new(id).unwrap()
-}
 
 fn header(id: &str) -> SessionHeader {
     let mut header = SessionHeader::new(sid(id), "/work/project");

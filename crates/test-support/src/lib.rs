@@ -31,6 +31,15 @@ use dsh_core::{
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
+/// A session id from test text.
+///
+/// # Panics
+/// When the text is not a valid id.
+#[allow(clippy::expect_used)]
+pub fn sid(text: &str) -> SessionId {
+    SessionId::new(text).expect("a valid session id")
+}
+
 /// A one-shot tap: runs once, on the first read it is armed for.
 type OnceTap = Mutex<Option<Box<dyn FnOnce() + Send>>>;
 

@@ -8,11 +8,9 @@ use std::io;
 use std::sync::Arc;
 
 use dsh_core::session::{EventPayload, SessionEvent, SessionHeader, TurnStart};
-use dsh_core::{LoadedSession, SessionId, SessionLog, StoreError};
+use dsh_core::{LoadedSession, SessionLog, StoreError};
 
-pub fn sid(id: &str) -> SessionId {
-    SessionId::new(id).unwrap()
-}
+pub use dsh_test_support::sid;
 
 pub fn header(id: &str) -> SessionHeader {
     SessionHeader::new(sid(id), "/work/project")

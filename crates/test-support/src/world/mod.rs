@@ -34,6 +34,7 @@ use dsh_subagent::{
 use crate::store::{Fault, FaultStore, GatedStore, SharedStore};
 use crate::wait::{bounded, until};
 
+pub use crate::sid;
 pub use crate::store::{Gate, Op, Point as When};
 pub use builder::{Layout, PROJECT_ROOT, WorldBuilder};
 pub use providers::{Bare, ExternalProvider, LocalProvider, Probe, RunControl, RunEnd};
@@ -451,15 +452,6 @@ pub fn named_spec(
         delivery: Delivery::Parent,
         request: StartRequest::new(Arc::clone(parent), vec![ContentBlock::text(prompt)]),
     }
-}
-
-/// A session id from test text.
-///
-/// # Panics
-/// When the text is not a valid id.
-#[allow(clippy::expect_used)]
-pub fn sid(text: &str) -> SessionId {
-    SessionId::new(text).expect("a valid session id")
 }
 
 impl<S: SessionStore + ?Sized> World<S> {
