@@ -17,7 +17,7 @@ use dsh_subagent::{ActivationSpec, Delivery, StartRequest, fold_catalog};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::requests::last_user_text;
-use dsh_test_support::world::{NamedTool, World, WorldBuilder};
+use dsh_test_support::world::{NamedTool, World, WorldBuilder, caller_spec};
 use tokio::sync::Semaphore;
 
 /// A kit world (logs in `sessions/` with the default durability, the root
@@ -35,15 +35,7 @@ async fn world(model: ScriptedModel) -> World<dyn SessionStore> {
 }
 
 fn spec(provider: &str, parent: &Arc<dyn Agent>, prompt: &str) -> ActivationSpec {
-    ActivationSpec {
-        provider: provider.into(),
-        label: prompt.into(),
-        name: None,
-        child_id: None,
-        cancel: CancellationToken::new(),
-        delivery: Delivery::Caller,
-        request: StartRequest::new(parent.clone(), vec![ContentBlock::text(prompt)]),
-    }
+    caller_spec(parent, provider, prompt)
 }
 
 async fn turn(agent: &Arc<dyn Agent>, text: &str) {

@@ -32,13 +32,13 @@ use dsh_core::{
 use dsh_harness::{ModelRoutes, Scripted, ScriptedModel, SystemPrompt};
 use dsh_subagent::{
     ActivationSpec, Catalog, CatalogEntry, ChildMode, Delivery, MemberNames, RunInfo, RunOutcome,
-    RuntimeConfig, StartRequest, SubagentActivation, SubagentEvent, SubagentResult, fold_catalog,
+    RuntimeConfig, SubagentActivation, SubagentEvent, SubagentResult, fold_catalog,
 };
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::TappedAgent;
 use dsh_test_support::store::{GatedStore, Op, SharedStore};
 use dsh_test_support::world::models::{echo_of as echo, gated};
-use dsh_test_support::world::{When, World, WorldBuilder, models, sid};
+use dsh_test_support::world::{When, World, WorldBuilder, caller_spec, models, sid};
 use serde_json::{Value, json};
 use tokio::sync::Semaphore;
 
@@ -64,15 +64,7 @@ async fn world(model: &Arc<ScriptedModel>) -> World<dyn SessionStore> {
 
 /// A caller-delivered spawn of `prompt` under `parent`, label = prompt.
 fn spec(parent: &Arc<dyn Agent>, prompt: &str) -> ActivationSpec {
-    ActivationSpec {
-        provider: "spawn".into(),
-        label: prompt.into(),
-        name: None,
-        child_id: None,
-        cancel: CancellationToken::new(),
-        delivery: Delivery::Caller,
-        request: StartRequest::new(parent.clone(), vec![ContentBlock::text(prompt)]),
-    }
+    caller_spec(parent, "spawn", prompt)
 }
 
 fn named(mut spec: ActivationSpec, name: &str) -> ActivationSpec {

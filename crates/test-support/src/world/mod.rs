@@ -434,6 +434,20 @@ fn fresh(header: SessionHeader) -> CreateAgent {
     }
 }
 
+/// A caller-delivered, unnamed start of `provider` under `parent`,
+/// labelled and prompted `prompt` (tests change the fields they need).
+pub fn caller_spec(parent: &Arc<dyn Agent>, provider: &str, prompt: &str) -> ActivationSpec {
+    ActivationSpec {
+        provider: provider.into(),
+        label: prompt.into(),
+        name: None,
+        child_id: None,
+        cancel: CancellationToken::new(),
+        delivery: Delivery::Caller,
+        request: StartRequest::new(Arc::clone(parent), vec![ContentBlock::text(prompt)]),
+    }
+}
+
 /// A start of `provider` named `name` under `parent` with the reserved id
 /// `s-<name>`, labelled `task <name>`, prompted with `prompt` and delivered
 /// to the parent (tests change the fields they need).
