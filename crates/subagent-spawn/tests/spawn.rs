@@ -110,6 +110,18 @@ fn tool_names(request: &ModelRequest) -> BTreeSet<String> {
     request.tools.iter().map(|t| t.name.clone()).collect()
 }
 
+/// A model whose `hang` prompt never answers, and which holds every other
+/// request until `gate` gets a permit, then echoes it.
+fn hanging_model(gate: &Arc<Semaphore>) -> Arc<ScriptedModel> {
+    let gate = gate.clone();
+    Arc::new(
+        ScriptedModel::new().responder(move |r| match first_user_text(r).as_str() {
+            "hang" => Scripted::Hang,
+            _ => gated(&gate, echo(r)),
+        }),
+    )
+}
+
 fn catalog(agent: &Arc<dyn Agent>) -> Catalog {
     fold_catalog(agent.header(), &agent.events()).unwrap()
 }
@@ -571,15 +583,7 @@ async fn b15_the_notice_and_teardown_come_before_the_result() {
 #[tokio::test]
 async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activation() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = {
-        let gate = gate.clone();
-        Arc::new(
-            ScriptedModel::new().responder(move |r| match first_user_text(r).as_str() {
-                "hang" => Scripted::Hang,
-                _ => gated(&gate, echo(r)),
-            }),
-        )
-    };
+    let model = hanging_model(&gate);
     let world = world(&model).await;
     let parent = world.lead();
 
@@ -671,15 +675,7 @@ async fn b15_an_activation_settles_only_after_the_children_it_owns() {
 #[tokio::test]
 async fn b15_disposing_a_child_releases_the_children_it_owns_first() {
     let gate = Arc::new(Semaphore::new(0));
-    let model = {
-        let gate = gate.clone();
-        Arc::new(
-            ScriptedModel::new().responder(move |r| match first_user_text(r).as_str() {
-                "hang" => Scripted::Hang,
-                _ => gated(&gate, echo(r)),
-            }),
-        )
-    };
+    let model = hanging_model(&gate);
     let world = world(&model).await;
     let parent = world.lead();
 
