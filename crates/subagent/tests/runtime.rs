@@ -103,6 +103,21 @@ async fn env_with(config: RuntimeConfig, parent_depth: u32) -> Env {
     }
 }
 
+/// A tree with at most `children` live children, and a held external
+/// provider `ext` registered.
+async fn capped(children: usize) -> (Env, Arc<ExternalProvider>) {
+    let env = env_with(
+        RuntimeConfig {
+            max_live_children_per_tree: children,
+        },
+        0,
+    )
+    .await;
+    let ext = Arc::new(ExternalProvider::held("ext"));
+    env.runtime.register(ext.clone()).unwrap();
+    (env, ext)
+}
+
 impl Env {
     /// A caller-delivered start of `provider` under the root parent.
     fn spec(&self, provider: &str) -> ActivationSpec {
@@ -1228,15 +1243,7 @@ async fn b15_disposing_a_local_activation_stops_the_child() {
 
 #[tokio::test]
 async fn b17_a_tree_has_at_most_the_configured_live_children() {
-    let env = env_with(
-        RuntimeConfig {
-            max_live_children_per_tree: 2,
-        },
-        0,
-    )
-    .await;
-    let ext = Arc::new(ExternalProvider::held("ext"));
-    env.runtime.register(ext.clone()).unwrap();
+    let (env, ext) = capped(2).await;
     let first = env.runtime.start_activation(env.spec("ext")).await.unwrap();
     let _second = env.runtime.start_activation(env.spec("ext")).await.unwrap();
 
@@ -1274,15 +1281,7 @@ async fn b17_a_tree_has_at_most_the_configured_live_children() {
 /// monitor task busy after the result settled, on another worker thread.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn b17_capacity_is_free_once_the_result_settles() {
-    let env = env_with(
-        RuntimeConfig {
-            max_live_children_per_tree: 1,
-        },
-        0,
-    )
-    .await;
-    let ext = Arc::new(ExternalProvider::held("ext"));
-    env.runtime.register(ext.clone()).unwrap();
+    let (env, ext) = capped(1).await;
     let first = env.runtime.start_activation(env.spec("ext")).await.unwrap();
 
     let (go_tx, go_rx) = std::sync::mpsc::channel::<()>();
