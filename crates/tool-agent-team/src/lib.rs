@@ -675,6 +675,14 @@ impl Tool for TeamTool {
                 ctx.agent.id()
             )));
         };
+        // A teammate's first step may run before its `active` record.
+        tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => {
+                return Ok(ToolOutput::error("CANCELLED: the call was cancelled"));
+            }
+            () = team.provisioned(ctx.agent.id()) => {}
+        }
         let caller = ctx.agent.clone();
         Ok(match self.run(&team, &caller, input, &ctx).await {
             Ok(value) => render(&value),
