@@ -30,6 +30,7 @@ use tokio::time::timeout;
 
 use crate::config::{Price, Settings};
 use crate::demo::{DEMO_PROMPT, Demo};
+use crate::demo_team::{TEAM_DEMO_PROMPT, TeamDemo};
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
 use crate::observe::{Mode, Reporter, compact};
@@ -88,7 +89,17 @@ async fn run_over(
     open: impl FnOnce(&std::path::Path) -> Result<Arc<dyn SessionStore>, CliError>,
 ) -> Result<(), CliError> {
     let settings = args.settings;
+    // `--team` with the demo model is the team demo.
+    let team_demo =
+        (settings.team && args.resume.is_none() && matches!(settings.model, ModelChoice::Demo))
+            .then(TeamDemo::new);
     let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &settings.model {
+        ModelChoice::Demo if team_demo.is_some() => (
+            team_demo
+                .as_ref()
+                .map_or_else(|| Demo::new(true).model(), TeamDemo::model),
+            None,
+        ),
         // A continued tree has no scripted order to keep: the demo answers
         // any new input at once.
         ModelChoice::Demo if args.resume.is_some() => (Demo::new(false).model(), None),
@@ -114,18 +125,20 @@ async fn run_over(
         Mode::Plain
     };
     let reporter = Reporter::new(mode);
-    let world = World::build(
+    let world = World::build_with_team(
         store,
         model,
         Some(&reporter),
         settings.acp.clone(),
         settings.limits,
         Some((&cwd, settings.sandbox)),
+        settings.team,
     )?;
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);
     let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
+    let _team_gates = team_demo.as_ref().map(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
     let what = match &settings.model {
         ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
@@ -140,7 +153,12 @@ async fn run_over(
         "dsh: {what}; sessions in {}{config}",
         args.dir.display()
     ));
-    let prompt = args.prompt.unwrap_or_else(|| DEMO_PROMPT.to_owned());
+    let default_prompt = if team_demo.is_some() {
+        TEAM_DEMO_PROMPT
+    } else {
+        DEMO_PROMPT
+    };
+    let prompt = args.prompt.unwrap_or_else(|| default_prompt.to_owned());
     let earlier_resumed = args.resume.is_some();
     let handle = match args.resume {
         // The lead's conversation goes on; its children stay cold until it
@@ -175,6 +193,14 @@ async fn run_over(
         }
     };
     let lead = handle.agent().clone();
+    if let Some(recovery) = world.open_team(&lead).await? {
+        for (member, error) in &recovery.errors {
+            reporter.line(&format!(
+                "team: messages for {member} stay queued: {}",
+                compact(error, 200)
+            ));
+        }
+    }
     tracing::info!(
         lead = %lead.id(),
         model = %settings.model.spec(),
@@ -228,6 +254,18 @@ async fn run_over(
     reporter.tick();
     if mode == Mode::Plain && outcome.is_ok() {
         summary(&world, &lead, &reporter, settings.price()).await;
+        if settings.team {
+            // The team as its logs hold it, as `dsh team` shows it.
+            match crate::team::report(world.store.as_ref(), lead.id()).await {
+                Ok(report) => {
+                    reporter.line("");
+                    for line in report.lines() {
+                        reporter.line(line);
+                    }
+                }
+                Err(err) => reporter.line(&format!("the team cannot be read: {err}")),
+            }
+        }
     }
     shutdown(&world, Some(&*reporter)).await;
     match &outcome {

@@ -4,17 +4,24 @@
 //! `subagent` tool for spawn, the `fork` tool for fork, and the five control
 //! tools) and, for the commands that run agents, the workspace tools over
 //! the working directory under the `--sandbox` level; plus, when an ACP agent command is configured, the `acp` provider
-//! and its `acp` tool; each tool is wrapped for the reporter when there is
-//! one. This module only assembles; it starts no agent.
+//! and its `acp` tool; and, for a team run (`--team`), the ten team tools
+//! over a [`TeamDirectory`], which replace the three control tools of the
+//! same names (`send_message`, `list_agents`, `interrupt_agent`: one
+//! registry holds one tool, and one compiled schema, per name); each tool
+//! is wrapped for the reporter when there is one. This module only
+//! assembles; it starts no agent (a team is opened for a lead the command
+//! created or resumed, [`World::open_team`]).
 
 use std::sync::Arc;
 
-use dsh_core::{AgentOptions, Model, SessionStore, Tool};
+use dsh_agent_team::{Recovery, Team, TeamConfig};
+use dsh_core::{Agent, AgentOptions, Model, SessionStore, Tool};
 use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
 use dsh_subagent_acp::{AcpConfig, AcpProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_tool_agent_team::{SHARED_WITH_CONTROL, TeamDirectory, TeamTool};
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
@@ -30,6 +37,16 @@ shares this conversation. Background subagents report back with a settlement not
 when you have nothing else to do, `list_agents` to recall names, and `send_message` to talk to an agent by name. \
 Answer concisely.";
 
+/// The system prompt's section for a team run, which every agent shares
+/// (the harness has no per-agent section; each tool is offered only to the
+/// agents it is for).
+const TEAM_PROMPT: &str = "This run has an agent team: the root is `lead`, and teammates are named agents the lead \
+creates with `spawn_teammate`. Team members coordinate through the shared task board (`team_task_create`, \
+`team_task_list`, `team_task_get`, `team_task_update` with the task's latest revision; write scopes warn about \
+overlaps and lock nothing) and through messages by member name: `send_message` adds context quietly, \
+`followup_task` becomes the target's next turn. `list_agents` shows the roster, `wait_agent` waits for the \
+team to change, and `wait` for your own inbox. Only the lead spawns, reassigns and interrupts.";
+
 /// The assembled world.
 pub struct World {
     /// The session store.
@@ -38,6 +55,8 @@ pub struct World {
     pub harness: Harness,
     /// The subagent runtime over the harness.
     pub runtime: SubagentRuntime,
+    /// The teams the team tools act on, in a team run.
+    pub teams: Option<TeamDirectory>,
 }
 
 fn install_error(err: impl std::fmt::Display) -> CliError {
@@ -58,9 +77,27 @@ impl World {
         limits: Limits,
         workspace: Option<(&std::path::Path, Level)>,
     ) -> Result<Self, CliError> {
+        Self::build_with_team(store, model, reporter, acp, limits, workspace, false)
+    }
+
+    /// [`World::build`], and with `team` the ten team tools in place of the
+    /// three control tools they share names with.
+    pub fn build_with_team(
+        store: Arc<dyn SessionStore>,
+        model: Arc<dyn Model>,
+        reporter: Option<&Arc<Reporter>>,
+        acp: Option<AcpConfig>,
+        limits: Limits,
+        workspace: Option<(&std::path::Path, Level)>,
+        team: bool,
+    ) -> Result<Self, CliError> {
+        let mut prompt = SystemPrompt::new().section("role", SYSTEM_PROMPT);
+        if team {
+            prompt = prompt.section("team", TEAM_PROMPT);
+        }
         let harness = Harness::builder(store.clone())
             .model(model)
-            .prompt(SystemPrompt::new().section("role", SYSTEM_PROMPT))
+            .prompt(prompt)
             .defaults(AgentOptions {
                 max_turn_steps: limits.max_turn_steps,
                 ..AgentOptions::default()
@@ -100,7 +137,18 @@ impl World {
         for config in configs {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
-        tools.extend(ControlTools::new(runtime.clone()));
+        let teams = team.then(TeamDirectory::new);
+        match &teams {
+            Some(directory) => {
+                tools.extend(
+                    ControlTools::new(runtime.clone())
+                        .into_iter()
+                        .filter(|tool| !SHARED_WITH_CONTROL.contains(&tool.name())),
+                );
+                tools.extend(TeamTool::all(directory));
+            }
+            None => tools.extend(ControlTools::new(runtime.clone())),
+        }
         if let Some((root, level)) = workspace {
             // No asker: an action above the level is refused with a
             // sentence the model can act on.
@@ -119,16 +167,48 @@ impl World {
             store,
             harness,
             runtime,
+            teams,
         })
     }
 
-    /// Stop every activation, then every agent, and wait for their tasks.
+    /// In a team run, open the team `lead` leads (recovering what a
+    /// crash left: provisioning members decided, queued messages
+    /// delivered) and give it to the team tools; `None` otherwise.
+    ///
+    /// # Errors
+    /// The team cannot be opened (the lead is not a live root, or a
+    /// recovery record cannot be written).
+    ///
+    /// # Cancel safety
+    /// Recovery runs on the team's own tasks: a drop leaves it running to
+    /// completion, its records whole, and the team not in the directory.
+    pub async fn open_team(&self, lead: &Arc<dyn Agent>) -> Result<Option<Recovery>, CliError> {
+        let Some(directory) = &self.teams else {
+            return Ok(None);
+        };
+        let (team, recovery) = Team::open(
+            lead.clone(),
+            self.runtime.clone(),
+            self.store.clone(),
+            TeamConfig::default(),
+        )
+        .await
+        .map_err(|err| CliError::Refused(format!("cannot open the team: {err}")))?;
+        directory.insert(team);
+        Ok(Some(recovery))
+    }
+
+    /// Wait for the teams' own work (deliveries, releases), then stop
+    /// every activation, then every agent, and wait for their tasks.
     ///
     /// # Cancel safety
     /// A drop part-way leaves the activations and agents not yet stopped
     /// live (every acknowledged write is already in its log); calling it again
     /// finishes the work.
     pub async fn shutdown(&self) {
+        for team in self.teams.iter().flat_map(TeamDirectory::teams) {
+            team.shutdown().await;
+        }
         self.runtime.shutdown().await;
         self.harness.shutdown().await;
     }

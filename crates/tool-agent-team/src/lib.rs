@@ -23,6 +23,12 @@ use serde_json::{Value, json};
 /// The default `wait_agent` bound, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
 
+/// The team tool names that `dsh-tool-subagent-control` uses too. One
+/// harness registry holds one tool per name (its schema compiled once), so
+/// a host that installs the team tools leaves these three control tools
+/// out: the team set replaces them.
+pub const SHARED_WITH_CONTROL: [&str; 3] = ["send_message", "list_agents", "interrupt_agent"];
+
 /// The teams the tools act on: one per lead the host opened.
 #[derive(Debug, Clone, Default)]
 pub struct TeamDirectory {
@@ -48,6 +54,14 @@ impl TeamDirectory {
         let before = teams.len();
         teams.retain(|team| &team.id().0 != lead);
         teams.len() != before
+    }
+
+    /// Every team in the directory, in insertion order.
+    pub fn teams(&self) -> Vec<Team> {
+        self.teams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 
     /// The team `agent`'s session belongs to, and its role there.
