@@ -546,22 +546,31 @@ mod tests {
 
     use super::*;
 
-    fn demo_args(dir: &std::path::Path) -> RunArgs {
+    fn demo_args(dir: &std::path::Path, team: bool) -> RunArgs {
         RunArgs {
             prompt: None,
             dir: dir.to_path_buf(),
             settings: crate::config::resolve(
                 None,
                 crate::config::ConfigFile::default(),
-                &crate::config::Overrides::default(),
+                &crate::config::Overrides {
+                    team,
+                    ..crate::config::Overrides::default()
+                },
             )
             .unwrap(),
             resume: None,
         }
     }
 
-    /// The demo run over a store that fails the `nth` call of `op`.
-    async fn run_failing(op: Op, nth: u64, fault: Fault) -> (Result<(), CliError>, u64) {
+    /// The demo run (the team demo with `team`) over a store that fails
+    /// the `nth` call of `op`.
+    async fn run_failing(
+        op: Op,
+        nth: u64,
+        fault: Fault,
+        team: bool,
+    ) -> (Result<(), CliError>, u64) {
         let dir = tempfile::tempdir().unwrap();
         let faults = Arc::new(FaultStore::new(
             JsonlStore::new(dir.path(), Durability::TurnBoundary).unwrap(),
@@ -570,7 +579,7 @@ mod tests {
         let store = Arc::clone(&faults);
         let outcome = timeout(
             Duration::from_secs(60),
-            run_over(demo_args(dir.path()), move |_| {
+            run_over(demo_args(dir.path(), team), move |_| {
                 Ok(store as Arc<dyn SessionStore>)
             }),
         )
@@ -579,19 +588,24 @@ mod tests {
         (outcome, faults.calls(op))
     }
 
-    /// B56 at every write of the demo's tree: EIO at the k-th append, or
-    /// at the k-th turn-boundary sync, of any agent's log, for every k of a
-    /// whole run. The run ends (never hangs) with the OS error, never with
-    /// success.
+    /// B56 at every write of the demo's tree, and of the team demo's: EIO
+    /// at the k-th append, or at the k-th turn-boundary sync, of any
+    /// agent's log, for every k of a whole run. The run ends (never hangs)
+    /// with the OS error, never with success.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_write_at_any_point_of_the_tree_ends_the_run_with_the_os_error() {
-        for op in [Op::Append, Op::Checkpoint] {
+        for (op, team) in [
+            (Op::Append, false),
+            (Op::Checkpoint, false),
+            (Op::Append, true),
+            (Op::Checkpoint, true),
+        ] {
             // A clean run counts the calls (a fault beyond them never fires).
-            let (clean, total) = run_failing(op, u64::MAX, Fault::EIO).await;
+            let (clean, total) = run_failing(op, u64::MAX, Fault::EIO, team).await;
             assert!(clean.is_ok(), "{clean:?}");
             assert!(total > 0, "{op}: no calls");
             for nth in 1..=total {
-                let (outcome, _) = run_failing(op, nth, Fault::EIO).await;
+                let (outcome, _) = run_failing(op, nth, Fault::EIO, team).await;
                 let err = outcome.expect_err("a run whose write failed succeeded");
                 assert!(matches!(err, CliError::WriteFailed(_)), "{op} {nth}: {err}");
                 assert!(
@@ -600,7 +614,9 @@ mod tests {
                 );
                 assert_eq!(err.exit_code(), 1);
             }
-            println!("{op}: all {total} failure points end the run with the OS error");
+            println!(
+                "{op} (team {team}): all {total} failure points end the run with the OS error"
+            );
         }
     }
 }
