@@ -116,6 +116,12 @@ async fn run_over(
         // A new lead needs none of the other logs: a bad one is only named.
         sessions::scan(opened.as_ref()).await?.warn();
     }
+    // A continued tree that has a team keeps its team tools.
+    let team = settings.team
+        || match &args.resume {
+            Some(id) => crate::team::has_team(opened.as_ref(), id).await?,
+            None => false,
+        };
     let cwd = std::env::current_dir()?;
     let faults = WriteFaults::new();
     let store = Watched::wrap(opened, &faults);
@@ -132,7 +138,7 @@ async fn run_over(
         settings.acp.clone(),
         settings.limits,
         Some((&cwd, settings.sandbox)),
-        settings.team,
+        team,
     )?;
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
@@ -254,7 +260,7 @@ async fn run_over(
     reporter.tick();
     if mode == Mode::Plain && outcome.is_ok() {
         summary(&world, &lead, &reporter, settings.price()).await;
-        if settings.team {
+        if team {
             // The team as its logs hold it, as `dsh team` shows it.
             match crate::team::report(world.store.as_ref(), lead.id()).await {
                 Ok(report) => {

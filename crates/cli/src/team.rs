@@ -59,6 +59,19 @@ pub async fn report(store: &dyn SessionStore, root: &SessionId) -> Result<String
     Ok(render(root, &state, &statuses))
 }
 
+/// Whether the tree rooted at `root` has a team: its lead's log holds a
+/// team record of its own team.
+///
+/// # Errors
+/// The lead's log cannot be read.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the log.
+pub async fn has_team(store: &dyn SessionStore, root: &SessionId) -> Result<bool, CliError> {
+    let lead = store.load(root).await?;
+    Ok(fold_team(&TeamId(root.clone()), &lead.events).applied() > 0)
+}
+
 /// A member no process of this command holds: `inactive`, with how its own
 /// last turn ended (a fork's inherited turns are not its own).
 fn cold_status(events: &[SessionEvent], seed_len: u64) -> String {

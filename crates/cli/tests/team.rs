@@ -71,6 +71,17 @@ fn the_team_demo_runs_a_lead_two_teammates_and_three_tasks_and_dsh_team_shows_it
     let surveyor = scratch.child_id("surveyor");
     assert_eq!(sources(&scratch, &surveyor), ["agent-message"]);
 
+    // Continuing the lead keeps its team: the team is reopened (its
+    // recovery leaves the thanks queued for the inactive surveyor), the
+    // lead answers, and the run ends with the same team report.
+    let send = scratch.dsh(&["send", "lead", "Is the report done?"], &[]);
+    assert!(send.status.success(), "{}", text(&send.stderr));
+    let said = text(&send.stdout);
+    assert!(said.contains("lead: Noted: Is the report done?"), "{said}");
+    assert!(said.ends_with(&text(&team.stdout)), "{said}");
+    let after = scratch.dsh(&["team"], &[]);
+    assert_eq!(text(&after.stdout), text(&team.stdout));
+
     // The same demo, the same output but for the ids.
     let again = scratch.dsh(&["run", "--team"], &[]);
     assert!(again.status.success(), "{}", text(&again.stderr));
