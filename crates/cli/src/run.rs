@@ -173,8 +173,8 @@ async fn run_over(
             world
                 .harness
                 .resume(ResumeAgent {
+                    setup: world.lead_setup(&id),
                     id,
-                    setup: Default::default(),
                     cancel: CancellationToken::new(),
                 })
                 .await?
@@ -190,9 +190,9 @@ async fn run_over(
             world
                 .harness
                 .create(CreateAgent {
+                    setup: world.lead_setup(&header.id),
                     header,
                     seed: Vec::new(),
-                    setup: Default::default(),
                     cancel: CancellationToken::new(),
                 })
                 .await?

@@ -14,14 +14,14 @@
 
 use std::sync::Arc;
 
-use dsh_agent_team::{Recovery, Team, TeamConfig};
-use dsh_core::{Agent, AgentOptions, Model, SessionStore, Tool};
+use dsh_agent_team::{Recovery, Role, Team, TeamConfig, TeamId};
+use dsh_core::{Agent, AgentOptions, AgentSetup, Model, SessionId, SessionStore, Tool};
 use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
 use dsh_subagent_acp::{AcpConfig, AcpProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_tool_agent_team::{SHARED_WITH_CONTROL, TeamDirectory, TeamTool};
+use dsh_tool_agent_team::{SHARED_WITH_CONTROL, TeamDirectory, TeamTool, policy_for};
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
@@ -46,6 +46,9 @@ creates with `spawn_teammate`. Team members coordinate through the shared task b
 overlaps and lock nothing) and through messages by member name: `send_message` adds context quietly, \
 `followup_task` becomes the target's next turn. `list_agents` shows the roster, `wait_agent` waits for the \
 team to change, and `wait` for your own inbox. Only the lead spawns, reassigns and interrupts.";
+
+/// The prompt variable that holds the lead's team policy section.
+const TEAM_POLICY_VAR: &str = "team_policy";
 
 /// The assembled world.
 pub struct World {
@@ -93,7 +96,12 @@ impl World {
     ) -> Result<Self, CliError> {
         let mut prompt = SystemPrompt::new().section("role", SYSTEM_PROMPT);
         if team {
-            prompt = prompt.section("team", TEAM_PROMPT);
+            // The lead's own policy comes with its setup (`lead_setup`);
+            // the runtime creates teammates with none, so theirs is empty.
+            prompt = prompt
+                .section("team", TEAM_PROMPT)
+                .section("team_policy", format!("{{{{{TEAM_POLICY_VAR}}}}}"))
+                .var(TEAM_POLICY_VAR, "");
         }
         let harness = Harness::builder(store.clone())
             .model(model)
@@ -171,6 +179,19 @@ impl World {
         })
     }
 
+    /// What the lead `lead` is created or resumed with: in a team run, its
+    /// team policy section (its role, name and team) for the prompt.
+    pub fn lead_setup(&self, lead: &SessionId) -> AgentSetup {
+        let mut setup = AgentSetup::default();
+        if self.teams.is_some() {
+            let team = TeamId(lead.clone());
+            setup
+                .vars
+                .insert(TEAM_POLICY_VAR.to_owned(), policy_for(&team, &Role::Lead));
+        }
+        setup
+    }
+
     /// In a team run, open the team `lead` leads (recovering what a
     /// crash left: provisioning members decided, queued messages
     /// delivered) and give it to the team tools; `None` otherwise.
@@ -211,5 +232,68 @@ impl World {
         }
         self.runtime.shutdown().await;
         self.harness.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use dsh_core::{AgentFactory, CancellationToken, CreateAgent, SessionHeader, UserMessage};
+    use dsh_harness::{MemoryStore, Scripted, ScriptedModel};
+
+    use super::*;
+
+    /// What a root's model is shown: in a team run, the team section and,
+    /// for a lead created with `lead_setup`, its own policy naming its
+    /// team; outside one, neither. The team tools and the control tools
+    /// install side by side without a clash.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_team_run_shows_the_lead_its_policy_and_the_team_section() {
+        for team in [false, true] {
+            let model = Arc::new(ScriptedModel::new());
+            model.push(Scripted::Text("ok".into()));
+            let world = World::build_with_team(
+                Arc::new(MemoryStore::new()),
+                model.clone(),
+                None,
+                None,
+                Limits::default(),
+                None,
+                team,
+            )
+            .unwrap();
+            let id = SessionId::generate();
+            let handle = world
+                .harness
+                .create(CreateAgent {
+                    setup: world.lead_setup(&id),
+                    header: SessionHeader::new(id.clone(), std::env::temp_dir()),
+                    seed: Vec::new(),
+                    cancel: CancellationToken::new(),
+                })
+                .await
+                .unwrap();
+            let opened = world.open_team(handle.agent()).await.unwrap();
+            assert_eq!(opened.is_some(), team);
+            handle
+                .agent()
+                .followup(UserMessage::user_text("hi"))
+                .await
+                .unwrap();
+            handle.agent().wait_idle().await;
+            let request = model.requests().remove(0);
+            let policy = format!("You are `lead`, the lead of agent team `{id}`.");
+            assert_eq!(request.system.contains(&policy), team, "{}", request.system);
+            assert_eq!(request.system.contains("This run has an agent team"), team);
+            let tools: Vec<&str> = request
+                .tools
+                .iter()
+                .map(|tool| tool.name.as_str())
+                .collect();
+            assert_eq!(tools.contains(&"spawn_teammate"), team, "{tools:?}");
+            assert!(tools.contains(&"send_message") && tools.contains(&"wait"));
+            world.shutdown().await;
+        }
     }
 }

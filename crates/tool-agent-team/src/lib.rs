@@ -77,12 +77,17 @@ impl TeamDirectory {
 /// The stable policy section of a member's system prompt: its role, name
 /// and team, and the rules of working together.
 pub fn policy_section(team: &Team, role: &Role) -> String {
+    policy_for(&team.id(), role)
+}
+
+/// [`policy_section`] for the team `team` before it is open (a host
+/// renders the lead's prompt before the lead, and so its team, exists).
+pub fn policy_for(team: &dsh_agent_team::TeamId, role: &Role) -> String {
     let identity = match role {
-        Role::Lead => format!("You are `lead`, the lead of agent team `{}`.", team.id()),
-        Role::Member(name) => format!(
-            "You are `{name}`, a teammate in agent team `{}`; `lead` leads it.",
-            team.id()
-        ),
+        Role::Lead => format!("You are `lead`, the lead of agent team `{team}`."),
+        Role::Member(name) => {
+            format!("You are `{name}`, a teammate in agent team `{team}`; `lead` leads it.")
+        }
     };
     let duties = match role {
         Role::Lead => {
