@@ -3,15 +3,23 @@
 //! tasks with a dependency, peer messages, over the real team service,
 //! tools and JSONL logs), then `dsh team` reading that tree cold, and its
 //! refusals, which follow the other commands' (one line, exit 3, the
-//! session directory untouched). Snapshots redact session and message ids,
-//! the scratch path and token counts.
+//! session directory untouched), and the team demo SIGKILLed at seeded
+//! points (`DSH_TEAM_KILL_SEED=<n>` replays), after each of which `dsh team`
+//! reads the tree, continuing the lead recovers the team, and no team
+//! message is lost to its log or held twice. Snapshots redact session and
+//! message ids, the scratch path and token counts.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 #[macro_use]
 mod support;
 
-use support::{Scratch, text};
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+use support::{BOUND, Scratch, dir_bytes, text, wait_bounded};
 
 /// Snapshot `value` with the scratch's redactions and message ids.
 fn snapshot(scratch: &Scratch, name: &str, value: &str) {
@@ -107,4 +115,193 @@ fn dsh_team_refuses_what_other_commands_refuse_and_says_when_a_tree_has_no_team(
     );
     let err = scratch.refused(&["team", "s-nope"], &[], 3);
     assert!(err.contains("no root session `s-nope`"), "{err}");
+}
+
+/// How many kills of the team demo.
+const KILLS: usize = 24;
+
+/// Every complete line of every log in `dir`, by session id.
+fn events(dir: &Path) -> HashMap<String, Vec<Value>> {
+    let mut logs = HashMap::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        let Some(id) = name
+            .strip_suffix(".jsonl")
+            .filter(|id| !id.starts_with('.'))
+        else {
+            continue;
+        };
+        let bytes = std::fs::read(&path).unwrap();
+        let complete = bytes
+            .iter()
+            .rposition(|b| *b == b'\n')
+            .map_or(0, |at| at + 1);
+        let lines = bytes[..complete]
+            .split(|b| *b == b'\n')
+            .filter(|line| !line.is_empty())
+            .map(|line| serde_json::from_slice(line).unwrap())
+            .collect();
+        logs.insert(id.to_owned(), lines);
+    }
+    logs
+}
+
+/// The mailbox as the lead's log holds it: every queued message id with
+/// its target's session, and the acknowledged ids.
+fn mailbox(lead: &[Value]) -> (Vec<(String, String)>, HashSet<String>) {
+    let of = |kind: &'static str| {
+        lead.iter()
+            .filter(move |event| event["type"] == kind)
+            .map(|event| &event["payload"])
+    };
+    let sessions: HashMap<&str, &str> = of("team/member")
+        .map(|member| {
+            (
+                member["name"].as_str().unwrap(),
+                member["id"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    let queued = of("team/message")
+        .map(|message| {
+            let to = message["to"].as_str().unwrap();
+            let session = if to == "lead" {
+                lead[0]["id"].as_str().unwrap_or("")
+            } else {
+                sessions[to]
+            };
+            (
+                message["id"].as_str().unwrap().to_owned(),
+                session.to_owned(),
+            )
+        })
+        .collect();
+    let delivered = of("team/delivered")
+        .map(|ack| ack["id"].as_str().unwrap().to_owned())
+        .collect();
+    (queued, delivered)
+}
+
+/// How many times a log accepted message `id`.
+fn accepted(log: &[Value], id: &str) -> usize {
+    log.iter()
+        .filter(|event| {
+            event["type"] == "inbox/accepted" && event["payload"]["message"]["id"] == id
+        })
+        .count()
+}
+
+/// `dsh team` of the scratch's latest tree: it succeeds and names no
+/// record the fold refused; its output.
+fn team_report(scratch: &Scratch, at: &str) -> String {
+    let team = scratch.dsh(&["team"], &[]);
+    assert!(
+        team.status.success(),
+        "{at}: dsh team: {}",
+        text(&team.stderr)
+    );
+    let report = text(&team.stdout);
+    assert!(!report.contains("was refused"), "{at}: {report}");
+    report
+}
+
+/// The team demo killed at seeded points of its writing (by bytes
+/// written), each over a fresh directory. After each kill `dsh team` reads
+/// the tree; `dsh send lead` continues it, which reopens its team (a
+/// provisioning member is decided, queued messages offered again); then no
+/// member is left provisioning, every message a target's log holds is
+/// acknowledged, and no message was accepted twice.
+#[test]
+fn the_team_demo_killed_anywhere_recovers_without_losing_or_repeating_a_message() {
+    let seed = std::env::var("DSH_TEAM_KILL_SEED")
+        .ok()
+        .and_then(|seed| seed.parse().ok())
+        .unwrap_or_else(|| fastrand::u64(..));
+    println!("DSH_TEAM_KILL_SEED={seed}");
+    let mut rng = fastrand::Rng::with_seed(seed);
+    let whole = {
+        let scratch = Scratch::new();
+        let run = scratch.dsh(&["run", "--team"], &[]);
+        assert!(run.status.success(), "{}", text(&run.stderr));
+        dir_bytes(&scratch.sessions())
+    };
+    let (mut killed, mut provisioning, mut undelivered) = (0, 0, 0);
+    for kill in 0..KILLS {
+        let scratch = Scratch::new();
+        let point = rng.u64(0..whole);
+        let at = format!("kill {kill} at byte {point} (DSH_TEAM_KILL_SEED={seed})");
+        let mut child = scratch.spawn(&["run", "--team"], &[]);
+        let deadline = Instant::now() + BOUND;
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if dir_bytes(&scratch.sessions()) >= point {
+                child.kill().unwrap();
+                killed += 1;
+                break;
+            }
+            assert!(Instant::now() < deadline, "{at}: the run did not finish");
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        let _ = wait_bounded(child, BOUND, "the killed dsh run");
+        let roots = events(&scratch.sessions())
+            .values()
+            .filter(|log| {
+                log.first()
+                    .is_some_and(|header| header.get("parent_session").is_none_or(Value::is_null))
+            })
+            .count();
+        if roots == 0 {
+            // Killed before the lead's header was written.
+            continue;
+        }
+        let before = team_report(&scratch, &at);
+        if before.contains("provisioning") {
+            provisioning += 1;
+        }
+        if before.contains(" queued ") || before.contains(" queued\n") {
+            undelivered += 1;
+        }
+        let send = scratch.dsh(&["send", "lead", "go on"], &[]);
+        assert!(
+            send.status.success(),
+            "{at}: dsh send lead: {}",
+            text(&send.stderr)
+        );
+        let report = team_report(&scratch, &at);
+        assert!(!report.contains("provisioning"), "{at}: {report}");
+        let logs = events(&scratch.sessions());
+        let lead = logs
+            .values()
+            .find(|log| {
+                log.first()
+                    .is_some_and(|header| header.get("parent_session").is_none_or(Value::is_null))
+            })
+            .unwrap();
+        let (queued, delivered) = mailbox(lead);
+        for (id, target) in &queued {
+            let held = logs.get(target).map_or(0, |log| accepted(log, id));
+            assert!(held <= 1, "{at}: {id} accepted {held} times");
+            if held == 1 {
+                assert!(
+                    delivered.contains(id),
+                    "{at}: {id} is held but not acknowledged"
+                );
+            }
+        }
+        for id in &delivered {
+            let target = &queued.iter().find(|(queued, _)| queued == id).unwrap().1;
+            assert_eq!(
+                accepted(&logs[target], id),
+                1,
+                "{at}: {id} acknowledged, not held"
+            );
+        }
+    }
+    println!(
+        "{killed} of {KILLS} runs killed part-way; {provisioning} left a member provisioning, \
+         {undelivered} a message queued"
+    );
 }
