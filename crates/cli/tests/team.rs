@@ -115,6 +115,21 @@ fn dsh_team_refuses_what_other_commands_refuse_and_says_when_a_tree_has_no_team(
     );
     let err = scratch.refused(&["team", "s-nope"], &[], 3);
     assert!(err.contains("no root session `s-nope`"), "{err}");
+
+    // A lead's log corrupt in the middle: exit 4, naming file and line.
+    let lead = text(&plain.stdout)
+        .split(':')
+        .next()
+        .and_then(|head| head.strip_prefix("team "))
+        .unwrap()
+        .to_owned();
+    let path = scratch.sessions().join(format!("{lead}.jsonl"));
+    let log = std::fs::read_to_string(&path).unwrap();
+    let mut lines: Vec<&str> = log.lines().collect();
+    lines.insert(2, "{not json");
+    std::fs::write(&path, lines.join("\n") + "\n").unwrap();
+    let err = scratch.refused(&["team"], &[], 4);
+    assert!(err.contains(&format!("{lead}.jsonl:3: corrupt")), "{err}");
 }
 
 /// How many kills of the team demo.
