@@ -172,18 +172,6 @@ enum Command {
         #[arg(long)]
         team: bool,
     },
-    /// Show the agent team of the most recent tree (or of TREE): the
-    /// roster with each member's status, the task board with readiness,
-    /// owners and write-scope overlap warnings, and the mailbox.
-    ///
-    /// Read from the logs only: no agent is resumed, nothing is written.
-    Team {
-        /// The root session of the tree (default: the most recent root).
-        #[arg(value_name = "TREE")]
-        tree: Option<String>,
-        #[command(flatten)]
-        dir: DirArg,
-    },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
     /// Also the logs that cannot be read, and the orphans: child logs that
@@ -228,6 +216,18 @@ enum Command {
         dir: DirArg,
         #[command(flatten)]
         root: RootArg,
+    },
+    /// Show the agent team of the most recent tree (or of TREE): the
+    /// roster with each member's status, the task board with readiness,
+    /// owners and write-scope overlap warnings, and the mailbox.
+    ///
+    /// Read from the logs only: no agent is resumed, nothing is written.
+    Team {
+        /// The root session of the tree (default: the most recent root).
+        #[arg(value_name = "TREE")]
+        tree: Option<String>,
+        #[command(flatten)]
+        dir: DirArg,
     },
 }
 
