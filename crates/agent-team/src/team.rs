@@ -23,7 +23,7 @@ use dsh_core::{
 };
 use dsh_subagent::{
     ActivationSpec, ChildMode, Delivery, InterruptAuthority, PromptDelivery, RunOutcome,
-    StartRequest, SubagentEvent, SubagentRuntime, TrustedHost, UserPrompt, fold_catalog,
+    StartRequest, SubagentEvent, SubagentRuntime, TrustedHost, fold_catalog,
 };
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
@@ -469,15 +469,39 @@ impl Team {
 
     /// The role a session holds in this team, without a liveness check
     /// (for deciding which tools an agent is offered): the lead's session,
-    /// or an active teammate's.
+    /// or a teammate's that is active or still provisioning. A teammate
+    /// runs its first step as soon as the runtime published it, before
+    /// its `active` record is written, so a provisioning member is offered
+    /// the tools too; [`Team::provisioned`] waits for its terminal phase
+    /// before it acts.
     pub fn role_of_session(&self, id: &SessionId) -> Option<Role> {
         if id == self.inner.lead.id() {
             return Some(Role::Lead);
         }
         lock(&self.inner.state)
             .member_by_session(id)
-            .filter(|member| member.record.phase == MemberPhase::Active)
+            .filter(|member| member.record.phase != MemberPhase::Failed)
             .map(|member| Role::Member(member.record.name.clone()))
+    }
+
+    /// Wait until the member whose session is `id` is no longer
+    /// `provisioning` (at once for the lead, an active or failed member, or
+    /// a session outside the roster). A teammate's first step can run
+    /// before its start has written `active`; its team calls wait here, so
+    /// its records follow that one in the lead's log.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only watches the state.
+    pub async fn provisioned(&self, id: &SessionId) {
+        let mut version = self.inner.changed.subscribe();
+        loop {
+            let provisioning = lock(&self.inner.state)
+                .member_by_session(id)
+                .is_some_and(|member| member.record.phase == MemberPhase::Provisioning);
+            if !provisioning || version.changed().await.is_err() {
+                return;
+            }
+        }
     }
 
     fn require_lead(&self, caller: &Arc<dyn Agent>, what: &str) -> Result<(), TeamError> {
@@ -849,18 +873,19 @@ impl Team {
             }
             (_, None) if is_lead => Err(TeamError::Agent(AgentError::Disposed(session.clone()))),
             _ => {
-                // Through the runtime: it steers clear of a retiring
-                // target, resumes a cold one as an activation it owns, and
-                // never accepts one request id twice.
-                let prompt = UserPrompt {
-                    child: session.clone(),
-                    request_id: record.id.clone(),
-                    content: framed(record),
-                    delivery: PromptDelivery::Queue,
-                };
+                // Through the runtime, whole (its `team-message` source
+                // kept): it steers clear of a retiring target, resumes a
+                // cold one as an activation it owns, and never accepts one
+                // message id twice.
                 self.inner
                     .runtime
-                    .prompt(prompt, &TrustedHost, &CancellationToken::new())
+                    .deliver_whole(
+                        session,
+                        self.user_message(record),
+                        PromptDelivery::Queue,
+                        &TrustedHost,
+                        &CancellationToken::new(),
+                    )
                     .await?;
                 Ok(true)
             }

@@ -15,8 +15,8 @@ use dsh_agent_team::{
     fold_team, heading,
 };
 use dsh_core::{
-    Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, EventPayload, SessionHeader,
-    UserMessage,
+    Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, EventPayload, MessageSource,
+    SessionHeader, UserMessage,
 };
 use dsh_harness::Scripted;
 use dsh_test_support::wait::{bounded, until};
@@ -176,6 +176,14 @@ async fn the_target_sees_one_message_naming_its_id_and_sender() {
     let mut expected = vec![ContentBlock::text(heading(&sent.id, "lead"))];
     expected.extend(content);
     assert_eq!(messages[0].content, expected);
+    // Delivered whole through the runtime's resume: the cold target's log
+    // keeps the team's source, not the runtime's `user` one.
+    assert_eq!(messages[0].source.kind(), "team-message");
+    let MessageSource::Other { fields, .. } = &messages[0].source else {
+        panic!("{:?}", messages[0].source);
+    };
+    assert_eq!(fields["sender_name"], "lead");
+    assert_eq!(fields["message_id"], sent.id.as_str());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

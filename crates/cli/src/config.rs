@@ -43,6 +43,9 @@ pub struct ConfigFile {
     /// What the workspace tools may do: `read-only` (the default),
     /// `workspace-write` or `full`.
     pub sandbox: Option<String>,
+    /// Give the lead a team (the ten team tools, in place of the control
+    /// tools' `send_message`, `list_agents` and `interrupt_agent`).
+    pub team: Option<bool>,
 }
 
 /// One OpenAI-compatible API.
@@ -136,6 +139,8 @@ pub struct Overrides {
     pub acp_permission: Option<PermissionPolicy>,
     /// `--sandbox`.
     pub sandbox: Option<Level>,
+    /// `--team` (only ever turns it on).
+    pub team: bool,
 }
 
 /// The tree's limits, resolved.
@@ -174,6 +179,8 @@ pub struct Settings {
     pub sandbox: Level,
     /// Prices by model id.
     pub prices: BTreeMap<String, Price>,
+    /// Whether the lead leads a team (`--team`, dsh.toml `team`).
+    pub team: bool,
     /// The flags, for a command that resolves a model again (`send` over a
     /// tree that recorded its own).
     pub overrides: Overrides,
@@ -388,6 +395,7 @@ pub fn resolve(
         acp,
         sandbox,
         prices: parsed.prices,
+        team: overrides.team || parsed.team.unwrap_or(false),
         overrides: overrides.clone(),
     })
 }
@@ -588,6 +596,7 @@ mod tests {
         assert!(acp.inherit_env.contains(&"PATH".to_owned()));
         assert_eq!(acp.permission, PermissionPolicy::Reject);
         assert_eq!(settings.sandbox, Level::WorkspaceWrite);
+        assert!(settings.team);
         let cost = settings.prices["deepseek-chat"].cost(1_000_000, 500_000);
         assert!((cost - (0.27 + 0.55)).abs() < 1e-9, "{cost}");
     }
@@ -607,6 +616,7 @@ mod tests {
             acp_env: vec!["EXTRA".into()],
             acp_permission: Some(PermissionPolicy::Allow),
             sandbox: Some(Level::Full),
+            team: true,
             config: None,
         };
         let settings = settings(text, &overrides).unwrap();
@@ -635,6 +645,7 @@ mod tests {
         assert!(acp.inherit_env.contains(&"EXTRA".to_owned()));
         assert_eq!(acp.permission, PermissionPolicy::Allow);
         assert_eq!(settings.sandbox, Level::Full);
+        assert!(settings.team);
     }
 
     #[test]
@@ -643,6 +654,7 @@ mod tests {
         assert_eq!(settings.model, ModelChoice::Demo);
         assert_eq!(settings.limits, Limits::default());
         assert!(settings.acp.is_none());
+        assert!(!settings.team);
     }
 
     #[test]

@@ -53,24 +53,27 @@ enum Role {
     Reviewer,
 }
 
-fn user_text(message: &Message) -> Option<(&MessageSource, String)> {
+pub(crate) fn user_text(message: &Message) -> Option<(&MessageSource, String)> {
     match message {
         Message::User { content, source } => Some((source, joined_text(content))),
         _ => None,
     }
 }
 
+/// Whether a user-role message of the request says exactly `prompt` (a
+/// child's task names the child).
+pub(crate) fn said(request: &ModelRequest, prompt: &str) -> bool {
+    request
+        .messages
+        .iter()
+        .filter_map(user_text)
+        .any(|(_, text)| text == prompt)
+}
+
 fn role(request: &ModelRequest) -> Role {
-    let said = |prompt: &str| {
-        request
-            .messages
-            .iter()
-            .filter_map(user_text)
-            .any(|(_, text)| text == prompt)
-    };
-    if said(RESEARCH_PROMPT) {
+    if said(request, RESEARCH_PROMPT) {
         Role::Researcher
-    } else if said(REVIEW_PROMPT) {
+    } else if said(request, REVIEW_PROMPT) {
         Role::Reviewer
     } else {
         Role::Lead
@@ -78,7 +81,7 @@ fn role(request: &ModelRequest) -> Role {
 }
 
 /// The name of the tool whose result is the request's latest tool result.
-fn last_tool(request: &ModelRequest) -> Option<String> {
+pub(crate) fn last_tool(request: &ModelRequest) -> Option<String> {
     let call_id = request.messages.iter().rev().find_map(|m| match m {
         Message::Tool { call_id, .. } => Some(call_id.clone()),
         _ => None,
@@ -122,7 +125,7 @@ fn user_follow_up(request: &ModelRequest) -> Option<String> {
     }
 }
 
-fn calls(calls: Vec<(&str, serde_json::Value)>, text: Option<&str>) -> Scripted {
+pub(crate) fn calls(calls: Vec<(&str, serde_json::Value)>, text: Option<&str>) -> Scripted {
     Scripted::ToolCalls {
         text: text.map(str::to_owned),
         calls: calls
@@ -133,7 +136,7 @@ fn calls(calls: Vec<(&str, serde_json::Value)>, text: Option<&str>) -> Scripted 
 }
 
 /// A one-shot flag.
-fn first_time(flag: &AtomicBool) -> bool {
+pub(crate) fn first_time(flag: &AtomicBool) -> bool {
     !flag.swap(true, Ordering::SeqCst)
 }
 
@@ -392,7 +395,7 @@ impl Demo {
 
 /// A settled child's name from its parent's catalog, read from the live
 /// parent (the demo's children are the lead's, which stays live).
-fn child_name(
+pub(crate) fn child_name(
     runtime: &SubagentRuntime,
     parent: &dsh_core::SessionId,
     child: &dsh_core::SessionId,

@@ -25,6 +25,7 @@ use clap::{Args, Parser, Subcommand};
 mod agents;
 mod config;
 mod demo;
+mod demo_team;
 mod error;
 mod model;
 mod observe;
@@ -33,6 +34,7 @@ mod send;
 mod sessions;
 mod show;
 mod signals;
+mod team;
 mod transcript;
 mod world;
 mod writes;
@@ -162,6 +164,13 @@ enum Command {
         /// How the ACP agent's permission requests are answered.
         #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow"])]
         acp_permission: Option<String>,
+        /// Make the lead the lead of an agent team: the ten team tools
+        /// (teammates, peer messages, a shared task board) in place of the
+        /// control tools' `send_message`, `list_agents` and
+        /// `interrupt_agent` (dsh.toml `team`). With the demo model, the
+        /// offline team demo: a lead, two teammates, three tasks.
+        #[arg(long)]
+        team: bool,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
@@ -207,6 +216,18 @@ enum Command {
         dir: DirArg,
         #[command(flatten)]
         root: RootArg,
+    },
+    /// Show the agent team of the most recent tree (or of TREE): the
+    /// roster with each member's status, the task board with readiness,
+    /// owners and write-scope overlap warnings, and the mailbox.
+    ///
+    /// Read from the logs only: no agent is resumed, nothing is written.
+    Team {
+        /// The root session of the tree (default: the most recent root).
+        #[arg(value_name = "TREE")]
+        tree: Option<String>,
+        #[command(flatten)]
+        dir: DirArg,
     },
 }
 
@@ -409,7 +430,7 @@ fn main() -> ExitCode {
     quiet_panics();
     let log = match &cli.command {
         Command::Run { dir, .. } | Command::Send { dir, .. } => Some(dir.dir.clone()),
-        Command::Agents { .. } | Command::Show { .. } => None,
+        Command::Agents { .. } | Command::Show { .. } | Command::Team { .. } => None,
     };
     diagnostics(cli.verbose, log.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -447,6 +468,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp_args,
             acp_env,
             acp_permission,
+            team,
         } => {
             let overrides = config::Overrides {
                 acp_command,
@@ -459,6 +481,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                         dsh_subagent_acp::PermissionPolicy::Reject
                     }
                 }),
+                team,
                 ..model.overrides(config)
             };
             let settings = config::load(&overrides)?;
@@ -503,5 +526,6 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
         Command::Show { name, dir, root } => {
             show::show(&dir.dir, root.root.as_deref(), &name).await
         }
+        Command::Team { tree, dir } => team::team(&dir.dir, tree.as_deref()).await,
     }
 }

@@ -231,7 +231,7 @@ impl Reporter {
     fn tool_started(&self, agent: &SessionId, tool: &str, input: &Value) {
         let mut state = lock(&self.state);
         if let Some(row) = state.rows.iter_mut().find(|r| &r.id == agent) {
-            row.activity = match (tool, input.get("to").and_then(Value::as_str)) {
+            row.activity = match (tool, recipient(input)) {
                 ("wait", _) => "waiting for its inbox".to_owned(),
                 (_, Some(to)) => format!("{tool} → {to}"),
                 _ => format!("calling {tool}"),
@@ -254,7 +254,7 @@ impl Reporter {
         let text = input.get("message").and_then(Value::as_str);
         let line = match (tool, text, delivered) {
             ("send_message", Some(text), true) => {
-                let to = input.get("to").and_then(Value::as_str).unwrap_or("?");
+                let to = recipient(input).unwrap_or("?");
                 Some(format!(
                     "message {} -> {to}: {}",
                     self.name_of(agent),
@@ -323,6 +323,15 @@ impl Reporter {
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
     }
+}
+
+/// Whom a messaging call addresses: `to` (the control tool) or `target`
+/// (the team tools).
+fn recipient(input: &Value) -> Option<&str> {
+    input
+        .get("to")
+        .or_else(|| input.get("target"))
+        .and_then(Value::as_str)
 }
 
 /// Fold the live agent's new events into its row.

@@ -30,6 +30,7 @@ use tokio::time::timeout;
 
 use crate::config::{Price, Settings};
 use crate::demo::{DEMO_PROMPT, Demo};
+use crate::demo_team::{TEAM_DEMO_PROMPT, TeamDemo};
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
 use crate::observe::{Mode, Reporter, compact};
@@ -88,7 +89,17 @@ async fn run_over(
     open: impl FnOnce(&std::path::Path) -> Result<Arc<dyn SessionStore>, CliError>,
 ) -> Result<(), CliError> {
     let settings = args.settings;
+    // `--team` with the demo model is the team demo.
+    let team_demo =
+        (settings.team && args.resume.is_none() && matches!(settings.model, ModelChoice::Demo))
+            .then(TeamDemo::new);
     let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &settings.model {
+        ModelChoice::Demo if team_demo.is_some() => (
+            team_demo
+                .as_ref()
+                .map_or_else(|| Demo::new(true).model(), TeamDemo::model),
+            None,
+        ),
         // A continued tree has no scripted order to keep: the demo answers
         // any new input at once.
         ModelChoice::Demo if args.resume.is_some() => (Demo::new(false).model(), None),
@@ -105,6 +116,12 @@ async fn run_over(
         // A new lead needs none of the other logs: a bad one is only named.
         sessions::scan(opened.as_ref()).await?.warn();
     }
+    // A continued tree that has a team keeps its team tools.
+    let team = settings.team
+        || match &args.resume {
+            Some(id) => crate::team::has_team(opened.as_ref(), id).await?,
+            None => false,
+        };
     let cwd = std::env::current_dir()?;
     let faults = WriteFaults::new();
     let store = Watched::wrap(opened, &faults);
@@ -114,18 +131,20 @@ async fn run_over(
         Mode::Plain
     };
     let reporter = Reporter::new(mode);
-    let world = World::build(
+    let world = World::build_with_team(
         store,
         model,
         Some(&reporter),
         settings.acp.clone(),
         settings.limits,
         Some((&cwd, settings.sandbox)),
+        team,
     )?;
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);
     let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
+    let _team_gates = team_demo.as_ref().map(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
     let what = match &settings.model {
         ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
@@ -140,7 +159,12 @@ async fn run_over(
         "dsh: {what}; sessions in {}{config}",
         args.dir.display()
     ));
-    let prompt = args.prompt.unwrap_or_else(|| DEMO_PROMPT.to_owned());
+    let default_prompt = if team_demo.is_some() {
+        TEAM_DEMO_PROMPT
+    } else {
+        DEMO_PROMPT
+    };
+    let prompt = args.prompt.unwrap_or_else(|| default_prompt.to_owned());
     let earlier_resumed = args.resume.is_some();
     let handle = match args.resume {
         // The lead's conversation goes on; its children stay cold until it
@@ -149,8 +173,8 @@ async fn run_over(
             world
                 .harness
                 .resume(ResumeAgent {
+                    setup: world.lead_setup(&id),
                     id,
-                    setup: Default::default(),
                     cancel: CancellationToken::new(),
                 })
                 .await?
@@ -166,15 +190,23 @@ async fn run_over(
             world
                 .harness
                 .create(CreateAgent {
+                    setup: world.lead_setup(&header.id),
                     header,
                     seed: Vec::new(),
-                    setup: Default::default(),
                     cancel: CancellationToken::new(),
                 })
                 .await?
         }
     };
     let lead = handle.agent().clone();
+    if let Some(recovery) = world.open_team(&lead).await? {
+        for (member, error) in &recovery.errors {
+            reporter.line(&format!(
+                "team: messages for {member} stay queued: {}",
+                compact(error, 200)
+            ));
+        }
+    }
     tracing::info!(
         lead = %lead.id(),
         model = %settings.model.spec(),
@@ -228,6 +260,18 @@ async fn run_over(
     reporter.tick();
     if mode == Mode::Plain && outcome.is_ok() {
         summary(&world, &lead, &reporter, settings.price()).await;
+        if team {
+            // The team as its logs hold it, as `dsh team` shows it.
+            match crate::team::report(world.store.as_ref(), lead.id()).await {
+                Ok(report) => {
+                    reporter.line("");
+                    for line in report.lines() {
+                        reporter.line(line);
+                    }
+                }
+                Err(err) => reporter.line(&format!("the team cannot be read: {err}")),
+            }
+        }
     }
     shutdown(&world, Some(&*reporter)).await;
     match &outcome {
@@ -508,22 +552,31 @@ mod tests {
 
     use super::*;
 
-    fn demo_args(dir: &std::path::Path) -> RunArgs {
+    fn demo_args(dir: &std::path::Path, team: bool) -> RunArgs {
         RunArgs {
             prompt: None,
             dir: dir.to_path_buf(),
             settings: crate::config::resolve(
                 None,
                 crate::config::ConfigFile::default(),
-                &crate::config::Overrides::default(),
+                &crate::config::Overrides {
+                    team,
+                    ..crate::config::Overrides::default()
+                },
             )
             .unwrap(),
             resume: None,
         }
     }
 
-    /// The demo run over a store that fails the `nth` call of `op`.
-    async fn run_failing(op: Op, nth: u64, fault: Fault) -> (Result<(), CliError>, u64) {
+    /// The demo run (the team demo with `team`) over a store that fails
+    /// the `nth` call of `op`.
+    async fn run_failing(
+        op: Op,
+        nth: u64,
+        fault: Fault,
+        team: bool,
+    ) -> (Result<(), CliError>, u64) {
         let dir = tempfile::tempdir().unwrap();
         let faults = Arc::new(FaultStore::new(
             JsonlStore::new(dir.path(), Durability::TurnBoundary).unwrap(),
@@ -532,7 +585,7 @@ mod tests {
         let store = Arc::clone(&faults);
         let outcome = timeout(
             Duration::from_secs(60),
-            run_over(demo_args(dir.path()), move |_| {
+            run_over(demo_args(dir.path(), team), move |_| {
                 Ok(store as Arc<dyn SessionStore>)
             }),
         )
@@ -541,19 +594,24 @@ mod tests {
         (outcome, faults.calls(op))
     }
 
-    /// B56 at every write of the demo's tree: EIO at the k-th append, or
-    /// at the k-th turn-boundary sync, of any agent's log, for every k of a
-    /// whole run. The run ends (never hangs) with the OS error, never with
-    /// success.
+    /// B56 at every write of the demo's tree, and of the team demo's: EIO
+    /// at the k-th append, or at the k-th turn-boundary sync, of any
+    /// agent's log, for every k of a whole run. The run ends (never hangs)
+    /// with the OS error, never with success.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_failed_write_at_any_point_of_the_tree_ends_the_run_with_the_os_error() {
-        for op in [Op::Append, Op::Checkpoint] {
+        for (op, team) in [
+            (Op::Append, false),
+            (Op::Checkpoint, false),
+            (Op::Append, true),
+            (Op::Checkpoint, true),
+        ] {
             // A clean run counts the calls (a fault beyond them never fires).
-            let (clean, total) = run_failing(op, u64::MAX, Fault::EIO).await;
+            let (clean, total) = run_failing(op, u64::MAX, Fault::EIO, team).await;
             assert!(clean.is_ok(), "{clean:?}");
             assert!(total > 0, "{op}: no calls");
             for nth in 1..=total {
-                let (outcome, _) = run_failing(op, nth, Fault::EIO).await;
+                let (outcome, _) = run_failing(op, nth, Fault::EIO, team).await;
                 let err = outcome.expect_err("a run whose write failed succeeded");
                 assert!(matches!(err, CliError::WriteFailed(_)), "{op} {nth}: {err}");
                 assert!(
@@ -562,7 +620,9 @@ mod tests {
                 );
                 assert_eq!(err.exit_code(), 1);
             }
-            println!("{op}: all {total} failure points end the run with the OS error");
+            println!(
+                "{op} (team {team}): all {total} failure points end the run with the OS error"
+            );
         }
     }
 }

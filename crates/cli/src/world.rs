@@ -4,17 +4,24 @@
 //! `subagent` tool for spawn, the `fork` tool for fork, and the five control
 //! tools) and, for the commands that run agents, the workspace tools over
 //! the working directory under the `--sandbox` level; plus, when an ACP agent command is configured, the `acp` provider
-//! and its `acp` tool; each tool is wrapped for the reporter when there is
-//! one. This module only assembles; it starts no agent.
+//! and its `acp` tool; and, for a team run (`--team`), the ten team tools
+//! over a [`TeamDirectory`], which replace the three control tools of the
+//! same names (`send_message`, `list_agents`, `interrupt_agent`: one
+//! registry holds one tool, and one compiled schema, per name); each tool
+//! is wrapped for the reporter when there is one. This module only
+//! assembles; it starts no agent (a team is opened for a lead the command
+//! created or resumed, [`World::open_team`]).
 
 use std::sync::Arc;
 
-use dsh_core::{AgentOptions, Model, SessionStore, Tool};
+use dsh_agent_team::{Recovery, Role, Team, TeamConfig, TeamId};
+use dsh_core::{Agent, AgentOptions, AgentSetup, Model, SessionId, SessionStore, Tool};
 use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
 use dsh_subagent_acp::{AcpConfig, AcpProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_tool_agent_team::{SHARED_WITH_CONTROL, TeamDirectory, TeamTool, policy_for};
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
@@ -30,6 +37,19 @@ shares this conversation. Background subagents report back with a settlement not
 when you have nothing else to do, `list_agents` to recall names, and `send_message` to talk to an agent by name. \
 Answer concisely.";
 
+/// The system prompt's section for a team run, which every agent shares
+/// (the harness has no per-agent section; each tool is offered only to the
+/// agents it is for).
+const TEAM_PROMPT: &str = "This run has an agent team: the root is `lead`, and teammates are named agents the lead \
+creates with `spawn_teammate`. Team members coordinate through the shared task board (`team_task_create`, \
+`team_task_list`, `team_task_get`, `team_task_update` with the task's latest revision; write scopes warn about \
+overlaps and lock nothing) and through messages by member name: `send_message` adds context quietly, \
+`followup_task` becomes the target's next turn. `list_agents` shows the roster, `wait_agent` waits for the \
+team to change, and `wait` for your own inbox. Only the lead spawns, reassigns and interrupts.";
+
+/// The prompt variable that holds the lead's team policy section.
+const TEAM_POLICY_VAR: &str = "team_policy";
+
 /// The assembled world.
 pub struct World {
     /// The session store.
@@ -38,6 +58,8 @@ pub struct World {
     pub harness: Harness,
     /// The subagent runtime over the harness.
     pub runtime: SubagentRuntime,
+    /// The teams the team tools act on, in a team run.
+    pub teams: Option<TeamDirectory>,
 }
 
 fn install_error(err: impl std::fmt::Display) -> CliError {
@@ -58,9 +80,32 @@ impl World {
         limits: Limits,
         workspace: Option<(&std::path::Path, Level)>,
     ) -> Result<Self, CliError> {
+        Self::build_with_team(store, model, reporter, acp, limits, workspace, false)
+    }
+
+    /// [`World::build`], and with `team` the ten team tools in place of the
+    /// three control tools they share names with.
+    pub fn build_with_team(
+        store: Arc<dyn SessionStore>,
+        model: Arc<dyn Model>,
+        reporter: Option<&Arc<Reporter>>,
+        acp: Option<AcpConfig>,
+        limits: Limits,
+        workspace: Option<(&std::path::Path, Level)>,
+        team: bool,
+    ) -> Result<Self, CliError> {
+        let mut prompt = SystemPrompt::new().section("role", SYSTEM_PROMPT);
+        if team {
+            // The lead's own policy comes with its setup (`lead_setup`);
+            // the runtime creates teammates with none, so theirs is empty.
+            prompt = prompt
+                .section("team", TEAM_PROMPT)
+                .section("team_policy", format!("{{{{{TEAM_POLICY_VAR}}}}}"))
+                .var(TEAM_POLICY_VAR, "");
+        }
         let harness = Harness::builder(store.clone())
             .model(model)
-            .prompt(SystemPrompt::new().section("role", SYSTEM_PROMPT))
+            .prompt(prompt)
             .defaults(AgentOptions {
                 max_turn_steps: limits.max_turn_steps,
                 ..AgentOptions::default()
@@ -100,7 +145,18 @@ impl World {
         for config in configs {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
-        tools.extend(ControlTools::new(runtime.clone()));
+        let teams = team.then(TeamDirectory::new);
+        match &teams {
+            Some(directory) => {
+                tools.extend(
+                    ControlTools::new(runtime.clone())
+                        .into_iter()
+                        .filter(|tool| !SHARED_WITH_CONTROL.contains(&tool.name())),
+                );
+                tools.extend(TeamTool::all(directory));
+            }
+            None => tools.extend(ControlTools::new(runtime.clone())),
+        }
         if let Some((root, level)) = workspace {
             // No asker: an action above the level is refused with a
             // sentence the model can act on.
@@ -119,17 +175,125 @@ impl World {
             store,
             harness,
             runtime,
+            teams,
         })
     }
 
-    /// Stop every activation, then every agent, and wait for their tasks.
+    /// What the lead `lead` is created or resumed with: in a team run, its
+    /// team policy section (its role, name and team) for the prompt.
+    pub fn lead_setup(&self, lead: &SessionId) -> AgentSetup {
+        let mut setup = AgentSetup::default();
+        if self.teams.is_some() {
+            let team = TeamId(lead.clone());
+            setup
+                .vars
+                .insert(TEAM_POLICY_VAR.to_owned(), policy_for(&team, &Role::Lead));
+        }
+        setup
+    }
+
+    /// In a team run, open the team `lead` leads (recovering what a
+    /// crash left: provisioning members decided, queued messages
+    /// delivered) and give it to the team tools; `None` otherwise.
+    ///
+    /// # Errors
+    /// The team cannot be opened (the lead is not a live root, or a
+    /// recovery record cannot be written).
+    ///
+    /// # Cancel safety
+    /// Recovery runs on the team's own tasks: a drop leaves it running to
+    /// completion, its records whole, and the team not in the directory.
+    pub async fn open_team(&self, lead: &Arc<dyn Agent>) -> Result<Option<Recovery>, CliError> {
+        let Some(directory) = &self.teams else {
+            return Ok(None);
+        };
+        let (team, recovery) = Team::open(
+            lead.clone(),
+            self.runtime.clone(),
+            self.store.clone(),
+            TeamConfig::default(),
+        )
+        .await
+        .map_err(|err| CliError::Refused(format!("cannot open the team: {err}")))?;
+        directory.insert(team);
+        Ok(Some(recovery))
+    }
+
+    /// Wait for the teams' own work (deliveries, releases), then stop
+    /// every activation, then every agent, and wait for their tasks.
     ///
     /// # Cancel safety
     /// A drop part-way leaves the activations and agents not yet stopped
     /// live (every acknowledged write is already in its log); calling it again
     /// finishes the work.
     pub async fn shutdown(&self) {
+        for team in self.teams.iter().flat_map(TeamDirectory::teams) {
+            team.shutdown().await;
+        }
         self.runtime.shutdown().await;
         self.harness.shutdown().await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use dsh_core::{AgentFactory, CancellationToken, CreateAgent, SessionHeader, UserMessage};
+    use dsh_harness::{MemoryStore, Scripted, ScriptedModel};
+
+    use super::*;
+
+    /// What a root's model is shown: in a team run, the team section and,
+    /// for a lead created with `lead_setup`, its own policy naming its
+    /// team; outside one, neither. The team tools and the control tools
+    /// install side by side without a clash.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_team_run_shows_the_lead_its_policy_and_the_team_section() {
+        for team in [false, true] {
+            let model = Arc::new(ScriptedModel::new());
+            model.push(Scripted::Text("ok".into()));
+            let world = World::build_with_team(
+                Arc::new(MemoryStore::new()),
+                model.clone(),
+                None,
+                None,
+                Limits::default(),
+                None,
+                team,
+            )
+            .unwrap();
+            let id = SessionId::generate();
+            let handle = world
+                .harness
+                .create(CreateAgent {
+                    setup: world.lead_setup(&id),
+                    header: SessionHeader::new(id.clone(), std::env::temp_dir()),
+                    seed: Vec::new(),
+                    cancel: CancellationToken::new(),
+                })
+                .await
+                .unwrap();
+            let opened = world.open_team(handle.agent()).await.unwrap();
+            assert_eq!(opened.is_some(), team);
+            handle
+                .agent()
+                .followup(UserMessage::user_text("hi"))
+                .await
+                .unwrap();
+            handle.agent().wait_idle().await;
+            let request = model.requests().remove(0);
+            let policy = format!("You are `lead`, the lead of agent team `{id}`.");
+            assert_eq!(request.system.contains(&policy), team, "{}", request.system);
+            assert_eq!(request.system.contains("This run has an agent team"), team);
+            let tools: Vec<&str> = request
+                .tools
+                .iter()
+                .map(|tool| tool.name.as_str())
+                .collect();
+            assert_eq!(tools.contains(&"spawn_teammate"), team, "{tools:?}");
+            assert!(tools.contains(&"send_message") && tools.contains(&"wait"));
+            world.shutdown().await;
+        }
     }
 }

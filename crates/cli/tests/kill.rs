@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde_json::Value;
-use support::{BOUND, Scratch, text, wait_bounded, within};
+use support::{BOUND, Scratch, dir_bytes, text, wait_bounded, within};
 
 /// How many kills.
 const KILLS: usize = 50;
@@ -221,19 +221,6 @@ fn hidden(dir: &Path) -> Vec<PathBuf> {
                 .collect()
         })
         .unwrap_or_default()
-}
-
-/// The bytes of every file in `dir` (logs and temporaries).
-fn dir_bytes(dir: &Path) -> u64 {
-    std::fs::read_dir(dir)
-        .map(|entries| {
-            entries
-                .flatten()
-                .filter_map(|e| e.metadata().ok())
-                .map(|m| m.len())
-                .sum()
-        })
-        .unwrap_or(0)
 }
 
 /// How many bytes a whole demo run writes: each kill falls once the run

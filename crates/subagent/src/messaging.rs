@@ -653,47 +653,77 @@ impl SubagentRuntime {
         authoriser: &dyn SessionAuthoriser,
         cancel: &CancellationToken,
     ) -> Result<MessageId, SubagentError> {
-        authoriser
-            .authorise(&request.child)
-            .map_err(|text| SubagentError::from(DeliveryError::Unauthorized(text)))?;
-        let root = self.lineage_root(&request.child).await?;
-        if root == request.child {
-            return Err(DeliveryError::NotAChild(request.child.clone()).into());
-        }
-        if self.registry().get(&root).is_none() {
-            return Err(SubagentError::Delivery(DeliveryError::NotLive(root)));
-        }
-        self.check_admission(&root)?;
-        match self
-            .mode_of(&request.child)
-            .await?
-            .as_ref()
-            .map(ChildMode::as_str)
-        {
-            Some("continuable") => {}
-            _ => {
-                return Err(DeliveryError::NotMessageable(request.child.clone()).into());
-            }
-        }
-        // The request id is an idempotency key: a repeat of an accepted
-        // request is not delivered again, and one in flight is refused.
-        let _in_flight = RequestInFlight::claim(self, &request.child, &request.request_id)?;
-        if self
-            .was_accepted(&request.child, &request.request_id)
-            .await?
-        {
-            return Ok(request.request_id);
-        }
         let message = UserMessage {
             id: request.request_id,
             content: request.content,
             source: MessageSource::User,
         };
-        let into = match request.delivery {
+        self.deliver_whole(
+            &request.child,
+            message,
+            request.delivery,
+            authoriser,
+            cancel,
+        )
+        .await
+    }
+
+    /// Deliver a whole host-built message (its own id, content and source,
+    /// a `team-message` say) to a continuable child, with exactly the
+    /// admission, authority and idempotency of [`SubagentRuntime::prompt`]:
+    /// authorised on the child's session before any work, through its live
+    /// tree root, the message id an idempotency key (a message the child's
+    /// log already holds is not delivered again; one in flight is refused),
+    /// resuming the child as an activation the runtime owns when it is
+    /// cold. `prompt` is this with a `user` source.
+    ///
+    /// # Errors
+    /// As [`SubagentRuntime::prompt`].
+    ///
+    /// # Cancel safety
+    /// As [`SubagentRuntime::prompt`]: the awaits before delivery are reads
+    /// (lineage, catalog, the child's log) with no effect, so a drop there
+    /// leaves nothing; a drop while a live child accepts the message may
+    /// leave it accepted (as `Agent::send` says); a drop during a cold
+    /// child's resume cancels it, and the runtime then either undoes the
+    /// resume (the child cold again, without the message) or finishes it
+    /// (resumed, holding the message once, and monitored).
+    pub async fn deliver_whole(
+        &self,
+        child: &SessionId,
+        message: UserMessage,
+        delivery: PromptDelivery,
+        authoriser: &dyn SessionAuthoriser,
+        cancel: &CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
+        authoriser
+            .authorise(child)
+            .map_err(|text| SubagentError::from(DeliveryError::Unauthorized(text)))?;
+        let root = self.lineage_root(child).await?;
+        if &root == child {
+            return Err(DeliveryError::NotAChild(child.clone()).into());
+        }
+        if self.registry().get(&root).is_none() {
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(root)));
+        }
+        self.check_admission(&root)?;
+        match self.mode_of(child).await?.as_ref().map(ChildMode::as_str) {
+            Some("continuable") => {}
+            _ => {
+                return Err(DeliveryError::NotMessageable(child.clone()).into());
+            }
+        }
+        // The message id is an idempotency key: a repeat of an accepted
+        // message is not delivered again, and one in flight is refused.
+        let _in_flight = RequestInFlight::claim(self, child, &message.id)?;
+        if self.was_accepted(child, &message.id).await? {
+            return Ok(message.id);
+        }
+        let into = match delivery {
             PromptDelivery::Queue => InboxTarget::NextTurn,
             PromptDelivery::Steer => InboxTarget::NextStep,
         };
-        self.deliver_with_resume(&request.child, &root, message, Some(into), None, cancel)
+        self.deliver_with_resume(child, &root, message, Some(into), None, cancel)
             .await
     }
 

@@ -14,7 +14,7 @@ use std::pin::pin;
 
 use dsh_core::{
     CancellationToken, ContentBlock, Durability, EventPayload, MessageId, MessageSource,
-    SessionEvent, SessionId, SessionStore,
+    SessionEvent, SessionId, SessionStore, UserMessage,
 };
 use dsh_subagent::{
     InterruptAuthority, PromptDelivery, RuntimeConfig, SubagentEvent, TrustedHost, UserPrompt,
@@ -38,6 +38,9 @@ enum Operation {
     Send,
     /// A user `prompt` to a cold child (a resume).
     Prompt,
+    /// A whole host-built message with its own source (`deliver_whole`)
+    /// to a cold child (a resume).
+    Deliver,
     /// `interrupt` of a cold child under the root's authority.
     Interrupt,
     /// `drain_descendants` of the root while a child settles.
@@ -66,7 +69,7 @@ fn cases() -> Vec<(Operation, Point)> {
         cases.push((Operation::Start, at(Op::Create, child(), when)));
         cases.push((Operation::Start, at(Op::Append, lead(), when)));
         cases.push((Operation::Start, at(Op::Append, child(), when)));
-        for operation in [Operation::Send, Operation::Prompt] {
+        for operation in [Operation::Send, Operation::Prompt, Operation::Deliver] {
             cases.push((operation, at(Op::Load, child(), when)));
             cases.push((operation, at(Op::Open, child(), when)));
             cases.push((operation, at(Op::Append, child(), when)));
@@ -116,6 +119,24 @@ fn operation(world: &World, operation: Operation) -> BoxFuture<'_, ()> {
             };
             let _ = runtime
                 .prompt(request, &TrustedHost, &CancellationToken::new())
+                .await;
+        }),
+        Operation::Deliver => Box::pin(async move {
+            let message = UserMessage::new(
+                vec![ContentBlock::text("wake up")],
+                MessageSource::Other {
+                    kind: "team-message".into(),
+                    fields: serde_json::Map::new(),
+                },
+            );
+            let _ = runtime
+                .deliver_whole(
+                    &child(),
+                    message,
+                    PromptDelivery::Queue,
+                    &TrustedHost,
+                    &CancellationToken::new(),
+                )
                 .await;
         }),
         Operation::Interrupt => Box::pin(async move {
@@ -218,7 +239,7 @@ async fn run_case(backing: Backing, operation_kind: Operation, point: Point) {
                 Left::Published
             }
         }
-        Operation::Send | Operation::Prompt => {
+        Operation::Send | Operation::Prompt | Operation::Deliver => {
             let events = stored.expect("the child's log stays").events;
             match own_messages(&events, "wake up") {
                 0 => {
@@ -226,6 +247,23 @@ async fn run_case(backing: Backing, operation_kind: Operation, point: Point) {
                     Left::Nothing
                 }
                 1 => {
+                    if operation_kind == Operation::Deliver {
+                        // Whole: the host's source, never rewritten to `user`.
+                        let kinds: Vec<&str> = events
+                            .iter()
+                            .filter_map(|event| match &event.payload {
+                                EventPayload::InboxAccepted(accepted)
+                                    if dsh_core::content::joined_text(
+                                        &accepted.message.content,
+                                    ) == "wake up" =>
+                                {
+                                    Some(accepted.message.source.kind())
+                                }
+                                _ => None,
+                            })
+                            .collect();
+                        assert_eq!(kinds, ["team-message"], "{label}");
+                    }
                     assert_eq!(starts, 1, "{label}: the resume was adopted once");
                     assert_eq!(notices(&root.events()), 2, "{label}: the resumed notice");
                     Left::Published

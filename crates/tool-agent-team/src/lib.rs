@@ -23,6 +23,12 @@ use serde_json::{Value, json};
 /// The default `wait_agent` bound, in milliseconds.
 pub const DEFAULT_WAIT_MS: u64 = 30_000;
 
+/// The team tool names that `dsh-tool-subagent-control` uses too. One
+/// harness registry holds one tool per name (its schema compiled once), so
+/// a host that installs the team tools leaves these three control tools
+/// out: the team set replaces them.
+pub const SHARED_WITH_CONTROL: [&str; 3] = ["send_message", "list_agents", "interrupt_agent"];
+
 /// The teams the tools act on: one per lead the host opened.
 #[derive(Debug, Clone, Default)]
 pub struct TeamDirectory {
@@ -50,6 +56,14 @@ impl TeamDirectory {
         teams.len() != before
     }
 
+    /// Every team in the directory, in insertion order.
+    pub fn teams(&self) -> Vec<Team> {
+        self.teams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     /// The team `agent`'s session belongs to, and its role there.
     pub fn membership(&self, agent: &dyn Agent) -> Option<(Team, Role)> {
         let teams = self.teams.lock().unwrap_or_else(PoisonError::into_inner);
@@ -63,12 +77,17 @@ impl TeamDirectory {
 /// The stable policy section of a member's system prompt: its role, name
 /// and team, and the rules of working together.
 pub fn policy_section(team: &Team, role: &Role) -> String {
+    policy_for(&team.id(), role)
+}
+
+/// [`policy_section`] for the team `team` before it is open (a host
+/// renders the lead's prompt before the lead, and so its team, exists).
+pub fn policy_for(team: &dsh_agent_team::TeamId, role: &Role) -> String {
     let identity = match role {
-        Role::Lead => format!("You are `lead`, the lead of agent team `{}`.", team.id()),
-        Role::Member(name) => format!(
-            "You are `{name}`, a teammate in agent team `{}`; `lead` leads it.",
-            team.id()
-        ),
+        Role::Lead => format!("You are `lead`, the lead of agent team `{team}`."),
+        Role::Member(name) => {
+            format!("You are `{name}`, a teammate in agent team `{team}`; `lead` leads it.")
+        }
     };
     let duties = match role {
         Role::Lead => {
@@ -675,6 +694,14 @@ impl Tool for TeamTool {
                 ctx.agent.id()
             )));
         };
+        // A teammate's first step may run before its `active` record.
+        tokio::select! {
+            biased;
+            () = ctx.cancel.cancelled() => {
+                return Ok(ToolOutput::error("CANCELLED: the call was cancelled"));
+            }
+            () = team.provisioned(ctx.agent.id()) => {}
+        }
         let caller = ctx.agent.clone();
         Ok(match self.run(&team, &caller, input, &ctx).await {
             Ok(value) => render(&value),

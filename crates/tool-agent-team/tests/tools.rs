@@ -12,7 +12,7 @@ use dsh_subagent::RuntimeConfig;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::specs::{assert_committed_specs, spec};
 use dsh_test_support::wait::{bounded, until};
-use dsh_test_support::world::{Backing, World};
+use dsh_test_support::world::{Backing, Op, Point, When, World};
 use dsh_tool_agent_team::{TeamDirectory, TeamTool, TeamToolKind, policy_section};
 use serde_json::{Value, json};
 
@@ -374,5 +374,112 @@ async fn the_policy_section_names_role_name_and_team() {
     insta::assert_snapshot!(
         "policy_member",
         policy_section(&fx.team, &Role::Member("alice".into()))
+    );
+}
+
+/// A teammate runs its first step as soon as the runtime has published it,
+/// which can be before its `active` record is written: a team tool it calls
+/// there is offered and waits for that record instead of refusing it, and
+/// its records follow the `active` one in the lead's log. The lead's append
+/// of `active` is held until the teammate's call is under way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_teammates_first_step_may_use_the_team_tools() {
+    let fx = fixture().await;
+    for tool in TeamTool::all(&fx.directory) {
+        fx.world.harness.add_tool(tool).unwrap();
+    }
+    let lead = fx.lead();
+    fx.world.model.push(dsh_harness::Scripted::ToolCalls {
+        text: None,
+        calls: vec![(
+            "team_task_create".to_owned(),
+            json!({"subject": "mine", "description": "made at my first step"}),
+        )],
+    });
+    fx.world
+        .model
+        .push(dsh_harness::Scripted::Text("done".into()));
+    let lead_append = || Point {
+        op: Op::Append,
+        id: lead.id().clone(),
+        when: When::Before,
+    };
+    let mut hold = fx.world.hold(&lead_append());
+    let spawning = {
+        let tool = TeamTool::new(TeamToolKind::SpawnTeammate, fx.directory.clone());
+        let lead = lead.clone();
+        tokio::spawn(async move {
+            tool.execute(
+                json!({"name": "alice", "description": "d", "prompt": "p"}),
+                ToolContext {
+                    agent: lead,
+                    call_id: CallId::new("call-1"),
+                    cancel: CancellationToken::new(),
+                },
+            )
+            .await
+        })
+    };
+    // Release the lead's appends one by one until the held one comes after
+    // the teammate took its first message: that is its `active` record.
+    let alice = loop {
+        bounded(hold.reached()).await;
+        let live = fx
+            .team
+            .state()
+            .members()
+            .first()
+            .and_then(|member| fx.world.runtime.registry().get(&member.record.id));
+        if let Some(alice) = live.filter(|alice| {
+            alice
+                .events()
+                .iter()
+                .any(|event| matches!(event.payload, dsh_core::EventPayload::InboxAccepted(_)))
+        }) {
+            break alice;
+        }
+        let next = fx.world.hold(&lead_append());
+        hold.release();
+        hold = next;
+    };
+    assert_eq!(
+        fx.team.state().members()[0].record.phase,
+        dsh_agent_team::MemberPhase::Provisioning
+    );
+    // Its first step calls a team tool while it is still provisioning.
+    until(|| {
+        alice
+            .events()
+            .iter()
+            .any(|event| matches!(event.payload, dsh_core::EventPayload::ToolCall(_)))
+    })
+    .await;
+    hold.release();
+    let spawned = bounded(spawning).await.unwrap().unwrap();
+    assert!(!spawned.is_error);
+    until(|| !fx.team.state().tasks().is_empty()).await;
+    let task = fx.team.state().tasks()[0].clone();
+    assert_eq!((task.subject.as_str(), task.by.as_str()), ("mine", "alice"));
+    let kinds: Vec<String> = lead
+        .events()
+        .iter()
+        .filter_map(|event| match &event.payload {
+            dsh_core::EventPayload::Extension { kind, payload } if kind.starts_with("team/") => {
+                let value: Value = payload.parse().unwrap();
+                Some(format!(
+                    "{kind} {}",
+                    value["phase"].as_str().unwrap_or_default()
+                ))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "team/member provisioning",
+            "team/member active",
+            "team/task "
+        ]
     );
 }

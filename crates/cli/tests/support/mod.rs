@@ -203,6 +203,20 @@ impl Scratch {
     }
 }
 
+/// The bytes of every file in `dir` (logs and temporaries; 0 when it
+/// cannot be read): how far a run has written.
+pub fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
