@@ -5,7 +5,8 @@
 //! group, with a scrubbed environment and the child's resolved directory).
 //! A run initializes, opens a session in that directory, sends the prompt,
 //! accumulates agent message text as its output and reports thoughts, tool
-//! calls, plans and permission decisions as [`progress`] events. It never
+//! calls, plans, usage and permission decisions as [`progress`] events, on
+//! its own bus and on the runtime's progress bus. It never
 //! lets the child's failure fail the result: a crash, a non-zero exit,
 //! garbage on stdout or a closed pipe settles as `error` with a diagnostic
 //! built from observed facts only ([`fault`]); stderr and protocol payloads

@@ -6,6 +6,7 @@
 //! the moment the run is disposed (B40); whichever comes first wins.
 
 use dsh_subagent::InfraError;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -21,7 +22,8 @@ use agent_client_protocol::v1::schema::{
 use agent_client_protocol::{Agent, Channel, Client};
 use async_trait::async_trait;
 use dsh_core::observe::EventBus;
-use dsh_core::{ContentBlock, SessionId, StopReason};
+use dsh_core::{ContentBlock, SessionId, StopReason, Usage};
+use dsh_subagent::progress::{ProgressKind, ProgressSink};
 use dsh_subagent::{SubagentError, SubagentResult, SubagentRun};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
@@ -30,7 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{AcpConfig, Asker, PermissionAnswer, PermissionPolicy, PermissionQuestion};
 use crate::fault::{ExitFact, Fault, Phase, agent_text, map_stop_reason, stop_diagnostic};
 use crate::process::{self, ProcessGroup};
-use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of};
+use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of, runtime_kinds};
 use crate::transport::{self, BridgeFacts, MAX_LINE_BYTES, StdoutFault};
 
 /// After the agent's stdout closed, how long to wait for its exit status
@@ -65,6 +67,51 @@ struct Shared {
     /// The first permission request the policy refused (its title, made
     /// fit for a diagnostic), named when the turn then does not complete.
     refused: Mutex<Option<String>>,
+    /// Where progress goes on the runtime's bus.
+    runtime: Mutex<RuntimeProgress>,
+    /// The tokens the agent reported for its turns.
+    usage: Mutex<Usage>,
+}
+
+/// The run's side of the runtime's progress bus: what was reported before
+/// the runtime attached its sink (at most [`PENDING_PROGRESS`] events, the
+/// oldest dropped first), then the sink; and the open tool calls' titles.
+#[derive(Default)]
+struct RuntimeProgress {
+    pending: std::collections::VecDeque<ProgressKind>,
+    sink: Option<ProgressSink>,
+    titles: HashMap<String, String>,
+}
+
+/// How many runtime progress events a run keeps until the runtime attaches
+/// its sink (it does so as soon as it publishes the run).
+const PENDING_PROGRESS: usize = 256;
+
+impl RuntimeProgress {
+    fn report(&mut self, update: &ProgressUpdate) {
+        for kind in runtime_kinds(update, &mut self.titles) {
+            self.push(kind);
+        }
+    }
+
+    fn push(&mut self, kind: ProgressKind) {
+        match &self.sink {
+            Some(sink) => sink.emit(kind),
+            None => {
+                if self.pending.len() == PENDING_PROGRESS {
+                    self.pending.pop_front();
+                }
+                self.pending.push_back(kind);
+            }
+        }
+    }
+
+    fn attach(&mut self, sink: ProgressSink) {
+        for kind in self.pending.drain(..) {
+            sink.emit(kind);
+        }
+        self.sink = Some(sink);
+    }
 }
 
 impl Shared {
@@ -94,6 +141,7 @@ impl Shared {
             }
             let mut result = SubagentResult::stopped(stop_reason);
             result.output = self.output();
+            result.usage = *self.usage.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(diagnostic) = diagnostic {
                 result = result.with_diagnostic(diagnostic);
             }
@@ -108,6 +156,10 @@ impl Shared {
     }
 
     fn emit(&self, update: ProgressUpdate) {
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .report(&update);
         self.progress.emit(&AcpProgress {
             run_id: self.run_id.clone(),
             update,
@@ -212,6 +264,28 @@ impl Shared {
             granted,
         });
         RequestPermissionResponse::new(outcome)
+    }
+
+    /// Count the usage the agent reported at the end of a turn, into the
+    /// result and onto the runtime's bus.
+    fn add_usage(&self, reported: &acp::Usage) {
+        #[allow(
+            clippy::needless_update,
+            reason = "core's `Usage` may count more kinds of token than these"
+        )]
+        let tokens = Usage {
+            input_tokens: reported.input_tokens,
+            output_tokens: reported.output_tokens,
+            ..Usage::default()
+        };
+        *self.usage.lock().unwrap_or_else(PoisonError::into_inner) += tokens;
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ProgressKind::Usage {
+                tokens,
+                context: None,
+            });
     }
 
     /// For a turn that did not complete after the policy refused a
@@ -419,6 +493,11 @@ async fn foreground(
         return;
     }
     shared.set_phase(Phase::Prompt);
+    shared
+        .runtime
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(ProgressKind::StepStarted { turn: 0, step: 0 });
     let request = cx.send_request(PromptRequest::new(session_id.clone(), prompt));
     let answered = tokio::select! {
         biased;
@@ -434,6 +513,9 @@ async fn foreground(
             }
         }
         Some(Ok(response)) => {
+            if let Some(reported) = &response.usage {
+                shared.add_usage(reported);
+            }
             let stop_reason = map_stop_reason(&response.stop_reason);
             let diagnostic = stop_diagnostic(&response.stop_reason)
                 .or_else(|| shared.refused_diagnostic(&stop_reason));
@@ -591,6 +673,8 @@ pub(crate) async fn start(
         agent: config.name.clone(),
         masked: masked_values(config),
         refused: Mutex::new(None),
+        runtime: Mutex::new(RuntimeProgress::default()),
+        usage: Mutex::new(Usage::default()),
     });
     let (startup_tx, startup_rx) = oneshot::channel();
     let close_stdin = CancellationToken::new();
@@ -706,6 +790,14 @@ impl AcpRun {
 impl SubagentRun for AcpRun {
     fn id(&self) -> &SessionId {
         &self.id
+    }
+
+    fn observe(&self, progress: ProgressSink) {
+        self.shared
+            .runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .attach(progress);
     }
 
     /// # Cancel safety

@@ -25,6 +25,7 @@ mod messaging;
 mod names;
 mod notice;
 mod owned;
+pub mod progress;
 mod provider;
 mod request;
 pub mod result;
@@ -41,6 +42,10 @@ pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
 pub use names::{ROOT_NAME, validate_name};
+pub use progress::{
+    PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember, ProgressSink,
+    ProgressStream,
+};
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
     ResolvedStartRequest, StartExternal, SubagentCapabilities, SubagentProvider, SubagentRun,

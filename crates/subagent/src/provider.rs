@@ -16,6 +16,7 @@ use dsh_core::{
 };
 
 use crate::error::SubagentError;
+use crate::progress::ProgressSink;
 use crate::result::SubagentResult;
 
 /// Which start-time request options a provider honours. The runtime refuses
@@ -132,6 +133,12 @@ pub trait SubagentRun: Send + Sync {
     /// # Errors
     /// An infrastructure fault the result cannot represent.
     async fn result(&self) -> Result<SubagentResult, SubagentError>;
+
+    /// The runtime hands the run the sink its progress goes to, once, when
+    /// it starts watching the published run. The default reports nothing.
+    fn observe(&self, progress: ProgressSink) {
+        drop(progress);
+    }
 
     /// Cancel remaining work, reach quiescence, release resources. Idempotent.
     ///

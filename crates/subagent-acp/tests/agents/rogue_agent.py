@@ -19,9 +19,11 @@ Start-up behaviour comes from the arguments:
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
-  close_stdout | sleep SECONDS | ask COMMAND
+  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT
 (`ask` requests permission to run COMMAND; refused, the turn stops
-`cancelled`, granted it says `granted OPTION_ID`.)
+`cancelled`, granted it says `granted OPTION_ID`. `usage` reports a
+context-window update of IN+OUT tokens used of 200000 and adds IN input and
+OUT output tokens to the turn's usage in the prompt response.)
 """
 
 import json
@@ -61,6 +63,7 @@ def run_prompt(request_id, params):
     blocks = params.get("prompt", [])
     script = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
     stop = "end_turn"
+    usage = None
     for command in [c.strip() for c in script.split(";") if c.strip()]:
         verb, _, arg = command.partition(" ")
         if verb == "say":
@@ -115,6 +118,13 @@ def run_prompt(request_id, params):
                 time.sleep(3600)
         elif verb == "sleep":
             time.sleep(float(arg))
+        elif verb == "usage":
+            tokens_in, tokens_out = (int(n) for n in arg.split())
+            usage = usage or {"inputTokens": 0, "outputTokens": 0}
+            usage["inputTokens"] += tokens_in
+            usage["outputTokens"] += tokens_out
+            update(session_id, {"sessionUpdate": "usage_update",
+                                "used": tokens_in + tokens_out, "size": 200000})
         elif verb == "ask":
             answered = threading.Event()
             PENDING["ask-1"] = {"event": answered}
@@ -132,7 +142,11 @@ def run_prompt(request_id, params):
             else:
                 stop = "cancelled"
                 break
-    send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": stop}})
+    result = {"stopReason": stop}
+    if usage is not None:
+        usage["totalTokens"] = usage["inputTokens"] + usage["outputTokens"]
+        result["usage"] = usage
+    send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
 def main():
