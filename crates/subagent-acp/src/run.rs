@@ -18,17 +18,19 @@ use agent_client_protocol::v1::schema::{
     self as acp, CancelNotification, Implementation, InitializeRequest, NewSessionRequest,
     PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
     RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification,
+    SetSessionConfigOptionRequest,
 };
 use agent_client_protocol::{Agent, Channel, Client};
 use async_trait::async_trait;
 use dsh_core::observe::EventBus;
 use dsh_core::{ContentBlock, SessionId, StopReason, Usage};
 use dsh_subagent::progress::{ProgressKind, ProgressSink};
-use dsh_subagent::{SubagentError, SubagentResult, SubagentRun};
+use dsh_subagent::{AdmissionError, SubagentError, SubagentResult, SubagentRun};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::advertised::{Advertised, AdvertisedCache};
 use crate::config::{AcpConfig, Asker, PermissionAnswer, PermissionPolicy, PermissionQuestion};
 use crate::fault::{ExitFact, Fault, Phase, agent_text, map_stop_reason, stop_diagnostic};
 use crate::process::{self, ProcessGroup};
@@ -71,6 +73,8 @@ struct Shared {
     runtime: Mutex<RuntimeProgress>,
     /// The tokens the agent reported for its turns.
     usage: Mutex<Usage>,
+    /// The provider's record of what its agent advertises.
+    advertised: AdvertisedCache,
 }
 
 /// The run's side of the runtime's progress bus: what was reported before
@@ -375,9 +379,23 @@ struct Drive {
     stdin_closed: CancellationToken,
     exit: watch::Receiver<Option<ExitStatus>>,
     cwd: PathBuf,
-    prompt: Vec<acp::ContentBlock>,
+    prompt: Option<Vec<acp::ContentBlock>>,
     images: usize,
-    startup: oneshot::Sender<Result<(), Fault>>,
+    model: Option<String>,
+    startup: oneshot::Sender<Result<(), StartFailure>>,
+}
+
+/// Why a start-up failed: a fault of the agent, or a request it cannot
+/// honour (refused before the run is published).
+enum StartFailure {
+    Fault(Fault),
+    Refused(AdmissionError),
+}
+
+impl From<Fault> for StartFailure {
+    fn from(fault: Fault) -> Self {
+        Self::Fault(fault)
+    }
 }
 
 /// The driver task: the connection and both halves of the pipe bridge.
@@ -392,6 +410,7 @@ async fn drive(drive: Drive) {
         cwd,
         prompt,
         images,
+        model,
         startup,
     } = drive;
     let run = shared.run_id.to_string();
@@ -409,6 +428,7 @@ async fn drive(drive: Drive) {
             cwd,
             prompt,
             images,
+            model,
             startup,
             exit: exit.clone(),
         },
@@ -426,12 +446,14 @@ async fn drive(drive: Drive) {
     }
 }
 
-/// The inputs of the foreground: start-up, then one prompt turn.
+/// The inputs of the foreground: start-up, then one prompt turn (none for
+/// a probe, which only opens a session).
 struct Turn {
     cwd: PathBuf,
-    prompt: Vec<acp::ContentBlock>,
+    prompt: Option<Vec<acp::ContentBlock>>,
     images: usize,
-    startup: oneshot::Sender<Result<(), Fault>>,
+    model: Option<String>,
+    startup: oneshot::Sender<Result<(), StartFailure>>,
     exit: watch::Receiver<Option<ExitStatus>>,
 }
 
@@ -474,13 +496,14 @@ async fn foreground(
         cwd,
         prompt,
         images,
+        model,
         startup,
         mut exit,
     } = turn;
     let opened = tokio::select! {
         biased;
         () = shared.stop.cancelled() => return,
-        opened = open_session(cx, shared, cwd, images, &mut exit) => opened,
+        opened = open_session(cx, shared, cwd, images, model, &mut exit) => opened,
     };
     let session_id = match opened {
         Ok(session_id) => session_id,
@@ -492,6 +515,11 @@ async fn foreground(
     if startup.send(Ok(())).is_err() {
         return;
     }
+    let Some(prompt) = prompt else {
+        // A probe: the session stays open until the run is disposed.
+        shared.stop.cancelled().await;
+        return;
+    };
     shared.set_phase(Phase::Prompt);
     shared
         .runtime
@@ -529,14 +557,16 @@ async fn foreground(
 }
 
 /// `initialize`, check the prompt against what the agent accepts, then
-/// `session/new` in `cwd`.
+/// `session/new` in `cwd`, recording what the agent advertised; then the
+/// model, when one was asked for, through the agent's model selector.
 async fn open_session(
     cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
     shared: &Shared,
     cwd: PathBuf,
     images: usize,
+    model: Option<String>,
     exit: &mut watch::Receiver<Option<ExitStatus>>,
-) -> Result<acp::SessionId, Fault> {
+) -> Result<acp::SessionId, StartFailure> {
     shared.set_phase(Phase::Initialize);
     let initialize = InitializeRequest::new(ProtocolVersion::V1).client_info(Implementation::new(
         "dsh-subagent-acp",
@@ -544,19 +574,89 @@ async fn open_session(
     ));
     let initialized = match cx.send_request(initialize).block_task().await {
         Ok(response) => response,
-        Err(err) => return Err(shared.request_fault(&err, exit).await),
+        Err(err) => return Err(shared.request_fault(&err, exit).await.into()),
     };
     if images > 0 && !initialized.agent_capabilities.prompt_capabilities.image {
-        return Err(Fault::ImagesUnsupported { count: images });
+        return Err(Fault::ImagesUnsupported { count: images }.into());
     }
     shared.set_phase(Phase::NewSession);
-    match cx
+    let session = match cx
         .send_request(NewSessionRequest::new(cwd))
         .block_task()
         .await
     {
-        Ok(session) => Ok(session.session_id),
-        Err(err) => Err(shared.request_fault(&err, exit).await),
+        Ok(session) => session,
+        Err(err) => return Err(shared.request_fault(&err, exit).await.into()),
+    };
+    let selector = ModelSelector::of(session.config_options.as_deref().unwrap_or_default());
+    shared.advertised.record(Advertised {
+        load_session: initialized.agent_capabilities.load_session,
+        images: initialized.agent_capabilities.prompt_capabilities.image,
+        models: selector.as_ref().map(|selector| selector.values.clone()),
+    });
+    let Some(model) = model else {
+        return Ok(session.session_id);
+    };
+    let Some(selector) = selector else {
+        return Err(StartFailure::Refused(
+            AdmissionError::UnsupportedCapability {
+                provider: shared.agent.clone(),
+                capability: "agent_options (the agent advertises no model selector)",
+            },
+        ));
+    };
+    if !selector.values.contains(&model) {
+        return Err(StartFailure::Refused(AdmissionError::UnsupportedValue {
+            provider: shared.agent.clone(),
+            option: "model",
+            value: model,
+            offered: selector.values,
+        }));
+    }
+    let choose = SetSessionConfigOptionRequest::new(
+        session.session_id.clone(),
+        selector.config_id,
+        acp::SessionConfigValueId::new(model),
+    );
+    match cx.send_request(choose).block_task().await {
+        Ok(_) => Ok(session.session_id),
+        Err(err) => Err(shared.request_fault(&err, exit).await.into()),
+    }
+}
+
+/// An agent's model selector: the first `select` option of category
+/// `model`, and the value ids it offers (groups flattened).
+struct ModelSelector {
+    config_id: acp::SessionConfigId,
+    values: Vec<String>,
+}
+
+impl ModelSelector {
+    fn of(options: &[acp::SessionConfigOption]) -> Option<Self> {
+        options.iter().find_map(|option| {
+            let acp::SessionConfigKind::Select(select) = &option.kind else {
+                return None;
+            };
+            if option.category != Some(acp::SessionConfigOptionCategory::Model) {
+                return None;
+            }
+            let values = match &select.options {
+                acp::SessionConfigSelectOptions::Ungrouped(options) => options
+                    .iter()
+                    .map(|option| option.value.to_string())
+                    .collect(),
+                acp::SessionConfigSelectOptions::Grouped(groups) => groups
+                    .iter()
+                    .flat_map(|group| &group.options)
+                    .map(|option| option.value.to_string())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            Some(Self {
+                config_id: option.id.clone(),
+                values,
+            })
+        })
     }
 }
 
@@ -641,15 +741,31 @@ fn masked_values(config: &AcpConfig) -> Vec<String> {
         .collect()
 }
 
+/// What one start is asked to do.
+pub(crate) struct Start<'a> {
+    pub(crate) config: &'a AcpConfig,
+    pub(crate) progress: EventBus<AcpProgress>,
+    pub(crate) advertised: AdvertisedCache,
+    pub(crate) cwd: PathBuf,
+    /// `None` for a probe: open a session, prompt nothing.
+    pub(crate) prompt: Option<&'a [ContentBlock]>,
+    /// The model to choose through the agent's model selector.
+    pub(crate) model: Option<String>,
+    pub(crate) cancel: &'a CancellationToken,
+}
+
 /// Start one run; returns once its session is open and the prompt is on
 /// its way, or fails having torn everything down.
-pub(crate) async fn start(
-    config: &AcpConfig,
-    progress: EventBus<AcpProgress>,
-    cwd: PathBuf,
-    prompt: &[ContentBlock],
-    cancel: &CancellationToken,
-) -> Result<AcpRun, SubagentError> {
+pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
+    let Start {
+        config,
+        progress,
+        advertised,
+        cwd,
+        prompt,
+        model,
+        cancel,
+    } = start;
     let provider_error = |fault: &Fault| {
         SubagentError::Infra(InfraError::Provider {
             provider: config.name.clone(),
@@ -657,7 +773,13 @@ pub(crate) async fn start(
         })
     };
     let run_id = SessionId::generate();
-    let (prompt, images) = acp_prompt(prompt);
+    let (prompt, images) = match prompt {
+        Some(prompt) => {
+            let (prompt, images) = acp_prompt(prompt);
+            (Some(prompt), images)
+        }
+        None => (None, 0),
+    };
     let spawned =
         process::spawn(config, &cwd, run_id.as_str()).map_err(|fault| provider_error(&fault))?;
     let shared = Arc::new(Shared {
@@ -675,6 +797,7 @@ pub(crate) async fn start(
         refused: Mutex::new(None),
         runtime: Mutex::new(RuntimeProgress::default()),
         usage: Mutex::new(Usage::default()),
+        advertised,
     });
     let (startup_tx, startup_rx) = oneshot::channel();
     let close_stdin = CancellationToken::new();
@@ -690,6 +813,7 @@ pub(crate) async fn start(
         cwd,
         prompt,
         images,
+        model,
         startup: startup_tx,
     }));
     // From here on, dropping `parts` (this future dropped by a caller that
@@ -706,12 +830,12 @@ pub(crate) async fn start(
         () = cancel.cancelled() => Err(None),
         started = tokio::time::timeout(config.startup_timeout, startup_rx) => match started {
             Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(fault))) => Err(Some(fault)),
-            Ok(Err(_)) => Err(Some(shared.closed_fault(&mut exit).await)),
+            Ok(Ok(Err(failure))) => Err(Some(failure)),
+            Ok(Err(_)) => Err(Some(shared.closed_fault(&mut exit).await.into())),
             Err(_) => Err(Some(Fault::Timeout {
                 phase: shared.phase(),
                 limit: config.startup_timeout,
-            })),
+            }.into())),
         },
     };
     match outcome {
@@ -732,7 +856,11 @@ pub(crate) async fn start(
                 tracing::error!(run = %run_id, "a failed ACP start-up left its process: {err}");
             }
             match fault {
-                Some(fault) => {
+                Some(StartFailure::Refused(refusal)) => {
+                    tracing::debug!(run = %run_id, "the ACP start-up was refused: {refusal}");
+                    Err(SubagentError::Admission(refusal))
+                }
+                Some(StartFailure::Fault(fault)) => {
                     tracing::debug!(run = %run_id, "the ACP start-up failed: {fault}");
                     let mut message = fault.to_string();
                     // The group is gone and its stderr drained: an agent

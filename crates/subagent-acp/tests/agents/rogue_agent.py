@@ -12,6 +12,10 @@ Start-up behaviour comes from the arguments:
   --exit-at-init N  exit with status N on initialize
   --complain      before that exit, write 8 numbered lines to stderr, the
                   last naming DSH_ACP_TEST_SECRET's value (to be masked)
+  --models A,B    advertise a model selector (config option `model`,
+                  category `model`) offering the value ids A and B, the
+                  first current; `session/set_config_option` sets it
+  --log-starts PATH  append one line to PATH when it starts
   --auth-fails    answer session/new with -32000 "Authentication required"
                   and data naming an auth method, plus the value of
                   DSH_ACP_TEST_SECRET when set (which must never be shown)
@@ -19,11 +23,12 @@ Start-up behaviour comes from the arguments:
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
-  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT
+  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT | model
 (`ask` requests permission to run COMMAND; refused, the turn stops
 `cancelled`, granted it says `granted OPTION_ID`. `usage` reports a
 context-window update of IN+OUT tokens used of 200000 and adds IN input and
-OUT output tokens to the turn's usage in the prompt response.)
+OUT output tokens to the turn's usage in the prompt response. `model` says
+the current model.)
 """
 
 import json
@@ -38,7 +43,7 @@ ARGS = sys.argv[1:]
 OUT = sys.stdout
 LOCK = threading.Lock()
 CANCELLED = threading.Event()
-STATE = {"session_cwd": None}
+STATE = {"session_cwd": None, "model": None}
 PENDING = {}
 
 
@@ -125,6 +130,8 @@ def run_prompt(request_id, params):
             usage["outputTokens"] += tokens_out
             update(session_id, {"sessionUpdate": "usage_update",
                                 "used": tokens_in + tokens_out, "size": 200000})
+        elif verb == "model":
+            say(session_id, str(STATE["model"]))
         elif verb == "ask":
             answered = threading.Event()
             PENDING["ask-1"] = {"event": answered}
@@ -149,7 +156,22 @@ def run_prompt(request_id, params):
     send({"jsonrpc": "2.0", "id": request_id, "result": result})
 
 
+def models():
+    if "--models" not in ARGS:
+        return []
+    return ARGS[ARGS.index("--models") + 1].split(",")
+
+
+def config_options():
+    return [{"id": "model", "name": "Model", "category": "model", "type": "select",
+             "currentValue": STATE["model"],
+             "options": [{"value": m, "name": m.upper()} for m in models()]}]
+
+
 def main():
+    if "--log-starts" in ARGS:
+        with open(ARGS[ARGS.index("--log-starts") + 1], "a") as log:
+            log.write("started\n")
     if "--ignore-term" in ARGS:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_at_init = None
@@ -188,7 +210,16 @@ def main():
                 "data": {"authMethods": ["chatgpt"], "token": secret}}})
         elif method == "session/new":
             STATE["session_cwd"] = params.get("cwd")
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": "rogue-1"}})
+            result = {"sessionId": "rogue-1"}
+            if models():
+                STATE["model"] = models()[0]
+                result["configOptions"] = config_options()
+            send({"jsonrpc": "2.0", "id": request_id, "result": result})
+        elif method == "session/set_config_option" and params.get("configId") == "model" \
+                and params.get("value") in models():
+            STATE["model"] = params["value"]
+            send({"jsonrpc": "2.0", "id": request_id,
+                  "result": {"configOptions": config_options()}})
         elif method == "session/prompt":
             threading.Thread(target=run_prompt, args=(request_id, params), daemon=True).start()
         elif method == "session/cancel":
