@@ -24,8 +24,13 @@
 //! process starts (B42), and the provider refuses a model the agent does
 //! not offer, naming the ones it does. An external program cannot be held
 //! to a persona, tool filter, output schema or depth cap from here.
-//! External children are leaves of the catalog and take no follow-up
-//! messages.
+//!
+//! External children are leaves of the catalog. One whose agent advertises
+//! `loadSession` is continuable: its run's resume token (the ACP session id
+//! and directory) is recorded by the runtime, and a follow-up message starts
+//! the agent again, `session/load`s that session (the replayed history is
+//! neither output nor progress) and prompts it, in this process or a later
+//! one. Without `loadSession` a child takes no follow-up messages.
 
 pub mod advertised;
 pub mod config;
@@ -35,8 +40,9 @@ pub mod progress;
 mod run;
 mod transport;
 
+use dsh_core::SessionId;
 use dsh_core::{AgentOptions, CancellationToken};
-use dsh_subagent::{AdmissionError, InfraError};
+use dsh_subagent::{AdmissionError, DeliveryError, InfraError};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -110,6 +116,8 @@ impl AcpProvider {
             cwd,
             prompt: Some(&request.prompt),
             model,
+            open: run::Open::New,
+            run_id: None,
             cancel: &request.cancel,
         })
         .await
@@ -141,6 +149,8 @@ impl AcpProvider {
             cwd,
             prompt: None,
             model: None,
+            open: run::Open::New,
+            run_id: None,
             cancel: &CancellationToken::new(),
         })
         .await?;
@@ -245,5 +255,42 @@ impl StartExternal for AcpProvider {
         request: ResolvedStartRequest,
     ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
         Ok(Arc::new(self.start_run(request).await?))
+    }
+
+    /// `session/load` of the session `token` names (in its own directory),
+    /// then the prompt, as a run whose id is `child`.
+    async fn resume(
+        &self,
+        child: &SessionId,
+        token: &serde_json::Value,
+        request: ResolvedStartRequest,
+    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
+        #[derive(serde::Deserialize)]
+        struct Token {
+            session_id: String,
+            cwd: std::path::PathBuf,
+        }
+        let token: Token = serde_json::from_value(token.clone()).map_err(|err| {
+            SubagentError::Delivery(DeliveryError::NotResumable {
+                id: child.clone(),
+                reason: format!("its recorded ACP session is unreadable: {err}"),
+            })
+        })?;
+        if request.cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let run = run::start(run::Start {
+            config: &self.config,
+            progress: self.progress.clone(),
+            advertised: self.advertised.clone(),
+            cwd: self.config.cwd.clone().unwrap_or(token.cwd),
+            prompt: Some(&request.prompt),
+            model: None,
+            open: run::Open::Load(token.session_id.into()),
+            run_id: Some(child.clone()),
+            cancel: &request.cancel,
+        })
+        .await?;
+        Ok(Arc::new(run))
     }
 }

@@ -15,17 +15,17 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    self as acp, CancelNotification, Implementation, InitializeRequest, NewSessionRequest,
-    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification,
-    SetSessionConfigOptionRequest,
+    self as acp, CancelNotification, Implementation, InitializeRequest, LoadSessionRequest,
+    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+    SessionNotification, SetSessionConfigOptionRequest,
 };
 use agent_client_protocol::{Agent, Channel, Client};
 use async_trait::async_trait;
 use dsh_core::observe::EventBus;
 use dsh_core::{ContentBlock, SessionId, StopReason, Usage};
 use dsh_subagent::progress::{ProgressKind, ProgressSink};
-use dsh_subagent::{AdmissionError, SubagentError, SubagentResult, SubagentRun};
+use dsh_subagent::{AdmissionError, DeliveryError, SubagentError, SubagentResult, SubagentRun};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -75,6 +75,12 @@ struct Shared {
     usage: Mutex<Usage>,
     /// The provider's record of what its agent advertises.
     advertised: AdvertisedCache,
+    /// The ACP session and its directory, once open; with whether the
+    /// agent can load it again later (`loadSession`).
+    session: Mutex<Option<(acp::SessionId, PathBuf, bool)>>,
+    /// Set while `session/load` replays the session's history, which is
+    /// neither output nor progress of this run.
+    replaying: std::sync::atomic::AtomicBool,
 }
 
 /// The run's side of the runtime's progress bus: what was reported before
@@ -173,6 +179,9 @@ impl Shared {
     /// A `session/update`: message text accumulates into the output; it and
     /// everything else this crate knows becomes progress.
     fn update(&self, notification: &SessionNotification) {
+        if self.replaying.load(Ordering::SeqCst) {
+            return;
+        }
         if let acp::SessionUpdate::AgentMessageChunk(chunk) = &notification.update {
             self.output
                 .lock()
@@ -382,6 +391,7 @@ struct Drive {
     prompt: Option<Vec<acp::ContentBlock>>,
     images: usize,
     model: Option<String>,
+    open: Open,
     startup: oneshot::Sender<Result<(), StartFailure>>,
 }
 
@@ -390,6 +400,17 @@ struct Drive {
 enum StartFailure {
     Fault(Fault),
     Refused(AdmissionError),
+    /// A session to continue that the agent cannot load.
+    NotResumable(String),
+}
+
+/// How a run opens its ACP session.
+#[derive(Debug, Clone)]
+pub(crate) enum Open {
+    /// `session/new`.
+    New,
+    /// `session/load` of a session an earlier run left.
+    Load(acp::SessionId),
 }
 
 impl From<Fault> for StartFailure {
@@ -411,6 +432,7 @@ async fn drive(drive: Drive) {
         prompt,
         images,
         model,
+        open,
         startup,
     } = drive;
     let run = shared.run_id.to_string();
@@ -429,6 +451,7 @@ async fn drive(drive: Drive) {
             prompt,
             images,
             model,
+            open,
             startup,
             exit: exit.clone(),
         },
@@ -453,6 +476,7 @@ struct Turn {
     prompt: Option<Vec<acp::ContentBlock>>,
     images: usize,
     model: Option<String>,
+    open: Open,
     startup: oneshot::Sender<Result<(), StartFailure>>,
     exit: watch::Receiver<Option<ExitStatus>>,
 }
@@ -497,13 +521,20 @@ async fn foreground(
         prompt,
         images,
         model,
+        open,
         startup,
         mut exit,
     } = turn;
+    let opening = Opening {
+        cwd,
+        images,
+        model,
+        open,
+    };
     let opened = tokio::select! {
         biased;
         () = shared.stop.cancelled() => return,
-        opened = open_session(cx, shared, cwd, images, model, &mut exit) => opened,
+        opened = open_session(cx, shared, opening, &mut exit) => opened,
     };
     let session_id = match opened {
         Ok(session_id) => session_id,
@@ -562,11 +593,15 @@ async fn foreground(
 async fn open_session(
     cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
     shared: &Shared,
-    cwd: PathBuf,
-    images: usize,
-    model: Option<String>,
+    opening: Opening,
     exit: &mut watch::Receiver<Option<ExitStatus>>,
 ) -> Result<acp::SessionId, StartFailure> {
+    let Opening {
+        cwd,
+        images,
+        model,
+        open,
+    } = opening;
     shared.set_phase(Phase::Initialize);
     let initialize = InitializeRequest::new(ProtocolVersion::V1).client_info(Implementation::new(
         "dsh-subagent-acp",
@@ -579,15 +614,51 @@ async fn open_session(
     if images > 0 && !initialized.agent_capabilities.prompt_capabilities.image {
         return Err(Fault::ImagesUnsupported { count: images }.into());
     }
+    let load_session = initialized.agent_capabilities.load_session;
     shared.set_phase(Phase::NewSession);
+    if let Open::Load(session_id) = open {
+        if !load_session {
+            return Err(StartFailure::NotResumable(
+                "the agent no longer advertises loadSession".to_owned(),
+            ));
+        }
+        shared.replaying.store(true, Ordering::SeqCst);
+        let loaded = cx
+            .send_request(LoadSessionRequest::new(session_id.clone(), cwd.clone()))
+            .block_task()
+            .await;
+        shared.replaying.store(false, Ordering::SeqCst);
+        return match loaded {
+            Ok(_) => {
+                *shared
+                    .session
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) =
+                    Some((session_id.clone(), cwd, load_session));
+                Ok(session_id)
+            }
+            Err(err) if agent_client_protocol::is_incoming_transport_closed(&err) => {
+                Err(shared.request_fault(&err, exit).await.into())
+            }
+            Err(err) => Err(StartFailure::NotResumable(format!(
+                "the agent did not load its session: {}",
+                shared.request_fault(&err, exit).await
+            ))),
+        };
+    }
     let session = match cx
-        .send_request(NewSessionRequest::new(cwd))
+        .send_request(NewSessionRequest::new(cwd.clone()))
         .block_task()
         .await
     {
         Ok(session) => session,
         Err(err) => return Err(shared.request_fault(&err, exit).await.into()),
     };
+    *shared
+        .session
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) =
+        Some((session.session_id.clone(), cwd, load_session));
     let selector = ModelSelector::of(session.config_options.as_deref().unwrap_or_default());
     shared.advertised.record(Advertised {
         load_session: initialized.agent_capabilities.load_session,
@@ -622,6 +693,14 @@ async fn open_session(
         Ok(_) => Ok(session.session_id),
         Err(err) => Err(shared.request_fault(&err, exit).await.into()),
     }
+}
+
+/// What opening a session needs.
+struct Opening {
+    cwd: PathBuf,
+    images: usize,
+    model: Option<String>,
+    open: Open,
 }
 
 /// An agent's model selector: the first `select` option of category
@@ -751,6 +830,10 @@ pub(crate) struct Start<'a> {
     pub(crate) prompt: Option<&'a [ContentBlock]>,
     /// The model to choose through the agent's model selector.
     pub(crate) model: Option<String>,
+    /// A new session, or one to load.
+    pub(crate) open: Open,
+    /// The run's id: the child's own when continuing it, else minted.
+    pub(crate) run_id: Option<SessionId>,
     pub(crate) cancel: &'a CancellationToken,
 }
 
@@ -764,6 +847,8 @@ pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
         cwd,
         prompt,
         model,
+        open,
+        run_id,
         cancel,
     } = start;
     let provider_error = |fault: &Fault| {
@@ -772,7 +857,7 @@ pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
             message: fault.to_string(),
         })
     };
-    let run_id = SessionId::generate();
+    let run_id = run_id.unwrap_or_else(SessionId::generate);
     let (prompt, images) = match prompt {
         Some(prompt) => {
             let (prompt, images) = acp_prompt(prompt);
@@ -798,6 +883,8 @@ pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
         runtime: Mutex::new(RuntimeProgress::default()),
         usage: Mutex::new(Usage::default()),
         advertised,
+        session: Mutex::new(None),
+        replaying: std::sync::atomic::AtomicBool::new(false),
     });
     let (startup_tx, startup_rx) = oneshot::channel();
     let close_stdin = CancellationToken::new();
@@ -814,6 +901,7 @@ pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
         prompt,
         images,
         model,
+        open,
         startup: startup_tx,
     }));
     // From here on, dropping `parts` (this future dropped by a caller that
@@ -856,6 +944,12 @@ pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
                 tracing::error!(run = %run_id, "a failed ACP start-up left its process: {err}");
             }
             match fault {
+                Some(StartFailure::NotResumable(reason)) => {
+                    Err(SubagentError::Delivery(DeliveryError::NotResumable {
+                        id: run_id,
+                        reason: agent_text(&reason, &shared.masked),
+                    }))
+                }
                 Some(StartFailure::Refused(refusal)) => {
                     tracing::debug!(run = %run_id, "the ACP start-up was refused: {refusal}");
                     Err(SubagentError::Admission(refusal))
@@ -918,6 +1012,22 @@ impl AcpRun {
 impl SubagentRun for AcpRun {
     fn id(&self) -> &SessionId {
         &self.id
+    }
+
+    /// `{"session_id", "cwd"}` when the agent advertised `loadSession`.
+    fn resume_token(&self) -> Option<serde_json::Value> {
+        let session = self
+            .shared
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match &*session {
+            Some((session_id, cwd, true)) => Some(serde_json::json!({
+                "session_id": session_id.to_string(),
+                "cwd": cwd,
+            })),
+            _ => None,
+        }
     }
 
     fn observe(&self, progress: ProgressSink) {

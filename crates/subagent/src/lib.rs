@@ -21,6 +21,7 @@ mod compose;
 mod drain;
 mod error;
 mod events;
+mod external;
 mod messaging;
 mod names;
 mod notice;
@@ -38,6 +39,7 @@ pub use capture::CAPTURE_TOOL;
 pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
 pub use error::{AdmissionError, DeliveryError, InfraError, RegistryError, SubagentError};
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
+pub use external::RESUME_EVENT;
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };

@@ -16,6 +16,10 @@ Start-up behaviour comes from the arguments:
                   category `model`) offering the value ids A and B, the
                   first current; `session/set_config_option` sets it
   --log-starts PATH  append one line to PATH when it starts
+  --sessions DIR  advertise loadSession and keep each session in DIR (what
+                  it said), so a later process can `session/load` it: the
+                  history is replayed as message chunks; an unknown id is
+                  answered -32002
   --auth-fails    answer session/new with -32000 "Authentication required"
                   and data naming an auth method, plus the value of
                   DSH_ACP_TEST_SECRET when set (which must never be shown)
@@ -23,12 +27,13 @@ Start-up behaviour comes from the arguments:
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
-  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT | model
+  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT | model |
+  recall
 (`ask` requests permission to run COMMAND; refused, the turn stops
 `cancelled`, granted it says `granted OPTION_ID`. `usage` reports a
 context-window update of IN+OUT tokens used of 200000 and adds IN input and
 OUT output tokens to the turn's usage in the prompt response. `model` says
-the current model.)
+the current model; `recall` says what the session said in earlier turns.)
 """
 
 import json
@@ -43,7 +48,7 @@ ARGS = sys.argv[1:]
 OUT = sys.stdout
 LOCK = threading.Lock()
 CANCELLED = threading.Event()
-STATE = {"session_cwd": None, "model": None}
+STATE = {"session_cwd": None, "model": None, "said": [], "earlier": []}
 PENDING = {}
 
 
@@ -59,8 +64,23 @@ def update(session_id, body):
 
 
 def say(session_id, text):
+    STATE["said"].append(text)
+    save(session_id)
     update(session_id, {"sessionUpdate": "agent_message_chunk",
                         "content": {"type": "text", "text": text}})
+
+
+def session_file(session_id):
+    if "--sessions" not in ARGS:
+        return None
+    return os.path.join(ARGS[ARGS.index("--sessions") + 1], session_id + ".json")
+
+
+def save(session_id):
+    path = session_file(session_id)
+    if path is not None:
+        with open(path, "w") as f:
+            json.dump({"cwd": STATE["session_cwd"], "said": STATE["said"]}, f)
 
 
 def run_prompt(request_id, params):
@@ -69,6 +89,7 @@ def run_prompt(request_id, params):
     script = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
     stop = "end_turn"
     usage = None
+    STATE["earlier"] = list(STATE["said"])
     for command in [c.strip() for c in script.split(";") if c.strip()]:
         verb, _, arg = command.partition(" ")
         if verb == "say":
@@ -130,6 +151,8 @@ def run_prompt(request_id, params):
             usage["outputTokens"] += tokens_out
             update(session_id, {"sessionUpdate": "usage_update",
                                 "used": tokens_in + tokens_out, "size": 200000})
+        elif verb == "recall":
+            say(session_id, "recalled: " + "|".join(STATE["earlier"]))
         elif verb == "model":
             say(session_id, str(STATE["model"]))
         elif verb == "ask":
@@ -202,7 +225,8 @@ def main():
                 os._exit(exit_at_init)
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": 1,
-                "agentCapabilities": {"promptCapabilities": {"image": "--images" in ARGS}}}})
+                "agentCapabilities": {"promptCapabilities": {"image": "--images" in ARGS},
+                                      "loadSession": "--sessions" in ARGS}}})
         elif method == "session/new" and "--auth-fails" in ARGS:
             secret = os.environ.get("DSH_ACP_TEST_SECRET", "")
             send({"jsonrpc": "2.0", "id": request_id, "error": {
@@ -210,7 +234,11 @@ def main():
                 "data": {"authMethods": ["chatgpt"], "token": secret}}})
         elif method == "session/new":
             STATE["session_cwd"] = params.get("cwd")
-            result = {"sessionId": "rogue-1"}
+            session_id = "rogue-1"
+            if "--sessions" in ARGS:
+                session_id = "rogue-" + os.urandom(6).hex()
+            result = {"sessionId": session_id}
+            save(session_id)
             if models():
                 STATE["model"] = models()[0]
                 result["configOptions"] = config_options()
@@ -220,6 +248,19 @@ def main():
             STATE["model"] = params["value"]
             send({"jsonrpc": "2.0", "id": request_id,
                   "result": {"configOptions": config_options()}})
+        elif method == "session/load":
+            path = session_file(params.get("sessionId", ""))
+            if path is None or not os.path.exists(path):
+                send({"jsonrpc": "2.0", "id": request_id,
+                      "error": {"code": -32002, "message": "Resource not found"}})
+                continue
+            with open(path) as f:
+                stored = json.load(f)
+            STATE["session_cwd"] = stored["cwd"]
+            STATE["said"] = []
+            for text in stored["said"]:
+                say(params["sessionId"], text)
+            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
         elif method == "session/prompt":
             threading.Thread(target=run_prompt, args=(request_id, params), daemon=True).start()
         elif method == "session/cancel":

@@ -64,3 +64,26 @@ pub fn start_ready(test: &str, var: &str, dir: &Path, bound: Duration) -> Reaped
     }
     child
 }
+
+/// The body of a test that [`start_ready`] re-executes: when `var` is set,
+/// run `body` with the directory it names on a fresh two-worker runtime;
+/// when it is not (the test binary run normally), return at once.
+///
+/// # Panics
+/// When the runtime cannot be built, or `body` panics.
+#[allow(clippy::expect_used)]
+pub fn run_as_child<F, Fut>(var: &str, body: F)
+where
+    F: FnOnce(std::path::PathBuf) -> Fut,
+    Fut: std::future::Future<Output = ()>,
+{
+    let Some(dir) = std::env::var_os(var) else {
+        return;
+    };
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(body(std::path::PathBuf::from(dir)));
+}
