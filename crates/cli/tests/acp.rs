@@ -37,23 +37,8 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
     }];
     replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
     let model = FakeModel::start(replies);
-    let env = [
-        ("OPENAI_API_KEY", "sk-test"),
-        ("OPENAI_BASE_URL", model.base_url.as_str()),
-    ];
-    let run = scratch.dsh(
-        &[
-            "run",
-            "--model",
-            "openai:fake",
-            "--acp-command",
-            python.to_str().unwrap(),
-            "--acp-arg",
-            rogue.to_str().unwrap(),
-            "delegate",
-        ],
-        &env,
-    );
+    let env = support::fake_env(&model);
+    let run = support::run_with_rogue(&scratch, &model, (&python, &rogue));
     let stdout = text(&run.stdout);
     assert!(run.status.success(), "{}{stdout}", text(&run.stderr));
     // The run waited for the background child: it finished, and the lead

@@ -39,23 +39,7 @@ fn completed_and_failed_external_children_are_listed_and_shown() {
     ];
     replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
     let model = FakeModel::start(replies);
-    let env = [
-        ("OPENAI_API_KEY", "sk-test"),
-        ("OPENAI_BASE_URL", model.base_url.as_str()),
-    ];
-    let run = scratch.dsh(
-        &[
-            "run",
-            "--model",
-            "openai:fake",
-            "--acp-command",
-            python.to_str().unwrap(),
-            "--acp-arg",
-            rogue.to_str().unwrap(),
-            "delegate",
-        ],
-        &env,
-    );
+    let run = support::run_with_rogue(&scratch, &model, (&python, &rogue));
     assert!(
         run.status.success(),
         "{}{}",
