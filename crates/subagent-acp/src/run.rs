@@ -52,7 +52,7 @@ const DRIVER_BOUND: Duration = Duration::from_secs(1);
 struct Shared {
     run_id: SessionId,
     phase: AtomicU8,
-    output: Mutex<String>,
+    output: Mutex<Messages>,
     settled: watch::Sender<Option<SubagentResult>>,
     /// Fired by dispose (or a failed start-up): the connection stops,
     /// sending the ACP cancel when a turn is in flight.
@@ -81,6 +81,54 @@ struct Shared {
     /// Set while `session/load` replays the session's history, which is
     /// neither output nor progress of this run.
     replaying: std::sync::atomic::AtomicBool,
+}
+
+/// The agent's messages of this run, kept apart: one paragraph each, so
+/// that an agent's own note or warning is never glued to its answer. A
+/// message is the chunks with one `messageId`; from an agent that gives no
+/// ids, the chunks between two other updates (a tool call, a thought, a
+/// plan).
+#[derive(Default)]
+struct Messages {
+    /// The finished messages that said something.
+    done: Vec<String>,
+    /// The message streaming now.
+    current: String,
+    /// Its id, when the agent gave one.
+    current_id: Option<String>,
+}
+
+impl Messages {
+    fn chunk(&mut self, id: Option<String>, text: &str) {
+        if id.is_some() && id != self.current_id {
+            self.finish();
+            self.current_id = id;
+        }
+        self.current.push_str(text);
+    }
+
+    /// Another kind of update: it ends a message that has no id.
+    fn boundary(&mut self) {
+        if self.current_id.is_none() {
+            self.finish();
+        }
+    }
+
+    fn finish(&mut self) {
+        let text = std::mem::take(&mut self.current);
+        if !text.trim().is_empty() {
+            self.done.push(text);
+        }
+    }
+
+    /// Every message that said something, trimmed, a blank line apart.
+    fn text(&self) -> String {
+        let mut parts: Vec<&str> = self.done.iter().map(|text| text.trim()).collect();
+        if !self.current.trim().is_empty() {
+            parts.push(self.current.trim());
+        }
+        parts.join("\n\n")
+    }
 }
 
 /// The run's side of the runtime's progress bus: what was reported before
@@ -134,11 +182,15 @@ impl Shared {
     }
 
     fn output(&self) -> Vec<ContentBlock> {
-        let text = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        let text = self
+            .output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .text();
         if text.is_empty() {
             Vec::new()
         } else {
-            vec![ContentBlock::text(text.clone())]
+            vec![ContentBlock::text(text)]
         }
     }
 
@@ -176,17 +228,22 @@ impl Shared {
         });
     }
 
-    /// A `session/update`: message text accumulates into the output; it and
-    /// everything else this crate knows becomes progress.
+    /// A `session/update`: message text accumulates into the output (one
+    /// paragraph per agent message); it and everything else this crate
+    /// knows becomes progress.
     fn update(&self, notification: &SessionNotification) {
         if self.replaying.load(Ordering::SeqCst) {
             return;
         }
-        if let acp::SessionUpdate::AgentMessageChunk(chunk) = &notification.update {
-            self.output
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push_str(block_text(&chunk.content));
+        {
+            let mut output = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+            match &notification.update {
+                acp::SessionUpdate::AgentMessageChunk(chunk) => output.chunk(
+                    chunk.message_id.as_ref().map(ToString::to_string),
+                    block_text(&chunk.content),
+                ),
+                _ => output.boundary(),
+            }
         }
         match progress_of(&notification.update) {
             Some(update) => self.emit(update),
@@ -870,7 +927,7 @@ pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
     let shared = Arc::new(Shared {
         run_id: run_id.clone(),
         phase: AtomicU8::new(Phase::Spawn.index()),
-        output: Mutex::new(String::new()),
+        output: Mutex::new(Messages::default()),
         settled: watch::Sender::new(None),
         stop: CancellationToken::new(),
         facts: BridgeFacts::default(),

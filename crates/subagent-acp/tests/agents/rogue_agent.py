@@ -28,12 +28,13 @@ The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
   close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT | model |
-  recall
+  recall | message
 (`ask` requests permission to run COMMAND; refused, the turn stops
 `cancelled`, granted it says `granted OPTION_ID`. `usage` reports a
 context-window update of IN+OUT tokens used of 200000 and adds IN input and
 OUT output tokens to the turn's usage in the prompt response. `model` says
-the current model; `recall` says what the session said in earlier turns.)
+the current model; `recall` says what the session said in earlier turns; after `message`,
+every `say` carries a new messageId, one per `message`.)
 """
 
 import json
@@ -48,7 +49,8 @@ ARGS = sys.argv[1:]
 OUT = sys.stdout
 LOCK = threading.Lock()
 CANCELLED = threading.Event()
-STATE = {"session_cwd": None, "model": None, "said": [], "earlier": []}
+STATE = {"session_cwd": None, "model": None, "said": [], "earlier": [], "message": None,
+         "messages": 0}
 PENDING = {}
 
 
@@ -66,8 +68,10 @@ def update(session_id, body):
 def say(session_id, text):
     STATE["said"].append(text)
     save(session_id)
-    update(session_id, {"sessionUpdate": "agent_message_chunk",
-                        "content": {"type": "text", "text": text}})
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    if STATE["message"] is not None:
+        chunk["messageId"] = STATE["message"]
+    update(session_id, chunk)
 
 
 def session_file(session_id):
@@ -153,6 +157,9 @@ def run_prompt(request_id, params):
                                 "used": tokens_in + tokens_out, "size": 200000})
         elif verb == "recall":
             say(session_id, "recalled: " + "|".join(STATE["earlier"]))
+        elif verb == "message":
+            STATE["messages"] += 1
+            STATE["message"] = "m%d" % STATE["messages"]
         elif verb == "model":
             say(session_id, str(STATE["model"]))
         elif verb == "ask":
