@@ -1,7 +1,10 @@
 //! `dsh show <name>`: an agent's transcript, read from its log (user,
 //! assistant and tool messages, turn ends), with senders named by their
-//! place in the tree. It only reads the directory, and only the logs of the
-//! tree it shows: a bad file elsewhere is warned about and left out.
+//! place in the tree. An external child has no log here (the agent program
+//! keeps its own transcript): what is known of it is what its creator
+//! heard, each settlement notice (its stop reason, output and diagnostic).
+//! It only reads the directory, and only the logs of the tree it shows: a
+//! bad file elsewhere is warned about and left out.
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -37,11 +40,10 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
     if let Member::Child(row) = &member
         && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL
     {
+        let creator = world.store.load(&row.parent_id).await;
         world.shutdown().await;
-        return Err(CliError::Refused(format!(
-            "`{name}` is an external agent: its transcript is kept by the agent program, not in {}",
-            dir.display()
-        )));
+        print!("{}", external(row, &creator?.events));
+        return Ok(());
     }
     let mut names: HashMap<SessionId, String> = HashMap::new();
     names.insert(root.clone(), ROOT_NAME.to_owned());
@@ -70,4 +72,41 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
         transcript::render(&log.events, log.header.seed_len, &name_of)
     );
     Ok(())
+}
+
+/// What is known of the external child `row`: its creator's settlement
+/// notices from it (`events` is the creator's log).
+fn external(row: &dsh_subagent::DescendantRow, events: &[dsh_core::SessionEvent]) -> String {
+    let mut out = format!(
+        "{} ({}, external): {}\n",
+        sessions::display_name(row),
+        row.entry.provider,
+        row.entry.label
+    );
+    out.push_str(
+        "An external agent keeps its own transcript; this is what its creator heard from it.\n",
+    );
+    let notices: Vec<String> = events
+        .iter()
+        .filter_map(|event| match &event.payload {
+            dsh_core::EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
+                dsh_core::MessageSource::SubagentSettled {
+                    sender_session_id, ..
+                } if *sender_session_id == row.entry.child_id => {
+                    Some(dsh_core::content::joined_text(&accepted.message.content))
+                }
+                _ => None,
+            },
+            _ => None,
+        })
+        .collect();
+    if notices.is_empty() {
+        out.push_str("\nNothing yet: it has not settled a turn.\n");
+    }
+    for notice in notices {
+        out.push('\n');
+        out.push_str(notice.trim_end());
+        out.push('\n');
+    }
+    out
 }

@@ -9,6 +9,8 @@
 //!   agent's own time; the difference is the provider's overhead;
 //! - `dispose/after_end_turn`: `dispose` of a run whose turn ended (the
 //!   agent exits on EOF);
+//! - `dispose/after_reply_ignoring_eof`: the same for an agent that ignores
+//!   EOF, so the answered grace runs out and SIGTERM ends it;
 //! - `dispose/mid_turn`: `dispose` of a run whose agent honours the ACP
 //!   cancel, mid-turn.
 //!
@@ -177,6 +179,30 @@ fn overhead(c: &mut Criterion) {
                         .start_run(request(&parent, "say hi"))
                         .await
                         .unwrap();
+                    run.result().await.unwrap();
+                    let started = Instant::now();
+                    run.dispose().await.unwrap();
+                    total += started.elapsed();
+                }
+                total
+            })
+        });
+    });
+    // An agent that ignores stdin EOF (as real ones do): the answered grace
+    // (100 ms by default), then SIGTERM; from the settled result to
+    // `dispose` returning.
+    let deaf = AcpProvider::new(
+        AcpConfig::new(&python)
+            .args([rogue.display().to_string(), "--ignore-eof".to_owned()])
+            .graces(Duration::from_secs(2), Duration::from_secs(2)),
+    )
+    .unwrap();
+    group.bench_function("after_reply_ignoring_eof", |b| {
+        b.iter_custom(|iters| {
+            rt.block_on(async {
+                let mut total = Duration::ZERO;
+                for _ in 0..iters {
+                    let run = deaf.start_run(request(&parent, "say hi")).await.unwrap();
                     run.result().await.unwrap();
                     let started = Instant::now();
                     run.dispose().await.unwrap();

@@ -27,7 +27,7 @@ pub const DEFAULT_INHERITED_ENV: &[&str] = &[
 
 /// The default [`AcpConfig::answered_grace`]: how long an agent that has
 /// already answered may take to exit after stdin EOF before SIGTERM.
-pub const DEFAULT_ANSWERED_GRACE: Duration = Duration::from_millis(200);
+pub const DEFAULT_ANSWERED_GRACE: Duration = Duration::from_millis(100);
 
 /// How the provider answers an agent's `session/request_permission`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -150,7 +150,7 @@ pub struct AcpConfig {
 impl AcpConfig {
     /// A configuration running `command` with the defaults: name `acp`, no
     /// arguments, no extra variables, the child's own directory, `reject`,
-    /// a 30 s startup timeout, 3 s after EOF mid-turn, 200 ms after EOF
+    /// a 30 s startup timeout, 3 s after EOF mid-turn, 100 ms after EOF
     /// once the run has settled, and 2 s after SIGTERM.
     pub fn new(command: impl Into<PathBuf>) -> Self {
         Self {

@@ -5,19 +5,34 @@
 //! group, with a scrubbed environment and the child's resolved directory).
 //! A run initializes, opens a session in that directory, sends the prompt,
 //! accumulates agent message text as its output and reports thoughts, tool
-//! calls, plans and permission decisions as [`progress`] events. It never
+//! calls, plans, usage and permission decisions as [`progress`] events, on
+//! its own bus and on the runtime's progress bus. It never
 //! lets the child's failure fail the result: a crash, a non-zero exit,
 //! garbage on stdout or a closed pipe settles as `error` with a diagnostic
 //! built from observed facts only ([`fault`]); stderr and protocol payloads
 //! go to tracing. Disposal settles `aborted` at once, sends the ACP cancel,
 //! and returns only when the whole process group is gone.
 //!
-//! The provider declares no start-time capability: an external program
-//! cannot be held to a persona, tool filter, output schema, depth cap or
-//! model choice from here, so the runtime refuses such requests before any
-//! process starts (B42). External children are leaves of the catalog and
-//! take no follow-up messages.
+//! The provider declares one start-time capability, and only when the agent
+//! can honour it: `agent_options` carrying a `model` alone, when the agent
+//! advertises a model selector (ACP `configOptions` of category `model`);
+//! the model is chosen with `session/set_config_option` before the prompt.
+//! What the agent advertised is cached per provider ([`advertised`]) by
+//! every start and by [`AcpProvider::probe`]: until the agent has been seen
+//! the flag is claimed and checked at `session/new`, before publication;
+//! once seen, the runtime refuses a flag the agent cannot honour before any
+//! process starts (B42), and the provider refuses a model the agent does
+//! not offer, naming the ones it does. An external program cannot be held
+//! to a persona, tool filter, output schema or depth cap from here.
+//!
+//! External children are leaves of the catalog. One whose agent advertises
+//! `loadSession` is continuable: its run's resume token (the ACP session id
+//! and directory) is recorded by the runtime, and a follow-up message starts
+//! the agent again, `session/load`s that session (the replayed history is
+//! neither output nor progress) and prompts it, in this process or a later
+//! one. Without `loadSession` a child takes no follow-up messages.
 
+pub mod advertised;
 pub mod config;
 pub mod fault;
 pub mod process;
@@ -25,7 +40,9 @@ pub mod progress;
 mod run;
 mod transport;
 
-use dsh_subagent::AdmissionError;
+use dsh_core::SessionId;
+use dsh_core::{AgentOptions, CancellationToken};
+use dsh_subagent::{AdmissionError, DeliveryError, InfraError};
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -35,6 +52,7 @@ use dsh_subagent::{
     SubagentRun,
 };
 
+pub use advertised::Advertised;
 pub use config::{
     AcpConfig, Asker, ConfigError, DEFAULT_ANSWERED_GRACE, DEFAULT_INHERITED_ENV, PermissionAnswer,
     PermissionAsker, PermissionPolicy, PermissionQuestion,
@@ -48,6 +66,7 @@ pub use run::AcpRun;
 pub struct AcpProvider {
     config: Arc<AcpConfig>,
     progress: EventBus<AcpProgress>,
+    advertised: advertised::AdvertisedCache,
 }
 
 impl AcpProvider {
@@ -60,6 +79,7 @@ impl AcpProvider {
         Ok(Self {
             config: Arc::new(config),
             progress: EventBus::new(),
+            advertised: advertised::AdvertisedCache::default(),
         })
     }
 
@@ -84,40 +104,122 @@ impl AcpProvider {
     /// Cancel safe: a start dropped at any await kills the agent's process
     /// group (a drop guard) and leaves no process and no run behind.
     pub async fn start_run(&self, request: ResolvedStartRequest) -> Result<AcpRun, SubagentError> {
-        refuse_unsupported(&self.config.name, &request)?;
+        let model = refuse_unsupported(&self.config.name, &request, self.advertised().as_ref())?;
         if request.cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
         let cwd = self.config.cwd.clone().unwrap_or(request.cwd);
-        run::start(
-            &self.config,
-            self.progress.clone(),
+        run::start(run::Start {
+            config: &self.config,
+            progress: self.progress.clone(),
+            advertised: self.advertised.clone(),
             cwd,
-            &request.prompt,
-            &request.cancel,
-        )
+            prompt: Some(&request.prompt),
+            model,
+            open: run::Open::New,
+            run_id: None,
+            cancel: &request.cancel,
+        })
         .await
+    }
+
+    /// What the agent advertised when it last opened a session (a start or
+    /// a [`probe`](Self::probe)), or `None` before it first did.
+    pub fn advertised(&self) -> Option<Advertised> {
+        self.advertised.get()
+    }
+
+    /// Start the agent, open a session in `cwd` (the configured directory
+    /// wins), record what it advertises, and tear it down: a host calls
+    /// this once at configuration so that the first child's flags are
+    /// checked against the agent's own capabilities before it is accepted.
+    ///
+    /// # Errors
+    /// The agent could not start (as [`StartExternal::start`]).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a drop at any await kills the agent's process group
+    /// (as [`Self::start_run`]); what was recorded before stays recorded.
+    pub async fn probe(&self, cwd: std::path::PathBuf) -> Result<Advertised, SubagentError> {
+        let cwd = self.config.cwd.clone().unwrap_or(cwd);
+        let run = run::start(run::Start {
+            config: &self.config,
+            progress: self.progress.clone(),
+            advertised: self.advertised.clone(),
+            cwd,
+            prompt: None,
+            model: None,
+            open: run::Open::New,
+            run_id: None,
+            cancel: &CancellationToken::new(),
+        })
+        .await?;
+        let disposed = run.dispose().await;
+        let advertised = self.advertised().ok_or_else(|| {
+            SubagentError::Infra(InfraError::Provider {
+                provider: self.config.name.clone(),
+                message: "the probe opened no session".to_owned(),
+            })
+        })?;
+        disposed.map(|()| advertised)
     }
 }
 
 /// The runtime checks flags before calling a provider; this repeats the
-/// check so a direct caller cannot slip an option past an external agent.
-fn refuse_unsupported(provider: &str, request: &ResolvedStartRequest) -> Result<(), SubagentError> {
-    let requested: [(bool, &'static str); 5] = [
-        (request.agent_options.is_some(), "agent_options"),
+/// check so a direct caller cannot slip an option past an external agent,
+/// and checks a model against what the agent is known to offer. Returns the
+/// model to choose.
+fn refuse_unsupported(
+    provider: &str,
+    request: &ResolvedStartRequest,
+    advertised: Option<&Advertised>,
+) -> Result<Option<String>, SubagentError> {
+    let refuse = |capability| {
+        SubagentError::Admission(AdmissionError::UnsupportedCapability {
+            provider: provider.to_owned(),
+            capability,
+        })
+    };
+    let model = match &request.agent_options {
+        None => None,
+        Some(options) => {
+            let only_model = AgentOptions {
+                model: options.model.clone(),
+                ..AgentOptions::default()
+            };
+            if *options != only_model || options.model.is_none() {
+                return Err(refuse("agent_options other than `model`"));
+            }
+            options.model.clone()
+        }
+    };
+    if let (Some(model), Some(advertised)) = (&model, advertised) {
+        match &advertised.models {
+            None => {
+                return Err(refuse(
+                    "agent_options (the agent advertises no model selector)",
+                ));
+            }
+            Some(models) if !models.contains(model) => {
+                return Err(SubagentError::Admission(AdmissionError::UnsupportedValue {
+                    provider: provider.to_owned(),
+                    option: "model",
+                    value: model.clone(),
+                    offered: models.clone(),
+                }));
+            }
+            Some(_) => {}
+        }
+    }
+    let requested: [(bool, &'static str); 4] = [
         (request.output_schema.is_some(), "output_schema"),
         (request.max_depth.is_some(), "depth_limit"),
         (request.tool_filter.is_some(), "tool_filter"),
         (request.persona.is_some(), "persona"),
     ];
     match requested.into_iter().find(|(asked, _)| *asked) {
-        Some((_, capability)) => Err(SubagentError::Admission(
-            AdmissionError::UnsupportedCapability {
-                provider: provider.to_owned(),
-                capability,
-            },
-        )),
-        None => Ok(()),
+        Some((_, capability)) => Err(refuse(capability)),
+        None => Ok(model),
     }
 }
 
@@ -126,9 +228,15 @@ impl SubagentProvider for AcpProvider {
         &self.config.name
     }
 
-    /// None: see the crate documentation.
+    /// `agent_options` unless the agent is known to have no model
+    /// selector: see the crate documentation.
     fn capabilities(&self) -> SubagentCapabilities {
-        SubagentCapabilities::default()
+        SubagentCapabilities {
+            agent_options: self
+                .advertised()
+                .is_none_or(|advertised| advertised.models.is_some()),
+            ..SubagentCapabilities::default()
+        }
     }
 
     fn inherits_parent_context(&self) -> bool {
@@ -147,5 +255,42 @@ impl StartExternal for AcpProvider {
         request: ResolvedStartRequest,
     ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
         Ok(Arc::new(self.start_run(request).await?))
+    }
+
+    /// `session/load` of the session `token` names (in its own directory),
+    /// then the prompt, as a run whose id is `child`.
+    async fn resume(
+        &self,
+        child: &SessionId,
+        token: &serde_json::Value,
+        request: ResolvedStartRequest,
+    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
+        #[derive(serde::Deserialize)]
+        struct Token {
+            session_id: String,
+            cwd: std::path::PathBuf,
+        }
+        let token: Token = serde_json::from_value(token.clone()).map_err(|err| {
+            SubagentError::Delivery(DeliveryError::NotResumable {
+                id: child.clone(),
+                reason: format!("its recorded ACP session is unreadable: {err}"),
+            })
+        })?;
+        if request.cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let run = run::start(run::Start {
+            config: &self.config,
+            progress: self.progress.clone(),
+            advertised: self.advertised.clone(),
+            cwd: self.config.cwd.clone().unwrap_or(token.cwd),
+            prompt: Some(&request.prompt),
+            model: None,
+            open: run::Open::Load(token.session_id.into()),
+            run_id: Some(child.clone()),
+            cancel: &request.cancel,
+        })
+        .await?;
+        Ok(Arc::new(run))
     }
 }

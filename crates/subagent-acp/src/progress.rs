@@ -1,11 +1,14 @@
 //! Progress: what an external run streams while it works, for a parent or a
-//! UI to observe through [`AcpProvider::progress`](crate::AcpProvider::progress).
+//! UI to observe through [`AcpProvider::progress`](crate::AcpProvider::progress)
+//! and, mapped onto the runtime's own event type ([`runtime_kinds`]),
+//! through the runtime's progress bus (`SubagentRuntime::progress`).
 //! Agent message text is also the run's output; thoughts, tool calls, plans
 //! and permission decisions are progress only and never reach the result.
 //! Progress is observation: listeners cannot disturb the run.
 
 use agent_client_protocol::v1::schema::{self as acp, SessionUpdate};
 use dsh_core::SessionId;
+use dsh_subagent::progress::{ContextUsage, PlanEntry, ProgressKind};
 use serde::Serialize;
 
 /// One progress event of one run.
@@ -56,6 +59,13 @@ pub enum ProgressUpdate {
     Plan {
         /// The steps.
         entries: Vec<PlanStep>,
+    },
+    /// The agent reported how full its context window is.
+    Usage {
+        /// Tokens currently in context.
+        used: u64,
+        /// The window's size in tokens.
+        size: u64,
     },
     /// A permission request was answered by the configured policy.
     Permission {
@@ -124,6 +134,97 @@ pub(crate) fn progress_of(update: &SessionUpdate) -> Option<ProgressUpdate> {
                 })
                 .collect(),
         },
+        SessionUpdate::UsageUpdate(usage) => ProgressUpdate::Usage {
+            used: usage.used,
+            size: usage.size,
+        },
         _ => return None,
     })
+}
+
+/// Whether a tool-call status (wire name) is final, and if so whether it
+/// failed.
+fn finished(status: &str) -> Option<bool> {
+    match status {
+        "completed" => Some(false),
+        "failed" => Some(true),
+        _ => None,
+    }
+}
+
+/// What `update` is on the runtime's progress bus. `titles` holds the
+/// titles of the tool calls still open (a call's update need not repeat
+/// its title), by call id.
+pub fn runtime_kinds(
+    update: &ProgressUpdate,
+    titles: &mut std::collections::HashMap<String, String>,
+) -> Vec<ProgressKind> {
+    match update {
+        ProgressUpdate::Message { text } if !text.is_empty() => {
+            vec![ProgressKind::TextDelta { text: text.clone() }]
+        }
+        ProgressUpdate::Thought { text } if !text.is_empty() => {
+            vec![ProgressKind::Thought { text: text.clone() }]
+        }
+        ProgressUpdate::Message { .. }
+        | ProgressUpdate::Thought { .. }
+        | ProgressUpdate::Permission { .. } => Vec::new(),
+        ProgressUpdate::ToolCall {
+            id, title, status, ..
+        } => {
+            let mut kinds = vec![ProgressKind::ToolCallStarted {
+                id: id.clone(),
+                name: title.clone(),
+            }];
+            match finished(status) {
+                Some(failed) => kinds.push(ProgressKind::ToolCallFinished {
+                    id: id.clone(),
+                    name: title.clone(),
+                    failed,
+                }),
+                None => {
+                    titles.insert(id.clone(), title.clone());
+                }
+            }
+            kinds
+        }
+        ProgressUpdate::ToolCallUpdate { id, title, status } => {
+            if let Some(title) = title
+                && let Some(open) = titles.get_mut(id)
+            {
+                open.clone_from(title);
+            }
+            match status.as_deref().and_then(finished) {
+                Some(failed) => {
+                    let name = titles
+                        .remove(id)
+                        .or_else(|| title.clone())
+                        .unwrap_or_else(|| id.clone());
+                    vec![ProgressKind::ToolCallFinished {
+                        id: id.clone(),
+                        name,
+                        failed,
+                    }]
+                }
+                None => Vec::new(),
+            }
+        }
+        ProgressUpdate::Plan { entries } => vec![ProgressKind::Plan {
+            entries: entries
+                .iter()
+                .map(|step| PlanEntry {
+                    content: step.content.clone(),
+                    status: step.status.clone(),
+                    priority: step.priority.clone(),
+                })
+                .collect(),
+        }],
+        ProgressUpdate::Usage { used, size } => vec![ProgressKind::Usage {
+            tokens: dsh_core::Usage::default(),
+            context: Some(ContextUsage {
+                used: *used,
+                size: *size,
+            }),
+        }],
+    }
 }

@@ -6,6 +6,7 @@
 //! the moment the run is disposed (B40); whichever comes first wins.
 
 use dsh_subagent::InfraError;
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU8, Ordering};
@@ -14,23 +15,26 @@ use std::time::Duration;
 
 use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    self as acp, CancelNotification, Implementation, InitializeRequest, NewSessionRequest,
-    PermissionOptionKind, PromptRequest, RequestPermissionOutcome, RequestPermissionRequest,
-    RequestPermissionResponse, SelectedPermissionOutcome, SessionNotification,
+    self as acp, CancelNotification, Implementation, InitializeRequest, LoadSessionRequest,
+    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome,
+    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
+    SessionNotification, SetSessionConfigOptionRequest,
 };
 use agent_client_protocol::{Agent, Channel, Client};
 use async_trait::async_trait;
 use dsh_core::observe::EventBus;
-use dsh_core::{ContentBlock, SessionId, StopReason};
-use dsh_subagent::{SubagentError, SubagentResult, SubagentRun};
+use dsh_core::{ContentBlock, SessionId, StopReason, Usage};
+use dsh_subagent::progress::{ProgressKind, ProgressSink};
+use dsh_subagent::{AdmissionError, DeliveryError, SubagentError, SubagentResult, SubagentRun};
 use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use crate::advertised::{Advertised, AdvertisedCache};
 use crate::config::{AcpConfig, Asker, PermissionAnswer, PermissionPolicy, PermissionQuestion};
 use crate::fault::{ExitFact, Fault, Phase, agent_text, map_stop_reason, stop_diagnostic};
 use crate::process::{self, ProcessGroup};
-use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of};
+use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of, runtime_kinds};
 use crate::transport::{self, BridgeFacts, MAX_LINE_BYTES, StdoutFault};
 
 /// After the agent's stdout closed, how long to wait for its exit status
@@ -48,7 +52,7 @@ const DRIVER_BOUND: Duration = Duration::from_secs(1);
 struct Shared {
     run_id: SessionId,
     phase: AtomicU8,
-    output: Mutex<String>,
+    output: Mutex<Messages>,
     settled: watch::Sender<Option<SubagentResult>>,
     /// Fired by dispose (or a failed start-up): the connection stops,
     /// sending the ACP cancel when a turn is in flight.
@@ -65,6 +69,107 @@ struct Shared {
     /// The first permission request the policy refused (its title, made
     /// fit for a diagnostic), named when the turn then does not complete.
     refused: Mutex<Option<String>>,
+    /// Where progress goes on the runtime's bus.
+    runtime: Mutex<RuntimeProgress>,
+    /// The tokens the agent reported for its turns.
+    usage: Mutex<Usage>,
+    /// The provider's record of what its agent advertises.
+    advertised: AdvertisedCache,
+    /// The ACP session and its directory, once open; with whether the
+    /// agent can load it again later (`loadSession`).
+    session: Mutex<Option<(acp::SessionId, PathBuf, bool)>>,
+    /// Set while `session/load` replays the session's history, which is
+    /// neither output nor progress of this run.
+    replaying: std::sync::atomic::AtomicBool,
+}
+
+/// The agent's messages of this run, kept apart: one paragraph each, so
+/// that an agent's own note or warning is never glued to its answer. A
+/// message is the chunks with one `messageId`; from an agent that gives no
+/// ids, the chunks between two other updates (a tool call, a thought, a
+/// plan).
+#[derive(Default)]
+struct Messages {
+    /// The finished messages that said something.
+    done: Vec<String>,
+    /// The message streaming now.
+    current: String,
+    /// Its id, when the agent gave one.
+    current_id: Option<String>,
+}
+
+impl Messages {
+    fn chunk(&mut self, id: Option<String>, text: &str) {
+        if id.is_some() && id != self.current_id {
+            self.finish();
+            self.current_id = id;
+        }
+        self.current.push_str(text);
+    }
+
+    /// Another kind of update: it ends a message that has no id.
+    fn boundary(&mut self) {
+        if self.current_id.is_none() {
+            self.finish();
+        }
+    }
+
+    fn finish(&mut self) {
+        let text = std::mem::take(&mut self.current);
+        if !text.trim().is_empty() {
+            self.done.push(text);
+        }
+    }
+
+    /// Every message that said something, trimmed, a blank line apart.
+    fn text(&self) -> String {
+        let mut parts: Vec<&str> = self.done.iter().map(|text| text.trim()).collect();
+        if !self.current.trim().is_empty() {
+            parts.push(self.current.trim());
+        }
+        parts.join("\n\n")
+    }
+}
+
+/// The run's side of the runtime's progress bus: what was reported before
+/// the runtime attached its sink (at most [`PENDING_PROGRESS`] events, the
+/// oldest dropped first), then the sink; and the open tool calls' titles.
+#[derive(Default)]
+struct RuntimeProgress {
+    pending: std::collections::VecDeque<ProgressKind>,
+    sink: Option<ProgressSink>,
+    titles: HashMap<String, String>,
+}
+
+/// How many runtime progress events a run keeps until the runtime attaches
+/// its sink (it does so as soon as it publishes the run).
+const PENDING_PROGRESS: usize = 256;
+
+impl RuntimeProgress {
+    fn report(&mut self, update: &ProgressUpdate) {
+        for kind in runtime_kinds(update, &mut self.titles) {
+            self.push(kind);
+        }
+    }
+
+    fn push(&mut self, kind: ProgressKind) {
+        match &self.sink {
+            Some(sink) => sink.emit(kind),
+            None => {
+                if self.pending.len() == PENDING_PROGRESS {
+                    self.pending.pop_front();
+                }
+                self.pending.push_back(kind);
+            }
+        }
+    }
+
+    fn attach(&mut self, sink: ProgressSink) {
+        for kind in self.pending.drain(..) {
+            sink.emit(kind);
+        }
+        self.sink = Some(sink);
+    }
 }
 
 impl Shared {
@@ -77,11 +182,15 @@ impl Shared {
     }
 
     fn output(&self) -> Vec<ContentBlock> {
-        let text = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+        let text = self
+            .output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .text();
         if text.is_empty() {
             Vec::new()
         } else {
-            vec![ContentBlock::text(text.clone())]
+            vec![ContentBlock::text(text)]
         }
     }
 
@@ -94,6 +203,7 @@ impl Shared {
             }
             let mut result = SubagentResult::stopped(stop_reason);
             result.output = self.output();
+            result.usage = *self.usage.lock().unwrap_or_else(PoisonError::into_inner);
             if let Some(diagnostic) = diagnostic {
                 result = result.with_diagnostic(diagnostic);
             }
@@ -108,20 +218,32 @@ impl Shared {
     }
 
     fn emit(&self, update: ProgressUpdate) {
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .report(&update);
         self.progress.emit(&AcpProgress {
             run_id: self.run_id.clone(),
             update,
         });
     }
 
-    /// A `session/update`: message text accumulates into the output; it and
-    /// everything else this crate knows becomes progress.
+    /// A `session/update`: message text accumulates into the output (one
+    /// paragraph per agent message); it and everything else this crate
+    /// knows becomes progress.
     fn update(&self, notification: &SessionNotification) {
-        if let acp::SessionUpdate::AgentMessageChunk(chunk) = &notification.update {
-            self.output
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .push_str(block_text(&chunk.content));
+        if self.replaying.load(Ordering::SeqCst) {
+            return;
+        }
+        {
+            let mut output = self.output.lock().unwrap_or_else(PoisonError::into_inner);
+            match &notification.update {
+                acp::SessionUpdate::AgentMessageChunk(chunk) => output.chunk(
+                    chunk.message_id.as_ref().map(ToString::to_string),
+                    block_text(&chunk.content),
+                ),
+                _ => output.boundary(),
+            }
         }
         match progress_of(&notification.update) {
             Some(update) => self.emit(update),
@@ -214,6 +336,28 @@ impl Shared {
         RequestPermissionResponse::new(outcome)
     }
 
+    /// Count the usage the agent reported at the end of a turn, into the
+    /// result and onto the runtime's bus.
+    fn add_usage(&self, reported: &acp::Usage) {
+        #[allow(
+            clippy::needless_update,
+            reason = "core's `Usage` may count more kinds of token than these"
+        )]
+        let tokens = Usage {
+            input_tokens: reported.input_tokens,
+            output_tokens: reported.output_tokens,
+            ..Usage::default()
+        };
+        *self.usage.lock().unwrap_or_else(PoisonError::into_inner) += tokens;
+        self.runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(ProgressKind::Usage {
+                tokens,
+                context: None,
+            });
+    }
+
     /// For a turn that did not complete after the policy refused a
     /// permission request: which one, since that is most likely why.
     fn refused_diagnostic(&self, stop_reason: &StopReason) -> Option<String> {
@@ -301,9 +445,35 @@ struct Drive {
     stdin_closed: CancellationToken,
     exit: watch::Receiver<Option<ExitStatus>>,
     cwd: PathBuf,
-    prompt: Vec<acp::ContentBlock>,
+    prompt: Option<Vec<acp::ContentBlock>>,
     images: usize,
-    startup: oneshot::Sender<Result<(), Fault>>,
+    model: Option<String>,
+    open: Open,
+    startup: oneshot::Sender<Result<(), StartFailure>>,
+}
+
+/// Why a start-up failed: a fault of the agent, or a request it cannot
+/// honour (refused before the run is published).
+enum StartFailure {
+    Fault(Fault),
+    Refused(AdmissionError),
+    /// A session to continue that the agent cannot load.
+    NotResumable(String),
+}
+
+/// How a run opens its ACP session.
+#[derive(Debug, Clone)]
+pub(crate) enum Open {
+    /// `session/new`.
+    New,
+    /// `session/load` of a session an earlier run left.
+    Load(acp::SessionId),
+}
+
+impl From<Fault> for StartFailure {
+    fn from(fault: Fault) -> Self {
+        Self::Fault(fault)
+    }
 }
 
 /// The driver task: the connection and both halves of the pipe bridge.
@@ -318,6 +488,8 @@ async fn drive(drive: Drive) {
         cwd,
         prompt,
         images,
+        model,
+        open,
         startup,
     } = drive;
     let run = shared.run_id.to_string();
@@ -335,6 +507,8 @@ async fn drive(drive: Drive) {
             cwd,
             prompt,
             images,
+            model,
+            open,
             startup,
             exit: exit.clone(),
         },
@@ -352,12 +526,15 @@ async fn drive(drive: Drive) {
     }
 }
 
-/// The inputs of the foreground: start-up, then one prompt turn.
+/// The inputs of the foreground: start-up, then one prompt turn (none for
+/// a probe, which only opens a session).
 struct Turn {
     cwd: PathBuf,
-    prompt: Vec<acp::ContentBlock>,
+    prompt: Option<Vec<acp::ContentBlock>>,
     images: usize,
-    startup: oneshot::Sender<Result<(), Fault>>,
+    model: Option<String>,
+    open: Open,
+    startup: oneshot::Sender<Result<(), StartFailure>>,
     exit: watch::Receiver<Option<ExitStatus>>,
 }
 
@@ -400,13 +577,21 @@ async fn foreground(
         cwd,
         prompt,
         images,
+        model,
+        open,
         startup,
         mut exit,
     } = turn;
+    let opening = Opening {
+        cwd,
+        images,
+        model,
+        open,
+    };
     let opened = tokio::select! {
         biased;
         () = shared.stop.cancelled() => return,
-        opened = open_session(cx, shared, cwd, images, &mut exit) => opened,
+        opened = open_session(cx, shared, opening, &mut exit) => opened,
     };
     let session_id = match opened {
         Ok(session_id) => session_id,
@@ -418,7 +603,17 @@ async fn foreground(
     if startup.send(Ok(())).is_err() {
         return;
     }
+    let Some(prompt) = prompt else {
+        // A probe: the session stays open until the run is disposed.
+        shared.stop.cancelled().await;
+        return;
+    };
     shared.set_phase(Phase::Prompt);
+    shared
+        .runtime
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .push(ProgressKind::StepStarted { turn: 0, step: 0 });
     let request = cx.send_request(PromptRequest::new(session_id.clone(), prompt));
     let answered = tokio::select! {
         biased;
@@ -434,6 +629,9 @@ async fn foreground(
             }
         }
         Some(Ok(response)) => {
+            if let Some(reported) = &response.usage {
+                shared.add_usage(reported);
+            }
             let stop_reason = map_stop_reason(&response.stop_reason);
             let diagnostic = stop_diagnostic(&response.stop_reason)
                 .or_else(|| shared.refused_diagnostic(&stop_reason));
@@ -447,14 +645,20 @@ async fn foreground(
 }
 
 /// `initialize`, check the prompt against what the agent accepts, then
-/// `session/new` in `cwd`.
+/// `session/new` in `cwd`, recording what the agent advertised; then the
+/// model, when one was asked for, through the agent's model selector.
 async fn open_session(
     cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
     shared: &Shared,
-    cwd: PathBuf,
-    images: usize,
+    opening: Opening,
     exit: &mut watch::Receiver<Option<ExitStatus>>,
-) -> Result<acp::SessionId, Fault> {
+) -> Result<acp::SessionId, StartFailure> {
+    let Opening {
+        cwd,
+        images,
+        model,
+        open,
+    } = opening;
     shared.set_phase(Phase::Initialize);
     let initialize = InitializeRequest::new(ProtocolVersion::V1).client_info(Implementation::new(
         "dsh-subagent-acp",
@@ -462,19 +666,133 @@ async fn open_session(
     ));
     let initialized = match cx.send_request(initialize).block_task().await {
         Ok(response) => response,
-        Err(err) => return Err(shared.request_fault(&err, exit).await),
+        Err(err) => return Err(shared.request_fault(&err, exit).await.into()),
     };
     if images > 0 && !initialized.agent_capabilities.prompt_capabilities.image {
-        return Err(Fault::ImagesUnsupported { count: images });
+        return Err(Fault::ImagesUnsupported { count: images }.into());
     }
+    let load_session = initialized.agent_capabilities.load_session;
     shared.set_phase(Phase::NewSession);
-    match cx
-        .send_request(NewSessionRequest::new(cwd))
+    if let Open::Load(session_id) = open {
+        if !load_session {
+            return Err(StartFailure::NotResumable(
+                "the agent no longer advertises loadSession".to_owned(),
+            ));
+        }
+        shared.replaying.store(true, Ordering::SeqCst);
+        let loaded = cx
+            .send_request(LoadSessionRequest::new(session_id.clone(), cwd.clone()))
+            .block_task()
+            .await;
+        shared.replaying.store(false, Ordering::SeqCst);
+        return match loaded {
+            Ok(_) => {
+                *shared
+                    .session
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner) =
+                    Some((session_id.clone(), cwd, load_session));
+                Ok(session_id)
+            }
+            Err(err) if agent_client_protocol::is_incoming_transport_closed(&err) => {
+                Err(shared.request_fault(&err, exit).await.into())
+            }
+            Err(err) => Err(StartFailure::NotResumable(format!(
+                "the agent did not load its session: {}",
+                shared.request_fault(&err, exit).await
+            ))),
+        };
+    }
+    let session = match cx
+        .send_request(NewSessionRequest::new(cwd.clone()))
         .block_task()
         .await
     {
-        Ok(session) => Ok(session.session_id),
-        Err(err) => Err(shared.request_fault(&err, exit).await),
+        Ok(session) => session,
+        Err(err) => return Err(shared.request_fault(&err, exit).await.into()),
+    };
+    *shared
+        .session
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner) =
+        Some((session.session_id.clone(), cwd, load_session));
+    let selector = ModelSelector::of(session.config_options.as_deref().unwrap_or_default());
+    shared.advertised.record(Advertised {
+        load_session: initialized.agent_capabilities.load_session,
+        images: initialized.agent_capabilities.prompt_capabilities.image,
+        models: selector.as_ref().map(|selector| selector.values.clone()),
+    });
+    let Some(model) = model else {
+        return Ok(session.session_id);
+    };
+    let Some(selector) = selector else {
+        return Err(StartFailure::Refused(
+            AdmissionError::UnsupportedCapability {
+                provider: shared.agent.clone(),
+                capability: "agent_options (the agent advertises no model selector)",
+            },
+        ));
+    };
+    if !selector.values.contains(&model) {
+        return Err(StartFailure::Refused(AdmissionError::UnsupportedValue {
+            provider: shared.agent.clone(),
+            option: "model",
+            value: model,
+            offered: selector.values,
+        }));
+    }
+    let choose = SetSessionConfigOptionRequest::new(
+        session.session_id.clone(),
+        selector.config_id,
+        acp::SessionConfigValueId::new(model),
+    );
+    match cx.send_request(choose).block_task().await {
+        Ok(_) => Ok(session.session_id),
+        Err(err) => Err(shared.request_fault(&err, exit).await.into()),
+    }
+}
+
+/// What opening a session needs.
+struct Opening {
+    cwd: PathBuf,
+    images: usize,
+    model: Option<String>,
+    open: Open,
+}
+
+/// An agent's model selector: the first `select` option of category
+/// `model`, and the value ids it offers (groups flattened).
+struct ModelSelector {
+    config_id: acp::SessionConfigId,
+    values: Vec<String>,
+}
+
+impl ModelSelector {
+    fn of(options: &[acp::SessionConfigOption]) -> Option<Self> {
+        options.iter().find_map(|option| {
+            let acp::SessionConfigKind::Select(select) = &option.kind else {
+                return None;
+            };
+            if option.category != Some(acp::SessionConfigOptionCategory::Model) {
+                return None;
+            }
+            let values = match &select.options {
+                acp::SessionConfigSelectOptions::Ungrouped(options) => options
+                    .iter()
+                    .map(|option| option.value.to_string())
+                    .collect(),
+                acp::SessionConfigSelectOptions::Grouped(groups) => groups
+                    .iter()
+                    .flat_map(|group| &group.options)
+                    .map(|option| option.value.to_string())
+                    .collect(),
+                _ => Vec::new(),
+            };
+            Some(Self {
+                config_id: option.id.clone(),
+                values,
+            })
+        })
     }
 }
 
@@ -559,29 +877,57 @@ fn masked_values(config: &AcpConfig) -> Vec<String> {
         .collect()
 }
 
+/// What one start is asked to do.
+pub(crate) struct Start<'a> {
+    pub(crate) config: &'a AcpConfig,
+    pub(crate) progress: EventBus<AcpProgress>,
+    pub(crate) advertised: AdvertisedCache,
+    pub(crate) cwd: PathBuf,
+    /// `None` for a probe: open a session, prompt nothing.
+    pub(crate) prompt: Option<&'a [ContentBlock]>,
+    /// The model to choose through the agent's model selector.
+    pub(crate) model: Option<String>,
+    /// A new session, or one to load.
+    pub(crate) open: Open,
+    /// The run's id: the child's own when continuing it, else minted.
+    pub(crate) run_id: Option<SessionId>,
+    pub(crate) cancel: &'a CancellationToken,
+}
+
 /// Start one run; returns once its session is open and the prompt is on
 /// its way, or fails having torn everything down.
-pub(crate) async fn start(
-    config: &AcpConfig,
-    progress: EventBus<AcpProgress>,
-    cwd: PathBuf,
-    prompt: &[ContentBlock],
-    cancel: &CancellationToken,
-) -> Result<AcpRun, SubagentError> {
+pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
+    let Start {
+        config,
+        progress,
+        advertised,
+        cwd,
+        prompt,
+        model,
+        open,
+        run_id,
+        cancel,
+    } = start;
     let provider_error = |fault: &Fault| {
         SubagentError::Infra(InfraError::Provider {
             provider: config.name.clone(),
             message: fault.to_string(),
         })
     };
-    let run_id = SessionId::generate();
-    let (prompt, images) = acp_prompt(prompt);
+    let run_id = run_id.unwrap_or_else(SessionId::generate);
+    let (prompt, images) = match prompt {
+        Some(prompt) => {
+            let (prompt, images) = acp_prompt(prompt);
+            (Some(prompt), images)
+        }
+        None => (None, 0),
+    };
     let spawned =
         process::spawn(config, &cwd, run_id.as_str()).map_err(|fault| provider_error(&fault))?;
     let shared = Arc::new(Shared {
         run_id: run_id.clone(),
         phase: AtomicU8::new(Phase::Spawn.index()),
-        output: Mutex::new(String::new()),
+        output: Mutex::new(Messages::default()),
         settled: watch::Sender::new(None),
         stop: CancellationToken::new(),
         facts: BridgeFacts::default(),
@@ -591,6 +937,11 @@ pub(crate) async fn start(
         agent: config.name.clone(),
         masked: masked_values(config),
         refused: Mutex::new(None),
+        runtime: Mutex::new(RuntimeProgress::default()),
+        usage: Mutex::new(Usage::default()),
+        advertised,
+        session: Mutex::new(None),
+        replaying: std::sync::atomic::AtomicBool::new(false),
     });
     let (startup_tx, startup_rx) = oneshot::channel();
     let close_stdin = CancellationToken::new();
@@ -606,6 +957,8 @@ pub(crate) async fn start(
         cwd,
         prompt,
         images,
+        model,
+        open,
         startup: startup_tx,
     }));
     // From here on, dropping `parts` (this future dropped by a caller that
@@ -622,12 +975,12 @@ pub(crate) async fn start(
         () = cancel.cancelled() => Err(None),
         started = tokio::time::timeout(config.startup_timeout, startup_rx) => match started {
             Ok(Ok(Ok(()))) => Ok(()),
-            Ok(Ok(Err(fault))) => Err(Some(fault)),
-            Ok(Err(_)) => Err(Some(shared.closed_fault(&mut exit).await)),
+            Ok(Ok(Err(failure))) => Err(Some(failure)),
+            Ok(Err(_)) => Err(Some(shared.closed_fault(&mut exit).await.into())),
             Err(_) => Err(Some(Fault::Timeout {
                 phase: shared.phase(),
                 limit: config.startup_timeout,
-            })),
+            }.into())),
         },
     };
     match outcome {
@@ -648,7 +1001,17 @@ pub(crate) async fn start(
                 tracing::error!(run = %run_id, "a failed ACP start-up left its process: {err}");
             }
             match fault {
-                Some(fault) => {
+                Some(StartFailure::NotResumable(reason)) => {
+                    Err(SubagentError::Delivery(DeliveryError::NotResumable {
+                        id: run_id,
+                        reason: agent_text(&reason, &shared.masked),
+                    }))
+                }
+                Some(StartFailure::Refused(refusal)) => {
+                    tracing::debug!(run = %run_id, "the ACP start-up was refused: {refusal}");
+                    Err(SubagentError::Admission(refusal))
+                }
+                Some(StartFailure::Fault(fault)) => {
                     tracing::debug!(run = %run_id, "the ACP start-up failed: {fault}");
                     let mut message = fault.to_string();
                     // The group is gone and its stderr drained: an agent
@@ -706,6 +1069,30 @@ impl AcpRun {
 impl SubagentRun for AcpRun {
     fn id(&self) -> &SessionId {
         &self.id
+    }
+
+    /// `{"session_id", "cwd"}` when the agent advertised `loadSession`.
+    fn resume_token(&self) -> Option<serde_json::Value> {
+        let session = self
+            .shared
+            .session
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        match &*session {
+            Some((session_id, cwd, true)) => Some(serde_json::json!({
+                "session_id": session_id.to_string(),
+                "cwd": cwd,
+            })),
+            _ => None,
+        }
+    }
+
+    fn observe(&self, progress: ProgressSink) {
+        self.shared
+            .runtime
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .attach(progress);
     }
 
     /// # Cancel safety

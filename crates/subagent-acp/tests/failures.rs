@@ -354,7 +354,12 @@ async fn b42_options_an_external_agent_cannot_honour_are_refused_before_any_proc
     let cases: Vec<(&str, Box<EditRequest>)> = vec![
         (
             "agent_options",
-            Box::new(|r| r.agent_options = Some(AgentOptions::default())),
+            Box::new(|r| {
+                r.agent_options = Some(AgentOptions {
+                    reasoning_effort: Some("high".into()),
+                    ..AgentOptions::default()
+                })
+            }),
         ),
         (
             "agent_preset",

@@ -37,9 +37,10 @@ async fn b37_b39_the_typescript_example_completes_with_its_message_as_output_and
     assert_eq!(
         text(&result),
         "I'll help you with that. Let me start by reading some files to understand the current \
-         situation. Now I understand the project structure. I need to make some changes to \
-         improve it. Perfect! I've successfully updated the configuration. The changes have \
-         been applied."
+         situation.\n\nNow I understand the project structure. I need to make some changes to \
+         improve it.\n\nPerfect! I've successfully updated the configuration. The changes have \
+         been applied.",
+        "each message a paragraph apart (the agent's tool calls end them)"
     );
     let events = drain(&mut progress);
     assert!(
@@ -63,7 +64,7 @@ async fn b39_the_default_policy_rejects_the_permission_request() {
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
     assert!(
         text(&result).ends_with(
-            " I understand you prefer not to make that change. I'll skip the configuration update."
+            "\n\nI understand you prefer not to make that change. I'll skip the configuration update."
         ),
         "{}",
         text(&result)

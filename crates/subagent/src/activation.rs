@@ -366,23 +366,36 @@ impl SubagentRuntime {
                 start_seq,
                 capture,
             } => {
-                let stopped = loop {
-                    let seen = activation.delivered.load(Ordering::SeqCst);
-                    if self.await_quiescence(&activation, handle.agent()).await {
-                        activation.retiring.store(true, Ordering::SeqCst);
-                        break true;
+                // Progress is read from the log while the child runs, and
+                // once more when it has gone quiet (never slowing it).
+                let mut reporter = crate::progress::LocalReporter::new(
+                    self.progress_sink(&activation),
+                    *start_seq,
+                );
+                let watched = async {
+                    loop {
+                        let seen = activation.delivered.load(Ordering::SeqCst);
+                        if self.await_quiescence(&activation, handle.agent()).await {
+                            activation.retiring.store(true, Ordering::SeqCst);
+                            break true;
+                        }
+                        // Retire only if no delivery landed since the child was
+                        // found quiet; one in flight finishes first.
+                        let _input = activation.input.write().await;
+                        if activation.delivered.load(Ordering::SeqCst) == seen {
+                            activation.retiring.store(true, Ordering::SeqCst);
+                            break false;
+                        }
                     }
-                    // Retire only if no delivery landed since the child was
-                    // found quiet; one in flight finishes first.
-                    let _input = activation.input.write().await;
-                    if activation.delivered.load(Ordering::SeqCst) == seen {
-                        activation.retiring.store(true, Ordering::SeqCst);
-                        break false;
-                    }
+                };
+                let stopped = tokio::select! {
+                    stopped = watched => stopped,
+                    never = reporter.run(handle.agent().as_ref()) => match never {},
                 };
                 if stopped {
                     self.stop_tree(&activation, handle.agent()).await;
                 }
+                reporter.report(handle.agent().as_ref());
                 Ok(local_result(
                     handle.agent().as_ref(),
                     *start_seq,
@@ -391,6 +404,7 @@ impl SubagentRuntime {
                 ))
             }
             Execution::External { run } => {
+                run.observe(self.progress_sink(&activation));
                 let result = tokio::select! {
                     result = run.result() => result,
                     () = activation.stop.cancelled() => {
@@ -443,6 +457,17 @@ impl SubagentRuntime {
         self.inner
             .events
             .emit(&SubagentEvent::End(activation.info.clone(), outcome));
+    }
+
+    /// Where `activation` reports its progress.
+    fn progress_sink(&self, activation: &Activation) -> crate::progress::ProgressSink {
+        self.inner.progress.sink(crate::progress::ProgressMember {
+            child_id: activation.child_id.clone(),
+            activation: activation.serial,
+            root: activation.root.clone(),
+            name: activation.name.clone(),
+            provider: activation.info.provider.clone(),
+        })
     }
 
     /// Wait until the child is idle with no owned child left, or a stop was
@@ -533,6 +558,7 @@ fn local_result(
         structured,
         diagnostic: None,
         stop_reason,
+        usage: crate::result::usage_of(&own),
     };
     if !result.stop_reason.is_completed()
         && let Some(diagnostic) = diagnostic

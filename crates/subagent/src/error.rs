@@ -60,6 +60,23 @@ pub enum AdmissionError {
         /// The capability, by its flag name.
         capability: &'static str,
     },
+    /// The provider honours the option, but not this value of it: an
+    /// external agent that offers other models, say. Code
+    /// `UNSUPPORTED_CAPABILITY`, like a missing capability.
+    #[error(
+        "provider `{provider}` cannot use {option} `{value}`; it offers {}",
+        offered_list(offered)
+    )]
+    UnsupportedValue {
+        /// The provider.
+        provider: String,
+        /// The option, by its name (`model`).
+        option: &'static str,
+        /// The value asked for.
+        value: String,
+        /// The values the provider offers.
+        offered: Vec<String>,
+    },
     /// The request itself is malformed (an unknown tool in the filter, a
     /// persona with an unknown variable, an unknown preset, a bad cwd).
     #[error("invalid subagent request: {0}")]
@@ -239,7 +256,9 @@ impl AdmissionError {
     /// The stable code.
     pub fn code(&self) -> &'static str {
         match self {
-            Self::UnsupportedCapability { .. } => "UNSUPPORTED_CAPABILITY",
+            Self::UnsupportedCapability { .. } | Self::UnsupportedValue { .. } => {
+                "UNSUPPORTED_CAPABILITY"
+            }
             Self::InvalidRequest(_) => "INVALID_REQUEST",
             Self::DepthLimit { .. } => "DEPTH_LIMIT",
             Self::InvalidName { .. } => "INVALID_NAME",
@@ -247,6 +266,16 @@ impl AdmissionError {
             Self::Capacity(_) => "CAPACITY",
             Self::Draining => "DRAINING",
         }
+    }
+}
+
+/// `a`, `b` and `c` (each quoted), or "nothing".
+fn offered_list(offered: &[String]) -> String {
+    let quoted: Vec<String> = offered.iter().map(|value| format!("`{value}`")).collect();
+    match quoted.as_slice() {
+        [] => "nothing".to_owned(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
     }
 }
 

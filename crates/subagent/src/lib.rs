@@ -21,10 +21,12 @@ mod compose;
 mod drain;
 mod error;
 mod events;
+mod external;
 mod messaging;
 mod names;
 mod notice;
 mod owned;
+pub mod progress;
 mod provider;
 mod request;
 pub mod result;
@@ -37,10 +39,15 @@ pub use capture::CAPTURE_TOOL;
 pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
 pub use error::{AdmissionError, DeliveryError, InfraError, RegistryError, SubagentError};
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
+pub use external::RESUME_EVENT;
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
 pub use names::{ROOT_NAME, validate_name};
+pub use progress::{
+    PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember, ProgressSink,
+    ProgressStream,
+};
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
     ResolvedStartRequest, StartExternal, SubagentCapabilities, SubagentProvider, SubagentRun,

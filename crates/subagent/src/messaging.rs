@@ -26,11 +26,6 @@ use crate::owned::Owned;
 use crate::request::Delivery;
 use crate::runtime::{SubagentRuntime, lock};
 
-/// The refusal of a follow-up message to an external child (B42).
-fn external_refusal(target: &SessionId) -> SubagentError {
-    DeliveryError::External(target.clone()).into()
-}
-
 /// How far up a lineage the runtime walks before calling it a cycle.
 const MAX_LINEAGE: usize = 256;
 
@@ -59,7 +54,7 @@ struct ResumedDelivery {
 }
 
 /// Removes a child's resume gate once nobody else holds it.
-struct PruneGate<'a> {
+pub(crate) struct PruneGate<'a> {
     runtime: &'a SubagentRuntime,
     target: &'a SessionId,
 }
@@ -266,7 +261,9 @@ impl SubagentRuntime {
                     // An external child has no session of its own: only its
                     // creator's catalog knows it, so the lineage walk cannot.
                     if self.is_external_member(&root, target, cancel).await {
-                        return Err(external_refusal(target));
+                        return self
+                            .continue_external(&sender_ref, &root, target, content, cancel)
+                            .await;
                     }
                     false
                 }
@@ -277,7 +274,11 @@ impl SubagentRuntime {
             }
             match self.mode_of(target).await?.as_ref().map(ChildMode::as_str) {
                 Some("continuable") => {}
-                Some("external") => return Err(external_refusal(target)),
+                Some("external") => {
+                    return self
+                        .continue_external(&sender_ref, &root, target, content, cancel)
+                        .await;
+                }
                 _ => {
                     return Err(DeliveryError::NotMessageable(target.clone()).into());
                 }
@@ -568,6 +569,31 @@ impl SubagentRuntime {
         )
     }
 
+    /// Hold `target`'s resume gate: one resume of a child at a time. The
+    /// gate is pruned once the last holder lets go (the guard drops first).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a drop while waiting holds nothing.
+    pub(crate) async fn resume_gate<'a>(
+        &'a self,
+        target: &'a SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, PruneGate<'a>), SubagentError> {
+        let prune = PruneGate {
+            runtime: self,
+            target,
+        };
+        let gate = lock(&self.inner.resuming)
+            .entry(target.clone())
+            .or_default()
+            .clone();
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(SubagentError::Cancelled),
+            guard = gate.lock_owned() => Ok((guard, prune)),
+        }
+    }
+
     /// Resume a cold member; concurrent resumes of one child coalesce (the
     /// losers find it live in the registry).
     async fn resume_member(
@@ -576,19 +602,7 @@ impl SubagentRuntime {
         root: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<Resumed, SubagentError> {
-        let _prune = PruneGate {
-            runtime: self,
-            target,
-        };
-        let gate = lock(&self.inner.resuming)
-            .entry(target.clone())
-            .or_default()
-            .clone();
-        let _turn = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(SubagentError::Cancelled),
-            guard = gate.lock() => guard,
-        };
+        let _turn = self.resume_gate(target, cancel).await?;
         if self.registry().get(target).is_some() {
             return Err(SubagentError::Agent(dsh_core::AgentError::AlreadyLive(
                 target.clone(),

@@ -107,6 +107,7 @@ fn owed(header: &SessionHeader, events: &[SessionEvent]) -> Option<Owed> {
         structured: None,
         diagnostic: None,
         stop_reason,
+        usage: crate::result::usage_of(activation),
     };
     if !result.stop_reason.is_completed()
         && let Some(diagnostic) = diagnostic

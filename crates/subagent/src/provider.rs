@@ -16,6 +16,7 @@ use dsh_core::{
 };
 
 use crate::error::SubagentError;
+use crate::progress::ProgressSink;
 use crate::result::SubagentResult;
 
 /// Which start-time request options a provider honours. The runtime refuses
@@ -133,6 +134,20 @@ pub trait SubagentRun: Send + Sync {
     /// An infrastructure fault the result cannot represent.
     async fn result(&self) -> Result<SubagentResult, SubagentError>;
 
+    /// What the provider needs to continue this run's session in a later
+    /// activation ([`StartExternal::resume`]), even in a later process; the
+    /// runtime records it in the creator's log with the catalog entry.
+    /// `None` (the default): the child is a leaf that takes no follow-up.
+    fn resume_token(&self) -> Option<serde_json::Value> {
+        None
+    }
+
+    /// The runtime hands the run the sink its progress goes to, once, when
+    /// it starts watching the published run. The default reports nothing.
+    fn observe(&self, progress: ProgressSink) {
+        drop(progress);
+    }
+
     /// Cancel remaining work, reach quiescence, release resources. Idempotent.
     ///
     /// # Errors
@@ -153,6 +168,26 @@ pub trait StartExternal: Send + Sync {
         &self,
         request: ResolvedStartRequest,
     ) -> Result<Arc<dyn SubagentRun>, SubagentError>;
+
+    /// Continue the session a run of `child` left (`token` is its
+    /// [`SubagentRun::resume_token`]) with `request.prompt` as the next
+    /// prompt, returning a run whose id is `child`. The default refuses, as
+    /// for any external child (`EXTERNAL_TARGET`).
+    ///
+    /// # Errors
+    /// The session cannot be continued, or a provider failure.
+    ///
+    /// # Cancel safety
+    /// As [`StartExternal::start`]: a drop leaves nothing behind.
+    async fn resume(
+        &self,
+        child: &SessionId,
+        token: &serde_json::Value,
+        request: ResolvedStartRequest,
+    ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
+        drop((token, request));
+        Err(crate::error::DeliveryError::External(child.clone()).into())
+    }
 }
 
 /// One registered transport for running child agents.

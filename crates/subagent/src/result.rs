@@ -3,7 +3,7 @@
 //! bound what a provider may say about a failure (a diagnostic of at most
 //! 4096 UTF-8 bytes, cut on a character boundary).
 
-use dsh_core::{ContentBlock, EventPayload, SessionEvent, StopReason};
+use dsh_core::{ContentBlock, EventPayload, SessionEvent, StopReason, Usage};
 use serde_json::Value;
 
 /// The most bytes a diagnostic may hold.
@@ -23,6 +23,9 @@ pub struct SubagentResult {
     pub diagnostic: Option<String>,
     /// Why it ended; anything but `completed` means `output` may be partial.
     pub stop_reason: StopReason,
+    /// The tokens this activation used, as its model or agent reported
+    /// them (zero when nothing was reported).
+    pub usage: Usage,
 }
 
 impl SubagentResult {
@@ -33,6 +36,7 @@ impl SubagentResult {
             structured: None,
             diagnostic: None,
             stop_reason,
+            usage: Usage::default(),
         }
     }
 
@@ -57,6 +61,18 @@ pub fn bound_diagnostic(text: String) -> String {
     let mut cut = text[..end].to_owned();
     cut.push_str(TRUNCATION_MARKER);
     cut
+}
+
+/// The tokens a run whose events are `events` used: the sum of its usage
+/// events. Pass only the run's own events, as for [`final_output`].
+pub fn usage_of(events: &[SessionEvent]) -> Usage {
+    let mut total = Usage::default();
+    for event in events {
+        if let EventPayload::Usage(usage) = &event.payload {
+            total += *usage;
+        }
+    }
+    total
 }
 
 /// The output of a run whose events are `events`: the content of the last

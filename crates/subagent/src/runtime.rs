@@ -71,6 +71,8 @@ pub(crate) struct Inner {
     pub(crate) catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
     pub(crate) capacity: Capacity,
     pub(crate) tasks: TaskTracker,
+    /// The progress bus (`crate::progress`).
+    pub(crate) progress: crate::progress::ProgressHub,
 }
 
 /// The subagent runtime. Cheap to clone; clones share state.
@@ -117,6 +119,7 @@ impl SubagentRuntime {
                 catalogs: Mutex::new(HashMap::new()),
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),
+                progress: crate::progress::ProgressHub::default(),
             }),
         }
     }

@@ -433,11 +433,15 @@ impl SubagentRuntime {
                 provider: provider.name().to_owned(),
                 mode: ChildMode::EXTERNAL,
             };
-            if let Err(err) = parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
+            let recorded = match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
+                Ok(_) => self.record_resumable(&parent, run.as_ref()).await,
+                Err(err) => Err(err.into()),
+            };
+            if let Err(err) = recorded {
                 if let Err(dispose) = run.dispose().await {
                     tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
                 }
-                return Err(err.into());
+                return Err(err);
             }
             reservation.commit();
         }

@@ -548,6 +548,7 @@ mod tests {
             structured: None,
             diagnostic: diagnostic.map(str::to_owned),
             stop_reason: StopReason::new(reason.to_owned()),
+            usage: Default::default(),
         }
     }
 

@@ -313,3 +313,34 @@ pub fn rogue_agent() -> Option<(PathBuf, PathBuf)> {
     .find(|path| path.is_file())?;
     Some((python, root.join("tests/agents/rogue_agent.py")))
 }
+
+/// `dsh run --model openai:fake --acp-command PYTHON --acp-arg ROGUE
+/// delegate` in `scratch`, the lead answered by `model` (the rogue agent
+/// from [`rogue_agent`]); returns the run's output.
+pub fn run_with_rogue(
+    scratch: &Scratch,
+    model: &model::FakeModel,
+    (python, rogue): (&Path, &Path),
+) -> Output {
+    scratch.dsh(
+        &[
+            "run",
+            "--model",
+            "openai:fake",
+            "--acp-command",
+            python.to_str().unwrap(),
+            "--acp-arg",
+            rogue.to_str().unwrap(),
+            "delegate",
+        ],
+        &fake_env(model),
+    )
+}
+
+/// The variables that point the `openai` model at `model`.
+pub fn fake_env(model: &model::FakeModel) -> [(&'static str, &str); 2] {
+    [
+        ("OPENAI_API_KEY", "sk-test"),
+        ("OPENAI_BASE_URL", model.base_url.as_str()),
+    ]
+}

@@ -12,6 +12,14 @@ Start-up behaviour comes from the arguments:
   --exit-at-init N  exit with status N on initialize
   --complain      before that exit, write 8 numbered lines to stderr, the
                   last naming DSH_ACP_TEST_SECRET's value (to be masked)
+  --models A,B    advertise a model selector (config option `model`,
+                  category `model`) offering the value ids A and B, the
+                  first current; `session/set_config_option` sets it
+  --log-starts PATH  append one line to PATH when it starts
+  --sessions DIR  advertise loadSession and keep each session in DIR (what
+                  it said), so a later process can `session/load` it: the
+                  history is replayed as message chunks; an unknown id is
+                  answered -32002
   --auth-fails    answer session/new with -32000 "Authentication required"
                   and data naming an auth method, plus the value of
                   DSH_ACP_TEST_SECRET when set (which must never be shown)
@@ -19,9 +27,14 @@ Start-up behaviour comes from the arguments:
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
-  close_stdout | sleep SECONDS | ask COMMAND
+  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT | model |
+  recall | message
 (`ask` requests permission to run COMMAND; refused, the turn stops
-`cancelled`, granted it says `granted OPTION_ID`.)
+`cancelled`, granted it says `granted OPTION_ID`. `usage` reports a
+context-window update of IN+OUT tokens used of 200000 and adds IN input and
+OUT output tokens to the turn's usage in the prompt response. `model` says
+the current model; `recall` says what the session said in earlier turns; after `message`,
+every `say` carries a new messageId, one per `message`.)
 """
 
 import json
@@ -36,7 +49,8 @@ ARGS = sys.argv[1:]
 OUT = sys.stdout
 LOCK = threading.Lock()
 CANCELLED = threading.Event()
-STATE = {"session_cwd": None}
+STATE = {"session_cwd": None, "model": None, "said": [], "earlier": [], "message": None,
+         "messages": 0}
 PENDING = {}
 
 
@@ -52,8 +66,25 @@ def update(session_id, body):
 
 
 def say(session_id, text):
-    update(session_id, {"sessionUpdate": "agent_message_chunk",
-                        "content": {"type": "text", "text": text}})
+    STATE["said"].append(text)
+    save(session_id)
+    chunk = {"sessionUpdate": "agent_message_chunk", "content": {"type": "text", "text": text}}
+    if STATE["message"] is not None:
+        chunk["messageId"] = STATE["message"]
+    update(session_id, chunk)
+
+
+def session_file(session_id):
+    if "--sessions" not in ARGS:
+        return None
+    return os.path.join(ARGS[ARGS.index("--sessions") + 1], session_id + ".json")
+
+
+def save(session_id):
+    path = session_file(session_id)
+    if path is not None:
+        with open(path, "w") as f:
+            json.dump({"cwd": STATE["session_cwd"], "said": STATE["said"]}, f)
 
 
 def run_prompt(request_id, params):
@@ -61,6 +92,8 @@ def run_prompt(request_id, params):
     blocks = params.get("prompt", [])
     script = "".join(b.get("text", "") for b in blocks if b.get("type") == "text")
     stop = "end_turn"
+    usage = None
+    STATE["earlier"] = list(STATE["said"])
     for command in [c.strip() for c in script.split(";") if c.strip()]:
         verb, _, arg = command.partition(" ")
         if verb == "say":
@@ -115,6 +148,20 @@ def run_prompt(request_id, params):
                 time.sleep(3600)
         elif verb == "sleep":
             time.sleep(float(arg))
+        elif verb == "usage":
+            tokens_in, tokens_out = (int(n) for n in arg.split())
+            usage = usage or {"inputTokens": 0, "outputTokens": 0}
+            usage["inputTokens"] += tokens_in
+            usage["outputTokens"] += tokens_out
+            update(session_id, {"sessionUpdate": "usage_update",
+                                "used": tokens_in + tokens_out, "size": 200000})
+        elif verb == "recall":
+            say(session_id, "recalled: " + "|".join(STATE["earlier"]))
+        elif verb == "message":
+            STATE["messages"] += 1
+            STATE["message"] = "m%d" % STATE["messages"]
+        elif verb == "model":
+            say(session_id, str(STATE["model"]))
         elif verb == "ask":
             answered = threading.Event()
             PENDING["ask-1"] = {"event": answered}
@@ -132,10 +179,29 @@ def run_prompt(request_id, params):
             else:
                 stop = "cancelled"
                 break
-    send({"jsonrpc": "2.0", "id": request_id, "result": {"stopReason": stop}})
+    result = {"stopReason": stop}
+    if usage is not None:
+        usage["totalTokens"] = usage["inputTokens"] + usage["outputTokens"]
+        result["usage"] = usage
+    send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+
+def models():
+    if "--models" not in ARGS:
+        return []
+    return ARGS[ARGS.index("--models") + 1].split(",")
+
+
+def config_options():
+    return [{"id": "model", "name": "Model", "category": "model", "type": "select",
+             "currentValue": STATE["model"],
+             "options": [{"value": m, "name": m.upper()} for m in models()]}]
 
 
 def main():
+    if "--log-starts" in ARGS:
+        with open(ARGS[ARGS.index("--log-starts") + 1], "a") as log:
+            log.write("started\n")
     if "--ignore-term" in ARGS:
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
     exit_at_init = None
@@ -166,7 +232,8 @@ def main():
                 os._exit(exit_at_init)
             send({"jsonrpc": "2.0", "id": request_id, "result": {
                 "protocolVersion": 1,
-                "agentCapabilities": {"promptCapabilities": {"image": "--images" in ARGS}}}})
+                "agentCapabilities": {"promptCapabilities": {"image": "--images" in ARGS},
+                                      "loadSession": "--sessions" in ARGS}}})
         elif method == "session/new" and "--auth-fails" in ARGS:
             secret = os.environ.get("DSH_ACP_TEST_SECRET", "")
             send({"jsonrpc": "2.0", "id": request_id, "error": {
@@ -174,7 +241,33 @@ def main():
                 "data": {"authMethods": ["chatgpt"], "token": secret}}})
         elif method == "session/new":
             STATE["session_cwd"] = params.get("cwd")
-            send({"jsonrpc": "2.0", "id": request_id, "result": {"sessionId": "rogue-1"}})
+            session_id = "rogue-1"
+            if "--sessions" in ARGS:
+                session_id = "rogue-" + os.urandom(6).hex()
+            result = {"sessionId": session_id}
+            save(session_id)
+            if models():
+                STATE["model"] = models()[0]
+                result["configOptions"] = config_options()
+            send({"jsonrpc": "2.0", "id": request_id, "result": result})
+        elif method == "session/set_config_option" and params.get("configId") == "model" \
+                and params.get("value") in models():
+            STATE["model"] = params["value"]
+            send({"jsonrpc": "2.0", "id": request_id,
+                  "result": {"configOptions": config_options()}})
+        elif method == "session/load":
+            path = session_file(params.get("sessionId", ""))
+            if path is None or not os.path.exists(path):
+                send({"jsonrpc": "2.0", "id": request_id,
+                      "error": {"code": -32002, "message": "Resource not found"}})
+                continue
+            with open(path) as f:
+                stored = json.load(f)
+            STATE["session_cwd"] = stored["cwd"]
+            STATE["said"] = []
+            for text in stored["said"]:
+                say(params["sessionId"], text)
+            send({"jsonrpc": "2.0", "id": request_id, "result": {}})
         elif method == "session/prompt":
             threading.Thread(target=run_prompt, args=(request_id, params), daemon=True).start()
         elif method == "session/cancel":

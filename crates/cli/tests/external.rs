@@ -1,0 +1,61 @@
+//! External (ACP) children as `dsh agents` and `dsh show` present them
+//! (field run item 9): the real binary, a loopback OpenAI-compatible
+//! server whose lead starts the ACP suite's test-only agent twice in the
+//! background, once to answer and once to fail. Both are listed as
+//! external leaves (never `unreadable`), and `dsh show` on each prints what
+//! is known of it (what its creator heard: the stop reason, the output and
+//! the diagnostic) instead of refusing.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[macro_use]
+mod support;
+
+use support::model::{FakeModel, Reply};
+use support::{Scratch, text};
+
+fn acp_call(name: &str, prompt: &str) -> Reply {
+    Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": format!("the {name} task"),
+            "name": name,
+            "prompt": prompt,
+            "run_in_background": true,
+        }),
+    }
+}
+
+#[test]
+fn completed_and_failed_external_children_are_listed_and_shown() {
+    let Some((python, rogue)) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let mut replies = vec![
+        acp_call("helper", "say hello from the helper"),
+        acp_call("broken", "say half an answer; error"),
+    ];
+    replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let run = support::run_with_rogue(&scratch, &model, (&python, &rogue));
+    assert!(
+        run.status.success(),
+        "{}{}",
+        text(&run.stderr),
+        text(&run.stdout)
+    );
+
+    let agents = scratch.dsh(&["agents"], &[]);
+    assert!(agents.status.success(), "{}", text(&agents.stderr));
+    let listing = text(&agents.stdout);
+    assert!(!listing.contains("unreadable"), "{listing}");
+    snapshot!(&scratch, "agents", listing);
+
+    for name in ["helper", "broken"] {
+        let show = scratch.dsh(&["show", name], &[]);
+        assert!(show.status.success(), "{}", text(&show.stderr));
+        snapshot!(&scratch, format!("show_{name}"), text(&show.stdout));
+    }
+}

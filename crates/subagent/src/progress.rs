@@ -1,0 +1,319 @@
+//! Progress: what every member of a tree is doing while it runs, one event
+//! type for local and external children alike, on the runtime's own
+//! progress bus ([`SubagentRuntime::progress`]). Each event names the
+//! activation it belongs to ([`ProgressMember`]: child id, activation
+//! serial, root, member name, provider) and one [`ProgressKind`]: a step
+//! started, a tool call started or finished, a text delta, a thought, a
+//! plan, usage.
+//!
+//! The bus is bounded and lossy, never a brake: it is a broadcast ring of
+//! [`PROGRESS_BUFFER`] events shared by every listener. Emitting never
+//! waits and never fails; a listener that falls more than the buffer
+//! behind loses the oldest events it had not read and learns how many
+//! ([`ProgressItem::Missed`]), then continues with the oldest one still
+//! held. Events of one member arrive in the order that member made them.
+//! Progress is observation only: nothing the runtime decides depends on
+//! it, and a result never does (usage reaches the result separately).
+//!
+//! Local children report from their session log, which the activation's
+//! monitor reads while the child runs: a step start, each tool call and
+//! its result, the text of each assistant message (one delta per message:
+//! the agent seam exposes the log, not the model's stream), and the usage
+//! of each model request. External providers report through the
+//! [`ProgressSink`] their run is handed ([`crate::SubagentRun::observe`]).
+
+use std::sync::Arc;
+
+use dsh_core::{SessionId, Usage};
+use tokio::sync::broadcast;
+
+use crate::runtime::SubagentRuntime;
+
+/// How many events the progress bus holds for its slowest listener before
+/// that listener starts losing the oldest ones.
+pub const PROGRESS_BUFFER: usize = 1024;
+
+/// The activation an event belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressMember {
+    /// The child's id (its session id for a local child, the run id for an
+    /// external one).
+    pub child_id: SessionId,
+    /// The activation's serial, unique for the life of the process: a
+    /// resumed child reports under a new one.
+    pub activation: u64,
+    /// The root of the member's tree.
+    pub root: SessionId,
+    /// The member's full model-facing name (its child id when unnamed).
+    pub name: String,
+    /// The provider that made it.
+    pub provider: String,
+}
+
+/// One step of an agent's plan, as the agent wrote it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PlanEntry {
+    /// What the step is.
+    pub content: String,
+    /// Its status (`pending`, `in_progress`, `completed`).
+    pub status: String,
+    /// Its priority (`high`, `medium`, `low`).
+    pub priority: String,
+}
+
+/// How full an external agent's context window is, as it reported.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextUsage {
+    /// Tokens currently in context.
+    pub used: u64,
+    /// The context window's size in tokens.
+    pub size: u64,
+}
+
+/// What happened.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ProgressKind {
+    /// A step (one model request and the tools it called) began.
+    StepStarted {
+        /// The turn, from 0 (0 for an external agent, which has no turns
+        /// the runtime can see).
+        turn: u64,
+        /// The step within the turn, from 0.
+        step: u64,
+    },
+    /// A tool call began.
+    ToolCallStarted {
+        /// The call's id.
+        id: String,
+        /// The tool's name (an external agent's title for the call).
+        name: String,
+    },
+    /// A tool call ended.
+    ToolCallFinished {
+        /// The call's id.
+        id: String,
+        /// The tool's name (an external agent's title for the call).
+        name: String,
+        /// Whether it reported a failure.
+        failed: bool,
+    },
+    /// Text the member said.
+    TextDelta {
+        /// The text.
+        text: String,
+    },
+    /// Text the member reasoned (an external agent's thought chunk).
+    Thought {
+        /// The text.
+        text: String,
+    },
+    /// The member's plan, complete each time.
+    Plan {
+        /// Its steps.
+        entries: Vec<PlanEntry>,
+    },
+    /// Tokens the member used since its last usage event, and its context
+    /// window when it reported one.
+    Usage {
+        /// The tokens this report adds (zero when it reports only the
+        /// context window).
+        tokens: Usage,
+        /// The context window, when reported.
+        context: Option<ContextUsage>,
+    },
+}
+
+/// One progress event.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressEvent {
+    /// Whose.
+    pub member: Arc<ProgressMember>,
+    /// What.
+    pub kind: ProgressKind,
+}
+
+/// What a listener reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ProgressItem {
+    /// The next event.
+    Event(ProgressEvent),
+    /// The listener fell behind and this many events were lost to it.
+    Missed(u64),
+}
+
+/// The runtime's progress bus.
+#[derive(Debug, Clone)]
+pub(crate) struct ProgressHub {
+    sender: broadcast::Sender<ProgressEvent>,
+}
+
+impl Default for ProgressHub {
+    fn default() -> Self {
+        Self {
+            sender: broadcast::Sender::new(PROGRESS_BUFFER),
+        }
+    }
+}
+
+impl ProgressHub {
+    /// A sink reporting as `member`.
+    pub(crate) fn sink(&self, member: ProgressMember) -> ProgressSink {
+        ProgressSink {
+            member: Arc::new(member),
+            sender: self.sender.clone(),
+        }
+    }
+}
+
+/// Where one activation reports its progress. Cheap to clone; emitting
+/// never waits.
+#[derive(Debug, Clone)]
+pub struct ProgressSink {
+    member: Arc<ProgressMember>,
+    sender: broadcast::Sender<ProgressEvent>,
+}
+
+impl ProgressSink {
+    /// Whom this sink reports as.
+    pub fn member(&self) -> &ProgressMember {
+        &self.member
+    }
+
+    /// Whether anyone listens (an emitter may skip building an event
+    /// nobody reads).
+    pub fn observed(&self) -> bool {
+        self.sender.receiver_count() > 0
+    }
+
+    /// Report `kind`. Never waits; with no listener the event is dropped.
+    pub fn emit(&self, kind: ProgressKind) {
+        // No receiver is the only failure, and it means nobody listens.
+        let _unheard = self.sender.send(ProgressEvent {
+            member: self.member.clone(),
+            kind,
+        });
+    }
+}
+
+/// A listener's view of the progress bus, from the moment it subscribed.
+#[derive(Debug)]
+pub struct ProgressStream {
+    receiver: broadcast::Receiver<ProgressEvent>,
+}
+
+impl ProgressStream {
+    /// The next item, or `None` once the runtime is gone.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped call loses nothing; the next call returns the
+    /// same item.
+    pub async fn next(&mut self) -> Option<ProgressItem> {
+        match self.receiver.recv().await {
+            Ok(event) => Some(ProgressItem::Event(event)),
+            Err(broadcast::error::RecvError::Lagged(missed)) => Some(ProgressItem::Missed(missed)),
+            Err(broadcast::error::RecvError::Closed) => None,
+        }
+    }
+
+    /// The next item if one is waiting.
+    pub fn try_next(&mut self) -> Option<ProgressItem> {
+        match self.receiver.try_recv() {
+            Ok(event) => Some(ProgressItem::Event(event)),
+            Err(broadcast::error::TryRecvError::Lagged(missed)) => {
+                Some(ProgressItem::Missed(missed))
+            }
+            Err(_) => None,
+        }
+    }
+}
+
+impl SubagentRuntime {
+    /// Listen to every member's progress from now on (see the module
+    /// documentation of [`crate::progress`] for the buffer and ordering).
+    pub fn progress(&self) -> ProgressStream {
+        ProgressStream {
+            receiver: self.inner.progress.sender.subscribe(),
+        }
+    }
+}
+
+/// How often a local child's log is read for new progress while someone
+/// listens.
+pub(crate) const LOCAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
+
+/// Reports one local child's progress from its log, from `cursor` on.
+pub(crate) struct LocalReporter {
+    sink: ProgressSink,
+    cursor: u64,
+}
+
+impl LocalReporter {
+    pub(crate) fn new(sink: ProgressSink, start_seq: u64) -> Self {
+        Self {
+            sink,
+            cursor: start_seq,
+        }
+    }
+
+    /// Report what the log gained since the last call (nothing is read
+    /// while nobody listens; the cursor then waits).
+    pub(crate) fn report(&mut self, child: &dyn dsh_core::Agent) {
+        if !self.sink.observed() {
+            return;
+        }
+        for event in child.events_since(self.cursor) {
+            self.cursor = event.seq + 1;
+            for kind in kinds_of(&event.payload) {
+                self.sink.emit(kind);
+            }
+        }
+    }
+
+    /// Report forever, every [`LOCAL_POLL`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a drop between reads loses nothing; the next
+    /// [`Self::report`] continues from the cursor.
+    pub(crate) async fn run(&mut self, child: &dyn dsh_core::Agent) -> std::convert::Infallible {
+        let mut tick = tokio::time::interval(LOCAL_POLL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            self.report(child);
+        }
+    }
+}
+
+/// The progress one log event makes.
+fn kinds_of(payload: &dsh_core::EventPayload) -> Vec<ProgressKind> {
+    use dsh_core::EventPayload;
+    match payload {
+        EventPayload::StepStart(start) => vec![ProgressKind::StepStarted {
+            turn: start.turn,
+            step: start.step,
+        }],
+        EventPayload::ToolCall(call) => vec![ProgressKind::ToolCallStarted {
+            id: call.call_id.to_string(),
+            name: call.name.clone(),
+        }],
+        EventPayload::ToolResult(result) => vec![ProgressKind::ToolCallFinished {
+            id: result.call_id.to_string(),
+            name: result.name.clone(),
+            failed: result.is_error,
+        }],
+        EventPayload::AssistantMessage(message) => {
+            let text = dsh_core::content::joined_text(&message.content);
+            if text.is_empty() {
+                Vec::new()
+            } else {
+                vec![ProgressKind::TextDelta { text }]
+            }
+        }
+        EventPayload::Usage(usage) => vec![ProgressKind::Usage {
+            tokens: *usage,
+            context: None,
+        }],
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,182 @@
+//! Progress on the runtime bus from local children: every member's steps,
+//! tool calls, text and usage arrive in the order the member made them,
+//! tagged with its activation; a listener that does not read never slows a
+//! child (the bus is a bounded ring: it loses the oldest events instead and
+//! says how many); and the usage the child's model reported reaches its
+//! result.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::HashMap;
+
+use dsh_core::{Durability, Usage};
+use dsh_harness::Scripted;
+use dsh_subagent::{PROGRESS_BUFFER, ProgressItem, ProgressKind, RuntimeConfig};
+use dsh_test_support::wait::bounded;
+use dsh_test_support::world::{Backing, HOST_TOOLS, World};
+use serde_json::json;
+
+/// A compact line per event kind, for comparing sequences.
+fn line(kind: &ProgressKind) -> String {
+    match kind {
+        ProgressKind::StepStarted { turn, step } => format!("step {turn}.{step}"),
+        ProgressKind::ToolCallStarted { id, name } => format!("tool {name} {id}"),
+        ProgressKind::ToolCallFinished { id, name, failed } => {
+            format!("done {name} {id} failed={failed}")
+        }
+        ProgressKind::TextDelta { text } => format!("text {text}"),
+        ProgressKind::Thought { text } => format!("thought {text}"),
+        ProgressKind::Plan { entries } => format!("plan {}", entries.len()),
+        ProgressKind::Usage { tokens, context } => {
+            format!(
+                "usage {}/{} {context:?}",
+                tokens.input_tokens, tokens.output_tokens
+            )
+        }
+        other => format!("{other:?}"),
+    }
+}
+
+/// Script `steps` steps calling `tools` host tools each for the next agent
+/// that asks, then a final answer.
+fn script(world: &World, steps: usize, tools: usize, answer: &str) {
+    for n in 0..steps {
+        world.model.push(Scripted::ToolCalls {
+            text: Some(format!("step {n}")),
+            calls: HOST_TOOLS[..tools]
+                .iter()
+                .map(|tool| ((*tool).to_owned(), json!({})))
+                .collect(),
+        });
+    }
+    world.model.push(Scripted::Text(answer.to_owned()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_childs_steps_tools_text_and_usage_arrive_in_order() {
+    let world = World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await;
+    let mut progress = world.runtime.progress();
+    script(&world, 2, 1, "found it");
+    let activation = bounded(world.runtime.start_activation(world.spec(Some("scout"))))
+        .await
+        .unwrap();
+    let result = bounded(activation.result()).await.unwrap();
+    world.quiesce().await;
+
+    let mut lines = Vec::new();
+    let mut usage = Usage::default();
+    while let Some(item) = progress.try_next() {
+        let ProgressItem::Event(event) = item else {
+            panic!("nothing may be lost under the buffer: {item:?}");
+        };
+        if event.member.child_id != *activation.child_id() {
+            continue;
+        }
+        assert_eq!(event.member.name, "scout");
+        assert_eq!(event.member.provider, "local");
+        assert_eq!(event.member.root.as_str(), "lead");
+        if let ProgressKind::Usage { tokens, .. } = &event.kind {
+            usage += *tokens;
+        }
+        lines.push(line(&event.kind));
+    }
+    let shape: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            if line.starts_with("usage") {
+                "usage".to_owned()
+            } else {
+                line.clone()
+            }
+        })
+        .collect();
+    assert_eq!(
+        shape,
+        [
+            "step 0.0",
+            "text step 0",
+            "tool alpha call-1",
+            "usage",
+            "done alpha call-1 failed=false",
+            "step 0.1",
+            "text step 1",
+            "tool alpha call-2",
+            "usage",
+            "done alpha call-2 failed=false",
+            "step 0.2",
+            "text found it",
+            "usage",
+        ],
+        "{lines:#?}"
+    );
+    assert!(usage.input_tokens > 0 && usage.output_tokens > 0);
+    assert_eq!(
+        result.usage, usage,
+        "the result counts what progress reported"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_does_not_read_never_slows_a_child_and_learns_what_it_lost() {
+    let world = World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await;
+    // Subscribed, then never read while the child runs: far more events than
+    // the buffer holds.
+    let mut stalled = world.runtime.progress();
+    // Nine events a step (start, text, three calls, usage, three results).
+    let steps = PROGRESS_BUFFER / 6;
+    script(&world, steps, 3, "all done");
+    let activation = bounded(world.runtime.start_activation(world.spec(Some("busy"))))
+        .await
+        .unwrap();
+    // The child finishes although nobody reads: emitting never waits.
+    let result = bounded(activation.result()).await.unwrap();
+    assert!(result.stop_reason.is_completed(), "{result:?}");
+    world.quiesce().await;
+
+    let mut missed = 0;
+    let mut steps_seen = Vec::new();
+    let mut per_member: HashMap<u64, Vec<String>> = HashMap::new();
+    while let Some(item) = stalled.try_next() {
+        match item {
+            ProgressItem::Missed(count) => {
+                assert!(
+                    steps_seen.is_empty(),
+                    "a loss is reported before what follows it"
+                );
+                missed += count;
+            }
+            ProgressItem::Event(event) => {
+                if event.member.child_id != *activation.child_id() {
+                    continue;
+                }
+                if let ProgressKind::StepStarted { step, .. } = event.kind {
+                    steps_seen.push(step);
+                }
+                per_member
+                    .entry(event.member.activation)
+                    .or_default()
+                    .push(line(&event.kind));
+            }
+        }
+    }
+    assert!(missed > 0, "the ring must have overflowed");
+    assert_eq!(
+        per_member.len(),
+        1,
+        "one activation: {:?}",
+        per_member.keys()
+    );
+    // What is left is the newest events, in order, ending with the answer.
+    assert!(!steps_seen.is_empty());
+    assert!(
+        steps_seen.windows(2).all(|pair| pair[1] == pair[0] + 1),
+        "{steps_seen:?}"
+    );
+    assert_eq!(*steps_seen.last().unwrap(), steps as u64);
+    let lines = per_member.into_values().next().unwrap();
+    assert!(lines.len() <= PROGRESS_BUFFER);
+    assert_eq!(
+        lines.iter().rev().nth(1).map(String::as_str),
+        Some("text all done")
+    );
+}
