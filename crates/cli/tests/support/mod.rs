@@ -7,6 +7,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod model;
+pub mod openai;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -203,6 +204,29 @@ impl Scratch {
     }
 }
 
+/// Copy the fixture directory `tests/fixtures/<name>` into `into` (a
+/// fresh copy per test: the agents may change it).
+pub fn copy_fixture(name: &str, into: &Path) {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    copy(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+        into,
+    );
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
@@ -215,6 +239,8 @@ pub fn redacted(scratch: &Scratch) -> insta::Settings {
     settings.add_filter(&path, "[scratch]");
     settings.add_filter(r"s-[0-9a-f]{32}", "[id]");
     settings.add_filter(r"tokens \d+/\d+", "tokens [in]/[out]");
+    // What confines `shell` depends on the kernel.
+    settings.add_filter(r"sandbox: [^\n]*", "sandbox: [sandbox]");
     settings
 }
 
