@@ -26,6 +26,7 @@ mod agents;
 mod config;
 mod demo;
 mod error;
+mod json;
 mod model;
 mod observe;
 mod run;
@@ -124,6 +125,17 @@ impl ModelArg {
     }
 }
 
+/// Whether the events are printed for a program.
+#[derive(Debug, Args)]
+struct JsonArg {
+    /// Print one JSON object per line on stdout for every event (agent
+    /// started, text, tool call, tool result, notice, usage, turn ended,
+    /// settled; the schema is in docs/cli-json.md) and nothing else; the
+    /// person's lines and errors stay on stderr, the exit codes the same.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Which tree a name is looked up in.
 #[derive(Debug, Args)]
 struct RootArg {
@@ -162,6 +174,8 @@ enum Command {
         /// How the ACP agent's permission requests are answered.
         #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow"])]
         acp_permission: Option<String>,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
@@ -198,6 +212,8 @@ enum Command {
         root: RootArg,
         #[command(flatten)]
         model: ModelArg,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// Print an agent's transcript.
     Show {
@@ -447,6 +463,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp_args,
             acp_env,
             acp_permission,
+            json,
         } => {
             let overrides = config::Overrides {
                 acp_command,
@@ -473,6 +490,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 dir: dir.dir,
                 settings,
                 resume: None,
+                json: json.json,
             })
             .await
         }
@@ -489,6 +507,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             dir,
             root,
             model,
+            json,
         } => {
             let settings = config::load(&model.overrides(config))?;
             send::send(send::SendArgs {
@@ -497,6 +516,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 dir: dir.dir,
                 root: root.root,
                 settings,
+                json: json.json,
             })
             .await
         }

@@ -3,11 +3,13 @@
 //! transparent wrapper around each host tool) and, in the live view, polls
 //! the live agents' logs for status, activity and token usage.
 //!
-//! Two renderings: on a terminal, a tree of agents redrawn in place with
+//! Three renderings: on a terminal, a tree of agents redrawn in place with
 //! ANSI cursor movement (messages scroll above it); otherwise plain lines,
 //! one per event, written at the moment the event happens (a start inside
 //! the caller's tool call, a message when its delivery returns, a finish
-//! when the runtime settles the child). The reporter only observes: it never
+//! when the runtime settles the child); with `--json`, one JSON object per
+//! line for every event (see [`crate::json`]), and the person's lines on
+//! stderr. The reporter only observes: it never
 //! acts on an agent, and a write failure is ignored rather than disturbing
 //! the run.
 
@@ -29,6 +31,8 @@ pub enum Mode {
     Plain,
     /// A live tree redrawn in place.
     Live,
+    /// One JSON object per line on stdout (`--json`).
+    Json,
 }
 
 /// One agent as the live view shows it.
@@ -52,6 +56,10 @@ struct State {
     rows: Vec<Row>,
     /// Lines of the tree currently drawn at the bottom of the terminal.
     drawn: usize,
+    /// `--json` lines of children whose start the runtime has not reported
+    /// yet (a child's task is in its log before it is published), printed
+    /// right after their `agent_started`.
+    held: HashMap<SessionId, Vec<String>>,
 }
 
 /// Hears everything worth showing and renders it.
@@ -126,12 +134,79 @@ impl Reporter {
         });
         let line = format!("lead {}: {}", agent.id(), compact(prompt, 200));
         self.emit(&mut state, &line);
+        drop(state);
+        self.json(&crate::json::Line::AgentStarted {
+            agent: dsh_subagent::ROOT_NAME,
+            session: agent.id().as_str(),
+            parent: None,
+            provider: "root",
+            task: prompt,
+        });
     }
 
-    /// Print a line (above the tree in the live view).
+    /// Print a line (above the tree in the live view; on stderr with
+    /// `--json`).
     pub fn line(&self, text: &str) {
+        if self.mode == Mode::Json {
+            eprintln!("dsh: {text}");
+            return;
+        }
         let mut state = lock(&self.state);
         self.emit(&mut state, text);
+    }
+
+    /// How this reporter renders.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Write one JSON line (with `--json` only).
+    pub fn json(&self, line: &crate::json::Line<'_>) {
+        if self.mode == Mode::Json {
+            write_lines(&[line.to_json()]);
+        }
+    }
+
+    /// The events `session`'s log accepted (through [`crate::json::Logged`]).
+    pub fn logged(&self, session: &SessionId, events: &[dsh_core::SessionEvent]) {
+        if self.mode != Mode::Json {
+            return;
+        }
+        // Named before the state is locked (the runtime's lookup takes its
+        // own locks), decided and written under it (see the start).
+        let fallback = self.name_of(session);
+        let mut state = lock(&self.state);
+        let known = state
+            .rows
+            .iter()
+            .find(|row| &row.id == session)
+            .map(|row| row.name.clone());
+        let started = known.is_some();
+        let name = known.unwrap_or(fallback);
+        let lines: Vec<String> = events
+            .iter()
+            .filter_map(|event| crate::json::event_line(&name, session.as_str(), event))
+            .map(|line| line.to_json())
+            .collect();
+        if lines.is_empty() {
+            return;
+        }
+        // A root resumed as a conduit (`dsh send` to a child) has no start
+        // of its own; a child does, later.
+        if started || name == dsh_subagent::ROOT_NAME {
+            write_lines(&lines);
+        } else {
+            state.held.entry(session.clone()).or_default().extend(lines);
+        }
+    }
+
+    /// Print the `--json` lines still held for children that never
+    /// started (their creation failed): nothing a log accepted is left out.
+    pub fn release_held(&self) {
+        let held: Vec<Vec<String>> = lock(&self.state).held.drain().map(|(_, l)| l).collect();
+        for lines in held {
+            write_lines(&lines);
+        }
     }
 
     fn name_of(&self, id: &SessionId) -> String {
@@ -196,6 +271,18 @@ impl Reporter {
                     info.provider
                 );
                 self.emit(&mut state, &line);
+                // Under the state lock, so that none of the child's own
+                // lines can come before its start or its held lines.
+                self.json(&crate::json::Line::AgentStarted {
+                    agent: &name,
+                    session: info.child_id.as_str(),
+                    parent: Some(&parent_name),
+                    provider: &info.provider,
+                    task: entry.as_ref().map_or("", |e| e.label.as_str()),
+                });
+                if let Some(lines) = state.held.remove(&info.child_id) {
+                    write_lines(&lines);
+                }
             }
             SubagentEvent::End(info, outcome) => {
                 let mut state = lock(&self.state);
@@ -222,6 +309,17 @@ impl Reporter {
                     }
                 };
                 self.emit(&mut state, &line);
+                drop(state);
+                let (stop_reason, error) = match outcome {
+                    RunOutcome::Settled(reason) => (Some(reason.as_str()), None),
+                    RunOutcome::Error(error) => (None, Some(error.as_str())),
+                };
+                self.json(&crate::json::Line::Settled {
+                    agent: &name,
+                    session: info.child_id.as_str(),
+                    stop_reason,
+                    error,
+                });
             }
             SubagentEvent::ProviderAdded(_) | SubagentEvent::ProviderRemoved(_) => {}
         }
@@ -291,9 +389,11 @@ impl Reporter {
         self.redraw(&mut state, &[]);
     }
 
-    /// Write `line`: at once in plain mode, above the tree in the live view.
+    /// Write `line`: at once in plain mode, above the tree in the live view,
+    /// not at all with `--json` (its events are lines of their own).
     fn emit(&self, state: &mut State, line: &str) {
         match self.mode {
+            Mode::Json => {}
             Mode::Plain => {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
@@ -323,6 +423,16 @@ impl Reporter {
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
     }
+}
+
+/// Write `lines` to stdout under one lock: lines of concurrent agents never
+/// mix. A write failure is ignored, as every rendering's is.
+fn write_lines(lines: &[String]) {
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
 }
 
 /// Fold the live agent's new events into its row.

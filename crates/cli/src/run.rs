@@ -59,6 +59,8 @@ pub struct RunArgs {
     /// Continue this root's conversation (`dsh send lead`) instead of
     /// creating a new lead; the prompt is then the user's next message.
     pub resume: Option<SessionId>,
+    /// One JSON object per line on stdout for every event (`--json`).
+    pub json: bool,
 }
 
 /// Run the command.
@@ -107,13 +109,19 @@ async fn run_over(
     }
     let cwd = std::env::current_dir()?;
     let faults = WriteFaults::new();
-    let store = Watched::wrap(opened, &faults);
-    let mode = if std::io::stdout().is_terminal() {
+    let mode = if args.json {
+        Mode::Json
+    } else if std::io::stdout().is_terminal() {
         Mode::Live
     } else {
         Mode::Plain
     };
     let reporter = Reporter::new(mode);
+    let store = if args.json {
+        Watched::streaming(opened, &faults, &reporter)
+    } else {
+        Watched::wrap(opened, &faults)
+    };
     let world = World::build(
         store,
         model,
@@ -136,10 +144,18 @@ async fn run_over(
         .as_ref()
         .map(|file| format!("; config {}", file.display()))
         .unwrap_or_default();
-    reporter.line(&format!(
-        "dsh: {what}; sessions in {}{config}",
-        args.dir.display()
-    ));
+    if mode == Mode::Json {
+        reporter.json(&crate::json::Line::RunStarted {
+            schema: crate::json::SCHEMA_VERSION,
+            model: &settings.model.spec(),
+            sessions: &args.dir.display().to_string(),
+        });
+    } else {
+        reporter.line(&format!(
+            "dsh: {what}; sessions in {}{config}",
+            args.dir.display()
+        ));
+    }
     let prompt = args.prompt.unwrap_or_else(|| DEMO_PROMPT.to_owned());
     let earlier_resumed = args.resume.is_some();
     let handle = match args.resume {
@@ -228,6 +244,18 @@ async fn run_over(
     reporter.tick();
     if mode == Mode::Plain && outcome.is_ok() {
         summary(&world, &lead, &reporter, settings.price()).await;
+    }
+    if mode == Mode::Json {
+        reporter.release_held();
+        let events = lead.events();
+        let last = dsh_subagent::result::last_stop(&events).map(|(reason, _)| reason.to_string());
+        let error = outcome.as_ref().err().map(ToString::to_string);
+        reporter.json(&crate::json::Line::Settled {
+            agent: dsh_subagent::ROOT_NAME,
+            session: lead.id().as_str(),
+            stop_reason: last.as_deref().filter(|_| error.is_none()),
+            error: error.as_deref(),
+        });
     }
     shutdown(&world, Some(&*reporter)).await;
     match &outcome {
@@ -390,7 +418,13 @@ async fn settle(
 /// many are printed now.
 fn print_answers(lead: &Arc<dyn Agent>, reporter: &Reporter, printed: usize) -> usize {
     let turns = transcript::finished_turns(&lead.events());
-    for turn in turns.iter().skip(printed) {
+    // With `--json` the answers are the stream's `text` lines.
+    let shown = if reporter.mode() == Mode::Json {
+        turns.len()
+    } else {
+        printed
+    };
+    for turn in turns.iter().skip(shown) {
         let answer = turn.answer.trim();
         if transcript::failed(&turn.end.stop_reason) || answer.is_empty() {
             let diagnostic = turn
@@ -519,6 +553,7 @@ mod tests {
             )
             .unwrap(),
             resume: None,
+            json: false,
         }
     }
 

@@ -4,9 +4,10 @@
 //! fails: the lead starts two background children, `finder` greps and
 //! reads to explain the failure, `fixer` reads the script, edits it and
 //! runs the test with `shell`; the lead waits for both notices and
-//! summarises. The transcripts are snapshotted, the edit is checked on
-//! disk, and then `dsh send fixer` and `dsh send lead` continue the tree
-//! with the model it recorded (no `--model`), against the same server.
+//! summarises. The `--json` stream and the transcripts are snapshotted,
+//! the edit is checked on disk, and then `dsh send fixer` and `dsh send
+//! lead` continue the tree with the model it recorded (no `--model`),
+//! against the same server.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -15,7 +16,7 @@ mod support;
 
 use serde_json::json;
 use support::openai::{Answer, Board, ChatServer, Request, call};
-use support::{Scratch, copy_fixture, text};
+use support::{Scratch, copy_fixture, json_by_agent, text};
 
 const LEAD_TASK: &str = "The greeter's test fails (`sh test.sh`). Find out why and fix it.";
 const FINDER_TASK: &str = "In this repository, find where the greeting is printed and what test.sh expects of it. Report the mismatch in one sentence.";
@@ -147,6 +148,7 @@ fn fixed_tree() -> (Scratch, ChatServer, std::process::Output) {
             "openai:loopback",
             "--sandbox",
             "workspace-write",
+            "--json",
             LEAD_TASK,
         ],
         &env,
@@ -177,7 +179,7 @@ fn a_lead_and_two_children_fix_a_failing_test_against_an_api_that_checks_every_r
         .unwrap();
     assert!(test.status.success(), "{}", text(&test.stdout));
 
-    snapshot!(&scratch, "e2e_run", text(&run.stdout));
+    snapshot!(&scratch, "e2e_run_json", json_by_agent(&run.stdout));
     for name in ["lead", "finder", "fixer"] {
         let show = scratch.dsh(&["show", name], &[]);
         assert!(show.status.success(), "{}", text(&show.stderr));
@@ -186,11 +188,11 @@ fn a_lead_and_two_children_fix_a_failing_test_against_an_api_that_checks_every_r
 
     // The recorded model continues the tree: no --model, the same server.
     let before = *server.answered.lock().unwrap();
-    let send = scratch.dsh(&["send", "fixer", FOLLOW_UP], &env);
+    let send = scratch.dsh(&["send", "--json", "fixer", FOLLOW_UP], &env);
     server.assert_clean();
     assert!(send.status.success(), "{}", text(&send.stderr));
     assert!(*server.answered.lock().unwrap() > before);
-    snapshot!(&scratch, "e2e_send_fixer", text(&send.stdout));
+    snapshot!(&scratch, "e2e_send_fixer_json", json_by_agent(&send.stdout));
 
     let lead = scratch.dsh(&["send", "lead", LEAD_FOLLOW_UP], &env);
     server.assert_clean();

@@ -227,6 +227,63 @@ pub fn copy_fixture(name: &str, into: &Path) {
     );
 }
 
+/// The event types `--json` documents (docs/cli-json.md).
+pub const JSON_TYPES: &[&str] = &[
+    "run_started",
+    "agent_started",
+    "text",
+    "tool_call",
+    "tool_result",
+    "notice",
+    "usage",
+    "turn_ended",
+    "settled",
+    "reply",
+];
+
+/// A `--json` stdout as its objects: every line must be one JSON object
+/// of a documented type, and nothing else may be there.
+pub fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    let stdout = text(stdout);
+    assert!(stdout.ends_with('\n'), "{stdout:?}");
+    stdout
+        .lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|err| panic!("not a JSON line ({err}): {line:?}"));
+            let kind = value["type"].as_str().unwrap_or_default();
+            assert!(JSON_TYPES.contains(&kind), "undocumented type: {line}");
+            value
+        })
+        .collect()
+}
+
+/// A `--json` stream in a stable order for a snapshot: the lines of each
+/// agent together, in its log's order (agents run concurrently, so only
+/// the order within one agent is fixed), agents in order of their first
+/// line; lines naming no agent first.
+pub fn json_by_agent(stdout: &[u8]) -> String {
+    let lines = json_lines(stdout);
+    let mut order: Vec<String> = Vec::new();
+    for line in &lines {
+        let agent = line["agent"].as_str().unwrap_or_default().to_owned();
+        if !order.contains(&agent) {
+            order.push(agent);
+        }
+    }
+    order.sort_by_key(|agent| !agent.is_empty());
+    let mut out = String::new();
+    for agent in order {
+        for line in &lines {
+            if line["agent"].as_str().unwrap_or_default() == agent {
+                out.push_str(&line.to_string());
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
@@ -239,6 +296,13 @@ pub fn redacted(scratch: &Scratch) -> insta::Settings {
     settings.add_filter(&path, "[scratch]");
     settings.add_filter(r"s-[0-9a-f]{32}", "[id]");
     settings.add_filter(r"tokens \d+/\d+", "tokens [in]/[out]");
+    // Token counts in `--json` lines, and the scripted model's call ids
+    // (numbered across concurrent agents).
+    settings.add_filter(
+        r#""(input|output|cached_input)_tokens":\d+"#,
+        r#""${1}_tokens":[n]"#,
+    );
+    settings.add_filter(r#""call-\d+""#, r#""[call]""#);
     // What confines `shell` depends on the kernel.
     settings.add_filter(r"sandbox: [^\n]*", "sandbox: [sandbox]");
     settings
