@@ -84,8 +84,8 @@ pub struct AcpSection {
     #[serde(default)]
     pub pass_env: Vec<String>,
     /// How the agent's permission requests are answered: `reject`, `allow`
-    /// (`allow_once`) or `allow_always`; `ask` is refused until dsh has a
-    /// terminal prompt.
+    /// (`allow_once`), `allow_always`, or `ask` (the person at the
+    /// terminal, as the workspace tools ask; rejected when nothing asks).
     #[serde(default)]
     pub permission: PermissionPolicy,
 }
@@ -409,14 +409,6 @@ fn acp(
         Some(section) => (section.args, section.pass_env, section.permission),
         None => (Vec::new(), Vec::new(), PermissionPolicy::default()),
     };
-    if permission == PermissionPolicy::Ask {
-        // The provider can ask a host, but `dsh` has no terminal asker yet.
-        return Err(bad(
-            source,
-            "acp.permission",
-            "`ask` needs a terminal prompt that dsh does not have yet; use `reject`, `allow` or `allow_always`",
-        ));
-    }
     for var in &pass_env {
         check_var(var).map_err(|reason| bad(source, "acp.pass_env", reason))?;
     }
@@ -663,7 +655,6 @@ mod tests {
             "[providers.local]\nbase_url = \"http://x\"\nkey = \"sk-1\"",
             "[acp]\nargs = []",
             "[acp]\ncommand = \"a\"\npermission = \"maybe\"",
-            "[acp]\ncommand = \"a\"\npermission = \"ask\"",
             "[prices.gpt-4o]\ninput = -1.0\noutput = 1.0",
             "[prices.gpt-4o]\ninput = 1.0",
             "model = \"demo",

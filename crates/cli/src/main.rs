@@ -23,6 +23,7 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod agents;
+mod ask;
 mod config;
 mod demo;
 mod error;
@@ -106,9 +107,29 @@ struct ModelArg {
     /// it is refused with a sentence the model can act on.
     #[arg(long, value_name = "LEVEL", value_parser = ["read-only", "workspace-write", "full"])]
     sandbox: Option<String>,
+    /// Ask on the terminal (stdin, stderr) before an action above the
+    /// `--sandbox` level, one question at a time, naming the agent, the
+    /// tool and the exact command or path; the default when stdin is a
+    /// terminal. Also answers an ACP agent's requests under
+    /// `acp.permission = "ask"`.
+    #[arg(long, conflicts_with = "no_ask")]
+    ask: bool,
+    /// Never ask: an action above the level is refused with a sentence
+    /// the model can act on (the default without a terminal).
+    #[arg(long)]
+    no_ask: bool,
 }
 
 impl ModelArg {
+    /// Whether to ask above the level.
+    fn ask_mode(&self) -> ask::AskMode {
+        match (self.ask, self.no_ask) {
+            (true, _) => ask::AskMode::Always,
+            (_, true) => ask::AskMode::Never,
+            _ => ask::AskMode::Auto,
+        }
+    }
+
     /// These flags as overrides of the configuration file.
     fn overrides(self, config: Option<PathBuf>) -> config::Overrides {
         config::Overrides {
@@ -172,7 +193,7 @@ enum Command {
         #[arg(long = "acp-env", value_name = "VAR")]
         acp_env: Vec<String>,
         /// How the ACP agent's permission requests are answered.
-        #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow"])]
+        #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow", "ask"])]
         acp_permission: Option<String>,
         #[command(flatten)]
         json: JsonArg,
@@ -465,16 +486,15 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp_permission,
             json,
         } => {
+            let ask = model.ask_mode();
             let overrides = config::Overrides {
                 acp_command,
                 acp_args,
                 acp_env,
-                acp_permission: acp_permission.map(|policy| {
-                    if policy == "allow" {
-                        dsh_subagent_acp::PermissionPolicy::Allow
-                    } else {
-                        dsh_subagent_acp::PermissionPolicy::Reject
-                    }
+                acp_permission: acp_permission.map(|policy| match policy.as_str() {
+                    "allow" => dsh_subagent_acp::PermissionPolicy::Allow,
+                    "ask" => dsh_subagent_acp::PermissionPolicy::Ask,
+                    _ => dsh_subagent_acp::PermissionPolicy::Reject,
                 }),
                 ..model.overrides(config)
             };
@@ -491,6 +511,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 settings,
                 resume: None,
                 json: json.json,
+                ask,
             })
             .await
         }
@@ -509,6 +530,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             model,
             json,
         } => {
+            let ask = model.ask_mode();
             let settings = config::load(&model.overrides(config))?;
             send::send(send::SendArgs {
                 name,
@@ -517,6 +539,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 root: root.root,
                 settings,
                 json: json.json,
+                ask,
             })
             .await
         }

@@ -56,6 +56,11 @@ struct State {
     rows: Vec<Row>,
     /// Lines of the tree currently drawn at the bottom of the terminal.
     drawn: usize,
+    /// A question is up on the terminal (see [`crate::ask`]): the tree is
+    /// not drawn, and lines wait in `queued`.
+    paused: bool,
+    /// Lines that arrived while paused.
+    queued: Vec<String>,
     /// `--json` lines of children whose start the runtime has not reported
     /// yet (a child's task is in its log before it is published), printed
     /// right after their `agent_started`.
@@ -403,8 +408,42 @@ impl Reporter {
         }
     }
 
+    /// Clear the live tree and draw nothing until [`Reporter::resume`]
+    /// (a question is up on the terminal); lines wait meanwhile.
+    pub fn pause(&self) {
+        if self.mode != Mode::Live {
+            return;
+        }
+        let mut state = lock(&self.state);
+        if state.drawn > 0 {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\x1b[{}A\r\x1b[J", state.drawn);
+            let _ = out.flush();
+            state.drawn = 0;
+        }
+        state.paused = true;
+    }
+
+    /// Print the lines that waited and draw the tree again.
+    pub fn resume(&self) {
+        if self.mode != Mode::Live {
+            return;
+        }
+        let mut state = lock(&self.state);
+        state.paused = false;
+        let queued = std::mem::take(&mut state.queued);
+        let lines: Vec<&str> = queued.iter().map(String::as_str).collect();
+        self.redraw(&mut state, &lines);
+    }
+
     /// Clear the tree, print `lines`, draw the tree again.
     fn redraw(&self, state: &mut State, lines: &[&str]) {
+        if state.paused {
+            state
+                .queued
+                .extend(lines.iter().map(|line| (*line).to_owned()));
+            return;
+        }
         let mut text = String::new();
         if state.drawn > 0 {
             text.push_str(&format!("\x1b[{}A\r\x1b[J", state.drawn));

@@ -28,6 +28,7 @@ use dsh_subagent::SubagentEvent;
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
+use crate::ask::{AskMode, Prompter};
 use crate::config::{Price, Settings};
 use crate::demo::{DEMO_PROMPT, Demo};
 use crate::error::CliError;
@@ -61,6 +62,8 @@ pub struct RunArgs {
     pub resume: Option<SessionId>,
     /// One JSON object per line on stdout for every event (`--json`).
     pub json: bool,
+    /// Whether an action above the level asks the person (`--ask`).
+    pub ask: AskMode,
 }
 
 /// Run the command.
@@ -122,14 +125,22 @@ async fn run_over(
     } else {
         Watched::wrap(opened, &faults)
     };
+    let prompter = args
+        .ask
+        .asks(std::io::stdin().is_terminal())
+        .then(|| Prompter::terminal(Some(Arc::clone(&reporter))));
+    let (policy, acp) = asking(&settings, prompter.as_ref());
     let world = World::build(
         store,
         model,
         Some(&reporter),
-        settings.acp.clone(),
+        acp,
         settings.limits,
-        Some((&cwd, settings.sandbox)),
+        Some((&cwd, policy)),
     )?;
+    if let Some(prompter) = &prompter {
+        prompter.attach(&world.runtime);
+    }
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);
@@ -263,6 +274,35 @@ async fn run_over(
         Err(err) => tracing::warn!(lead = %lead.id(), "run failed: {err}"),
     }
     outcome
+}
+
+/// The workspace policy and the ACP configuration with `prompter` as their
+/// asker; without one, `acp.permission = "ask"` rejects (and says so on
+/// stderr).
+pub fn asking(
+    settings: &Settings,
+    prompter: Option<&Arc<Prompter>>,
+) -> (
+    dsh_tool_workspace::Policy,
+    Option<dsh_subagent_acp::AcpConfig>,
+) {
+    let policy =
+        dsh_tool_workspace::Policy::new(settings.sandbox, prompter.map(Prompter::workspace));
+    let acp = settings.acp.clone().map(|acp| {
+        if acp.permission != dsh_subagent_acp::PermissionPolicy::Ask {
+            return acp;
+        }
+        match prompter {
+            Some(prompter) => acp.ask_with(prompter.acp()),
+            None => {
+                eprintln!(
+                    "dsh: warning: acp.permission is `ask` but nothing asks (no terminal, or --no-ask): the ACP agent's permission requests are rejected"
+                );
+                acp.permission(dsh_subagent_acp::PermissionPolicy::Reject)
+            }
+        }
+    });
+    (policy, acp)
 }
 
 /// Say `line`: through the reporter in a run, on stderr otherwise.
@@ -554,6 +594,7 @@ mod tests {
             .unwrap(),
             resume: None,
             json: false,
+            ask: AskMode::Never,
         }
     }
 

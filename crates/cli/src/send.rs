@@ -58,6 +58,8 @@ pub struct SendArgs {
     /// One JSON object per line on stdout for every event, the reply
     /// included (`--json`).
     pub json: bool,
+    /// Whether an action above the level asks the person (`--ask`).
+    pub ask: crate::ask::AskMode,
 }
 
 /// Run the command.
@@ -96,6 +98,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
             settings,
             resume: Some(root),
             json: args.json,
+            ask: args.ask,
         })
         .await;
     }
@@ -109,14 +112,25 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         Some(reporter) => Watched::streaming(store, &faults, reporter),
         None => Watched::wrap(store, &faults),
     };
+    let prompter = args
+        .ask
+        .asks(std::io::IsTerminal::is_terminal(&std::io::stdin()))
+        .then(|| crate::ask::Prompter::terminal(reporter.clone()));
+    let policy = dsh_tool_workspace::Policy::new(
+        args.settings.sandbox,
+        prompter.as_ref().map(crate::ask::Prompter::workspace),
+    );
     let world = World::build(
         store,
         model,
         reporter.as_ref(),
         None,
         args.settings.limits,
-        Some((&std::env::current_dir()?, args.settings.sandbox)),
+        Some((&std::env::current_dir()?, policy)),
     )?;
+    if let Some(prompter) = &prompter {
+        prompter.attach(&world.runtime);
+    }
     let _reporting = reporter
         .as_ref()
         .map(|reporter| reporter.attach(&world.runtime));

@@ -17,7 +17,7 @@ use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
-use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
+use dsh_tool_workspace::{Policy, WorkspaceTools};
 
 use crate::config::Limits;
 use crate::error::CliError;
@@ -49,14 +49,14 @@ impl World {
     /// `acp`, when given, adds the `acp` provider and its tool; `limits`
     /// bound the tree (live children, depth) and every turn (steps);
     /// `workspace`, when given, adds the six workspace tools over that root
-    /// at that level.
+    /// under that policy (its level, and who asks above it).
     pub fn build(
         store: Arc<dyn SessionStore>,
         model: Arc<dyn Model>,
         reporter: Option<&Arc<Reporter>>,
         acp: Option<AcpConfig>,
         limits: Limits,
-        workspace: Option<(&std::path::Path, Level)>,
+        workspace: Option<(&std::path::Path, Policy)>,
     ) -> Result<Self, CliError> {
         let harness = Harness::builder(store.clone())
             .model(model)
@@ -101,10 +101,10 @@ impl World {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
         tools.extend(ControlTools::new(runtime.clone()));
-        if let Some((root, level)) = workspace {
-            // No asker: an action above the level is refused with a
+        if let Some((root, policy)) = workspace {
+            // With no asker, an action above the level is refused with a
             // sentence the model can act on.
-            let workspace = WorkspaceTools::new(root, Policy::new(level, None))
+            let workspace = WorkspaceTools::new(root, policy)
                 .map_err(|err| CliError::Refused(format!("cannot use the workspace: {err}")))?;
             tools.extend(workspace);
         }

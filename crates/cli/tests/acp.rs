@@ -17,7 +17,7 @@ use support::{Scratch, text};
 
 #[test]
 fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
-    let Some((python, rogue)) = support::rogue_agent() else {
+    let Some(agent) = support::rogue_agent() else {
         println!("skipped: no Python for the test-only ACP agent");
         return;
     };
@@ -40,19 +40,9 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
         ("OPENAI_API_KEY", "sk-test"),
         ("OPENAI_BASE_URL", model.base_url.as_str()),
     ];
-    let run = scratch.dsh(
-        &[
-            "run",
-            "--model",
-            "openai:fake",
-            "--acp-command",
-            python.to_str().unwrap(),
-            "--acp-arg",
-            rogue.to_str().unwrap(),
-            "delegate",
-        ],
-        &env,
-    );
+    let mut args = support::acp_run(&agent);
+    args.push("delegate");
+    let run = scratch.dsh(&args, &env);
     let stdout = text(&run.stdout);
     assert!(run.status.success(), "{}{stdout}", text(&run.stderr));
     // The run waited for the background child: it finished, and the lead
@@ -90,4 +80,51 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
         err.contains("`helper` is an external child and cannot receive messages"),
         "{err}"
     );
+}
+
+/// `--acp-permission ask` (dsh.toml `acp.permission = "ask"`) shares the
+/// terminal asker: the agent's request is one question naming the agent
+/// and its action, `y` grants it once; without anything to ask, the
+/// request is rejected and dsh says so on stderr.
+#[test]
+fn an_acp_agents_permission_request_is_put_to_the_person_with_ask() {
+    let Some(agent) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let run = |extra: &[&str], input: &str| {
+        let mut replies = vec![Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": "build it",
+                "prompt": "ask cargo build; say built",
+                "run_in_background": false,
+            }),
+        }];
+        replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
+        let model = FakeModel::start(replies);
+        let env = model.env();
+        let mut args = support::acp_run(&agent);
+        args.extend(["--acp-permission", "ask", "delegate"]);
+        args.extend_from_slice(extra);
+        let output = scratch.dsh_with_input(&args, &env, input);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let _first = model.next_request(std::time::Duration::from_secs(60));
+        let second = model.next_request(std::time::Duration::from_secs(60));
+        (text(&output.stderr), second)
+    };
+    let (stderr, request) = run(&["--ask"], "y\n");
+    assert_eq!(
+        stderr,
+        "dsh: the ACP agent `acp` asks permission for: cargo build (execute). Allow? [y/a(lways)/N] "
+    );
+    assert!(request.contains("granted yes"), "{request}");
+
+    let (stderr, request) = run(&["--no-ask"], "y\n");
+    assert!(
+        stderr.starts_with("dsh: warning: acp.permission is `ask` but nothing asks"),
+        "{stderr}"
+    );
+    assert!(!request.contains("granted"), "{request}");
 }

@@ -112,7 +112,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
-    let Some((python, rogue)) = support::rogue_agent() else {
+    let Some(agent) = support::rogue_agent() else {
         println!("skipped: no Python for the test-only ACP agent");
         return;
     };
@@ -127,21 +127,9 @@ fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
             }),
         }]);
         let env = model_env(&model);
-        let child = scratch.spawn(
-            &[
-                "run",
-                "--model",
-                "openai:fake",
-                "--acp-command",
-                python.to_str().unwrap(),
-                "--acp-arg",
-                rogue.to_str().unwrap(),
-                "--acp-arg",
-                &marker,
-                "delegate",
-            ],
-            &env_refs(&env),
-        );
+        let mut args = support::acp_run(&agent);
+        args.extend(["--acp-arg", &marker, "delegate"]);
+        let child = scratch.spawn(&args, &env_refs(&env));
         // The agent and its grandchild (`sleep`, in its process group).
         let dsh = child.id();
         wait_for("the ACP agent and its grandchild start", || {

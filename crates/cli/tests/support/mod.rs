@@ -90,6 +90,24 @@ impl Scratch {
             .unwrap()
     }
 
+    /// Run `dsh args...` as [`Scratch::dsh`] does, with `input` on stdin
+    /// (a pipe: typed answers, with `--ask`).
+    pub fn dsh_with_input(&self, args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .command(args, env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Written all at once and closed: end of input answers the rest.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        wait_bounded(child, BOUND, &format!("dsh {args:?}"))
+    }
+
     /// The command [`Scratch::dsh`] runs.
     pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
         let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
@@ -374,6 +392,21 @@ impl Drop for Tmpfs {
     fn drop(&mut self) {
         let _ = Command::new("umount").arg("-l").arg(&self.path).status();
     }
+}
+
+/// `dsh run` against the loopback model (`openai:fake`) with `agent`
+/// (`rogue_agent`'s Python and script) as the ACP agent; the caller adds
+/// the rest (more `--acp-arg`s, the prompt).
+pub fn acp_run(agent: &(PathBuf, PathBuf)) -> Vec<&str> {
+    vec![
+        "run",
+        "--model",
+        "openai:fake",
+        "--acp-command",
+        agent.0.to_str().unwrap(),
+        "--acp-arg",
+        agent.1.to_str().unwrap(),
+    ]
 }
 
 /// The ACP suite's test-only agent: a Python to run it with (the suite's
