@@ -238,13 +238,22 @@ async fn run_over(
                     Err(CliError::WriteFailed(err))
                 }
                 signal = signals.recv() => {
-                    reporter.line("interrupted: stopping the tree");
-                    stop(&world, &lead, Some(&*reporter)).await;
-                    Err(CliError::Interrupted(signal))
+                    reporter.line("interrupted: stopping the tree (again to quit at once)");
+                    tokio::select! {
+                        () = stop(&world, &lead, Some(&*reporter)) => Err(CliError::Interrupted(signal)),
+                        again = signals.recv() => Err(CliError::Forced(again)),
+                    }
                 }
             }
         }
     };
+    // Quit at once: no summary, no orderly shutdown. Returning drops every
+    // task with the runtime, and with them the agents' processes (killed
+    // on drop); the sessions hold what was written.
+    if let Err(CliError::Forced(signal)) = outcome {
+        ticking.cancel();
+        return Err(CliError::Forced(signal));
+    }
     // A failed write wins over whatever the tree made of it.
     let outcome = match (outcome, faults.first()) {
         (Err(CliError::Interrupted(signal)), _) => Err(CliError::Interrupted(signal)),

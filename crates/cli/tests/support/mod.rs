@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 /// How long any one `dsh` process may run before the test fails as a hang.
 pub const BOUND: Duration = Duration::from_secs(120);
 
-/// Wait for `child` (spawned with piped stdout and stderr) to exit within
+/// Wait for `child` (spawned with piped stdout and stderr; one the caller
+/// took reads as empty) to exit within
 /// `bound`, collecting its output; on timeout, kill it and fail the test.
 pub fn wait_bounded(child: Child, bound: Duration, what: &str) -> Output {
     within(child, bound).unwrap_or_else(|_| panic!("{what} did not exit within {bound:?}: a hang"))
@@ -27,15 +28,28 @@ pub fn wait_bounded(child: Child, bound: Duration, what: &str) -> Output {
 /// Wait for `child` as [`wait_bounded`] does; on timeout, kill it and
 /// return what it printed as the error.
 pub fn within(mut child: Child, bound: Duration) -> Result<Output, Output> {
-    let pipe = |mut reader: Box<dyn Read + Send>| {
+    // A pipe the caller already took (to read it as it comes) is empty here.
+    let pipe = |reader: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
-            let _ = reader.read_to_end(&mut bytes);
+            if let Some(mut reader) = reader {
+                let _ = reader.read_to_end(&mut bytes);
+            }
             bytes
         })
     };
-    let stdout = pipe(Box::new(child.stdout.take().unwrap()));
-    let stderr = pipe(Box::new(child.stderr.take().unwrap()));
+    let stdout = pipe(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let stderr = pipe(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + bound;
     let mut hung = false;
     let status = loop {
