@@ -107,6 +107,8 @@ pub enum Line<'a> {
         input_tokens: u64,
         /// Completion tokens.
         output_tokens: u64,
+        /// Of the prompt tokens, those served from the backend's cache.
+        cached_input_tokens: u64,
     },
     /// A turn of an agent ended.
     TurnEnded {
@@ -204,6 +206,7 @@ pub fn event_line<'a>(
             session,
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
+            cached_input_tokens: usage.cached_input_tokens,
         }),
         EventPayload::TurnEnd(end) => Some(Line::TurnEnded {
             agent,

@@ -16,12 +16,15 @@
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use dsh_core::{
     Agent, AgentStatus, EventPayload, SessionId, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_subagent::{RunOutcome, SubagentEvent, SubagentRuntime, fold_catalog};
+
+use crate::config::Price;
 use serde_json::Value;
 
 /// How output is rendered.
@@ -45,6 +48,10 @@ struct Row {
     activity: String,
     input_tokens: u64,
     output_tokens: u64,
+    /// Of the input tokens, those served from the backend's prompt cache.
+    cached_tokens: u64,
+    /// Tool calls in progress: what each is, and when it began.
+    tools: Vec<(String, Instant)>,
     /// Events of the live agent already folded into this row.
     seen: u64,
     /// The live agent, kept until it settles (its events stay readable).
@@ -71,6 +78,8 @@ struct State {
 pub struct Reporter {
     mode: Mode,
     runtime: OnceLock<SubagentRuntime>,
+    /// The model's price, for the cost column.
+    price: OnceLock<Price>,
     state: Mutex<State>,
 }
 
@@ -111,6 +120,7 @@ impl Reporter {
         Arc::new(Self {
             mode,
             runtime: OnceLock::new(),
+            price: OnceLock::new(),
             state: Mutex::new(State::default()),
         })
     }
@@ -134,6 +144,8 @@ impl Reporter {
             activity: "starting".to_owned(),
             input_tokens: 0,
             output_tokens: 0,
+            cached_tokens: 0,
+            tools: Vec::new(),
             seen: 0,
             agent: Some(agent.clone()),
         });
@@ -158,6 +170,11 @@ impl Reporter {
         }
         let mut state = lock(&self.state);
         self.emit(&mut state, text);
+    }
+
+    /// Show each agent's cost at `price` (the live view's cost column).
+    pub fn set_price(&self, price: Price) {
+        let _ = self.price.set(price);
     }
 
     /// How this reporter renders.
@@ -258,6 +275,8 @@ impl Reporter {
                     activity: "starting".to_owned(),
                     input_tokens: 0,
                     output_tokens: 0,
+                    cached_tokens: 0,
+                    tools: Vec::new(),
                     seen: 0,
                     agent,
                 };
@@ -295,6 +314,7 @@ impl Reporter {
                 if let Some(row) = state.rows.iter_mut().find(|r| r.id == info.child_id) {
                     refresh(row);
                     row.agent = None;
+                    row.tools.clear();
                     name = row.name.clone();
                     match outcome {
                         RunOutcome::Settled(reason) => {
@@ -334,11 +354,13 @@ impl Reporter {
     fn tool_started(&self, agent: &SessionId, tool: &str, input: &Value) {
         let mut state = lock(&self.state);
         if let Some(row) = state.rows.iter_mut().find(|r| &r.id == agent) {
-            row.activity = match (tool, input.get("to").and_then(Value::as_str)) {
+            let label = match (tool, input.get("to").and_then(Value::as_str)) {
                 ("wait", _) => "waiting for its inbox".to_owned(),
                 (_, Some(to)) => format!("{tool} → {to}"),
-                _ => format!("calling {tool}"),
+                _ => tool.to_owned(),
             };
+            row.activity = format!("calling {label}");
+            row.tools.push((label, Instant::now()));
         }
         if self.mode == Mode::Live {
             self.redraw(&mut state, &[]);
@@ -374,6 +396,14 @@ impl Reporter {
         let mut state = lock(&self.state);
         if let Some(row) = state.rows.iter_mut().find(|r| &r.id == agent) {
             row.activity = "thinking".to_owned();
+            // The earliest call of this tool still running is the one done.
+            if let Some(at) = row.tools.iter().position(|(label, _)| {
+                label == tool
+                    || label.starts_with(&format!("{tool} "))
+                    || (tool == "wait" && label.starts_with("waiting"))
+            }) {
+                row.tools.remove(at);
+            }
         }
         match line {
             Some(line) => self.emit(&mut state, &line),
@@ -452,7 +482,12 @@ impl Reporter {
             text.push_str(line);
             text.push('\n');
         }
-        let tree = render_tree(&state.rows, width());
+        let tree = render_tree(
+            &state.rows,
+            width(),
+            Instant::now(),
+            self.price.get().copied(),
+        );
         state.drawn = tree.len();
         for line in tree {
             text.push_str(&line);
@@ -484,6 +519,7 @@ fn refresh(row: &mut Row) {
             EventPayload::Usage(usage) => {
                 row.input_tokens += usage.input_tokens;
                 row.output_tokens += usage.output_tokens;
+                row.cached_tokens += usage.cached_input_tokens;
             }
             EventPayload::StepStart(_) => row.activity = "thinking".to_owned(),
             EventPayload::ToolCall(call) => row.activity = format!("calling {}", call.name),
@@ -500,8 +536,55 @@ fn refresh(row: &mut Row) {
     }
 }
 
-/// The tree as lines: pre-order from the roots, children in start order.
-fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
+/// Tokens as the view shows them: exact below 10 000, else `12.3k`,
+/// `4.5M`.
+fn short(n: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let f = n as f64;
+    match n {
+        0..10_000 => n.to_string(),
+        10_000..1_000_000 => format!("{:.1}k", f / 1_000.0),
+        _ => format!("{:.1}M", f / 1_000_000.0),
+    }
+}
+
+/// What a row is doing at `now`: its oldest tool call in progress with
+/// its elapsed seconds (and how many more run), else its last activity.
+fn activity(row: &Row, now: Instant) -> String {
+    match row.tools.first() {
+        Some((label, since)) => {
+            let more = match row.tools.len() {
+                1 => String::new(),
+                n => format!(" +{}", n - 1),
+            };
+            format!(
+                "{label} {}s{more}",
+                now.saturating_duration_since(*since).as_secs()
+            )
+        }
+        None => row.activity.clone(),
+    }
+}
+
+/// Cut `text` to `max` characters, marking the cut with `…`.
+fn fit(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// The tree as lines: pre-order from the roots, children in start order;
+/// columns agent, provider, status, tokens in/out, cached (when any row has
+/// cached tokens), cost (with a `price`) and activity. Every line is
+/// shorter than `width`, so none wraps. On a narrow terminal the columns
+/// degrade in order (cost, cached, provider, tokens, then status go, the
+/// agent column narrows to its longest name, then names and activity are
+/// cut with `…`) so that what stays is whole and aligned.
+fn render_tree(rows: &[Row], width: usize, now: Instant, price: Option<Price>) -> Vec<String> {
     let mut children: HashMap<Option<&SessionId>, Vec<&Row>> = HashMap::new();
     let known: Vec<&SessionId> = rows.iter().map(|r| &r.id).collect();
     for row in rows {
@@ -509,17 +592,14 @@ fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
         let parent = row.parent.as_ref().filter(|p| known.contains(p));
         children.entry(parent).or_default().push(row);
     }
-    let mut lines = vec![format!(
-        "{:<32} {:<8} {:<8} {:>14}  activity",
-        "agent", "provider", "status", "tokens in/out"
-    )];
-    fn walk(
-        row: &Row,
+    // Pre-order: each row with its label (tree glyphs and its own name).
+    fn walk<'a>(
+        row: &'a Row,
         prefix: &str,
         last: bool,
         top: bool,
-        children: &HashMap<Option<&SessionId>, Vec<&Row>>,
-        lines: &mut Vec<String>,
+        children: &HashMap<Option<&SessionId>, Vec<&'a Row>>,
+        out: &mut Vec<(String, &'a Row)>,
     ) {
         let branch = if top {
             ""
@@ -529,12 +609,7 @@ fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
             "├─ "
         };
         let name = row.name.rsplit('/').next().unwrap_or(&row.name);
-        let label = format!("{prefix}{branch}{name}");
-        let tokens = format!("{}/{}", row.input_tokens, row.output_tokens);
-        lines.push(format!(
-            "{label:<32} {:<8} {:<8} {tokens:>14}  {}",
-            row.provider, row.status, row.activity
-        ));
+        out.push((format!("{prefix}{branch}{name}"), row));
         let next = if top {
             String::new()
         } else if last {
@@ -544,25 +619,134 @@ fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
         };
         if let Some(kids) = children.get(&Some(&row.id)) {
             for (i, kid) in kids.iter().enumerate() {
-                walk(kid, &next, i + 1 == kids.len(), false, children, lines);
+                walk(kid, &next, i + 1 == kids.len(), false, children, out);
             }
         }
     }
+    let mut ordered = Vec::new();
     if let Some(roots) = children.get(&None) {
         for root in roots {
-            walk(root, "", true, true, &children, &mut lines);
+            walk(root, "", true, true, &children, &mut ordered);
         }
     }
-    lines
-        .into_iter()
-        .map(|line| {
-            if line.chars().count() >= width {
-                line.chars().take(width - 1).collect()
+    // The cells of every optional column, header first.
+    let cached = rows.iter().any(|row| row.cached_tokens > 0);
+    let mut columns: Vec<(&str, Vec<String>, bool)> = vec![
+        (
+            "provider",
+            ordered
+                .iter()
+                .map(|(_, row)| row.provider.clone())
+                .collect(),
+            true,
+        ),
+        (
+            "status",
+            ordered.iter().map(|(_, row)| row.status.clone()).collect(),
+            true,
+        ),
+        (
+            "tokens in/out",
+            ordered
+                .iter()
+                .map(|(_, row)| format!("{}/{}", short(row.input_tokens), short(row.output_tokens)))
+                .collect(),
+            true,
+        ),
+        (
+            "cached",
+            ordered
+                .iter()
+                .map(|(_, row)| short(row.cached_tokens))
+                .collect(),
+            cached,
+        ),
+        (
+            "cost",
+            ordered
+                .iter()
+                .map(|(_, row)| {
+                    price.map_or_else(String::new, |price| {
+                        format!("${:.4}", price.cost(row.input_tokens, row.output_tokens))
+                    })
+                })
+                .collect(),
+            price.is_some(),
+        ),
+    ];
+    let cell_width = |header: &str, cells: &[String]| {
+        cells
+            .iter()
+            .map(|cell| cell.chars().count())
+            .chain([header.chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let name_width = ordered
+        .iter()
+        .map(|(label, _)| label.chars().count())
+        .chain(["agent".len()])
+        .max()
+        .unwrap_or(0)
+        .min(32);
+    // The room a line may take, and the least the activity should keep.
+    let room = width.saturating_sub(1);
+    const ACTIVITY: usize = 12;
+    let used = |columns: &[(&str, Vec<String>, bool)]| {
+        name_width
+            + columns
+                .iter()
+                .filter(|(_, _, shown)| *shown)
+                .map(|(header, cells, _)| 1 + cell_width(header, cells))
+                .sum::<usize>()
+            + 2
+    };
+    for drop in ["cost", "cached", "provider", "tokens in/out", "status"] {
+        if used(&columns) + ACTIVITY <= room {
+            break;
+        }
+        if let Some(column) = columns.iter_mut().find(|(header, _, _)| *header == drop) {
+            column.2 = false;
+        }
+    }
+    let name_width = name_width.min(
+        room.saturating_sub(used(&columns) - name_width + ACTIVITY)
+            .max(6),
+    );
+    let line = |label: &str, cells: Vec<&str>, activity: &str| {
+        let mut text = format!("{:<name_width$}", fit(label, name_width));
+        for ((header, all, _), cell) in columns.iter().filter(|c| c.2).zip(cells) {
+            let w = cell_width(header, all);
+            // Numbers right-aligned, words left.
+            if matches!(*header, "tokens in/out" | "cached" | "cost") {
+                text.push_str(&format!(" {cell:>w$}"));
             } else {
-                line
+                text.push_str(&format!(" {cell:<w$}"));
             }
-        })
-        .collect()
+        }
+        text.push_str("  ");
+        let left = room.saturating_sub(text.chars().count());
+        text.push_str(&fit(activity, left));
+        fit(text.trim_end(), room)
+    };
+    let mut lines = vec![line(
+        "agent",
+        columns
+            .iter()
+            .filter(|c| c.2)
+            .map(|(header, _, _)| *header)
+            .collect(),
+        "activity",
+    )];
+    for (i, (label, row)) in ordered.iter().enumerate() {
+        let cells: Vec<&str> = columns
+            .iter()
+            .filter(|c| c.2)
+            .map(|(_, cells, _)| cells[i].as_str())
+            .collect();
+        lines.push(line(label, cells, &activity(row, now)));
+    }
+    lines
 }
 
 /// A host tool, wrapped so the reporter hears each call; it behaves exactly
@@ -634,42 +818,90 @@ mod tests {
             activity: activity.to_owned(),
             input_tokens: 12_345,
             output_tokens: 678,
+            cached_tokens: 0,
+            tools: Vec::new(),
             seen: 0,
             agent: None,
         }
     }
 
-    /// Frames of the same tree at fixed widths: no line reaches the width
-    /// (so none wraps, and redrawing `drawn` lines up clears exactly the
-    /// frame), tree glyphs and columns kept.
-    #[test]
-    fn the_tree_fits_every_width_without_wrapping() {
-        let rows = vec![
-            row("s-lead", None, "lead", "root", "calling subagent"),
-            row(
-                "s-a",
-                Some("s-lead"),
-                "researcher",
-                "spawn",
-                "calling grep over the whole workspace for every use of the catalog",
-            ),
-            row("s-b", Some("s-a"), "researcher/deep", "fork", "thinking"),
-            row(
-                "s-c",
-                Some("s-lead"),
-                "reviewer",
-                "acp",
-                "turn ended: completed",
-            ),
+    /// A tree mid-run: the lead waits on two tools, a researcher greps
+    /// (for 7 s), a grandchild thinks, a reviewer is done.
+    fn tree(now: Instant) -> Vec<Row> {
+        let ago = |secs| now - std::time::Duration::from_secs(secs);
+        let mut lead = row("s-lead", None, "lead", "root", "calling subagent");
+        lead.tools = vec![
+            ("subagent".to_owned(), ago(3)),
+            ("subagent".to_owned(), ago(2)),
         ];
+        let mut researcher = row(
+            "s-a",
+            Some("s-lead"),
+            "researcher",
+            "spawn",
+            "calling grep over the whole workspace for every use of the catalog",
+        );
+        researcher.tools = vec![("grep".to_owned(), ago(7))];
+        researcher.cached_tokens = 8_192;
+        let deep = row(
+            "s-b",
+            Some("s-a"),
+            "researcher/deep-reader",
+            "fork",
+            "thinking",
+        );
+        let mut reviewer = row(
+            "s-c",
+            Some("s-lead"),
+            "reviewer",
+            "acp",
+            "turn ended: completed",
+        );
+        reviewer.status = "done".to_owned();
+        reviewer.input_tokens = 2_400_000;
+        vec![lead, researcher, deep, reviewer]
+    }
+
+    /// Frames of the same tree at fixed widths, with and without a price:
+    /// no line reaches the width (so none wraps, and redrawing `drawn`
+    /// lines up clears exactly the frame); as the width shrinks, whole
+    /// columns go in order (cost, cached, provider, tokens) and what stays
+    /// is aligned, never cut mid-column; at 40 columns every agent keeps
+    /// its name, status and what it is doing.
+    #[test]
+    fn the_tree_degrades_column_by_column_and_never_wraps() {
+        let now = Instant::now();
+        let rows = tree(now);
+        let price = Price {
+            input: 0.27,
+            output: 1.10,
+        };
         let mut frames = Vec::new();
-        for width in [20, 40, 80, 120] {
-            let lines = render_tree(&rows, width);
-            for line in &lines {
-                assert!(line.chars().count() < width, "{width}: {line:?}");
+        for price in [None, Some(price)] {
+            for width in [20, 40, 60, 80, 120] {
+                let lines = render_tree(&rows, width, now, price);
+                for line in &lines {
+                    assert!(line.chars().count() < width, "{width}: {line:?}");
+                }
+                if width == 40 {
+                    assert!(lines[0].starts_with("agent") && lines[0].contains("status"));
+                    assert!(lines[2].contains("researcher") && lines[2].contains("grep 7s"));
+                    assert!(lines[1].contains("subagent 3s"), "{}", lines[1]);
+                }
+                frames.push(format!(
+                    "width {width}, price {}:\n{}",
+                    price.is_some(),
+                    lines.join("\n")
+                ));
             }
-            frames.push(format!("width {width}:\n{}", lines.join("\n")));
         }
         insta::assert_snapshot!(frames.join("\n\n"));
+    }
+
+    #[test]
+    fn token_counts_are_short_and_exact_below_ten_thousand() {
+        assert_eq!(short(9_999), "9999");
+        assert_eq!(short(12_345), "12.3k");
+        assert_eq!(short(2_400_000), "2.4M");
     }
 }

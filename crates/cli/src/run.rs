@@ -22,7 +22,7 @@ use std::time::Duration;
 use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
-    Model, ResumeAgent, SessionHeader, SessionId, SessionStore, UserMessage,
+    Model, ResumeAgent, SessionHeader, SessionId, SessionStore, Usage, UserMessage,
 };
 use dsh_subagent::SubagentEvent;
 use tokio::sync::Notify;
@@ -120,6 +120,9 @@ async fn run_over(
         Mode::Plain
     };
     let reporter = Reporter::new(mode);
+    if let Some(price) = settings.price() {
+        reporter.set_price(price);
+    }
     let store = if args.json {
         Watched::streaming(opened, &faults, &reporter)
     } else {
@@ -262,7 +265,8 @@ async fn run_over(
     };
     ticking.cancel();
     reporter.tick();
-    if mode == Mode::Plain && outcome.is_ok() {
+    // The tree rolled up: under the plain lines, or above the live tree.
+    if mode != Mode::Json && outcome.is_ok() {
         summary(&world, &lead, &reporter, settings.price()).await;
     }
     if mode == Mode::Json {
@@ -536,7 +540,7 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, pric
             Some(world.store.load(&row.entry.child_id).await)
         };
         let (stop, tokens, tools) = match loaded {
-            None => ("external".to_owned(), (0, 0), String::new()),
+            None => ("external".to_owned(), Usage::default(), String::new()),
             Some(Ok(log)) => {
                 let own = log
                     .events
@@ -550,35 +554,58 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, pric
                     transcript::tool_calls(own),
                 )
             }
-            Some(Err(err)) => (format!("unreadable: {}", err.code()), (0, 0), String::new()),
+            Some(Err(err)) => (
+                format!("unreadable: {}", err.code()),
+                Usage::default(),
+                String::new(),
+            ),
         };
         rows.push((name, row.entry.provider.clone(), stop, tokens, tools));
     }
     reporter.line("");
     reporter.line("tree:");
-    let (mut total_in, mut total_out) = (0, 0);
-    for (name, provider, stop, (input, output), tools) in rows {
-        total_in += input;
-        total_out += output;
+    // Tokens in/out, the cached share when there is one, the cost with a
+    // price.
+    let figures = |usage: Usage| {
+        let cached = if usage.cached_input_tokens > 0 {
+            format!(" ({} cached)", usage.cached_input_tokens)
+        } else {
+            String::new()
+        };
+        let cost = price
+            .map(|price| {
+                format!(
+                    " ${:.4}",
+                    price.cost(usage.input_tokens, usage.output_tokens)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "tokens {}/{}{cached}{cost}",
+            usage.input_tokens, usage.output_tokens
+        )
+    };
+    let mut total = Usage::default();
+    let agents = rows.len();
+    for (name, provider, stop, usage, tools) in rows {
+        total += usage;
         let tools = if tools.is_empty() {
             String::new()
         } else {
             format!("  tools: {tools}")
         };
-        let cost = price
-            .map(|price| format!(" ${:.4}", price.cost(input, output)))
-            .unwrap_or_default();
         reporter.line(
-            format!("  {name:<14} {provider:<6} {stop:<10} tokens {input}/{output}{cost}{tools}")
-                .trim_end(),
+            format!(
+                "  {name:<14} {provider:<6} {stop:<10} {}{tools}",
+                figures(usage)
+            )
+            .trim_end(),
         );
     }
-    if let Some(price) = price {
-        reporter.line(&format!(
-            "  total tokens {total_in}/{total_out} ${:.4}",
-            price.cost(total_in, total_out)
-        ));
-    }
+    reporter.line(&format!(
+        "  total ({agents} agents)            {}",
+        figures(total)
+    ));
 }
 
 #[cfg(test)]

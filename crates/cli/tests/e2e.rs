@@ -179,6 +179,16 @@ fn a_lead_and_two_children_fix_a_failing_test_against_an_api_that_checks_every_r
         .unwrap();
     assert!(test.status.success(), "{}", text(&test.stdout));
 
+    // The server's cached prompt tokens reach every agent's usage.
+    let lines = support::json_lines(&run.stdout);
+    for agent in ["lead", "finder", "fixer"] {
+        assert!(
+            lines.iter().any(|line| line["type"] == "usage"
+                && line["agent"] == agent
+                && line["cached_input_tokens"].as_u64() > Some(0)),
+            "no cached tokens for {agent}"
+        );
+    }
     snapshot!(&scratch, "e2e_run_json", json_by_agent(&run.stdout));
     for name in ["lead", "finder", "fixer"] {
         let show = scratch.dsh(&["show", name], &[]);
