@@ -150,7 +150,7 @@ async fn run_over(
     let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
     let what = match &settings.model {
-        ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
+        ModelChoice::Demo => "offline demo: a scripted model plays every agent (no network; its words are fixed and do not follow your task), the workspace tools are real".to_owned(),
         choice => format!("model {}", choice.spec()),
     };
     let config = settings

@@ -15,6 +15,7 @@ use support::{Scratch, json_by_agent, json_lines, text};
 #[test]
 fn the_demo_streams_one_documented_object_per_line_and_nothing_else() {
     let scratch = Scratch::new();
+    support::copy_fixture("greeter", scratch.dir.path());
     let run = scratch.dsh(&["run", "--json"], &[]);
     assert!(run.status.success(), "{}", text(&run.stderr));
     assert_eq!(text(&run.stderr), "");
