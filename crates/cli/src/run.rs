@@ -132,7 +132,7 @@ async fn run_over(
         .ask
         .asks(std::io::stdin().is_terminal())
         .then(|| Prompter::terminal(Some(Arc::clone(&reporter))));
-    let (policy, acp) = asking(&settings, prompter.as_ref());
+    let (policy, acp, agents) = asking(&settings, prompter.as_ref());
     let world = World::build(
         store,
         model,
@@ -141,6 +141,9 @@ async fn run_over(
         settings.limits,
         Some((&cwd, policy)),
     )?;
+    for agent in agents {
+        world.add_acp(agent, Some(&reporter))?;
+    }
     if let Some(prompter) = &prompter {
         prompter.attach(&world.runtime);
     }
@@ -289,19 +292,20 @@ async fn run_over(
     outcome
 }
 
-/// The workspace policy and the ACP configuration with `prompter` as their
-/// asker; without one, `acp.permission = "ask"` rejects (and says so on
-/// stderr).
+/// The workspace policy and the ACP configurations (the `acp` agent, the
+/// named ones) with `prompter` as their asker; without one, an agent whose
+/// permission is `ask` rejects (and dsh says so on stderr).
 pub fn asking(
     settings: &Settings,
     prompter: Option<&Arc<Prompter>>,
 ) -> (
     dsh_tool_workspace::Policy,
     Option<dsh_subagent_acp::AcpConfig>,
+    Vec<dsh_subagent_acp::AcpConfig>,
 ) {
     let policy =
         dsh_tool_workspace::Policy::new(settings.sandbox, prompter.map(Prompter::workspace));
-    let acp = settings.acp.clone().map(|acp| {
+    let ask = |acp: dsh_subagent_acp::AcpConfig| {
         if acp.permission != dsh_subagent_acp::PermissionPolicy::Ask {
             return acp;
         }
@@ -309,13 +313,16 @@ pub fn asking(
             Some(prompter) => acp.ask_with(prompter.acp()),
             None => {
                 eprintln!(
-                    "dsh: warning: acp.permission is `ask` but nothing asks (no terminal, or --no-ask): the ACP agent's permission requests are rejected"
+                    "dsh: warning: the permission of the ACP agent `{}` is `ask` but nothing asks (no terminal, or --no-ask): its permission requests are rejected",
+                    acp.name
                 );
                 acp.permission(dsh_subagent_acp::PermissionPolicy::Reject)
             }
         }
-    });
-    (policy, acp)
+    };
+    let acp = settings.acp.clone().map(ask);
+    let agents = settings.acp_agents.iter().cloned().map(ask).collect();
+    (policy, acp, agents)
 }
 
 /// Say `line`: through the reporter in a run, on stderr otherwise.

@@ -4,8 +4,9 @@
 //! `subagent` tool for spawn, the `fork` tool for fork, and the five control
 //! tools) and, for the commands that run agents, the workspace tools over
 //! the working directory under the `--sandbox` level; plus, when an ACP agent command is configured, the `acp` provider
-//! and its `acp` tool; each tool is wrapped for the reporter when there is
-//! one. This module only assembles; it starts no agent.
+//! and its `acp` tool, and for each named ACP agent its provider and the
+//! tool of its name ([`World::add_acp`]); each tool is wrapped for the
+//! reporter when there is one. This module only assembles; it starts no agent.
 
 use std::sync::Arc;
 
@@ -42,6 +43,25 @@ pub struct World {
 
 fn install_error(err: impl std::fmt::Display) -> CliError {
     CliError::Refused(format!("cannot install the tools: {err}"))
+}
+
+/// Register the ACP provider `acp` configures and install its tool, named
+/// as the provider is.
+fn acp_tool(runtime: &SubagentRuntime, acp: AcpConfig) -> Result<Arc<dyn Tool>, CliError> {
+    let name = acp.name.clone();
+    let provider = AcpProvider::new(acp).map_err(install_error)?;
+    runtime.register(Arc::new(provider))?;
+    // An external agent manages its own recursion: no depth flag.
+    SubagentTool::install(
+        runtime,
+        SubagentToolConfig {
+            tool_name: name.clone(),
+            max_depth: MaxDepth::ProviderManaged,
+            ..SubagentToolConfig::new(name)
+        },
+    )
+    .map(|tool| tool as Arc<dyn Tool>)
+    .map_err(install_error)
 }
 
 impl World {
@@ -85,20 +105,12 @@ impl World {
             max_depth: MaxDepth::Limit(limits.max_depth),
             ..SubagentToolConfig::new("fork")
         };
-        let mut configs = vec![spawn, fork];
-        if let Some(acp) = acp {
-            let provider = AcpProvider::new(acp).map_err(install_error)?;
-            runtime.register(Arc::new(provider))?;
-            // An external agent manages its own recursion: no depth flag.
-            configs.push(SubagentToolConfig {
-                tool_name: "acp".to_owned(),
-                max_depth: MaxDepth::ProviderManaged,
-                ..SubagentToolConfig::new("acp")
-            });
-        }
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        for config in configs {
+        for config in [spawn, fork] {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
+        }
+        if let Some(acp) = acp {
+            tools.push(acp_tool(&runtime, acp)?);
         }
         tools.extend(ControlTools::new(runtime.clone()));
         if let Some((root, policy)) = workspace {
@@ -120,6 +132,21 @@ impl World {
             harness,
             runtime,
         })
+    }
+
+    /// Add an ACP agent: its provider (named as its configuration is) and
+    /// the tool of that name, reporting to `reporter`.
+    pub fn add_acp(
+        &self,
+        acp: AcpConfig,
+        reporter: Option<&Arc<Reporter>>,
+    ) -> Result<(), CliError> {
+        let tool = acp_tool(&self.runtime, acp)?;
+        let tool = match reporter {
+            Some(reporter) => Observed::wrap(tool, reporter),
+            None => tool,
+        };
+        self.harness.add_tool(tool).map_err(install_error)
     }
 
     /// Stop every activation, then every agent, and wait for their tasks.

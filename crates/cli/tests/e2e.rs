@@ -92,6 +92,8 @@ fn finder(request: &Request, board: &Board, step: usize) -> Answer {
         )]),
         1 => Answer::calls(vec![call("read_file", json!({"path": "test.sh"}))]),
         2 => {
+            // Its grep and read are done: the fixer may edit.
+            board.mark("finder searched");
             board.wait_for("lead saw the fixer");
             if request
                 .tool_results()
@@ -113,13 +115,16 @@ fn fixer(request: &Request, board: &Board, step: usize) -> Answer {
             board.wait_for("lead waits");
             Answer::calls(vec![call("read_file", json!({"path": "greet.sh"}))])
         }
-        1 => Answer::saying(
-            "The greeting is misspelt; fixing it.",
-            vec![call(
-                "edit_file",
-                json!({"path": "greet.sh", "old_string": "echo \"Helo, $1!\"", "new_string": "echo \"Hello, $1!\""}),
-            )],
-        ),
+        1 => {
+            board.wait_for("finder searched");
+            Answer::saying(
+                "The greeting is misspelt; fixing it.",
+                vec![call(
+                    "edit_file",
+                    json!({"path": "greet.sh", "old_string": "echo \"Helo, $1!\"", "new_string": "echo \"Hello, $1!\""}),
+                )],
+            )
+        }
         2 => Answer::calls(vec![call(
             "shell",
             json!({"command": "sh test.sh", "timeout_ms": 60_000}),
