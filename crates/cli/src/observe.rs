@@ -898,6 +898,30 @@ mod tests {
         insta::assert_snapshot!(frames.join("\n\n"));
     }
 
+    /// While a question is up the live view draws nothing: its tree is
+    /// cleared, lines wait, and resuming prints them and the tree again.
+    #[test]
+    fn a_paused_live_view_holds_its_lines_until_it_resumes() {
+        let reporter = Reporter::new(Mode::Live);
+        lock(&reporter.state)
+            .rows
+            .push(row("s-lead", None, "lead", "root", "thinking"));
+        reporter.line("before");
+        assert!(lock(&reporter.state).drawn > 0);
+        reporter.pause();
+        reporter.line("while asking");
+        reporter.tick();
+        {
+            let state = lock(&reporter.state);
+            assert_eq!(state.drawn, 0);
+            assert_eq!(state.queued, ["while asking"]);
+        }
+        reporter.resume();
+        let state = lock(&reporter.state);
+        assert!(state.queued.is_empty());
+        assert!(state.drawn > 0);
+    }
+
     #[test]
     fn token_counts_are_short_and_exact_below_ten_thousand() {
         assert_eq!(short(9_999), "9999");
