@@ -73,12 +73,18 @@ pub struct LimitsConfig {
     pub max_turn_steps: Option<u32>,
 }
 
-/// The `[acp]` table.
+/// The `[acp]` table: the agent offered as the `acp` tool, and named ones.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcpSection {
-    /// The agent program (a path, or a name on `PATH`).
-    pub command: PathBuf,
+    /// The agent program (a path, or a name on `PATH`); required unless
+    /// the table only holds `agents`.
+    #[serde(default)]
+    pub command: Option<PathBuf>,
+    /// More agents, by name: each is offered as a tool of that name (its
+    /// provider id), so a model picks the agent per child.
+    #[serde(default)]
+    pub agents: BTreeMap<String, AcpAgentSection>,
     /// Its arguments.
     #[serde(default)]
     pub args: Vec<String>,
@@ -87,10 +93,35 @@ pub struct AcpSection {
     #[serde(default)]
     pub pass_env: Vec<String>,
     /// How the agent's permission requests are answered: `reject`, `allow`
-    /// (`allow_once`) or `allow_always`; `ask` is refused until dsh has a
-    /// terminal prompt.
+    /// (`allow_once`), `allow_always`, or `ask` (the person at the
+    /// terminal, as the workspace tools ask; rejected when nothing asks).
     #[serde(default)]
     pub permission: PermissionPolicy,
+    /// How long the agent may take to exit after its stdin closes, and
+    /// again after SIGTERM, before it is killed (milliseconds; default
+    /// 3000 and 2000).
+    #[serde(default)]
+    pub teardown_grace_ms: Option<u64>,
+}
+
+/// One `[acp.agents.<name>]` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AcpAgentSection {
+    /// The agent program (a path, or a name on `PATH`).
+    pub command: PathBuf,
+    /// Its arguments.
+    #[serde(default)]
+    pub args: Vec<String>,
+    /// Variables passed through from `dsh`'s environment when set.
+    #[serde(default)]
+    pub pass_env: Vec<String>,
+    /// How its permission requests are answered (as `acp.permission`).
+    #[serde(default)]
+    pub permission: PermissionPolicy,
+    /// As `acp.teardown_grace_ms`.
+    #[serde(default)]
+    pub teardown_grace_ms: Option<u64>,
 }
 
 /// A model's price in US dollars per million tokens.
@@ -175,6 +206,9 @@ pub struct Settings {
     pub limits: Limits,
     /// The ACP agent, when one is configured.
     pub acp: Option<AcpConfig>,
+    /// The named ACP agents (`[acp.agents.<name>]`), each offered as the
+    /// tool of its name.
+    pub acp_agents: Vec<AcpConfig>,
     /// What the workspace tools may do without asking.
     pub sandbox: Level,
     /// Prices by model id.
@@ -376,6 +410,7 @@ pub fn resolve(
             }
         }
     }
+    let acp_agents = named_agents(source, parsed.acp.as_ref())?;
     let acp = acp(source, parsed.acp, overrides)?;
     let sandbox = match (overrides.sandbox, &parsed.sandbox) {
         (Some(level), _) => level,
@@ -393,6 +428,7 @@ pub fn resolve(
             max_turn_steps,
         },
         acp,
+        acp_agents,
         sandbox,
         prices: parsed.prices,
         team: overrides.team || parsed.team.unwrap_or(false),
@@ -406,25 +442,41 @@ fn acp(
     section: Option<AcpSection>,
     overrides: &Overrides,
 ) -> Result<Option<AcpConfig>, CliError> {
+    if let Some(section) = &section
+        && section.command.is_none()
+        && section.agents.is_empty()
+    {
+        return Err(bad(
+            source,
+            "acp.command",
+            "missing: the `[acp]` table needs the agent's command (or only `[acp.agents.<name>]` tables)",
+        ));
+    }
     let command = overrides
         .acp_command
         .clone()
-        .or_else(|| section.as_ref().map(|s| s.command.clone()));
+        .or_else(|| section.as_ref().and_then(|s| s.command.clone()));
     let Some(command) = command else {
+        if let Some(section) = &section
+            && (!section.args.is_empty() || !section.pass_env.is_empty())
+        {
+            return Err(bad(
+                source,
+                "acp.command",
+                "missing: `acp.args` and `acp.pass_env` are for the agent `acp.command` names",
+            ));
+        }
         return Ok(None);
     };
-    let (file_args, mut pass_env, permission) = match section {
-        Some(section) => (section.args, section.pass_env, section.permission),
-        None => (Vec::new(), Vec::new(), PermissionPolicy::default()),
+    let (file_args, mut pass_env, permission, grace) = match section {
+        Some(section) => (
+            section.args,
+            section.pass_env,
+            section.permission,
+            section.teardown_grace_ms,
+        ),
+        None => (Vec::new(), Vec::new(), PermissionPolicy::default(), None),
     };
-    if permission == PermissionPolicy::Ask {
-        // The provider can ask a host, but `dsh` has no terminal asker yet.
-        return Err(bad(
-            source,
-            "acp.permission",
-            "`ask` needs a terminal prompt that dsh does not have yet; use `reject`, `allow` or `allow_always`",
-        ));
-    }
     for var in &pass_env {
         check_var(var).map_err(|reason| bad(source, "acp.pass_env", reason))?;
     }
@@ -441,12 +493,82 @@ fn acp(
     let mut config = AcpConfig::new(command)
         .args(args)
         .permission(overrides.acp_permission.unwrap_or(permission));
+    passed_through(&mut config, pass_env, grace);
+    Ok(Some(config))
+}
+
+/// Add `pass_env` to what `config` inherits, and set its teardown grace.
+fn passed_through(config: &mut AcpConfig, pass_env: Vec<String>, grace_ms: Option<u64>) {
     for var in pass_env {
         if !config.inherit_env.contains(&var) {
             config.inherit_env.push(var);
         }
     }
-    Ok(Some(config))
+    if let Some(ms) = grace_ms {
+        config.eof_grace = std::time::Duration::from_millis(ms);
+        config.term_grace = std::time::Duration::from_millis(ms);
+    }
+}
+
+/// Names an agent table cannot take: the `acp` agent's, the other
+/// providers', and the tools every agent already has.
+const RESERVED_AGENT_NAMES: &[&str] = &[
+    "acp",
+    "spawn",
+    "fork",
+    "subagent",
+    "wait",
+    "send_message",
+    "list_agents",
+    "report",
+    "interrupt",
+    "read_file",
+    "list_files",
+    "grep",
+    "edit_file",
+    "write_file",
+    "shell",
+];
+
+/// The `[acp.agents.<name>]` tables, each as the configuration of the
+/// provider (and tool) of that name.
+fn named_agents(source: &Path, section: Option<&AcpSection>) -> Result<Vec<AcpConfig>, CliError> {
+    let Some(section) = section else {
+        return Ok(Vec::new());
+    };
+    let mut agents = Vec::new();
+    for (name, agent) in &section.agents {
+        let key = format!("acp.agents.{name}");
+        let well_formed = name.len() <= 32
+            && name.starts_with(|c: char| c.is_ascii_lowercase())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-' || c == '_');
+        if !well_formed {
+            return Err(bad(
+                source,
+                &key,
+                "an agent's name is 1-32 lower-case letters, digits, `-` or `_`, starting with a letter",
+            ));
+        }
+        if RESERVED_AGENT_NAMES.contains(&name.as_str()) {
+            return Err(bad(
+                source,
+                &key,
+                format!("`{name}` is already a provider or tool of dsh; name the agent otherwise"),
+            ));
+        }
+        for var in &agent.pass_env {
+            check_var(var).map_err(|reason| bad(source, &format!("{key}.pass_env"), reason))?;
+        }
+        let mut config = AcpConfig::new(agent.command.clone())
+            .name(name.clone())
+            .args(agent.args.clone())
+            .permission(agent.permission);
+        passed_through(&mut config, agent.pass_env.clone(), agent.teardown_grace_ms);
+        agents.push(config);
+    }
+    Ok(agents)
 }
 
 /// The API model a parsed spec names, with its provider's settings.
@@ -595,6 +717,17 @@ mod tests {
         assert!(acp.inherit_env.contains(&"CODEX_HOME".to_owned()));
         assert!(acp.inherit_env.contains(&"PATH".to_owned()));
         assert_eq!(acp.permission, PermissionPolicy::Reject);
+        assert_eq!(acp.eof_grace, std::time::Duration::from_secs(3));
+        let [claude] = settings.acp_agents.as_slice() else {
+            panic!("{:?}", settings.acp_agents);
+        };
+        assert_eq!(
+            (claude.name.as_str(), claude.command.as_path()),
+            ("claude", Path::new("claude-code-acp"))
+        );
+        assert!(claude.inherit_env.contains(&"ANTHROPIC_API_KEY".to_owned()));
+        assert_eq!(claude.permission, PermissionPolicy::Ask);
+        assert_eq!(claude.term_grace, std::time::Duration::from_secs(1));
         assert_eq!(settings.sandbox, Level::WorkspaceWrite);
         assert!(settings.team);
         let cost = settings.prices["deepseek-chat"].cost(1_000_000, 500_000);
@@ -675,7 +808,10 @@ mod tests {
             "[providers.local]\nbase_url = \"http://x\"\nkey = \"sk-1\"",
             "[acp]\nargs = []",
             "[acp]\ncommand = \"a\"\npermission = \"maybe\"",
-            "[acp]\ncommand = \"a\"\npermission = \"ask\"",
+            "[acp.agents.wait]\ncommand = \"a\"",
+            "[acp.agents.Codex]\ncommand = \"a\"",
+            "[acp.agents.codex]\nargs = []",
+            "[acp.agents.codex]\ncommand = \"a\"\npass_env = [\"A B\"]",
             "[prices.gpt-4o]\ninput = -1.0\noutput = 1.0",
             "[prices.gpt-4o]\ninput = 1.0",
             "model = \"demo",

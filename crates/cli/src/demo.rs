@@ -4,8 +4,13 @@
 //! background (`subagent` starts the spawn child `researcher`, `fork` the
 //! fork child `reviewer`), lists its agents, messages `researcher` by name,
 //! waits for both settlement notices and summarises. The researcher waits
-//! (with `wait`) for the lead's message before it answers; the reviewer
-//! answers once the researcher has settled.
+//! (with `wait`) for the lead's message, then greps the workspace it runs
+//! in for Markdown headings and reads the first file that has one; the
+//! reviewer reads the workspace's `README.md`; both answer from what the
+//! real workspace tools returned, and the lead's summary quotes them. Only
+//! the model is scripted: its words are fixed and it never reads the task
+//! (a typed prompt is still the lead's task, and the first thing the lead
+//! says is that the script does not follow it).
 //!
 //! The children really run at the same time, but the order in which things
 //! become visible is fixed by gates, never by timing: a scripted response
@@ -32,18 +37,20 @@ use serde_json::json;
 use tokio::sync::Semaphore;
 
 /// The task the demo's lead is given when the user names none.
-pub const DEMO_PROMPT: &str = "Give me a short report on this workspace: what its crates do and whether the delegation design holds up.";
+pub const DEMO_PROMPT: &str = "Give me a short report on this workspace: what its documents are about and whether splitting the work between two agents holds up.";
+
+/// What the researcher greps for: Markdown headings.
+const HEADINGS: &str = "^#+ ";
 
 /// The spawn child's task (it identifies the researcher in a request).
 pub const RESEARCH_PROMPT: &str =
-    "Survey the workspace's crates and say in two sentences what each layer is for.";
+    "Search the workspace's Markdown files for headings and read the first file that has one.";
 
 /// The fork child's task (it identifies the reviewer in a request).
 pub const REVIEW_PROMPT: &str = "Review the plan so far: is splitting this report between a fresh researcher and a forked reviewer sound?";
 
 /// What the lead tells the researcher by name.
-const FOCUS_MESSAGE: &str =
-    "Focus on the subagent runtime: who owns a child, and when is it settled?";
+const FOCUS_MESSAGE: &str = "Focus on the documents: what do their headings say?";
 
 /// Which agent a request belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,6 +85,50 @@ fn role(request: &ModelRequest) -> Role {
     } else {
         Role::Lead
     }
+}
+
+/// The text of the request's latest tool result.
+fn last_result(request: &ModelRequest) -> String {
+    request
+        .messages
+        .iter()
+        .rev()
+        .find_map(|m| match m {
+            Message::Tool { content, .. } => Some(joined_text(content)),
+            _ => None,
+        })
+        .unwrap_or_default()
+}
+
+/// The grep result's `path:line:text` matches: the files, in order.
+fn matched_files(result: &str) -> Vec<String> {
+    let mut files: Vec<String> = Vec::new();
+    for line in result.lines() {
+        let Some((path, rest)) = line.split_once(':') else {
+            continue;
+        };
+        let numbered = rest
+            .split_once(':')
+            .is_some_and(|(n, _)| !n.is_empty() && n.chars().all(|c| c.is_ascii_digit()));
+        if numbered && !files.iter().any(|f| f == path) {
+            files.push(path.to_owned());
+        }
+    }
+    files
+}
+
+/// The first line of a `read_file` result's text (its lines are numbered
+/// `   1\ttext`), or the result itself when it is a refusal.
+fn first_line(result: &str) -> String {
+    let line = result.lines().next().unwrap_or_default();
+    let text = line.split_once('\t').map_or(line, |(_, text)| text);
+    crate::observe::compact(text, 80)
+}
+
+/// A settlement notice's body (after its heading), on one bounded line.
+fn gist(notice: &str) -> String {
+    let body = notice.split_once("\n\n").map_or(notice, |(_, body)| body);
+    crate::observe::compact(body, 240)
 }
 
 /// The name of the tool whose result is the request's latest tool result.
@@ -256,7 +307,7 @@ impl Demo {
     fn researcher(&self, request: &ModelRequest) -> Scripted {
         if let Some(text) = user_follow_up(request) {
             return Scripted::Text(format!(
-                "You asked: \"{}\". From my survey: `core` holds the vocabulary and seams, `harness` runs agents over JSONL logs, `subagent` owns every child from publication to settlement, and the tool crates turn that into tools a model can call.",
+                "You asked: \"{}\". I am the demo's scripted researcher: all I did was grep this workspace's Markdown headings and read the first file that had one, as my report says.",
                 text.trim()
             ));
         }
@@ -268,12 +319,52 @@ impl Demo {
                 matches!(source, MessageSource::AgentMessage { .. }) && text == FOCUS_MESSAGE
             });
         if told {
-            return self.gated(
-                |g| &g.researcher_go,
-                Scripted::Text(
-                    "The workspace layers cleanly: `core` defines sessions, agents and tools without I/O; `harness` runs agents over durable JSONL logs; `subagent` checks, starts and settles children; `subagent-spawn` and `subagent-fork` provide fresh and forked children; the tool crates expose all of it to models. On your focus: the runtime owns a child from the moment its catalog entry is written, and settles it once the child is idle with no children of its own, sending the parent a notice before teardown.".to_owned(),
+            return match last_tool(request).as_deref() {
+                // Told what to focus on: search the real workspace.
+                Some("wait") => self.gated(
+                    |g| &g.researcher_go,
+                    calls(
+                        vec![("grep", json!({ "pattern": HEADINGS, "globs": ["*.md"] }))],
+                        Some("Searching the workspace's Markdown files for headings."),
+                    ),
                 ),
-            );
+                Some("grep") => {
+                    let grep = last_result(request);
+                    match matched_files(&grep).first() {
+                        Some(file) => calls(
+                            vec![("read_file", json!({ "path": file, "line_count": 5 }))],
+                            None,
+                        ),
+                        None => Scripted::Text(format!(
+                            "grep found no Markdown heading in this workspace (it said: \"{}\"), so there is nothing for me to read.",
+                            crate::observe::compact(&grep, 120)
+                        )),
+                    }
+                }
+                _ => {
+                    let headings = request
+                        .messages
+                        .iter()
+                        .filter_map(|m| match m {
+                            Message::Tool { content, .. } => Some(joined_text(content)),
+                            _ => None,
+                        })
+                        .find(|text| !matched_files(text).is_empty())
+                        .unwrap_or_default();
+                    let files = matched_files(&headings);
+                    let count = headings
+                        .lines()
+                        .filter(|line| !matched_files(line).is_empty())
+                        .count();
+                    Scripted::Text(format!(
+                        "grep found {count} Markdown heading(s) in {} file(s) ({}). The first, {}, begins: \"{}\".",
+                        files.len(),
+                        files.join(", "),
+                        files.first().map(String::as_str).unwrap_or("-"),
+                        first_line(&last_result(request))
+                    ))
+                }
+            };
         }
         self.with_gates(|gates| {
             if first_time(&gates.researcher_ready_once) {
@@ -293,11 +384,26 @@ impl Demo {
                 text.trim()
             ));
         }
+        if last_tool(request).as_deref() != Some("read_file") {
+            return calls(
+                vec![("read_file", json!({ "path": "README.md", "line_count": 5 }))],
+                Some("Checking the workspace's README first."),
+            );
+        }
+        let readme = last_result(request);
+        let seen = if readme.trim_start().starts_with("1\t") {
+            format!("its README begins \"{}\"", first_line(&readme))
+        } else {
+            format!(
+                "it has no README I can read ({})",
+                crate::observe::compact(&readme, 100)
+            )
+        };
         self.gated(
             |g| &g.reviewer_go,
-            Scripted::Text(
-                "The split is sound: a fresh researcher gives an unbiased survey, while a forked reviewer shares the lead's context and can judge the plan itself. One risk: both answers arrive as notices, so the lead must wait for both before summarising.".to_owned(),
-            ),
+            Scripted::Text(format!(
+                "The split is sound: a fresh researcher searches without bias, while I share the lead's context and can judge the plan; {seen}. One risk: both answers arrive as notices, so the lead must wait for both before summarising."
+            )),
         )
     }
 
@@ -326,13 +432,13 @@ impl Demo {
                 vec![(
                     "subagent",
                     json!({
-                        "description": "survey the crates",
+                        "description": "search the documents",
                         "name": "researcher",
                         "prompt": RESEARCH_PROMPT,
                     }),
                 )],
                 Some(
-                    "I'll split this in two: a fresh researcher surveys the crates, and a forked reviewer checks the plan.",
+                    "(Offline demo: my words are scripted and do not follow your task; the tools are real.) I'll split this in two: a fresh researcher searches the workspace, and a forked reviewer checks the plan.",
                 ),
             ),
             Some("subagent") => calls(
@@ -373,11 +479,25 @@ impl Demo {
                     .filter(|(source, _)| matches!(source, MessageSource::SubagentSettled { .. }))
                     .count();
                 if notices >= 2 {
+                    let heard = |name: &str| {
+                        request
+                            .messages
+                            .iter()
+                            .filter_map(user_text)
+                            .find(|(source, text)| {
+                                matches!(source, MessageSource::SubagentSettled { .. })
+                                    && text.starts_with(&format!("[{name} "))
+                            })
+                            .map(|(_, text)| gist(&text))
+                            .unwrap_or_default()
+                    };
                     self.gated(
                         |g| &g.lead_final,
-                        Scripted::Text(
-                            "Summary: the workspace is layered from a pure vocabulary (`core`) through the agent loop (`harness`) to the subagent runtime and its providers, with tools on top. The researcher confirmed the runtime owns each child from publication to settlement; the reviewer judged the fresh-plus-forked split sound, with the caveat that both notices must be awaited, which they were.".to_owned(),
-                        ),
+                        Scripted::Text(format!(
+                            "Summary: the researcher reports: {} The reviewer: {} Both notices were awaited before this summary.",
+                            heard("researcher"),
+                            heard("reviewer")
+                        )),
                     )
                 } else {
                     if notices == 1 {

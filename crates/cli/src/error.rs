@@ -109,6 +109,10 @@ pub enum CliError {
     /// The command was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP).
     #[error("{}; the tree was stopped and its sessions kept", signal_text(*.0))]
     Interrupted(i32),
+    /// A second signal came while the tree was stopping: the command quit
+    /// at once; what had not stopped was killed with the process.
+    #[error("{} again; quit at once without waiting for the tree to stop (its sessions are kept)", signal_text(*.0))]
+    Forced(i32),
     /// The signal handlers could not be installed.
     #[error("cannot install the signal handlers: {0}")]
     Signals(std::io::Error),
@@ -132,7 +136,7 @@ impl CliError {
             Self::Corrupt(_) => EXIT_CORRUPT,
             Self::Store(err) if is_corrupt(err) => EXIT_CORRUPT,
             Self::Unreachable { .. } => EXIT_UNAVAILABLE,
-            Self::Interrupted(signal) => {
+            Self::Interrupted(signal) | Self::Forced(signal) => {
                 EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
             }
             Self::Refused(_)

@@ -23,10 +23,12 @@ use std::process::ExitCode;
 use clap::{Args, Parser, Subcommand};
 
 mod agents;
+mod ask;
 mod config;
 mod demo;
 mod demo_team;
 mod error;
+mod json;
 mod model;
 mod observe;
 mod run;
@@ -107,9 +109,29 @@ struct ModelArg {
     /// it is refused with a sentence the model can act on.
     #[arg(long, value_name = "LEVEL", value_parser = ["read-only", "workspace-write", "full"])]
     sandbox: Option<String>,
+    /// Ask on the terminal (stdin, stderr) before an action above the
+    /// `--sandbox` level, one question at a time, naming the agent, the
+    /// tool and the exact command or path; the default when stdin is a
+    /// terminal. Also answers an ACP agent's requests under
+    /// `acp.permission = "ask"`.
+    #[arg(long, conflicts_with = "no_ask")]
+    ask: bool,
+    /// Never ask: an action above the level is refused with a sentence
+    /// the model can act on (the default without a terminal).
+    #[arg(long)]
+    no_ask: bool,
 }
 
 impl ModelArg {
+    /// Whether to ask above the level.
+    fn ask_mode(&self) -> ask::AskMode {
+        match (self.ask, self.no_ask) {
+            (true, _) => ask::AskMode::Always,
+            (_, true) => ask::AskMode::Never,
+            _ => ask::AskMode::Auto,
+        }
+    }
+
     /// These flags as overrides of the configuration file.
     fn overrides(self, config: Option<PathBuf>) -> config::Overrides {
         config::Overrides {
@@ -124,6 +146,17 @@ impl ModelArg {
             ..config::Overrides::default()
         }
     }
+}
+
+/// Whether the events are printed for a program.
+#[derive(Debug, Args)]
+struct JsonArg {
+    /// Print one JSON object per line on stdout for every event (agent
+    /// started, text, tool call, tool result, notice, usage, turn ended,
+    /// settled; the schema is in docs/cli-json.md) and nothing else; the
+    /// person's lines and errors stay on stderr, the exit codes the same.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Which tree a name is looked up in.
@@ -162,7 +195,7 @@ enum Command {
         #[arg(long = "acp-env", value_name = "VAR")]
         acp_env: Vec<String>,
         /// How the ACP agent's permission requests are answered.
-        #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow"])]
+        #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow", "ask"])]
         acp_permission: Option<String>,
         /// Make the lead the lead of an agent team: the ten team tools
         /// (teammates, peer messages, a shared task board) in place of the
@@ -171,6 +204,8 @@ enum Command {
         /// offline team demo: a lead, two teammates, three tasks.
         #[arg(long)]
         team: bool,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
@@ -207,6 +242,8 @@ enum Command {
         root: RootArg,
         #[command(flatten)]
         model: ModelArg,
+        #[command(flatten)]
+        json: JsonArg,
     },
     /// Print an agent's transcript.
     Show {
@@ -469,17 +506,17 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp_env,
             acp_permission,
             team,
+            json,
         } => {
+            let ask = model.ask_mode();
             let overrides = config::Overrides {
                 acp_command,
                 acp_args,
                 acp_env,
-                acp_permission: acp_permission.map(|policy| {
-                    if policy == "allow" {
-                        dsh_subagent_acp::PermissionPolicy::Allow
-                    } else {
-                        dsh_subagent_acp::PermissionPolicy::Reject
-                    }
+                acp_permission: acp_permission.map(|policy| match policy.as_str() {
+                    "allow" => dsh_subagent_acp::PermissionPolicy::Allow,
+                    "ask" => dsh_subagent_acp::PermissionPolicy::Ask,
+                    _ => dsh_subagent_acp::PermissionPolicy::Reject,
                 }),
                 team,
                 ..model.overrides(config)
@@ -496,6 +533,8 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 dir: dir.dir,
                 settings,
                 resume: None,
+                json: json.json,
+                ask,
             })
             .await
         }
@@ -512,7 +551,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             dir,
             root,
             model,
+            json,
         } => {
+            let ask = model.ask_mode();
             let settings = config::load(&model.overrides(config))?;
             send::send(send::SendArgs {
                 name,
@@ -520,6 +561,8 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 dir: dir.dir,
                 root: root.root,
                 settings,
+                json: json.json,
+                ask,
             })
             .await
         }

@@ -3,23 +3,28 @@
 //! transparent wrapper around each host tool) and, in the live view, polls
 //! the live agents' logs for status, activity and token usage.
 //!
-//! Two renderings: on a terminal, a tree of agents redrawn in place with
+//! Three renderings: on a terminal, a tree of agents redrawn in place with
 //! ANSI cursor movement (messages scroll above it); otherwise plain lines,
 //! one per event, written at the moment the event happens (a start inside
 //! the caller's tool call, a message when its delivery returns, a finish
-//! when the runtime settles the child). The reporter only observes: it never
+//! when the runtime settles the child); with `--json`, one JSON object per
+//! line for every event (see [`crate::json`]), and the person's lines on
+//! stderr. The reporter only observes: it never
 //! acts on an agent, and a write failure is ignored rather than disturbing
 //! the run.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock, PoisonError};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use dsh_core::{
     Agent, AgentStatus, EventPayload, SessionId, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_subagent::{RunOutcome, SubagentEvent, SubagentRuntime, fold_catalog};
+
+use crate::config::Price;
 use serde_json::Value;
 
 /// How output is rendered.
@@ -29,6 +34,8 @@ pub enum Mode {
     Plain,
     /// A live tree redrawn in place.
     Live,
+    /// One JSON object per line on stdout (`--json`).
+    Json,
 }
 
 /// One agent as the live view shows it.
@@ -41,6 +48,10 @@ struct Row {
     activity: String,
     input_tokens: u64,
     output_tokens: u64,
+    /// Of the input tokens, those served from the backend's prompt cache.
+    cached_tokens: u64,
+    /// Tool calls in progress: what each is, and when it began.
+    tools: Vec<(String, Instant)>,
     /// Events of the live agent already folded into this row.
     seen: u64,
     /// The live agent, kept until it settles (its events stay readable).
@@ -52,12 +63,23 @@ struct State {
     rows: Vec<Row>,
     /// Lines of the tree currently drawn at the bottom of the terminal.
     drawn: usize,
+    /// A question is up on the terminal (see [`crate::ask`]): the tree is
+    /// not drawn, and lines wait in `queued`.
+    paused: bool,
+    /// Lines that arrived while paused.
+    queued: Vec<String>,
+    /// `--json` lines of children whose start the runtime has not reported
+    /// yet (a child's task is in its log before it is published), printed
+    /// right after their `agent_started`.
+    held: HashMap<SessionId, Vec<String>>,
 }
 
 /// Hears everything worth showing and renders it.
 pub struct Reporter {
     mode: Mode,
     runtime: OnceLock<SubagentRuntime>,
+    /// The model's price, for the cost column.
+    price: OnceLock<Price>,
     state: Mutex<State>,
 }
 
@@ -98,6 +120,7 @@ impl Reporter {
         Arc::new(Self {
             mode,
             runtime: OnceLock::new(),
+            price: OnceLock::new(),
             state: Mutex::new(State::default()),
         })
     }
@@ -121,17 +144,91 @@ impl Reporter {
             activity: "starting".to_owned(),
             input_tokens: 0,
             output_tokens: 0,
+            cached_tokens: 0,
+            tools: Vec::new(),
             seen: 0,
             agent: Some(agent.clone()),
         });
         let line = format!("lead {}: {}", agent.id(), compact(prompt, 200));
         self.emit(&mut state, &line);
+        drop(state);
+        self.json(&crate::json::Line::AgentStarted {
+            agent: dsh_subagent::ROOT_NAME,
+            session: agent.id().as_str(),
+            parent: None,
+            provider: "root",
+            task: prompt,
+        });
     }
 
-    /// Print a line (above the tree in the live view).
+    /// Print a line (above the tree in the live view; on stderr with
+    /// `--json`).
     pub fn line(&self, text: &str) {
+        if self.mode == Mode::Json {
+            eprintln!("dsh: {text}");
+            return;
+        }
         let mut state = lock(&self.state);
         self.emit(&mut state, text);
+    }
+
+    /// Show each agent's cost at `price` (the live view's cost column).
+    pub fn set_price(&self, price: Price) {
+        let _ = self.price.set(price);
+    }
+
+    /// How this reporter renders.
+    pub fn mode(&self) -> Mode {
+        self.mode
+    }
+
+    /// Write one JSON line (with `--json` only).
+    pub fn json(&self, line: &crate::json::Line<'_>) {
+        if self.mode == Mode::Json {
+            write_lines(&[line.to_json()]);
+        }
+    }
+
+    /// The events `session`'s log accepted (through [`crate::json::Logged`]).
+    pub fn logged(&self, session: &SessionId, events: &[dsh_core::SessionEvent]) {
+        if self.mode != Mode::Json {
+            return;
+        }
+        // Named before the state is locked (the runtime's lookup takes its
+        // own locks), decided and written under it (see the start).
+        let fallback = self.name_of(session);
+        let mut state = lock(&self.state);
+        let known = state
+            .rows
+            .iter()
+            .find(|row| &row.id == session)
+            .map(|row| row.name.clone());
+        let started = known.is_some();
+        let name = known.unwrap_or(fallback);
+        let lines: Vec<String> = events
+            .iter()
+            .filter_map(|event| crate::json::event_line(&name, session.as_str(), event))
+            .map(|line| line.to_json())
+            .collect();
+        if lines.is_empty() {
+            return;
+        }
+        // A root resumed as a conduit (`dsh send` to a child) has no start
+        // of its own; a child does, later.
+        if started || name == dsh_subagent::ROOT_NAME {
+            write_lines(&lines);
+        } else {
+            state.held.entry(session.clone()).or_default().extend(lines);
+        }
+    }
+
+    /// Print the `--json` lines still held for children that never
+    /// started (their creation failed): nothing a log accepted is left out.
+    pub fn release_held(&self) {
+        let held: Vec<Vec<String>> = lock(&self.state).held.drain().map(|(_, l)| l).collect();
+        for lines in held {
+            write_lines(&lines);
+        }
     }
 
     fn name_of(&self, id: &SessionId) -> String {
@@ -178,6 +275,8 @@ impl Reporter {
                     activity: "starting".to_owned(),
                     input_tokens: 0,
                     output_tokens: 0,
+                    cached_tokens: 0,
+                    tools: Vec::new(),
                     seen: 0,
                     agent,
                 };
@@ -196,6 +295,18 @@ impl Reporter {
                     info.provider
                 );
                 self.emit(&mut state, &line);
+                // Under the state lock, so that none of the child's own
+                // lines can come before its start or its held lines.
+                self.json(&crate::json::Line::AgentStarted {
+                    agent: &name,
+                    session: info.child_id.as_str(),
+                    parent: Some(&parent_name),
+                    provider: &info.provider,
+                    task: entry.as_ref().map_or("", |e| e.label.as_str()),
+                });
+                if let Some(lines) = state.held.remove(&info.child_id) {
+                    write_lines(&lines);
+                }
             }
             SubagentEvent::End(info, outcome) => {
                 let mut state = lock(&self.state);
@@ -203,6 +314,7 @@ impl Reporter {
                 if let Some(row) = state.rows.iter_mut().find(|r| r.id == info.child_id) {
                     refresh(row);
                     row.agent = None;
+                    row.tools.clear();
                     name = row.name.clone();
                     match outcome {
                         RunOutcome::Settled(reason) => {
@@ -222,6 +334,17 @@ impl Reporter {
                     }
                 };
                 self.emit(&mut state, &line);
+                drop(state);
+                let (stop_reason, error) = match outcome {
+                    RunOutcome::Settled(reason) => (Some(reason.as_str()), None),
+                    RunOutcome::Error(error) => (None, Some(error.as_str())),
+                };
+                self.json(&crate::json::Line::Settled {
+                    agent: &name,
+                    session: info.child_id.as_str(),
+                    stop_reason,
+                    error,
+                });
             }
             SubagentEvent::ProviderAdded(_) | SubagentEvent::ProviderRemoved(_) => {}
         }
@@ -231,11 +354,13 @@ impl Reporter {
     fn tool_started(&self, agent: &SessionId, tool: &str, input: &Value) {
         let mut state = lock(&self.state);
         if let Some(row) = state.rows.iter_mut().find(|r| &r.id == agent) {
-            row.activity = match (tool, recipient(input)) {
+            let label = match (tool, recipient(input)) {
                 ("wait", _) => "waiting for its inbox".to_owned(),
                 (_, Some(to)) => format!("{tool} → {to}"),
-                _ => format!("calling {tool}"),
+                _ => tool.to_owned(),
             };
+            row.activity = format!("calling {label}");
+            row.tools.push((label, Instant::now()));
         }
         if self.mode == Mode::Live {
             self.redraw(&mut state, &[]);
@@ -271,6 +396,14 @@ impl Reporter {
         let mut state = lock(&self.state);
         if let Some(row) = state.rows.iter_mut().find(|r| &r.id == agent) {
             row.activity = "thinking".to_owned();
+            // The earliest call of this tool still running is the one done.
+            if let Some(at) = row.tools.iter().position(|(label, _)| {
+                label == tool
+                    || label.starts_with(&format!("{tool} "))
+                    || (tool == "wait" && label.starts_with("waiting"))
+            }) {
+                row.tools.remove(at);
+            }
         }
         match line {
             Some(line) => self.emit(&mut state, &line),
@@ -291,9 +424,11 @@ impl Reporter {
         self.redraw(&mut state, &[]);
     }
 
-    /// Write `line`: at once in plain mode, above the tree in the live view.
+    /// Write `line`: at once in plain mode, above the tree in the live view,
+    /// not at all with `--json` (its events are lines of their own).
     fn emit(&self, state: &mut State, line: &str) {
         match self.mode {
+            Mode::Json => {}
             Mode::Plain => {
                 let mut out = std::io::stdout().lock();
                 let _ = writeln!(out, "{line}");
@@ -303,8 +438,42 @@ impl Reporter {
         }
     }
 
+    /// Clear the live tree and draw nothing until [`Reporter::resume`]
+    /// (a question is up on the terminal); lines wait meanwhile.
+    pub fn pause(&self) {
+        if self.mode != Mode::Live {
+            return;
+        }
+        let mut state = lock(&self.state);
+        if state.drawn > 0 {
+            let mut out = std::io::stdout().lock();
+            let _ = write!(out, "\x1b[{}A\r\x1b[J", state.drawn);
+            let _ = out.flush();
+            state.drawn = 0;
+        }
+        state.paused = true;
+    }
+
+    /// Print the lines that waited and draw the tree again.
+    pub fn resume(&self) {
+        if self.mode != Mode::Live {
+            return;
+        }
+        let mut state = lock(&self.state);
+        state.paused = false;
+        let queued = std::mem::take(&mut state.queued);
+        let lines: Vec<&str> = queued.iter().map(String::as_str).collect();
+        self.redraw(&mut state, &lines);
+    }
+
     /// Clear the tree, print `lines`, draw the tree again.
     fn redraw(&self, state: &mut State, lines: &[&str]) {
+        if state.paused {
+            state
+                .queued
+                .extend(lines.iter().map(|line| (*line).to_owned()));
+            return;
+        }
         let mut text = String::new();
         if state.drawn > 0 {
             text.push_str(&format!("\x1b[{}A\r\x1b[J", state.drawn));
@@ -313,7 +482,12 @@ impl Reporter {
             text.push_str(line);
             text.push('\n');
         }
-        let tree = render_tree(&state.rows, width());
+        let tree = render_tree(
+            &state.rows,
+            width(),
+            Instant::now(),
+            self.price.get().copied(),
+        );
         state.drawn = tree.len();
         for line in tree {
             text.push_str(&line);
@@ -334,6 +508,16 @@ fn recipient(input: &Value) -> Option<&str> {
         .and_then(Value::as_str)
 }
 
+/// Write `lines` to stdout under one lock: lines of concurrent agents never
+/// mix. A write failure is ignored, as every rendering's is.
+fn write_lines(lines: &[String]) {
+    let mut out = std::io::stdout().lock();
+    for line in lines {
+        let _ = writeln!(out, "{line}");
+    }
+    let _ = out.flush();
+}
+
 /// Fold the live agent's new events into its row.
 fn refresh(row: &mut Row) {
     let Some(agent) = &row.agent else { return };
@@ -344,6 +528,7 @@ fn refresh(row: &mut Row) {
             EventPayload::Usage(usage) => {
                 row.input_tokens += usage.input_tokens;
                 row.output_tokens += usage.output_tokens;
+                row.cached_tokens += usage.cached_input_tokens;
             }
             EventPayload::StepStart(_) => row.activity = "thinking".to_owned(),
             EventPayload::ToolCall(call) => row.activity = format!("calling {}", call.name),
@@ -360,8 +545,55 @@ fn refresh(row: &mut Row) {
     }
 }
 
-/// The tree as lines: pre-order from the roots, children in start order.
-fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
+/// Tokens as the view shows them: exact below 10 000, else `12.3k`,
+/// `4.5M`.
+fn short(n: u64) -> String {
+    #[allow(clippy::cast_precision_loss)]
+    let f = n as f64;
+    match n {
+        0..10_000 => n.to_string(),
+        10_000..1_000_000 => format!("{:.1}k", f / 1_000.0),
+        _ => format!("{:.1}M", f / 1_000_000.0),
+    }
+}
+
+/// What a row is doing at `now`: its oldest tool call in progress with
+/// its elapsed seconds (and how many more run), else its last activity.
+fn activity(row: &Row, now: Instant) -> String {
+    match row.tools.first() {
+        Some((label, since)) => {
+            let more = match row.tools.len() {
+                1 => String::new(),
+                n => format!(" +{}", n - 1),
+            };
+            format!(
+                "{label} {}s{more}",
+                now.saturating_duration_since(*since).as_secs()
+            )
+        }
+        None => row.activity.clone(),
+    }
+}
+
+/// Cut `text` to `max` characters, marking the cut with `…`.
+fn fit(text: &str, max: usize) -> String {
+    if text.chars().count() <= max {
+        text.to_owned()
+    } else {
+        let mut cut: String = text.chars().take(max.saturating_sub(1)).collect();
+        cut.push('…');
+        cut
+    }
+}
+
+/// The tree as lines: pre-order from the roots, children in start order;
+/// columns agent, provider, status, tokens in/out, cached (when any row has
+/// cached tokens), cost (with a `price`) and activity. Every line is
+/// shorter than `width`, so none wraps. On a narrow terminal the columns
+/// degrade in order (cost, cached, provider, tokens, then status go, the
+/// agent column narrows to its longest name, then names and activity are
+/// cut with `…`) so that what stays is whole and aligned.
+fn render_tree(rows: &[Row], width: usize, now: Instant, price: Option<Price>) -> Vec<String> {
     let mut children: HashMap<Option<&SessionId>, Vec<&Row>> = HashMap::new();
     let known: Vec<&SessionId> = rows.iter().map(|r| &r.id).collect();
     for row in rows {
@@ -369,17 +601,14 @@ fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
         let parent = row.parent.as_ref().filter(|p| known.contains(p));
         children.entry(parent).or_default().push(row);
     }
-    let mut lines = vec![format!(
-        "{:<32} {:<8} {:<8} {:>14}  activity",
-        "agent", "provider", "status", "tokens in/out"
-    )];
-    fn walk(
-        row: &Row,
+    // Pre-order: each row with its label (tree glyphs and its own name).
+    fn walk<'a>(
+        row: &'a Row,
         prefix: &str,
         last: bool,
         top: bool,
-        children: &HashMap<Option<&SessionId>, Vec<&Row>>,
-        lines: &mut Vec<String>,
+        children: &HashMap<Option<&SessionId>, Vec<&'a Row>>,
+        out: &mut Vec<(String, &'a Row)>,
     ) {
         let branch = if top {
             ""
@@ -389,12 +618,7 @@ fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
             "├─ "
         };
         let name = row.name.rsplit('/').next().unwrap_or(&row.name);
-        let label = format!("{prefix}{branch}{name}");
-        let tokens = format!("{}/{}", row.input_tokens, row.output_tokens);
-        lines.push(format!(
-            "{label:<32} {:<8} {:<8} {tokens:>14}  {}",
-            row.provider, row.status, row.activity
-        ));
+        out.push((format!("{prefix}{branch}{name}"), row));
         let next = if top {
             String::new()
         } else if last {
@@ -404,25 +628,134 @@ fn render_tree(rows: &[Row], width: usize) -> Vec<String> {
         };
         if let Some(kids) = children.get(&Some(&row.id)) {
             for (i, kid) in kids.iter().enumerate() {
-                walk(kid, &next, i + 1 == kids.len(), false, children, lines);
+                walk(kid, &next, i + 1 == kids.len(), false, children, out);
             }
         }
     }
+    let mut ordered = Vec::new();
     if let Some(roots) = children.get(&None) {
         for root in roots {
-            walk(root, "", true, true, &children, &mut lines);
+            walk(root, "", true, true, &children, &mut ordered);
         }
     }
-    lines
-        .into_iter()
-        .map(|line| {
-            if line.chars().count() >= width {
-                line.chars().take(width - 1).collect()
+    // The cells of every optional column, header first.
+    let cached = rows.iter().any(|row| row.cached_tokens > 0);
+    let mut columns: Vec<(&str, Vec<String>, bool)> = vec![
+        (
+            "provider",
+            ordered
+                .iter()
+                .map(|(_, row)| row.provider.clone())
+                .collect(),
+            true,
+        ),
+        (
+            "status",
+            ordered.iter().map(|(_, row)| row.status.clone()).collect(),
+            true,
+        ),
+        (
+            "tokens in/out",
+            ordered
+                .iter()
+                .map(|(_, row)| format!("{}/{}", short(row.input_tokens), short(row.output_tokens)))
+                .collect(),
+            true,
+        ),
+        (
+            "cached",
+            ordered
+                .iter()
+                .map(|(_, row)| short(row.cached_tokens))
+                .collect(),
+            cached,
+        ),
+        (
+            "cost",
+            ordered
+                .iter()
+                .map(|(_, row)| {
+                    price.map_or_else(String::new, |price| {
+                        format!("${:.4}", price.cost(row.input_tokens, row.output_tokens))
+                    })
+                })
+                .collect(),
+            price.is_some(),
+        ),
+    ];
+    let cell_width = |header: &str, cells: &[String]| {
+        cells
+            .iter()
+            .map(|cell| cell.chars().count())
+            .chain([header.chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let name_width = ordered
+        .iter()
+        .map(|(label, _)| label.chars().count())
+        .chain(["agent".len()])
+        .max()
+        .unwrap_or(0)
+        .min(32);
+    // The room a line may take, and the least the activity should keep.
+    let room = width.saturating_sub(1);
+    const ACTIVITY: usize = 12;
+    let used = |columns: &[(&str, Vec<String>, bool)]| {
+        name_width
+            + columns
+                .iter()
+                .filter(|(_, _, shown)| *shown)
+                .map(|(header, cells, _)| 1 + cell_width(header, cells))
+                .sum::<usize>()
+            + 2
+    };
+    for drop in ["cost", "cached", "provider", "tokens in/out", "status"] {
+        if used(&columns) + ACTIVITY <= room {
+            break;
+        }
+        if let Some(column) = columns.iter_mut().find(|(header, _, _)| *header == drop) {
+            column.2 = false;
+        }
+    }
+    let name_width = name_width.min(
+        room.saturating_sub(used(&columns) - name_width + ACTIVITY)
+            .max(6),
+    );
+    let line = |label: &str, cells: Vec<&str>, activity: &str| {
+        let mut text = format!("{:<name_width$}", fit(label, name_width));
+        for ((header, all, _), cell) in columns.iter().filter(|c| c.2).zip(cells) {
+            let w = cell_width(header, all);
+            // Numbers right-aligned, words left.
+            if matches!(*header, "tokens in/out" | "cached" | "cost") {
+                text.push_str(&format!(" {cell:>w$}"));
             } else {
-                line
+                text.push_str(&format!(" {cell:<w$}"));
             }
-        })
-        .collect()
+        }
+        text.push_str("  ");
+        let left = room.saturating_sub(text.chars().count());
+        text.push_str(&fit(activity, left));
+        fit(text.trim_end(), room)
+    };
+    let mut lines = vec![line(
+        "agent",
+        columns
+            .iter()
+            .filter(|c| c.2)
+            .map(|(header, _, _)| *header)
+            .collect(),
+        "activity",
+    )];
+    for (i, (label, row)) in ordered.iter().enumerate() {
+        let cells: Vec<&str> = columns
+            .iter()
+            .filter(|c| c.2)
+            .map(|(_, cells, _)| cells[i].as_str())
+            .collect();
+        lines.push(line(label, cells, &activity(row, now)));
+    }
+    lines
 }
 
 /// A host tool, wrapped so the reporter hears each call; it behaves exactly
@@ -494,42 +827,114 @@ mod tests {
             activity: activity.to_owned(),
             input_tokens: 12_345,
             output_tokens: 678,
+            cached_tokens: 0,
+            tools: Vec::new(),
             seen: 0,
             agent: None,
         }
     }
 
-    /// Frames of the same tree at fixed widths: no line reaches the width
-    /// (so none wraps, and redrawing `drawn` lines up clears exactly the
-    /// frame), tree glyphs and columns kept.
-    #[test]
-    fn the_tree_fits_every_width_without_wrapping() {
-        let rows = vec![
-            row("s-lead", None, "lead", "root", "calling subagent"),
-            row(
-                "s-a",
-                Some("s-lead"),
-                "researcher",
-                "spawn",
-                "calling grep over the whole workspace for every use of the catalog",
-            ),
-            row("s-b", Some("s-a"), "researcher/deep", "fork", "thinking"),
-            row(
-                "s-c",
-                Some("s-lead"),
-                "reviewer",
-                "acp",
-                "turn ended: completed",
-            ),
+    /// A tree mid-run: the lead waits on two tools, a researcher greps
+    /// (for 7 s), a grandchild thinks, a reviewer is done.
+    fn tree(now: Instant) -> Vec<Row> {
+        let ago = |secs| now - std::time::Duration::from_secs(secs);
+        let mut lead = row("s-lead", None, "lead", "root", "calling subagent");
+        lead.tools = vec![
+            ("subagent".to_owned(), ago(3)),
+            ("subagent".to_owned(), ago(2)),
         ];
+        let mut researcher = row(
+            "s-a",
+            Some("s-lead"),
+            "researcher",
+            "spawn",
+            "calling grep over the whole workspace for every use of the catalog",
+        );
+        researcher.tools = vec![("grep".to_owned(), ago(7))];
+        researcher.cached_tokens = 8_192;
+        let deep = row(
+            "s-b",
+            Some("s-a"),
+            "researcher/deep-reader",
+            "fork",
+            "thinking",
+        );
+        let mut reviewer = row(
+            "s-c",
+            Some("s-lead"),
+            "reviewer",
+            "acp",
+            "turn ended: completed",
+        );
+        reviewer.status = "done".to_owned();
+        reviewer.input_tokens = 2_400_000;
+        vec![lead, researcher, deep, reviewer]
+    }
+
+    /// Frames of the same tree at fixed widths, with and without a price:
+    /// no line reaches the width (so none wraps, and redrawing `drawn`
+    /// lines up clears exactly the frame); as the width shrinks, whole
+    /// columns go in order (cost, cached, provider, tokens) and what stays
+    /// is aligned, never cut mid-column; at 40 columns every agent keeps
+    /// its name, status and what it is doing.
+    #[test]
+    fn the_tree_degrades_column_by_column_and_never_wraps() {
+        let now = Instant::now();
+        let rows = tree(now);
+        let price = Price {
+            input: 0.27,
+            output: 1.10,
+        };
         let mut frames = Vec::new();
-        for width in [20, 40, 80, 120] {
-            let lines = render_tree(&rows, width);
-            for line in &lines {
-                assert!(line.chars().count() < width, "{width}: {line:?}");
+        for price in [None, Some(price)] {
+            for width in [20, 40, 60, 80, 120] {
+                let lines = render_tree(&rows, width, now, price);
+                for line in &lines {
+                    assert!(line.chars().count() < width, "{width}: {line:?}");
+                }
+                if width == 40 {
+                    assert!(lines[0].starts_with("agent") && lines[0].contains("status"));
+                    assert!(lines[2].contains("researcher") && lines[2].contains("grep 7s"));
+                    assert!(lines[1].contains("subagent 3s"), "{}", lines[1]);
+                }
+                frames.push(format!(
+                    "width {width}, price {}:\n{}",
+                    price.is_some(),
+                    lines.join("\n")
+                ));
             }
-            frames.push(format!("width {width}:\n{}", lines.join("\n")));
         }
         insta::assert_snapshot!(frames.join("\n\n"));
+    }
+
+    /// While a question is up the live view draws nothing: its tree is
+    /// cleared, lines wait, and resuming prints them and the tree again.
+    #[test]
+    fn a_paused_live_view_holds_its_lines_until_it_resumes() {
+        let reporter = Reporter::new(Mode::Live);
+        lock(&reporter.state)
+            .rows
+            .push(row("s-lead", None, "lead", "root", "thinking"));
+        reporter.line("before");
+        assert!(lock(&reporter.state).drawn > 0);
+        reporter.pause();
+        reporter.line("while asking");
+        reporter.tick();
+        {
+            let state = lock(&reporter.state);
+            assert_eq!(state.drawn, 0);
+            assert_eq!(state.queued, ["while asking"]);
+        }
+        reporter.resume();
+        let state = lock(&reporter.state);
+        assert!(state.queued.is_empty());
+        assert!(state.drawn > 0);
+    }
+
+    #[test]
+    fn token_counts_are_short_and_exact_below_ten_thousand() {
+        assert_eq!(short(9_999), "9999");
+        assert_eq!(short(12_345), "12.3k");
+        assert_eq!(short(2_400_000), "2.4M");
     }
 }

@@ -22,12 +22,13 @@ use std::time::Duration;
 use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, AgentStatus, CancelCause, CancelOptions, CancellationToken, CreateAgent,
-    Model, ResumeAgent, SessionHeader, SessionId, SessionStore, UserMessage,
+    Model, ResumeAgent, SessionHeader, SessionId, SessionStore, Usage, UserMessage,
 };
 use dsh_subagent::SubagentEvent;
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
+use crate::ask::{AskMode, Prompter};
 use crate::config::{Price, Settings};
 use crate::demo::{DEMO_PROMPT, Demo};
 use crate::demo_team::{TEAM_DEMO_PROMPT, TeamDemo};
@@ -60,6 +61,10 @@ pub struct RunArgs {
     /// Continue this root's conversation (`dsh send lead`) instead of
     /// creating a new lead; the prompt is then the user's next message.
     pub resume: Option<SessionId>,
+    /// One JSON object per line on stdout for every event (`--json`).
+    pub json: bool,
+    /// Whether an action above the level asks the person (`--ask`).
+    pub ask: AskMode,
 }
 
 /// Run the command.
@@ -124,22 +129,42 @@ async fn run_over(
         };
     let cwd = std::env::current_dir()?;
     let faults = WriteFaults::new();
-    let store = Watched::wrap(opened, &faults);
-    let mode = if std::io::stdout().is_terminal() {
+    let mode = if args.json {
+        Mode::Json
+    } else if std::io::stdout().is_terminal() {
         Mode::Live
     } else {
         Mode::Plain
     };
     let reporter = Reporter::new(mode);
+    if let Some(price) = settings.price() {
+        reporter.set_price(price);
+    }
+    let store = if args.json {
+        Watched::streaming(opened, &faults, &reporter)
+    } else {
+        Watched::wrap(opened, &faults)
+    };
+    let prompter = args
+        .ask
+        .asks(std::io::stdin().is_terminal())
+        .then(|| Prompter::terminal(Some(Arc::clone(&reporter))));
+    let (policy, acp, agents) = asking(&settings, prompter.as_ref());
     let world = World::build_with_team(
         store,
         model,
         Some(&reporter),
-        settings.acp.clone(),
+        acp,
         settings.limits,
-        Some((&cwd, settings.sandbox)),
+        Some((&cwd, policy)),
         team,
     )?;
+    for agent in agents {
+        world.add_acp(agent, Some(&reporter))?;
+    }
+    if let Some(prompter) = &prompter {
+        prompter.attach(&world.runtime);
+    }
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
     let _reporting = reporter.attach(&world.runtime);
@@ -147,7 +172,7 @@ async fn run_over(
     let _team_gates = team_demo.as_ref().map(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
     let what = match &settings.model {
-        ModelChoice::Demo => "offline demo (scripted model, no network)".to_owned(),
+        ModelChoice::Demo => "offline demo: a scripted model plays every agent (no network; its words are fixed and do not follow your task), the workspace tools are real".to_owned(),
         choice => format!("model {}", choice.spec()),
     };
     let config = settings
@@ -155,10 +180,18 @@ async fn run_over(
         .as_ref()
         .map(|file| format!("; config {}", file.display()))
         .unwrap_or_default();
-    reporter.line(&format!(
-        "dsh: {what}; sessions in {}{config}",
-        args.dir.display()
-    ));
+    if mode == Mode::Json {
+        reporter.json(&crate::json::Line::RunStarted {
+            schema: crate::json::SCHEMA_VERSION,
+            model: &settings.model.spec(),
+            sessions: &args.dir.display().to_string(),
+        });
+    } else {
+        reporter.line(&format!(
+            "dsh: {what}; sessions in {}{config}",
+            args.dir.display()
+        ));
+    }
     let default_prompt = if team_demo.is_some() {
         TEAM_DEMO_PROMPT
     } else {
@@ -243,13 +276,22 @@ async fn run_over(
                     Err(CliError::WriteFailed(err))
                 }
                 signal = signals.recv() => {
-                    reporter.line("interrupted: stopping the tree");
-                    stop(&world, &lead, Some(&*reporter)).await;
-                    Err(CliError::Interrupted(signal))
+                    reporter.line("interrupted: stopping the tree (again to quit at once)");
+                    tokio::select! {
+                        () = stop(&world, &lead, Some(&*reporter)) => Err(CliError::Interrupted(signal)),
+                        again = signals.recv() => Err(CliError::Forced(again)),
+                    }
                 }
             }
         }
     };
+    // Quit at once: no summary, no orderly shutdown. Returning drops every
+    // task with the runtime, and with them the agents' processes (killed
+    // on drop); the sessions hold what was written.
+    if let Err(CliError::Forced(signal)) = outcome {
+        ticking.cancel();
+        return Err(CliError::Forced(signal));
+    }
     // A failed write wins over whatever the tree made of it.
     let outcome = match (outcome, faults.first()) {
         (Err(CliError::Interrupted(signal)), _) => Err(CliError::Interrupted(signal)),
@@ -258,7 +300,8 @@ async fn run_over(
     };
     ticking.cancel();
     reporter.tick();
-    if mode == Mode::Plain && outcome.is_ok() {
+    // The tree rolled up: under the plain lines, or above the live tree.
+    if mode != Mode::Json && outcome.is_ok() {
         summary(&world, &lead, &reporter, settings.price()).await;
         if team {
             // The team as its logs hold it, as `dsh team` shows it.
@@ -273,12 +316,57 @@ async fn run_over(
             }
         }
     }
+    if mode == Mode::Json {
+        reporter.release_held();
+        let events = lead.events();
+        let last = dsh_subagent::result::last_stop(&events).map(|(reason, _)| reason.to_string());
+        let error = outcome.as_ref().err().map(ToString::to_string);
+        reporter.json(&crate::json::Line::Settled {
+            agent: dsh_subagent::ROOT_NAME,
+            session: lead.id().as_str(),
+            stop_reason: last.as_deref().filter(|_| error.is_none()),
+            error: error.as_deref(),
+        });
+    }
     shutdown(&world, Some(&*reporter)).await;
     match &outcome {
         Ok(()) => tracing::info!(lead = %lead.id(), "run ended"),
         Err(err) => tracing::warn!(lead = %lead.id(), "run failed: {err}"),
     }
     outcome
+}
+
+/// The workspace policy and the ACP configurations (the `acp` agent, the
+/// named ones) with `prompter` as their asker; without one, an agent whose
+/// permission is `ask` rejects (and dsh says so on stderr).
+pub fn asking(
+    settings: &Settings,
+    prompter: Option<&Arc<Prompter>>,
+) -> (
+    dsh_tool_workspace::Policy,
+    Option<dsh_subagent_acp::AcpConfig>,
+    Vec<dsh_subagent_acp::AcpConfig>,
+) {
+    let policy =
+        dsh_tool_workspace::Policy::new(settings.sandbox, prompter.map(Prompter::workspace));
+    let ask = |acp: dsh_subagent_acp::AcpConfig| {
+        if acp.permission != dsh_subagent_acp::PermissionPolicy::Ask {
+            return acp;
+        }
+        match prompter {
+            Some(prompter) => acp.ask_with(prompter.acp()),
+            None => {
+                eprintln!(
+                    "dsh: warning: the permission of the ACP agent `{}` is `ask` but nothing asks (no terminal, or --no-ask): its permission requests are rejected",
+                    acp.name
+                );
+                acp.permission(dsh_subagent_acp::PermissionPolicy::Reject)
+            }
+        }
+    };
+    let acp = settings.acp.clone().map(ask);
+    let agents = settings.acp_agents.iter().cloned().map(ask).collect();
+    (policy, acp, agents)
 }
 
 /// Say `line`: through the reporter in a run, on stderr otherwise.
@@ -434,7 +522,13 @@ async fn settle(
 /// many are printed now.
 fn print_answers(lead: &Arc<dyn Agent>, reporter: &Reporter, printed: usize) -> usize {
     let turns = transcript::finished_turns(&lead.events());
-    for turn in turns.iter().skip(printed) {
+    // With `--json` the answers are the stream's `text` lines.
+    let shown = if reporter.mode() == Mode::Json {
+        turns.len()
+    } else {
+        printed
+    };
+    for turn in turns.iter().skip(shown) {
         let answer = turn.answer.trim();
         if transcript::failed(&turn.end.stop_reason) || answer.is_empty() {
             let diagnostic = turn
@@ -497,7 +591,7 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, pric
             Some(world.store.load(&row.entry.child_id).await)
         };
         let (stop, tokens, tools) = match loaded {
-            None => ("external".to_owned(), (0, 0), String::new()),
+            None => ("external".to_owned(), Usage::default(), String::new()),
             Some(Ok(log)) => {
                 let own = log
                     .events
@@ -511,35 +605,58 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, pric
                     transcript::tool_calls(own),
                 )
             }
-            Some(Err(err)) => (format!("unreadable: {}", err.code()), (0, 0), String::new()),
+            Some(Err(err)) => (
+                format!("unreadable: {}", err.code()),
+                Usage::default(),
+                String::new(),
+            ),
         };
         rows.push((name, row.entry.provider.clone(), stop, tokens, tools));
     }
     reporter.line("");
     reporter.line("tree:");
-    let (mut total_in, mut total_out) = (0, 0);
-    for (name, provider, stop, (input, output), tools) in rows {
-        total_in += input;
-        total_out += output;
+    // Tokens in/out, the cached share when there is one, the cost with a
+    // price.
+    let figures = |usage: Usage| {
+        let cached = if usage.cached_input_tokens > 0 {
+            format!(" ({} cached)", usage.cached_input_tokens)
+        } else {
+            String::new()
+        };
+        let cost = price
+            .map(|price| {
+                format!(
+                    " ${:.4}",
+                    price.cost(usage.input_tokens, usage.output_tokens)
+                )
+            })
+            .unwrap_or_default();
+        format!(
+            "tokens {}/{}{cached}{cost}",
+            usage.input_tokens, usage.output_tokens
+        )
+    };
+    let mut total = Usage::default();
+    let agents = rows.len();
+    for (name, provider, stop, usage, tools) in rows {
+        total += usage;
         let tools = if tools.is_empty() {
             String::new()
         } else {
             format!("  tools: {tools}")
         };
-        let cost = price
-            .map(|price| format!(" ${:.4}", price.cost(input, output)))
-            .unwrap_or_default();
         reporter.line(
-            format!("  {name:<14} {provider:<6} {stop:<10} tokens {input}/{output}{cost}{tools}")
-                .trim_end(),
+            format!(
+                "  {name:<14} {provider:<6} {stop:<10} {}{tools}",
+                figures(usage)
+            )
+            .trim_end(),
         );
     }
-    if let Some(price) = price {
-        reporter.line(&format!(
-            "  total tokens {total_in}/{total_out} ${:.4}",
-            price.cost(total_in, total_out)
-        ));
-    }
+    reporter.line(&format!(
+        "  total ({agents} agents)            {}",
+        figures(total)
+    ));
 }
 
 #[cfg(test)]
@@ -566,6 +683,8 @@ mod tests {
             )
             .unwrap(),
             resume: None,
+            json: false,
+            ask: AskMode::Never,
         }
     }
 

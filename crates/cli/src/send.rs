@@ -34,6 +34,7 @@ use crate::config::Settings;
 use crate::demo::Demo;
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
+use crate::observe::{Mode, Reporter};
 use crate::run::shutdown;
 use crate::sessions::{self, Member};
 use crate::signals::Signals;
@@ -54,6 +55,11 @@ pub struct SendArgs {
     pub root: Option<String>,
     /// The model and limits (`dsh.toml` and the flags).
     pub settings: Settings,
+    /// One JSON object per line on stdout for every event, the reply
+    /// included (`--json`).
+    pub json: bool,
+    /// Whether an action above the level asks the person (`--ask`).
+    pub ask: crate::ask::AskMode,
 }
 
 /// Run the command.
@@ -91,6 +97,8 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
             dir: args.dir,
             settings,
             resume: Some(root),
+            json: args.json,
+            ask: args.ask,
         })
         .await;
     }
@@ -99,17 +107,36 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         ModelChoice::Api(api) => model::openai(api).await?,
     };
     let faults = WriteFaults::new();
+    let reporter = args.json.then(|| Reporter::new(Mode::Json));
+    let store = match &reporter {
+        Some(reporter) => Watched::streaming(store, &faults, reporter),
+        None => Watched::wrap(store, &faults),
+    };
+    let prompter = args
+        .ask
+        .asks(std::io::IsTerminal::is_terminal(&std::io::stdin()))
+        .then(|| crate::ask::Prompter::terminal(reporter.clone()));
+    let policy = dsh_tool_workspace::Policy::new(
+        args.settings.sandbox,
+        prompter.as_ref().map(crate::ask::Prompter::workspace),
+    );
     let world = World::build(
-        Watched::wrap(store, &faults),
+        store,
         model,
-        None,
+        reporter.as_ref(),
         None,
         args.settings.limits,
-        Some((&std::env::current_dir()?, args.settings.sandbox)),
+        Some((&std::env::current_dir()?, policy)),
     )?;
+    if let Some(prompter) = &prompter {
+        prompter.attach(&world.runtime);
+    }
+    let _reporting = reporter
+        .as_ref()
+        .map(|reporter| reporter.attach(&world.runtime));
     let mut lead = None;
     let outcome = tokio::select! {
-        outcome = deliver(&world, &root, &args, &mut lead) => outcome,
+        outcome = deliver(&world, &root, &args, &mut lead, reporter.as_deref()) => outcome,
         err = faults.failed() => Err(CliError::WriteFailed(err)),
         signal = signals.recv() => Err(CliError::Interrupted(signal)),
     };
@@ -135,6 +162,7 @@ async fn deliver(
     root: &dsh_core::SessionId,
     args: &SendArgs,
     resumed: &mut Option<Arc<dyn Agent>>,
+    reporter: Option<&Reporter>,
 ) -> Result<(), CliError> {
     let row = match sessions::resolve(&world.runtime, root, &args.name).await? {
         Member::Root(_) => {
@@ -237,7 +265,13 @@ async fn deliver(
                 .unwrap_or_default()
         )));
     }
-    println!("{name}: {}", turn.answer.trim().replace('\n', "\n  "));
+    match reporter {
+        Some(reporter) => reporter.json(&crate::json::Line::Reply {
+            agent: &name,
+            text: turn.answer.trim(),
+        }),
+        None => println!("{name}: {}", turn.answer.trim().replace('\n', "\n  ")),
+    }
     // The child's notice is in the root's inbox (the runtime notifies the
     // parent before it reports the end). The root's reaction to it is not
     // this command's work, and may wait on siblings no one resumes: stop

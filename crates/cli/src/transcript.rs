@@ -5,18 +5,19 @@
 
 use dsh_core::content::joined_text;
 use dsh_core::session::TurnEnd;
-use dsh_core::{EventPayload, MessageId, MessageSource, SessionEvent, SessionId, StopReason};
+use dsh_core::{
+    EventPayload, MessageId, MessageSource, SessionEvent, SessionId, StopReason, Usage,
+};
 
 /// Token totals of a log (every `usage` event).
-pub fn tokens(events: &[SessionEvent]) -> (u64, u64) {
-    events
-        .iter()
-        .fold((0, 0), |(input, output), event| match &event.payload {
-            EventPayload::Usage(usage) => {
-                (input + usage.input_tokens, output + usage.output_tokens)
-            }
-            _ => (input, output),
-        })
+pub fn tokens(events: &[SessionEvent]) -> Usage {
+    let mut total = Usage::default();
+    for event in events {
+        if let EventPayload::Usage(usage) = &event.payload {
+            total += *usage;
+        }
+    }
+    total
 }
 
 /// The tools called, in order of first call, with counts (`wait×2`).

@@ -4,13 +4,14 @@
 //! `subagent` tool for spawn, the `fork` tool for fork, and the five control
 //! tools) and, for the commands that run agents, the workspace tools over
 //! the working directory under the `--sandbox` level; plus, when an ACP agent command is configured, the `acp` provider
-//! and its `acp` tool; and, for a team run (`--team`), the ten team tools
-//! over a [`TeamDirectory`], which replace the three control tools of the
-//! same names (`send_message`, `list_agents`, `interrupt_agent`: one
-//! registry holds one tool, and one compiled schema, per name); each tool
-//! is wrapped for the reporter when there is one. This module only
-//! assembles; it starts no agent (a team is opened for a lead the command
-//! created or resumed, [`World::open_team`]).
+//! and its `acp` tool, and for each named ACP agent its provider and the
+//! tool of its name ([`World::add_acp`]); and, for a team run (`--team`),
+//! the ten team tools over a [`TeamDirectory`], which replace the three
+//! control tools of the same names (`send_message`, `list_agents`,
+//! `interrupt_agent`: one registry holds one tool, and one compiled schema,
+//! per name); each tool is wrapped for the reporter when there is one. This
+//! module only assembles; it starts no agent (a team is opened for a lead
+//! the command created or resumed, [`World::open_team`]).
 
 use std::sync::Arc;
 
@@ -24,7 +25,7 @@ use dsh_subagent_spawn::SpawnProvider;
 use dsh_tool_agent_team::{SHARED_WITH_CONTROL, TeamDirectory, TeamTool, policy_for};
 use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
-use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
+use dsh_tool_workspace::{Policy, WorkspaceTools};
 
 use crate::config::Limits;
 use crate::error::CliError;
@@ -66,19 +67,38 @@ fn install_error(err: impl std::fmt::Display) -> CliError {
     CliError::Refused(format!("cannot install the tools: {err}"))
 }
 
+/// Register the ACP provider `acp` configures and install its tool, named
+/// as the provider is.
+fn acp_tool(runtime: &SubagentRuntime, acp: AcpConfig) -> Result<Arc<dyn Tool>, CliError> {
+    let name = acp.name.clone();
+    let provider = AcpProvider::new(acp).map_err(install_error)?;
+    runtime.register(Arc::new(provider))?;
+    // An external agent manages its own recursion: no depth flag.
+    SubagentTool::install(
+        runtime,
+        SubagentToolConfig {
+            tool_name: name.clone(),
+            max_depth: MaxDepth::ProviderManaged,
+            ..SubagentToolConfig::new(name)
+        },
+    )
+    .map(|tool| tool as Arc<dyn Tool>)
+    .map_err(install_error)
+}
+
 impl World {
     /// Build the world over `store` with `model`; tools report to `reporter`;
     /// `acp`, when given, adds the `acp` provider and its tool; `limits`
     /// bound the tree (live children, depth) and every turn (steps);
     /// `workspace`, when given, adds the six workspace tools over that root
-    /// at that level.
+    /// under that policy (its level, and who asks above it).
     pub fn build(
         store: Arc<dyn SessionStore>,
         model: Arc<dyn Model>,
         reporter: Option<&Arc<Reporter>>,
         acp: Option<AcpConfig>,
         limits: Limits,
-        workspace: Option<(&std::path::Path, Level)>,
+        workspace: Option<(&std::path::Path, Policy)>,
     ) -> Result<Self, CliError> {
         Self::build_with_team(store, model, reporter, acp, limits, workspace, false)
     }
@@ -91,7 +111,7 @@ impl World {
         reporter: Option<&Arc<Reporter>>,
         acp: Option<AcpConfig>,
         limits: Limits,
-        workspace: Option<(&std::path::Path, Level)>,
+        workspace: Option<(&std::path::Path, Policy)>,
         team: bool,
     ) -> Result<Self, CliError> {
         let mut prompt = SystemPrompt::new().section("role", SYSTEM_PROMPT);
@@ -130,20 +150,12 @@ impl World {
             max_depth: MaxDepth::Limit(limits.max_depth),
             ..SubagentToolConfig::new("fork")
         };
-        let mut configs = vec![spawn, fork];
-        if let Some(acp) = acp {
-            let provider = AcpProvider::new(acp).map_err(install_error)?;
-            runtime.register(Arc::new(provider))?;
-            // An external agent manages its own recursion: no depth flag.
-            configs.push(SubagentToolConfig {
-                tool_name: "acp".to_owned(),
-                max_depth: MaxDepth::ProviderManaged,
-                ..SubagentToolConfig::new("acp")
-            });
-        }
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        for config in configs {
+        for config in [spawn, fork] {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
+        }
+        if let Some(acp) = acp {
+            tools.push(acp_tool(&runtime, acp)?);
         }
         let teams = team.then(TeamDirectory::new);
         match &teams {
@@ -157,10 +169,10 @@ impl World {
             }
             None => tools.extend(ControlTools::new(runtime.clone())),
         }
-        if let Some((root, level)) = workspace {
-            // No asker: an action above the level is refused with a
+        if let Some((root, policy)) = workspace {
+            // With no asker, an action above the level is refused with a
             // sentence the model can act on.
-            let workspace = WorkspaceTools::new(root, Policy::new(level, None))
+            let workspace = WorkspaceTools::new(root, policy)
                 .map_err(|err| CliError::Refused(format!("cannot use the workspace: {err}")))?;
             tools.extend(workspace);
         }
@@ -217,6 +229,21 @@ impl World {
         .map_err(|err| CliError::Refused(format!("cannot open the team: {err}")))?;
         directory.insert(team);
         Ok(Some(recovery))
+    }
+
+    /// Add an ACP agent: its provider (named as its configuration is) and
+    /// the tool of that name, reporting to `reporter`.
+    pub fn add_acp(
+        &self,
+        acp: AcpConfig,
+        reporter: Option<&Arc<Reporter>>,
+    ) -> Result<(), CliError> {
+        let tool = acp_tool(&self.runtime, acp)?;
+        let tool = match reporter {
+            Some(reporter) => Observed::wrap(tool, reporter),
+            None => tool,
+        };
+        self.harness.add_tool(tool).map_err(install_error)
     }
 
     /// Wait for the teams' own work (deliveries, releases), then stop

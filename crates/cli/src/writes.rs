@@ -8,7 +8,9 @@
 //! refused) in a shared [`WriteFaults`] that `dsh run` and `dsh send` await
 //! next to their agents, so a failed write stops the command with the OS
 //! error instead of leaving it waiting for a turn that cannot be recorded.
-//! It never retries, hides or changes a result.
+//! It never retries, hides or changes a result. With `--json` it also
+//! hands every event a log accepted to the reporter
+//! ([`Watched::streaming`]), so the stream holds exactly what the logs do.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -17,6 +19,8 @@ use dsh_core::{
     LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
 };
 use tokio::sync::watch;
+
+use crate::observe::Reporter;
 
 /// The first write that failed, shared by every log of one command.
 #[derive(Debug)]
@@ -81,6 +85,7 @@ fn medium(err: &StoreError) -> bool {
 pub struct Watched {
     inner: Arc<dyn SessionStore>,
     faults: Arc<WriteFaults>,
+    reporter: Option<Arc<Reporter>>,
 }
 
 impl Watched {
@@ -89,13 +94,31 @@ impl Watched {
         Arc::new(Self {
             inner,
             faults: Arc::clone(faults),
+            reporter: None,
         })
     }
 
-    fn log(&self, inner: Arc<dyn SessionLog>) -> Arc<dyn SessionLog> {
+    /// Wrap `inner` as [`Watched::wrap`] does, and hand every event a log
+    /// accepted to `reporter` (`--json`); a fork's seed is history already
+    /// shown, so only what a log appends is handed on.
+    pub fn streaming(
+        inner: Arc<dyn SessionStore>,
+        faults: &Arc<WriteFaults>,
+        reporter: &Arc<Reporter>,
+    ) -> Arc<dyn SessionStore> {
+        Arc::new(Self {
+            inner,
+            faults: Arc::clone(faults),
+            reporter: Some(Arc::clone(reporter)),
+        })
+    }
+
+    fn log(&self, id: &SessionId, inner: Arc<dyn SessionLog>) -> Arc<dyn SessionLog> {
         Arc::new(WatchedLog {
+            id: id.clone(),
             inner,
             faults: Arc::clone(&self.faults),
+            reporter: self.reporter.clone(),
         })
     }
 }
@@ -108,7 +131,7 @@ impl SessionStore for Watched {
         seed: &[SessionEvent],
     ) -> Result<Arc<dyn SessionLog>, StoreError> {
         match self.inner.create(header, seed).await {
-            Ok(log) => Ok(self.log(log)),
+            Ok(log) => Ok(self.log(&header.id, log)),
             Err(err) => {
                 if medium(&err) {
                     self.faults.record(&err);
@@ -123,7 +146,7 @@ impl SessionStore for Watched {
         id: &SessionId,
     ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
         let (loaded, log) = self.inner.open(id).await?;
-        Ok((loaded, self.log(log)))
+        Ok((loaded, self.log(id, log)))
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
@@ -151,18 +174,23 @@ impl SessionStore for Watched {
     }
 }
 
-/// One open log, reporting its failed writes.
+/// One open log, reporting its failed writes (and, streaming, what it
+/// accepted).
 struct WatchedLog {
+    id: SessionId,
     inner: Arc<dyn SessionLog>,
     faults: Arc<WriteFaults>,
+    reporter: Option<Arc<Reporter>>,
 }
 
 #[async_trait]
 impl SessionLog for WatchedLog {
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
         let result = self.inner.append(events).await;
-        if let Err(err) = &result {
-            self.faults.record(err);
+        match (&result, &self.reporter) {
+            (Err(err), _) => self.faults.record(err),
+            (Ok(()), Some(reporter)) => reporter.logged(&self.id, events),
+            (Ok(()), None) => {}
         }
         result
     }
@@ -231,8 +259,10 @@ mod tests {
             tokio::spawn(async move { faults.failed().await })
         };
         let broken = WatchedLog {
+            id: dsh_core::SessionId::generate(),
             inner: Arc::new(FullDisk),
             faults: Arc::clone(&faults),
+            reporter: None,
         };
         let err = broken.append(&[]).await.unwrap_err();
         assert!(err.to_string().contains("No space left on device"), "{err}");

@@ -18,7 +18,7 @@ use support::{Scratch, text};
 
 #[test]
 fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
-    let Some((python, rogue)) = support::rogue_agent() else {
+    let Some(agent) = support::rogue_agent() else {
         println!("skipped: no Python for the test-only ACP agent");
         return;
     };
@@ -38,7 +38,7 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
     replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
     let model = FakeModel::start(replies);
     let env = support::fake_env(&model);
-    let run = support::run_with_rogue(&scratch, &model, (&python, &rogue));
+    let run = support::run_with_rogue(&scratch, &model, &agent);
     let stdout = text(&run.stdout);
     assert!(run.status.success(), "{}{stdout}", text(&run.stderr));
     // The run waited for the background child: it finished, and the lead
@@ -78,4 +78,125 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
         err.contains("`helper` is an external child and cannot receive messages"),
         "{err}"
     );
+}
+
+/// `--acp-permission ask` (dsh.toml `acp.permission = "ask"`) shares the
+/// terminal asker: the agent's request is one question naming the agent
+/// and its action, `y` grants it once; without anything to ask, the
+/// request is rejected and dsh says so on stderr.
+#[test]
+fn an_acp_agents_permission_request_is_put_to_the_person_with_ask() {
+    let Some(agent) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let run = |extra: &[&str], input: &str| {
+        let mut replies = vec![Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": "build it",
+                "prompt": "ask cargo build; say built",
+                "run_in_background": false,
+            }),
+        }];
+        replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
+        let model = FakeModel::start(replies);
+        let env = model.env();
+        let mut args = support::acp_run(&agent);
+        args.extend(["--acp-permission", "ask", "delegate"]);
+        args.extend_from_slice(extra);
+        let output = scratch.dsh_with_input(&args, &env, input);
+        assert!(output.status.success(), "{}", text(&output.stderr));
+        let _first = model.next_request(std::time::Duration::from_secs(60));
+        let second = model.next_request(std::time::Duration::from_secs(60));
+        (text(&output.stderr), second)
+    };
+    let (stderr, request) = run(&["--ask"], "y\n");
+    assert_eq!(
+        stderr,
+        "dsh: the ACP agent `acp` asks permission for: cargo build (execute). Allow? [y/a(lways)/N] "
+    );
+    assert!(request.contains("granted yes"), "{request}");
+
+    let (stderr, request) = run(&["--no-ask"], "y\n");
+    assert!(
+        stderr.starts_with(
+            "dsh: warning: the permission of the ACP agent `acp` is `ask` but nothing asks"
+        ),
+        "{stderr}"
+    );
+    assert!(!request.contains("granted"), "{request}");
+}
+
+/// Two named agents of dsh.toml (`[acp.agents.<name>]`), each offered as
+/// the tool of its name: the model picks one per child; each runs with its
+/// own arguments, passed-through variables and permission policy.
+#[test]
+fn named_acp_agents_are_picked_per_child_each_with_its_own_settings() {
+    let Some((python, rogue)) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let agent = |name: &str, extra: &str| {
+        format!(
+            "[acp.agents.{name}]\ncommand = {:?}\nargs = [{:?}]\n{extra}",
+            python.display().to_string(),
+            rogue.display().to_string()
+        )
+    };
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        format!(
+            "{}{}",
+            agent("alpha", "pass_env = [\"DSH_ALPHA_ONLY\"]\n"),
+            agent("beta", "permission = \"allow\"\nteardown_grace_ms = 500\n")
+        ),
+    )
+    .unwrap();
+    let child = |tool: &str, prompt: &str| Reply::ToolCall {
+        name: tool.to_owned(),
+        arguments: serde_json::json!({
+            "description": format!("ask {tool}"),
+            "name": tool,
+            "prompt": prompt,
+            "run_in_background": false,
+        }),
+    };
+    let model = FakeModel::start(vec![
+        child("alpha", "env; ask make"),
+        child("beta", "env; ask make"),
+        Reply::Text("Both answered.".to_owned()),
+    ]);
+    let mut env = model.env().to_vec();
+    env.push(("DSH_ALPHA_ONLY", "1"));
+    let run = scratch.dsh(
+        &["run", "--model", "openai:fake", "--no-ask", "--json", "go"],
+        &env,
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let _first = model.next_request(std::time::Duration::from_secs(60));
+    let after_alpha = model.next_request(std::time::Duration::from_secs(60));
+    let after_beta = model.next_request(std::time::Duration::from_secs(60));
+    // alpha saw its variable and was refused (reject, the default); beta
+    // did not see alpha's variable and was allowed.
+    assert!(after_alpha.contains("DSH_ALPHA_ONLY"), "{after_alpha}");
+    assert!(!after_alpha.contains("granted"), "{after_alpha}");
+    let beta = after_beta.split("DSH_ALPHA_ONLY").count();
+    assert_eq!(
+        beta,
+        after_alpha.split("DSH_ALPHA_ONLY").count(),
+        "{after_beta}"
+    );
+    assert!(after_beta.contains("granted yes"), "{after_beta}");
+    // Each child ran under the provider of its tool's name.
+    // (A foreground external child has no catalog name yet when it
+    // starts, so only its provider is checked.)
+    let providers: Vec<String> = support::json_lines(&run.stdout)
+        .iter()
+        .filter(|line| line["type"] == "agent_started" && line["parent"] == "lead")
+        .map(|line| line["provider"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(providers, ["alpha", "beta"]);
 }

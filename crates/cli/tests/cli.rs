@@ -12,11 +12,13 @@
 #[macro_use]
 mod support;
 
-use support::{Scratch, text};
+use support::{Scratch, copy_fixture, text};
 
 #[test]
 fn the_offline_demo_runs_the_whole_tree_and_leaves_it_to_list_message_and_read() {
     let scratch = Scratch::new();
+    // The demo's tools search and read the directory it runs in: a fixture.
+    copy_fixture("greeter", scratch.dir.path());
     let run = scratch.demo();
     snapshot!(&scratch, "run_demo", &run);
 
@@ -191,5 +193,34 @@ fn an_acp_agent_can_be_offered_and_a_stray_acp_arg_is_refused() {
     assert!(
         err.contains("--acp-arg: no ACP agent is configured"),
         "{err}"
+    );
+}
+
+/// Offline, a typed prompt is still the lead's task (shown as such), the
+/// banner and the lead's first words say what is scripted, and in a
+/// directory with no Markdown the researcher's answer is what the real
+/// grep found: nothing.
+#[test]
+fn a_typed_prompt_is_the_demo_leads_task_and_the_demo_says_what_is_scripted() {
+    let scratch = Scratch::new();
+    let run = scratch.dsh(&["run", "fix the failing test"], &[]);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let stdout = text(&run.stdout);
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert!(
+        lines[0].starts_with("dsh: offline demo: a scripted model plays every agent"),
+        "{stdout}"
+    );
+    assert!(lines[1].ends_with(": fix the failing test"), "{stdout}");
+    assert!(
+        stdout.contains("the researcher reports: grep found no Markdown heading in this workspace"),
+        "{stdout}"
+    );
+    let lead = text(&scratch.dsh(&["show", "lead"], &[]).stdout);
+    assert!(
+        lead.contains(
+            "(Offline demo: my words are scripted and do not follow your task; the tools are real.)"
+        ),
+        "{lead}"
     );
 }

@@ -28,7 +28,7 @@ fn acp_call(name: &str, prompt: &str) -> Reply {
 
 #[test]
 fn completed_and_failed_external_children_are_listed_and_shown() {
-    let Some((python, rogue)) = support::rogue_agent() else {
+    let Some(agent) = support::rogue_agent() else {
         println!("skipped: no Python for the test-only ACP agent");
         return;
     };
@@ -39,7 +39,7 @@ fn completed_and_failed_external_children_are_listed_and_shown() {
     ];
     replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
     let model = FakeModel::start(replies);
-    let run = support::run_with_rogue(&scratch, &model, (&python, &rogue));
+    let run = support::run_with_rogue(&scratch, &model, &agent);
     assert!(
         run.status.success(),
         "{}{}",

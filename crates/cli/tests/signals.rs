@@ -112,7 +112,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 
 #[test]
 fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
-    let Some((python, rogue)) = support::rogue_agent() else {
+    let Some(agent) = support::rogue_agent() else {
         println!("skipped: no Python for the test-only ACP agent");
         return;
     };
@@ -127,21 +127,9 @@ fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
             }),
         }]);
         let env = model_env(&model);
-        let child = scratch.spawn(
-            &[
-                "run",
-                "--model",
-                "openai:fake",
-                "--acp-command",
-                python.to_str().unwrap(),
-                "--acp-arg",
-                rogue.to_str().unwrap(),
-                "--acp-arg",
-                &marker,
-                "delegate",
-            ],
-            &env_refs(&env),
-        );
+        let mut args = support::acp_run(&agent);
+        args.extend(["--acp-arg", &marker, "delegate"]);
+        let child = scratch.spawn(&args, &env_refs(&env));
         // The agent and its grandchild (`sleep`, in its process group).
         let dsh = child.id();
         wait_for("the ACP agent and its grandchild start", || {
@@ -154,4 +142,80 @@ fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
             processes(&marker, dsh).is_empty()
         });
     }
+}
+
+/// A second Ctrl-C while the tree is stopping quits at once: the ACP
+/// agent ignores SIGTERM and its stdin closing, so the orderly stop would
+/// wait out the whole teardown ladder; the second SIGINT, sent once `dsh`
+/// says it is stopping, ends it with exit 130 and the line that says it
+/// did not wait, and the agent's process group is killed with `dsh`.
+#[test]
+fn a_second_ctrl_c_while_stopping_quits_at_once_and_leaves_no_agent_process() {
+    let Some(agent) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let marker = format!("--dsh-second-signal-{}", std::process::id());
+    let model = FakeModel::start(vec![Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": "hang",
+            "prompt": "say working; grandchild; hang",
+        }),
+    }]);
+    let env = model_env(&model);
+    let mut args = support::acp_run(&agent);
+    args.extend([
+        "--acp-arg",
+        "--ignore-term",
+        "--acp-arg",
+        &marker,
+        "delegate",
+    ]);
+    let mut child = scratch.spawn(&args, &env_refs(&env));
+    let dsh = child.id();
+    wait_for("the ACP agent and its grandchild start", || {
+        processes(&marker, dsh).len() >= 2
+    });
+    // Stdout line by line, to send the second signal while it stops.
+    let (lines, seen) = std::sync::mpsc::channel();
+    let stdout = child.stdout.take().unwrap();
+    let reader = std::thread::spawn(move || {
+        use std::io::BufRead;
+        let mut all = String::new();
+        for line in std::io::BufReader::new(stdout).lines() {
+            let line = line.unwrap();
+            all.push_str(&line);
+            all.push('\n');
+            let _ = lines.send(line);
+        }
+        all
+    });
+    signal(&child, Signal::INT);
+    loop {
+        let line = seen
+            .recv_timeout(BOUND)
+            .expect("dsh never said it was stopping");
+        if line.starts_with("interrupted: stopping the tree") {
+            break;
+        }
+    }
+    signal(&child, Signal::INT);
+    let output = wait_bounded(child, BOUND, "dsh run after a second signal");
+    let stderr = text(&output.stderr);
+    assert_eq!(output.status.code(), Some(130), "{stderr}");
+    assert_eq!(
+        stderr.lines().last(),
+        Some(
+            "dsh: interrupted again; quit at once without waiting for the tree to stop (its sessions are kept)"
+        ),
+        "{stderr}"
+    );
+    assert!(reader.join().unwrap().contains("(again to quit at once)"));
+    wait_for("every ACP process is gone", || {
+        processes(&marker, dsh).is_empty()
+    });
+    let agents = scratch.dsh(&["agents"], &[]);
+    assert!(agents.status.success(), "{}", text(&agents.stderr));
 }

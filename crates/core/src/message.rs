@@ -239,12 +239,23 @@ pub struct Usage {
     pub input_tokens: u64,
     /// Completion tokens.
     pub output_tokens: u64,
+    /// Of the prompt tokens, those the backend served from its prompt
+    /// cache (OpenAI's `prompt_tokens_details.cached_tokens`); 0 when it
+    /// reports none. Absent in a log written before it existed (read as
+    /// 0) and not written when 0, so such a log reads back unchanged.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub cached_input_tokens: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 impl std::ops::AddAssign for Usage {
     fn add_assign(&mut self, other: Self) {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
+        self.cached_input_tokens += other.cached_input_tokens;
     }
 }
 
@@ -282,6 +293,32 @@ pub enum Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The durable format stays backward compatible: a usage written
+    /// before cached tokens existed reads them as 0, and a usage with none
+    /// is written exactly as before.
+    #[test]
+    fn cached_tokens_are_optional_in_the_durable_format() {
+        let old: Usage = serde_json::from_str(r#"{"input_tokens":7,"output_tokens":2}"#).unwrap();
+        assert_eq!(old.cached_input_tokens, 0);
+        assert_eq!(
+            serde_json::to_string(&old).unwrap(),
+            r#"{"input_tokens":7,"output_tokens":2}"#
+        );
+        let cached = Usage {
+            cached_input_tokens: 5,
+            ..old
+        };
+        let text = serde_json::to_string(&cached).unwrap();
+        assert_eq!(
+            text,
+            r#"{"input_tokens":7,"output_tokens":2,"cached_input_tokens":5}"#
+        );
+        assert_eq!(serde_json::from_str::<Usage>(&text).unwrap(), cached);
+        let mut sum = old;
+        sum += cached;
+        assert_eq!((sum.input_tokens, sum.cached_input_tokens), (14, 5));
+    }
 
     #[test]
     fn only_messages_the_user_did_not_write_get_a_heading() {

@@ -115,6 +115,7 @@ fn mixed(seq: u64) -> SessionEvent {
         8 | 11 => EventPayload::Usage(Usage {
             input_tokens: 4_000 + seq,
             output_tokens: 120,
+            ..Usage::default()
         }),
         _ => EventPayload::TurnEnd(TurnEnd {
             turn,

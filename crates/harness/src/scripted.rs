@@ -214,6 +214,7 @@ impl ScriptedModel {
             let usage = Usage {
                 input_tokens,
                 output_tokens: output_tokens(text),
+                ..Usage::default()
             };
             steps.push_back(Step::Emit(Ok(ModelEvent::Usage(usage))));
             steps.push_back(Step::Emit(Ok(ModelEvent::Finish(reason))));
@@ -459,6 +460,7 @@ mod tests {
         Ok(ModelEvent::Usage(Usage {
             input_tokens,
             output_tokens,
+            ..Usage::default()
         }))
     }
 

@@ -842,6 +842,7 @@ fn format_fixture() -> (SessionHeader, Vec<SessionEvent>) {
         EventPayload::Usage(Usage {
             input_tokens: 1200,
             output_tokens: 85,
+            ..Usage::default()
         }),
         EventPayload::TurnEnd(TurnEnd {
             turn: 0,

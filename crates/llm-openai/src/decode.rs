@@ -97,6 +97,15 @@ struct WireUsage {
     prompt_tokens: u64,
     #[serde(default)]
     completion_tokens: u64,
+    /// Absent (or `null`) on servers without a prompt cache.
+    #[serde(default)]
+    prompt_tokens_details: Option<WirePromptDetails>,
+}
+
+#[derive(Deserialize)]
+struct WirePromptDetails {
+    #[serde(default)]
+    cached_tokens: Option<u64>,
 }
 
 fn protocol(message: impl Into<String>) -> ModelError {
@@ -245,6 +254,10 @@ impl StreamDecoder {
             self.usage = Some(Usage {
                 input_tokens: usage.prompt_tokens,
                 output_tokens: usage.completion_tokens,
+                cached_input_tokens: usage
+                    .prompt_tokens_details
+                    .and_then(|details| details.cached_tokens)
+                    .unwrap_or(0),
             });
         }
         for choice in chunk.choices {
@@ -515,10 +528,45 @@ mod tests {
                 ModelEvent::TextDelta("b".into()),
                 ModelEvent::Usage(Usage {
                     input_tokens: 5,
-                    output_tokens: 2
+                    output_tokens: 2,
+                    ..Usage::default()
                 }),
                 ModelEvent::Finish(FinishReason::EndTurn)
             ]
         );
+    }
+
+    #[test]
+    fn cached_prompt_tokens_are_read_from_the_prompt_details_and_default_to_zero() {
+        let usage_of = |usage: serde_json::Value| {
+            let body = sse(&[
+                json!({"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": "stop"}]}),
+                json!({"choices": [], "usage": usage}),
+            ]);
+            let (events, result) = decode(&body);
+            result.unwrap();
+            events.into_iter().find_map(|event| match event {
+                ModelEvent::Usage(usage) => Some(usage),
+                _ => None,
+            })
+        };
+        let cached = usage_of(json!({"prompt_tokens": 100, "completion_tokens": 3,
+            "prompt_tokens_details": {"cached_tokens": 64}}));
+        assert_eq!(
+            cached,
+            Some(Usage {
+                input_tokens: 100,
+                output_tokens: 3,
+                cached_input_tokens: 64
+            })
+        );
+        // A server without a prompt cache: no details, or null ones.
+        for usage in [
+            json!({"prompt_tokens": 100, "completion_tokens": 3}),
+            json!({"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": null}),
+            json!({"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": null}}),
+        ] {
+            assert_eq!(usage_of(usage).map(|u| u.cached_input_tokens), Some(0));
+        }
     }
 }

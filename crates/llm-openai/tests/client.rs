@@ -95,6 +95,7 @@ fn usage(input_tokens: u64, output_tokens: u64) -> Result<ModelEvent, ModelError
     Ok(ModelEvent::Usage(Usage {
         input_tokens,
         output_tokens,
+        ..Usage::default()
     }))
 }
 

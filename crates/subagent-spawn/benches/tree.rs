@@ -190,6 +190,7 @@ fn turn_events(turn: u64, first_seq: u64) -> Vec<SessionEvent> {
         EventPayload::Usage(Usage {
             input_tokens: 1_200 + turn,
             output_tokens: 60,
+            ..Usage::default()
         }),
         EventPayload::TurnEnd(TurnEnd {
             turn,

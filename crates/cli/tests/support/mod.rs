@@ -7,6 +7,7 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod model;
+pub mod openai;
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 /// How long any one `dsh` process may run before the test fails as a hang.
 pub const BOUND: Duration = Duration::from_secs(120);
 
-/// Wait for `child` (spawned with piped stdout and stderr) to exit within
+/// Wait for `child` (spawned with piped stdout and stderr; one the caller
+/// took reads as empty) to exit within
 /// `bound`, collecting its output; on timeout, kill it and fail the test.
 pub fn wait_bounded(child: Child, bound: Duration, what: &str) -> Output {
     within(child, bound).unwrap_or_else(|_| panic!("{what} did not exit within {bound:?}: a hang"))
@@ -26,15 +28,28 @@ pub fn wait_bounded(child: Child, bound: Duration, what: &str) -> Output {
 /// Wait for `child` as [`wait_bounded`] does; on timeout, kill it and
 /// return what it printed as the error.
 pub fn within(mut child: Child, bound: Duration) -> Result<Output, Output> {
-    let pipe = |mut reader: Box<dyn Read + Send>| {
+    // A pipe the caller already took (to read it as it comes) is empty here.
+    let pipe = |reader: Option<Box<dyn Read + Send>>| {
         std::thread::spawn(move || {
             let mut bytes = Vec::new();
-            let _ = reader.read_to_end(&mut bytes);
+            if let Some(mut reader) = reader {
+                let _ = reader.read_to_end(&mut bytes);
+            }
             bytes
         })
     };
-    let stdout = pipe(Box::new(child.stdout.take().unwrap()));
-    let stderr = pipe(Box::new(child.stderr.take().unwrap()));
+    let stdout = pipe(
+        child
+            .stdout
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
+    let stderr = pipe(
+        child
+            .stderr
+            .take()
+            .map(|r| Box::new(r) as Box<dyn Read + Send>),
+    );
     let deadline = Instant::now() + bound;
     let mut hung = false;
     let status = loop {
@@ -87,6 +102,24 @@ impl Scratch {
             .stderr(Stdio::piped())
             .spawn()
             .unwrap()
+    }
+
+    /// Run `dsh args...` as [`Scratch::dsh`] does, with `input` on stdin
+    /// (a pipe: typed answers, with `--ask`).
+    pub fn dsh_with_input(&self, args: &[&str], env: &[(&str, &str)], input: &str) -> Output {
+        use std::io::Write;
+        let mut child = self
+            .command(args, env)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        // Written all at once and closed: end of input answers the rest.
+        let mut stdin = child.stdin.take().unwrap();
+        stdin.write_all(input.as_bytes()).unwrap();
+        drop(stdin);
+        wait_bounded(child, BOUND, &format!("dsh {args:?}"))
     }
 
     /// The command [`Scratch::dsh`] runs.
@@ -217,6 +250,86 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Copy the fixture directory `tests/fixtures/<name>` into `into` (a
+/// fresh copy per test: the agents may change it).
+pub fn copy_fixture(name: &str, into: &Path) {
+    fn copy(from: &Path, to: &Path) {
+        std::fs::create_dir_all(to).unwrap();
+        for entry in std::fs::read_dir(from).unwrap() {
+            let entry = entry.unwrap();
+            let target = to.join(entry.file_name());
+            if entry.file_type().unwrap().is_dir() {
+                copy(&entry.path(), &target);
+            } else {
+                std::fs::copy(entry.path(), target).unwrap();
+            }
+        }
+    }
+    copy(
+        &Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("tests/fixtures")
+            .join(name),
+        into,
+    );
+}
+
+/// The event types `--json` documents (docs/cli-json.md).
+pub const JSON_TYPES: &[&str] = &[
+    "run_started",
+    "agent_started",
+    "text",
+    "tool_call",
+    "tool_result",
+    "notice",
+    "usage",
+    "turn_ended",
+    "settled",
+    "reply",
+];
+
+/// A `--json` stdout as its objects: every line must be one JSON object
+/// of a documented type, and nothing else may be there.
+pub fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
+    let stdout = text(stdout);
+    assert!(stdout.ends_with('\n'), "{stdout:?}");
+    stdout
+        .lines()
+        .map(|line| {
+            let value: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|err| panic!("not a JSON line ({err}): {line:?}"));
+            let kind = value["type"].as_str().unwrap_or_default();
+            assert!(JSON_TYPES.contains(&kind), "undocumented type: {line}");
+            value
+        })
+        .collect()
+}
+
+/// A `--json` stream in a stable order for a snapshot: the lines of each
+/// agent together, in its log's order (agents run concurrently, so only
+/// the order within one agent is fixed), agents in order of their first
+/// line; lines naming no agent first.
+pub fn json_by_agent(stdout: &[u8]) -> String {
+    let lines = json_lines(stdout);
+    let mut order: Vec<String> = Vec::new();
+    for line in &lines {
+        let agent = line["agent"].as_str().unwrap_or_default().to_owned();
+        if !order.contains(&agent) {
+            order.push(agent);
+        }
+    }
+    order.sort_by_key(|agent| !agent.is_empty());
+    let mut out = String::new();
+    for agent in order {
+        for line in &lines {
+            if line["agent"].as_str().unwrap_or_default() == agent {
+                out.push_str(&line.to_string());
+                out.push('\n');
+            }
+        }
+    }
+    out
+}
+
 pub fn text(bytes: &[u8]) -> String {
     String::from_utf8(bytes.to_vec()).unwrap()
 }
@@ -229,6 +342,15 @@ pub fn redacted(scratch: &Scratch) -> insta::Settings {
     settings.add_filter(&path, "[scratch]");
     settings.add_filter(r"s-[0-9a-f]{32}", "[id]");
     settings.add_filter(r"tokens \d+/\d+", "tokens [in]/[out]");
+    // Token counts in `--json` lines, and the scripted model's call ids
+    // (numbered across concurrent agents).
+    settings.add_filter(
+        r#""(input|output|cached_input)_tokens":\d+"#,
+        r#""${1}_tokens":[n]"#,
+    );
+    settings.add_filter(r#""call-\d+""#, r#""[call]""#);
+    // What confines `shell` depends on the kernel.
+    settings.add_filter(r"sandbox: [^\n]*", "sandbox: [sandbox]");
     settings
 }
 
@@ -300,6 +422,21 @@ impl Drop for Tmpfs {
     }
 }
 
+/// `dsh run` against the loopback model (`openai:fake`) with `agent`
+/// (`rogue_agent`'s Python and script) as the ACP agent; the caller adds
+/// the rest (more `--acp-arg`s, the prompt).
+pub fn acp_run(agent: &(PathBuf, PathBuf)) -> Vec<&str> {
+    vec![
+        "run",
+        "--model",
+        "openai:fake",
+        "--acp-command",
+        agent.0.to_str().unwrap(),
+        "--acp-arg",
+        agent.1.to_str().unwrap(),
+    ]
+}
+
 /// The ACP suite's test-only agent: a Python to run it with (the suite's
 /// venv when installed, else the system's) and its script; `None` (the
 /// caller prints why it skips) when there is no Python.
@@ -320,21 +457,11 @@ pub fn rogue_agent() -> Option<(PathBuf, PathBuf)> {
 pub fn run_with_rogue(
     scratch: &Scratch,
     model: &model::FakeModel,
-    (python, rogue): (&Path, &Path),
+    agent: &(PathBuf, PathBuf),
 ) -> Output {
-    scratch.dsh(
-        &[
-            "run",
-            "--model",
-            "openai:fake",
-            "--acp-command",
-            python.to_str().unwrap(),
-            "--acp-arg",
-            rogue.to_str().unwrap(),
-            "delegate",
-        ],
-        &fake_env(model),
-    )
+    let mut args = acp_run(agent);
+    args.push("delegate");
+    scratch.dsh(&args, &fake_env(model))
 }
 
 /// The variables that point the `openai` model at `model`.

@@ -140,6 +140,14 @@ impl FakeModel {
         }
     }
 
+    /// The environment a `dsh` process needs to reach this server.
+    pub fn env(&self) -> [(&str, &str); 2] {
+        [
+            ("OPENAI_API_KEY", "sk-test"),
+            ("OPENAI_BASE_URL", self.base_url.as_str()),
+        ]
+    }
+
     /// Wait (bounded) for the next request's body.
     pub fn next_request(&self, bound: Duration) -> String {
         self.requests
