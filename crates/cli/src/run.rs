@@ -172,7 +172,14 @@ async fn run_over(
     let _team_gates = team_demo.as_ref().map(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
     let what = match &settings.model {
-        ModelChoice::Demo => "offline demo: a scripted model plays every agent (no network; its words are fixed and do not follow your task), the workspace tools are real".to_owned(),
+        ModelChoice::Demo => format!(
+            "offline demo: a scripted model plays every agent (no network; its words are fixed and do not follow your task), the {} tools are real",
+            if team_demo.is_some() {
+                "team"
+            } else {
+                "workspace"
+            }
+        ),
         choice => format!("model {}", choice.spec()),
     };
     let config = settings
