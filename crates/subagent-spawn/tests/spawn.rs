@@ -1772,9 +1772,8 @@ async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblin
     let model = echo_model();
     let world = world(&model);
     let lead = root(&world).await;
-    // Stand the forwarding agent in for the root under the same reference.
-    let registry = world.runtime.registry();
-    assert!(registry.unpublish(&lead.reference()));
+    // The forwarding agent stands for the root: it reports the root's
+    // exact reference, which is live.
     let (entered, paused) = tokio::sync::oneshot::channel::<()>();
     let (resume, resumed) = std::sync::mpsc::channel::<()>();
     // The first catalog read takes its snapshot and then stalls the calling
@@ -1787,7 +1786,7 @@ async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblin
             // block the other start here; the bound lets it go on then.
             let _ = resumed.recv_timeout(Duration::from_secs(5));
         }));
-    registry.publish(parent.clone()).unwrap();
+    assert!(world.runtime.registry().is_live(&parent.reference()));
 
     // The late start reads the catalog (empty) and is preempted.
     let runtime = world.runtime.clone();

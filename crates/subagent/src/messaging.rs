@@ -430,7 +430,7 @@ impl SubagentRuntime {
             .map(|creator| creator.reference())
             .unwrap_or_else(|| AgentRef {
                 id: creator.unwrap_or_else(|| root.clone()),
-                epoch: dsh_core::Epoch(0),
+                epoch: dsh_core::Epoch::NONE,
             });
         let activation = self.install(NewActivation {
             info: RunInfo {
