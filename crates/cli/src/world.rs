@@ -74,15 +74,13 @@ impl World {
                 max_live_children_per_tree: limits.max_live_children,
             },
         );
+        // The user's depth setting, which the spawn and fork tools follow.
+        runtime.set_max_depth(limits.max_depth);
         runtime.register(Arc::new(SpawnProvider::new()))?;
         runtime.register(Arc::new(ForkProvider::new()))?;
-        let spawn = SubagentToolConfig {
-            max_depth: MaxDepth::Limit(limits.max_depth),
-            ..SubagentToolConfig::new("spawn")
-        };
+        let spawn = SubagentToolConfig::new("spawn");
         let fork = SubagentToolConfig {
             tool_name: "fork".to_owned(),
-            max_depth: MaxDepth::Limit(limits.max_depth),
             ..SubagentToolConfig::new("fork")
         };
         let mut configs = vec![spawn, fork];
@@ -92,7 +90,7 @@ impl World {
             // An external agent manages its own recursion: no depth flag.
             configs.push(SubagentToolConfig {
                 tool_name: "acp".to_owned(),
-                max_depth: MaxDepth::ProviderManaged,
+                max_depth: Some(MaxDepth::ProviderManaged),
                 ..SubagentToolConfig::new("acp")
             });
         }

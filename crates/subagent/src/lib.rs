@@ -45,7 +45,7 @@ pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
     ResolvedStartRequest, StartExternal, SubagentCapabilities, SubagentProvider, SubagentRun,
 };
-pub use request::{ActivationSpec, Delivery, StartRequest};
+pub use request::{ActivationSpec, DEFAULT_MAX_DEPTH, Delivery, MaxDepth, StartRequest};
 pub use result::SubagentResult;
 pub use runtime::{MemberNames, RuntimeConfig, SubagentRuntime};
 pub use tree::{DescendantRow, RowDiagnostic};

@@ -8,7 +8,7 @@
 
 use crate::{AdmissionError, DeliveryError, RegistryError};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dsh_core::observe::EventBus;
@@ -22,6 +22,7 @@ use crate::error::SubagentError;
 use crate::events::SubagentEvent;
 use crate::names::{NameReservations, ROOT_NAME};
 use crate::provider::SubagentProvider;
+use crate::request::{DEFAULT_MAX_DEPTH, MaxDepth};
 
 /// Runtime limits.
 #[derive(Debug, Clone, Copy)]
@@ -71,6 +72,8 @@ pub(crate) struct Inner {
     pub(crate) catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
     pub(crate) capacity: Capacity,
     pub(crate) tasks: TaskTracker,
+    /// The user's depth setting, which a tool without its own limit gets.
+    max_depth: AtomicU32,
 }
 
 /// The subagent runtime. Cheap to clone; clones share state.
@@ -117,6 +120,7 @@ impl SubagentRuntime {
                 catalogs: Mutex::new(HashMap::new()),
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),
+                max_depth: AtomicU32::new(DEFAULT_MAX_DEPTH),
             }),
         }
     }
@@ -204,6 +208,31 @@ impl SubagentRuntime {
             .iter()
             .map(|p| p.name().to_owned())
             .collect()
+    }
+
+    /// The user's current depth setting ([`DEFAULT_MAX_DEPTH`] until set).
+    pub fn max_depth(&self) -> u32 {
+        self.inner.max_depth.load(Ordering::SeqCst)
+    }
+
+    /// Change the user's depth setting. Takes effect for the next
+    /// [`SubagentRuntime::resolve_max_depth`]; starts already admitted
+    /// keep the cap they were admitted under.
+    pub fn set_max_depth(&self, max_depth: u32) {
+        self.inner.max_depth.store(max_depth, Ordering::SeqCst);
+    }
+
+    /// Resolve a delegation tool's depth policy against the current user
+    /// setting: an explicit [`MaxDepth::Limit`] is kept as it is, omitted
+    /// takes [`SubagentRuntime::max_depth`], and
+    /// [`MaxDepth::ProviderManaged`] gives `None` (the provider enforces
+    /// depth). The result goes in [`StartRequest::max_depth`](crate::StartRequest::max_depth).
+    pub fn resolve_max_depth(&self, configured: Option<MaxDepth>) -> Option<u32> {
+        match configured {
+            None => Some(self.max_depth()),
+            Some(MaxDepth::Limit(limit)) => Some(limit),
+            Some(MaxDepth::ProviderManaged) => None,
+        }
     }
 
     /// How many activations are live.

@@ -105,15 +105,7 @@ impl SubagentRuntime {
             .inner
             .admissions
             .admit(self.registry(), &root, cancel.clone())?;
-        let depth = parent
-            .header()
-            .delegation_depth
-            .checked_add(1)
-            .ok_or_else(|| {
-                SubagentError::Admission(AdmissionError::InvalidRequest(
-                    "the delegation depth overflows".into(),
-                ))
-            })?;
+        let depth = child_depth(parent.as_ref(), spec.request.agent_options.as_ref())?;
         if let Some(max) = spec.request.max_depth
             && depth > max
         {
@@ -476,4 +468,27 @@ impl SubagentRuntime {
             }
         }
     }
+}
+
+/// A child's delegation depth (B20): one below its parent, where the
+/// parent counts as the larger of its header's depth and its options'
+/// `subagent_depth`; the request's `subagent_depth` may deepen the child
+/// further, never make it shallower.
+///
+/// # Errors
+/// `INVALID_REQUEST` when the depth leaves `u32`.
+fn child_depth(
+    parent: &dyn Agent,
+    options: Option<&dsh_core::AgentOptions>,
+) -> Result<u32, SubagentError> {
+    let parent_depth = parent
+        .header()
+        .delegation_depth
+        .max(parent.options().subagent_depth.unwrap_or(0));
+    let depth = parent_depth.checked_add(1).ok_or_else(|| {
+        SubagentError::Admission(AdmissionError::InvalidRequest(
+            "the delegation depth overflows".into(),
+        ))
+    })?;
+    Ok(depth.max(options.and_then(|o| o.subagent_depth).unwrap_or(0)))
 }

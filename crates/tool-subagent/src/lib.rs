@@ -33,26 +33,11 @@ use serde_json::{Value, json};
 /// The tool name used when the configuration names none.
 pub const DEFAULT_TOOL_NAME: &str = "subagent";
 
-/// The depth cap used when the configuration names none.
-pub const DEFAULT_MAX_DEPTH: u32 = 3;
+/// The depth cap the runtime's user setting starts at.
+pub use dsh_subagent::DEFAULT_MAX_DEPTH;
 
 /// How deep the children started through the tool may nest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MaxDepth {
-    /// An absolute cap on a child's delegation depth (the root is 0, its
-    /// children 1). The provider must have the `depth_limit` capability;
-    /// `0` forbids delegation through this tool altogether.
-    Limit(u32),
-    /// Send no cap: the provider (an external agent's own runtime, say)
-    /// manages recursion itself.
-    ProviderManaged,
-}
-
-impl Default for MaxDepth {
-    fn default() -> Self {
-        Self::Limit(DEFAULT_MAX_DEPTH)
-    }
-}
+pub use dsh_subagent::MaxDepth;
 
 /// The configuration of one `subagent` tool instance.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,8 +46,10 @@ pub struct SubagentToolConfig {
     pub tool_name: String,
     /// The registered provider the tool starts children on.
     pub provider: String,
-    /// The depth cap sent with every start.
-    pub max_depth: MaxDepth,
+    /// The depth cap sent with every start, resolved at each call by
+    /// [`SubagentRuntime::resolve_max_depth`]: `None` follows the runtime's
+    /// current user setting.
+    pub max_depth: Option<MaxDepth>,
     /// Agent options for every child (needs the `agent_options` capability).
     pub agent_options: Option<AgentOptions>,
     /// A persona for every child (needs the `persona` capability).
@@ -76,13 +63,13 @@ pub struct SubagentToolConfig {
 }
 
 impl SubagentToolConfig {
-    /// The defaults for `provider`: tool name `subagent`, depth cap 3, no
-    /// child options, background mode on.
+    /// The defaults for `provider`: tool name `subagent`, the runtime's
+    /// depth setting, no child options, background mode on.
     pub fn new(provider: impl Into<String>) -> Self {
         Self {
             tool_name: DEFAULT_TOOL_NAME.to_owned(),
             provider: provider.into(),
-            max_depth: MaxDepth::default(),
+            max_depth: None,
             agent_options: None,
             persona: None,
             tool_filter: None,
@@ -245,10 +232,7 @@ impl SubagentTool {
         request.agent_options.clone_from(&self.config.agent_options);
         request.persona.clone_from(&self.config.persona);
         request.tool_filter.clone_from(&self.config.tool_filter);
-        request.max_depth = match self.config.max_depth {
-            MaxDepth::Limit(limit) => Some(limit),
-            MaxDepth::ProviderManaged => None,
-        };
+        request.max_depth = self.runtime.resolve_max_depth(self.config.max_depth);
         let spec = ActivationSpec {
             provider: self.config.provider.clone(),
             label: args.description,
@@ -374,7 +358,7 @@ fn check_capabilities(
         capability,
         hint,
     };
-    if matches!(config.max_depth, MaxDepth::Limit(_)) && !caps.depth_limit {
+    if config.max_depth != Some(MaxDepth::ProviderManaged) && !caps.depth_limit {
         return Err(missing(
             "depth_limit",
             "; set the depth to provider-managed to leave recursion to the provider",

@@ -323,7 +323,7 @@ async fn configuration_that_cannot_work_fails_at_install() {
     let errors = [
         install(SubagentToolConfig::new("limited")),
         install(SubagentToolConfig {
-            max_depth: MaxDepth::ProviderManaged,
+            max_depth: Some(MaxDepth::ProviderManaged),
             persona: Some("You are terse.".into()),
             ..SubagentToolConfig::new("limited")
         }),
@@ -350,7 +350,7 @@ async fn configuration_that_cannot_work_fails_at_install() {
     SubagentTool::install(
         &world.runtime,
         SubagentToolConfig {
-            max_depth: MaxDepth::ProviderManaged,
+            max_depth: Some(MaxDepth::ProviderManaged),
             ..SubagentToolConfig::new("limited")
         },
     )
@@ -507,7 +507,7 @@ async fn b45_depth_and_name_refusals_are_sentences() {
     let world = world_with_tool(
         lead_calls(json!({"description": "x", "prompt": "y", "run_in_background": false})),
         SubagentToolConfig {
-            max_depth: MaxDepth::Limit(0),
+            max_depth: Some(MaxDepth::Limit(0)),
             ..SubagentToolConfig::new("spawn")
         },
     )
@@ -551,6 +551,22 @@ async fn b45_depth_and_name_refusals_are_sentences() {
     let refused: Vec<&(bool, String)> = results.iter().filter(|(error, _)| *error).collect();
     assert_eq!(refused.len(), 1, "{results:?}");
     insta::assert_debug_snapshot!((depth, refused[0]));
+}
+
+// Seed 002 `resolveMaxDepth`: a tool without its own limit follows the
+// runtime's user setting at each call, live edits included.
+#[tokio::test]
+async fn a_tool_without_a_limit_follows_the_user_depth_setting() {
+    let world = world_with_tool(
+        lead_calls(json!({"description": "x", "prompt": "y", "run_in_background": false})),
+        SubagentToolConfig::new("spawn"),
+    )
+    .await;
+    world.runtime.set_max_depth(0);
+    world.ask("lead: delegate").await;
+    let (refused, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(refused, "{text}");
+    assert!(text.contains("the limit is 0"), "{text}");
 }
 
 #[tokio::test]

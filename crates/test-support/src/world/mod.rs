@@ -270,21 +270,32 @@ impl World {
 ///
 /// # Cancel safety
 /// As [`AgentFactory::create`]: a drop leaves no live root.
-#[allow(clippy::expect_used)]
 pub async fn create_root(
     factory: &dyn AgentFactory,
     id: &SessionId,
     cwd: &std::path::Path,
 ) -> AgentHandle {
+    create_session(factory, SessionHeader::new(id.clone(), cwd)).await
+}
+
+/// Create a live session with `header` (no seed, no setup).
+///
+/// # Panics
+/// When creation fails.
+///
+/// # Cancel safety
+/// As [`AgentFactory::create`]: a drop leaves no live session.
+#[allow(clippy::expect_used)]
+pub async fn create_session(factory: &dyn AgentFactory, header: SessionHeader) -> AgentHandle {
     factory
         .create(CreateAgent {
-            header: SessionHeader::new(id.clone(), cwd),
+            header,
             seed: Vec::new(),
             setup: Default::default(),
             cancel: CancellationToken::new(),
         })
         .await
-        .expect("the root is created")
+        .expect("the session is created")
 }
 
 /// A session id from test text.
