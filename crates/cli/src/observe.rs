@@ -205,9 +205,9 @@ impl Reporter {
                     row.agent = None;
                     name = row.name.clone();
                     match outcome {
-                        RunOutcome::Settled(reason) => {
+                        RunOutcome::Settled(result) => {
                             row.status = "done".to_owned();
-                            row.activity = reason.to_string();
+                            row.activity = result.stop_reason.to_string();
                         }
                         RunOutcome::Error(error) => {
                             row.status = "failed".to_owned();
@@ -216,7 +216,9 @@ impl Reporter {
                     }
                 }
                 let line = match outcome {
-                    RunOutcome::Settled(reason) => format!("finished {name}: {reason}"),
+                    RunOutcome::Settled(result) => {
+                        format!("finished {name}: {}", result.stop_reason)
+                    }
                     RunOutcome::Error(error) => {
                         format!("failed {name}: {}", compact(error, 200))
                     }

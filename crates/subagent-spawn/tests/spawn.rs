@@ -603,10 +603,8 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
     let (_sub, mut seen) = world.runtime.events().subscribe();
 
     let activation = world.start(spec(&parent, "do it")).await;
-    assert_eq!(
-        result_of(&activation).await.stop_reason,
-        StopReason::COMPLETED
-    );
+    let result = result_of(&activation).await;
+    assert_eq!(result.stop_reason, StopReason::COMPLETED);
 
     let first = bounded(seen.recv()).await.unwrap();
     let second = bounded(seen.recv()).await.unwrap();
@@ -614,12 +612,13 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
         provider: "spawn".into(),
         child_id: activation.child_id().clone(),
         parent_session_id: parent.id().clone(),
+        root: parent.id().clone(),
         local: true,
     };
     assert_eq!(first, SubagentEvent::Start(expected.clone()));
     assert_eq!(
         second,
-        SubagentEvent::End(expected, RunOutcome::Settled(StopReason::COMPLETED))
+        SubagentEvent::End(expected, RunOutcome::Settled(result))
     );
     assert_eq!(first.name(), "subagent/start");
     assert_eq!(second.name(), "subagent/end");
@@ -801,9 +800,10 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
                 provider: "spawn".into(),
                 child_id,
                 parent_session_id: parent.id().clone(),
+                root: parent.id().clone(),
                 local: true,
             },
-            RunOutcome::Settled(StopReason::ABORTED)
+            RunOutcome::Settled(result)
         )
     );
 

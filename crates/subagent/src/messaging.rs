@@ -437,6 +437,7 @@ impl SubagentRuntime {
                 provider,
                 child_id: target.clone(),
                 parent_session_id: parent.id.clone(),
+                root: root.clone(),
                 local: true,
             },
             path: (name != target.as_str()).then(|| name.clone()),

@@ -182,3 +182,38 @@ pub trait SubagentProvider: Send + Sync + 'static {
         None
     }
 }
+
+/// What a provider says about itself, read once: the data a
+/// `subagent/provider-added` listener or a survey shows without holding
+/// the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderDescriptor {
+    /// The registry name.
+    pub name: String,
+    /// The start-time options it honours.
+    pub capabilities: SubagentCapabilities,
+    /// Whether its children see the parent's completed-turn prefix.
+    pub inherits_parent_context: bool,
+    /// Whether it creates local, continuable children
+    /// ([`SubagentProvider::continuable`] is present).
+    pub continuable: bool,
+    /// Whether it runs external children ([`SubagentProvider::external`]
+    /// is present).
+    pub external: bool,
+    /// Its default model route, if any.
+    pub agent_route_defaults: Option<AgentRoute>,
+}
+
+impl ProviderDescriptor {
+    /// Read `provider`'s descriptor.
+    pub fn of(provider: &dyn SubagentProvider) -> Self {
+        Self {
+            name: provider.name().to_owned(),
+            capabilities: provider.capabilities(),
+            inherits_parent_context: provider.inherits_parent_context(),
+            continuable: provider.continuable().is_some(),
+            external: provider.external().is_some(),
+            agent_route_defaults: provider.agent_route_defaults(),
+        }
+    }
+}

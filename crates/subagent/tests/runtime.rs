@@ -24,10 +24,10 @@ use dsh_harness::{Harness, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::result::{MAX_DIAGNOSTIC_BYTES, TRUNCATION_MARKER};
 use dsh_subagent::{
     ActivationSpec, AgentRoute, Catalog, ChildMode, ContinuableCreateRequest,
-    ContinuableCreateSpec, Delivery, PrepareContinuable, ResolvedStartRequest, RunInfo, RunOutcome,
-    RuntimeConfig, StartExternal, StartRequest, SubagentActivation, SubagentCapabilities,
-    SubagentError, SubagentEvent, SubagentProvider, SubagentResult, SubagentRun, SubagentRuntime,
-    fold_catalog,
+    ContinuableCreateSpec, Delivery, PrepareContinuable, ProviderDescriptor, ResolvedStartRequest,
+    RunInfo, RunOutcome, RuntimeConfig, StartExternal, StartRequest, SubagentActivation,
+    SubagentCapabilities, SubagentError, SubagentEvent, SubagentProvider, SubagentResult,
+    SubagentRun, SubagentRuntime, fold_catalog,
 };
 use dsh_test_support::wait::{bounded, settle, until};
 use dsh_test_support::world::harness_and_runtime;
@@ -505,7 +505,9 @@ async fn b1_duplicate_registration_fails_and_the_first_stays() {
     assert_eq!(env.runtime.list(), ["spawn"]);
     assert_eq!(
         drain(&mut events),
-        [SubagentEvent::ProviderAdded("spawn".into())]
+        [SubagentEvent::ProviderAdded(ProviderDescriptor::of(
+            first.as_ref()
+        ))]
     );
 }
 
@@ -579,11 +581,11 @@ async fn b2_registration_and_removal_are_observable_and_listing_keeps_order() {
     assert_eq!(
         seen,
         [
-            SubagentEvent::ProviderAdded("zeta".into()),
-            SubagentEvent::ProviderAdded("alpha".into()),
-            SubagentEvent::ProviderAdded("mid".into()),
+            SubagentEvent::ProviderAdded(ProviderDescriptor::of(&Local::new("zeta"))),
+            SubagentEvent::ProviderAdded(ProviderDescriptor::of(&External::new("alpha"))),
+            SubagentEvent::ProviderAdded(ProviderDescriptor::of(&Local::new("mid"))),
             SubagentEvent::ProviderRemoved("alpha".into()),
-            SubagentEvent::ProviderAdded("alpha".into()),
+            SubagentEvent::ProviderAdded(ProviderDescriptor::of(&External::new("alpha"))),
         ]
     );
     let names: Vec<&str> = seen.iter().map(SubagentEvent::name).collect();
@@ -1215,12 +1217,14 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
         provider: "spawn".into(),
         child_id: local_activation.child_id().clone(),
         parent_session_id: env.parent.id().clone(),
+        root: env.parent.id().clone(),
         local: true,
     };
     let ext_info = RunInfo {
         provider: "ext".into(),
         child_id: ext_activation.child_id().clone(),
         parent_session_id: env.parent.id().clone(),
+        root: env.parent.id().clone(),
         local: false,
     };
     let seen = drain(&mut events);
@@ -1228,9 +1232,9 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
         seen,
         [
             SubagentEvent::Start(local_info.clone()),
-            SubagentEvent::End(local_info, RunOutcome::Settled(StopReason::COMPLETED)),
+            SubagentEvent::End(local_info, RunOutcome::Settled(local_result)),
             SubagentEvent::Start(ext_info.clone()),
-            SubagentEvent::End(ext_info, RunOutcome::Settled(StopReason::REFUSAL)),
+            SubagentEvent::End(ext_info, RunOutcome::Settled(ext_result)),
         ]
     );
     assert_eq!(seen[0].name(), "subagent/start");
@@ -1388,11 +1392,8 @@ async fn b12_a_failed_child_is_a_stop_reason_and_unknown_reasons_pass_through() 
         })
         .collect();
     assert_eq!(ends.len(), 3);
-    assert_eq!(ends[0], RunOutcome::Settled(StopReason::ERROR));
-    assert_eq!(
-        ends[1],
-        RunOutcome::Settled(StopReason::new("rate-limited"))
-    );
+    assert_eq!(ends[0].stop_reason(), StopReason::ERROR);
+    assert_eq!(ends[1].stop_reason(), StopReason::new("rate-limited"));
     assert!(matches!(&ends[2], RunOutcome::Error(message) if message.contains("lost the run")));
 }
 

@@ -1,14 +1,25 @@
 //! The seed API items the runtime lacked (runtime.md §4), each pinned by a
 //! test that failed before it existed: the depth policy resolved against
 //! the user's live setting, and `AgentOptions::subagent_depth`, which
-//! deepens a child's delegation depth but never lowers it (B20).
+//! deepens a child's delegation depth but never lowers it (B20); the
+//! provider registration as a disposer and `provider-added` carrying the
+//! provider's descriptor; lifecycle events a listener can scope to one tree,
+//! with `subagent/end` carrying the final output or the failure.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use dsh_core::{AgentHandle, AgentOptions, Durability, SessionHeader, SessionStore};
-use dsh_subagent::{DEFAULT_MAX_DEPTH, MaxDepth, RuntimeConfig};
+use std::sync::Arc;
+
+use dsh_core::StopReason;
+use dsh_subagent::{
+    DEFAULT_MAX_DEPTH, InfraError, MaxDepth, ProviderDescriptor, RunOutcome, RuntimeConfig,
+    SubagentCapabilities, SubagentError, SubagentEvent,
+};
 use dsh_test_support::wait::bounded;
-use dsh_test_support::world::{Backing, World, create_session, sid};
+use dsh_test_support::world::{
+    Backing, ExternalProvider, LocalProvider, RunEnd, World, create_session, sid,
+};
 
 async fn world() -> World {
     World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await
@@ -96,4 +107,161 @@ async fn subagent_depth_deepens_a_child_and_never_lowers_it() {
         bounded(child.result()).await.unwrap();
     }
     world.quiesce().await;
+}
+
+fn drain(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> Vec<SubagentEvent> {
+    let mut seen = Vec::new();
+    while let Ok(event) = events.try_recv() {
+        seen.push(event);
+    }
+    seen
+}
+
+// Seed 002 `registerProvider(p): () => void` and `provider-added(provider)`.
+#[tokio::test]
+async fn a_registration_is_the_disposer_of_exactly_its_provider() {
+    let world = world().await;
+    let runtime = &world.runtime;
+    let (_sub, mut events) = runtime.events().subscribe();
+
+    let registration = runtime
+        .register_provider(Arc::new(ExternalProvider::new("ext")))
+        .unwrap();
+    assert_eq!(registration.name(), "ext");
+    let added = ProviderDescriptor {
+        name: "ext".into(),
+        capabilities: SubagentCapabilities::ALL,
+        inherits_parent_context: false,
+        continuable: false,
+        external: true,
+        agent_route_defaults: None,
+    };
+    assert_eq!(
+        drain(&mut events),
+        [SubagentEvent::ProviderAdded(added.clone())]
+    );
+
+    // Removal through the registration, once.
+    assert!(registration.remove());
+    assert!(runtime.get("ext").is_none());
+    assert_eq!(
+        drain(&mut events),
+        [SubagentEvent::ProviderRemoved("ext".into())]
+    );
+
+    // A registration outlived by its provider removes nothing of a later
+    // one under the same name.
+    let stale = runtime
+        .register_provider(Arc::new(LocalProvider::new("shared")))
+        .unwrap();
+    assert!(runtime.remove("shared"));
+    let later = runtime
+        .register_provider(Arc::new(LocalProvider::new("shared")))
+        .unwrap();
+    assert!(!stale.remove(), "the stale registration removed nothing");
+    assert!(runtime.get("shared").is_some());
+
+    // Dropping the registration unregisters; a kept one stays.
+    drop(later);
+    assert!(runtime.get("shared").is_none());
+    runtime
+        .register_provider(Arc::new(ExternalProvider::new("kept")))
+        .unwrap()
+        .keep();
+    assert!(runtime.get("kept").is_some());
+
+    let names: Vec<&str> = drain(&mut events).iter().map(SubagentEvent::name).collect();
+    assert_eq!(
+        names,
+        [
+            "subagent/provider-added",
+            "subagent/provider-removed",
+            "subagent/provider-added",
+            "subagent/provider-removed",
+            "subagent/provider-added",
+        ]
+    );
+}
+
+// Seed 002/003: `subagent/start` and `subagent/end` scoped to one tree;
+// the end carries the final output, or the infrastructure failure.
+#[tokio::test]
+async fn lifecycle_events_are_scoped_by_tree_and_the_end_carries_the_outcome() {
+    let world = world().await;
+    let failure = SubagentError::Infra(InfraError::Provider {
+        provider: "broken".into(),
+        message: "the run was lost".into(),
+    });
+    world
+        .runtime
+        .register(Arc::new(
+            ExternalProvider::new("broken").ending(RunEnd::Fails(failure)),
+        ))
+        .unwrap();
+    let other = create_session(
+        &world.harness,
+        SessionHeader::new(sid("other"), world.dir()),
+    )
+    .await;
+    let lead = world.root.agent().id().clone();
+    let (_lead_sub, mut lead_events) = world.runtime.subscribe_tree(&lead);
+    let (_other_sub, mut other_events) = world.runtime.subscribe_tree(other.agent().id());
+
+    let child = world
+        .runtime
+        .start_activation(world.spec(Some("worker")))
+        .await
+        .unwrap();
+    let output = bounded(child.result()).await.unwrap();
+    assert_eq!(dsh_core::content::joined_text(&output.output), "done");
+    let mut spec = world.spec(Some("lost"));
+    spec.provider = "broken".into();
+    let lost = world.runtime.start_activation(spec).await.unwrap();
+    bounded(lost.result()).await.unwrap_err();
+    let mut spec = world.spec(Some("elsewhere"));
+    spec.request.parent = other.agent().clone();
+    let elsewhere = world.runtime.start_activation(spec).await.unwrap();
+    bounded(elsewhere.result()).await.unwrap();
+    world.quiesce().await;
+
+    let seen = drain(&mut lead_events);
+    assert_eq!(seen.len(), 4, "{seen:?}");
+    assert!(seen.iter().all(|event| event.root() == Some(&lead)));
+    // A monitor emits its end after the result settles, so the ends are
+    // found by child, not by position.
+    let end_of = |child: &dsh_core::SessionId| {
+        seen.iter()
+            .find_map(|event| match event {
+                SubagentEvent::End(info, outcome) if info.child_id == *child => Some(outcome),
+                _ => None,
+            })
+            .unwrap_or_else(|| panic!("no end for {child}: {seen:?}"))
+    };
+    match end_of(child.child_id()) {
+        RunOutcome::Settled(result) => {
+            assert_eq!(result, &output, "the end carries the final output");
+        }
+        other => panic!("expected the worker's result, got {other:?}"),
+    }
+    match end_of(lost.child_id()) {
+        outcome @ RunOutcome::Error(message) => {
+            assert!(message.contains("the run was lost"), "{message}");
+            assert_eq!(outcome.stop_reason(), StopReason::ERROR);
+        }
+        other => panic!("expected the lost run's failure, got {other:?}"),
+    }
+
+    let seen = drain(&mut other_events);
+    let names: Vec<&str> = seen.iter().map(SubagentEvent::name).collect();
+    assert_eq!(names, ["subagent/start", "subagent/end"]);
+    assert!(
+        seen.iter()
+            .all(|event| event.root() == Some(other.agent().id()))
+    );
+    // Provider events belong to no tree, so a tree listener never sees them.
+    world
+        .runtime
+        .register(Arc::new(LocalProvider::new("late")))
+        .unwrap();
+    assert!(drain(&mut lead_events).is_empty());
 }
