@@ -97,6 +97,9 @@ pub trait PrepareContinuable: Send + Sync {
 /// A start request after the runtime checked it and resolved its directory.
 #[derive(Clone)]
 pub struct ResolvedStartRequest {
+    /// The task label of the activation spec, as the parent's catalog
+    /// keeps it.
+    pub label: String,
     /// The child's absolute starting directory.
     pub cwd: PathBuf,
     /// The initial prompt.
@@ -104,9 +107,12 @@ pub struct ResolvedStartRequest {
     /// The delegating agent.
     pub parent: Arc<dyn Agent>,
     /// Option overrides, merged over the provider's default route when it
-    /// has one. (An external start cannot take an `agent_preset`: the
-    /// runtime refuses it, since the provider composes its own run.)
+    /// has one.
     pub agent_options: Option<AgentOptions>,
+    /// An independent preset for the child; only a provider with the
+    /// `agent_preset` capability is given one (the runtime refuses it for
+    /// any other, and for one whose children inherit the parent's context).
+    pub agent_preset: Option<String>,
     /// Structured output schema.
     pub output_schema: Option<ObjectSchema>,
     /// Absolute depth cap.

@@ -383,10 +383,12 @@ impl SubagentRuntime {
         let request = spec.request;
         let parent = request.parent.clone();
         let resolved = ResolvedStartRequest {
+            label: spec.label.clone(),
             cwd,
             prompt: request.prompt,
             parent: parent.clone(),
             agent_options: external_options(provider.as_ref(), request.agent_options),
+            agent_preset: request.agent_preset,
             output_schema: request.output_schema,
             max_depth: request.max_depth,
             tool_filter: request.tool_filter,

@@ -737,15 +737,8 @@ async fn b4_each_missing_flag_is_refused_before_any_provider_code_runs() {
             let mut spec = env.spec("full");
             (flag.ask)(&mut spec.request);
             let err = env.runtime.start_activation(spec).await.unwrap_err();
-            if external && flag.capability == "agent_preset" {
-                // An external run is composed by its provider: a preset is
-                // refused whatever the flags say, never accepted and ignored.
-                assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY", "{context}: {err}");
-                assert_eq!(full.calls(), 0, "{context}");
-            } else {
-                assert_eq!(err.code(), "PROVIDER_FAILED", "{context}: {err}");
-                assert_eq!(full.calls(), 1, "{context}");
-            }
+            assert_eq!(err.code(), "PROVIDER_FAILED", "{context}: {err}");
+            assert_eq!(full.calls(), 1, "{context}");
             env.assert_nothing_left(&mut events).await;
         }
     }

@@ -4,7 +4,8 @@
 //! deepens a child's delegation depth but never lowers it (B20); the
 //! provider registration as a disposer and `provider-added` carrying the
 //! provider's descriptor; lifecycle events a listener can scope to one tree,
-//! with `subagent/end` carrying the final output or the failure.
+//! with `subagent/end` carrying the final output or the failure; the
+//! resolved start request carrying the label and the preset.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -264,4 +265,24 @@ async fn lifecycle_events_are_scoped_by_tree_and_the_end_carries_the_outcome() {
         .register(Arc::new(LocalProvider::new("late")))
         .unwrap();
     assert!(drain(&mut lead_events).is_empty());
+}
+
+// Seed 002 `ResolvedSubagentStartRequest extends SubagentStartRequest`:
+// the provider sees the label and the preset it was asked for.
+#[tokio::test]
+async fn the_resolved_request_carries_the_label_and_the_preset() {
+    let world = world().await;
+    let external = Arc::new(ExternalProvider::new("ext"));
+    world.runtime.register(external.clone()).unwrap();
+    let mut spec = world.spec(Some("labelled"));
+    spec.provider = "ext".into();
+    spec.label = "review the parser".into();
+    spec.request.agent_preset = Some("reviewer".into());
+    let run = world.runtime.start_activation(spec).await.unwrap();
+    bounded(run.result()).await.unwrap();
+    let seen = external.seen_request().expect("the provider was started");
+    assert_eq!(seen.label, "review the parser");
+    assert_eq!(seen.agent_preset.as_deref(), Some("reviewer"));
+
+    world.quiesce().await;
 }

@@ -438,7 +438,7 @@ pub struct ExternalProvider {
     id: Option<SessionId>,
     route: Option<AgentRoute>,
     end: RunEnd,
-    seen: Mutex<Option<AgentOptions>>,
+    seen: Mutex<Option<ResolvedStartRequest>>,
 }
 
 impl ExternalProvider {
@@ -476,6 +476,12 @@ impl ExternalProvider {
 
     /// The agent options of the last start.
     pub fn seen_options(&self) -> Option<AgentOptions> {
+        self.seen_request()
+            .and_then(|request| request.agent_options)
+    }
+
+    /// The last start request it was given.
+    pub fn seen_request(&self) -> Option<ResolvedStartRequest> {
         self.seen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -492,7 +498,7 @@ impl StartExternal for ExternalProvider {
         *self
             .seen
             .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner) = request.agent_options.clone();
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(request);
         Ok(Arc::new(EndedRun {
             id: self.id.clone().unwrap_or_else(SessionId::generate),
             end: self.end.clone(),
