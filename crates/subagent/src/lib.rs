@@ -49,4 +49,4 @@ pub use provider::{
 pub use request::{ActivationSpec, DEFAULT_MAX_DEPTH, Delivery, MaxDepth, StartRequest};
 pub use result::SubagentResult;
 pub use runtime::{MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime};
-pub use tree::{DescendantRow, RowDiagnostic};
+pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};

@@ -5,14 +5,21 @@
 //! provider registration as a disposer and `provider-added` carrying the
 //! provider's descriptor; lifecycle events a listener can scope to one tree,
 //! with `subagent/end` carrying the final output or the failure; the
-//! resolved start request carrying the label and the preset.
+//! resolved start request carrying the label and the preset; seed 002's
+//! traversal rule and listing rows with `has_children` and activity.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use dsh_core::{AgentHandle, AgentOptions, Durability, SessionHeader, SessionStore};
+use dsh_core::{
+    AgentHandle, AgentOptions, CancellationToken, Durability, SessionHeader, SessionStore,
+};
 use std::sync::Arc;
 
 use dsh_core::StopReason;
+use dsh_subagent::{
+    CATALOG_EVENT, CatalogEntry, ChildActivity, ChildMode, DescendantRow, RowDiagnostic,
+    catalog_payload,
+};
 use dsh_subagent::{
     DEFAULT_MAX_DEPTH, InfraError, MaxDepth, ProviderDescriptor, RunOutcome, RuntimeConfig,
     SubagentCapabilities, SubagentError, SubagentEvent,
@@ -285,4 +292,106 @@ async fn the_resolved_request_carries_the_label_and_the_preset() {
     assert_eq!(seen.agent_preset.as_deref(), Some("reviewer"));
 
     world.quiesce().await;
+}
+
+/// Record in `parent`'s catalog a child `id` named `name` of `mode`.
+async fn record(parent: &AgentHandle, id: &str, name: &str, mode: &str) {
+    let entry = CatalogEntry {
+        child_id: sid(id),
+        name: Some(name.to_owned()),
+        label: format!("{mode} {id}"),
+        provider: "by-hand".into(),
+        mode: serde_json::from_value(serde_json::json!(mode)).unwrap(),
+    };
+    parent
+        .agent()
+        .record(CATALOG_EVENT, catalog_payload(&entry))
+        .await
+        .unwrap();
+}
+
+/// A live session `id` created under `parent`.
+async fn child_session(world: &World, parent: &AgentHandle, id: &str) -> AgentHandle {
+    let mut header = SessionHeader::new(sid(id), world.dir());
+    header.parent_session = Some(parent.agent().id().clone());
+    header.delegation_depth = 1;
+    create_session(&world.harness, header).await
+}
+
+fn row<'a>(rows: &'a [DescendantRow], id: &str) -> &'a DescendantRow {
+    rows.iter()
+        .find(|row| row.entry.child_id.as_str() == id)
+        .unwrap_or_else(|| panic!("{id} is not listed: {rows:?}"))
+}
+
+// Seed 002: one-shot and unknown-mode entries are traversal nodes for a
+// listing (only external children are leaves, and unknown ones are marked
+// `unsupported`); for name resolution external and unknown entries are the
+// leaves. Rows say whether they have children and what the child is doing.
+#[tokio::test]
+async fn listings_traverse_one_shot_and_unknown_children_and_rows_carry_children_and_activity() {
+    let world = world().await;
+    let lead = &world.root;
+    let one_shot = child_session(&world, lead, "s-once").await;
+    let unknown = child_session(&world, lead, "s-odd").await;
+    record(lead, "s-once", "once", ChildMode::ONE_SHOT.as_str()).await;
+    record(lead, "s-odd", "odd", ChildMode::UNKNOWN.as_str()).await;
+    record(lead, "s-ext", "ext", ChildMode::EXTERNAL.as_str()).await;
+    record(
+        &one_shot,
+        "s-below-once",
+        "below",
+        ChildMode::EXTERNAL.as_str(),
+    )
+    .await;
+    record(
+        &unknown,
+        "s-below-odd",
+        "below",
+        ChildMode::EXTERNAL.as_str(),
+    )
+    .await;
+    unknown.dispose().await;
+
+    let rows = world
+        .runtime
+        .list_descendants(lead.agent().id(), &CancellationToken::new())
+        .await
+        .unwrap();
+    let once = row(&rows, "s-once");
+    assert!(once.has_children, "a one-shot child is traversed");
+    assert_eq!(once.diagnostic, None);
+    assert_eq!(once.activity, ChildActivity::Idle, "live and idle");
+    let below = row(&rows, "s-below-once");
+    assert_eq!(
+        (below.depth, below.path.as_deref()),
+        (2, Some("once/below"))
+    );
+    let odd = row(&rows, "s-odd");
+    assert!(odd.has_children, "an unknown-mode child is traversed");
+    assert_eq!(odd.diagnostic, Some(RowDiagnostic::Unsupported));
+    assert_eq!(odd.activity, ChildActivity::Inactive, "disposed: cold");
+    assert_eq!(row(&rows, "s-below-odd").path.as_deref(), Some("odd/below"));
+    let ext = row(&rows, "s-ext");
+    assert!(!ext.has_children && ext.diagnostic.is_none(), "a leaf");
+    assert_eq!(ext.activity, ChildActivity::Inactive);
+    assert!(!below.has_children);
+
+    // Resolution walks through a one-shot child, not through an unknown
+    // or external one.
+    let resolve = |name: &'static str| {
+        let runtime = world.runtime.clone();
+        let caller = lead.agent().clone();
+        async move {
+            runtime
+                .resolve_name(&caller, name, &CancellationToken::new())
+                .await
+        }
+    };
+    assert_eq!(resolve("once/below").await.unwrap(), sid("s-below-once"));
+    for leaf in ["odd/below", "ext/below"] {
+        let err = resolve(leaf).await.unwrap_err();
+        assert_eq!(err.code(), "AGENT_NAME_NOT_FOUND", "{leaf}: {err}");
+    }
+    one_shot.dispose().await;
 }
