@@ -6,7 +6,8 @@
 //! provider's descriptor; lifecycle events a listener can scope to one tree,
 //! with `subagent/end` carrying the final output or the failure; the
 //! resolved start request carrying the label and the preset; seed 002's
-//! traversal rule and listing rows with `has_children` and activity.
+//! traversal rule and listing rows with `has_children` and activity; the
+//! second drain method, `drain_continuable_children`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -394,4 +395,79 @@ async fn listings_traverse_one_shot_and_unknown_children_and_rows_carry_children
         assert_eq!(err.code(), "AGENT_NAME_NOT_FOUND", "{leaf}: {err}");
     }
     one_shot.dispose().await;
+}
+
+// Seed 003's second drain: `drain_continuable_children(parent, ids)` stops
+// exactly the named live children of that parent and closes nothing.
+#[tokio::test]
+async fn drain_continuable_children_stops_only_the_named_children_of_the_parent() {
+    let world = world().await;
+    let other = create_session(
+        &world.harness,
+        SessionHeader::new(sid("other"), world.dir()),
+    )
+    .await;
+    for _ in 0..4 {
+        world.model.push(dsh_harness::Scripted::Hang);
+    }
+    let mut children = Vec::new();
+    for name in ["a", "b", "c"] {
+        children.push(
+            world
+                .runtime
+                .start_activation(world.spec(Some(name)))
+                .await
+                .unwrap(),
+        );
+    }
+    let mut spec = world.spec(Some("d"));
+    spec.request.parent = other.agent().clone();
+    let foreign = world.runtime.start_activation(spec).await.unwrap();
+    let live = |id: &dsh_core::SessionId| world.runtime.registry().get(id).is_some();
+
+    let ids = [
+        children[0].child_id().clone(),
+        children[1].child_id().clone(),
+        foreign.child_id().clone(),
+        sid("s-never-started"),
+    ];
+    bounded(
+        world
+            .runtime
+            .drain_continuable_children(world.root.agent(), &ids),
+    )
+    .await
+    .unwrap();
+    for drained in &children[..2] {
+        let result = bounded(drained.result()).await.unwrap();
+        assert_eq!(result.stop_reason, StopReason::ABORTED);
+        assert!(!live(drained.child_id()));
+    }
+    assert!(live(children[2].child_id()), "an unnamed sibling runs on");
+    assert!(
+        live(foreign.child_id()),
+        "another parent's child is left alone"
+    );
+
+    // Nothing was closed: the parent starts again at once.
+    let again = world
+        .runtime
+        .start_activation(world.spec(Some("again")))
+        .await
+        .unwrap();
+    bounded(again.result()).await.unwrap();
+
+    // A parent that is not the exact live agent drains nothing.
+    let stale = other.agent().clone();
+    other.dispose().await;
+    let err = world
+        .runtime
+        .drain_continuable_children(&stale, &[foreign.child_id().clone()])
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "NOT_LIVE", "{err}");
+    for running in [&children[2], &foreign] {
+        bounded(running.dispose()).await.unwrap();
+    }
+    world.quiesce().await;
 }
