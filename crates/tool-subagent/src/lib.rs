@@ -14,14 +14,21 @@
 //! never message, interrupt or list agents (the control tools own agent
 //! identity) and never decide admission, which stays with the runtime.
 
-use dsh_subagent::{AdmissionError, RegistryError};
-use std::sync::Arc;
+use dsh_subagent::{AdmissionError, AgentRoute, RegistryError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+mod model_selection;
+
+pub use model_selection::{
+    ModelSelectionError, ModelSelectionSettings, SubagentModelSelectionConfig,
+};
 
 use async_trait::async_trait;
 use dsh_core::content::joined_text;
 use dsh_core::{
-    AgentOptions, ContentBlock, StopReason, Tool, ToolContext, ToolError, ToolOutput,
-    ToolRestriction,
+    Agent, AgentOptions, AgentRef, ContentBlock, StopReason, Tool, ToolContext, ToolError,
+    ToolOutput, ToolRestriction,
 };
 use dsh_subagent::{
     ActivationSpec, Delivery, StartRequest, SubagentActivation, SubagentError, SubagentProvider,
@@ -60,6 +67,12 @@ pub struct SubagentToolConfig {
     /// Whether the model may run children in the background (and does by
     /// default); when off, every call waits for its child.
     pub background: bool,
+    /// The host's model-selection setting (seed 002's
+    /// `ctx.subagentModelSelection`): with it, the tool takes `provider`
+    /// and `model`, and a top-level session may choose its child's route
+    /// among the routes it was allowed when the tool was first offered to
+    /// it (needs the `agent_options` capability).
+    pub model_selection: Option<SubagentModelSelectionConfig>,
 }
 
 impl SubagentToolConfig {
@@ -74,6 +87,7 @@ impl SubagentToolConfig {
             persona: None,
             tool_filter: None,
             background: true,
+            model_selection: None,
         }
     }
 }
@@ -127,6 +141,8 @@ pub struct SubagentTool {
     runtime: SubagentRuntime,
     config: SubagentToolConfig,
     schema: Value,
+    /// The model-selection setting as each exact agent sampled it.
+    sampled: Mutex<HashMap<AgentRef, ModelSelectionSettings>>,
 }
 
 impl std::fmt::Debug for SubagentTool {
@@ -147,6 +163,10 @@ struct Args {
     name: Option<String>,
     #[serde(default)]
     run_in_background: Option<bool>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 impl SubagentTool {
@@ -188,7 +208,75 @@ impl SubagentTool {
             runtime: runtime.clone(),
             config,
             schema,
+            sampled: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// The model-selection setting as `agent` sampled it: taken from the
+    /// host setting the first time, kept for that exact agent after. Only a
+    /// top-level session gets selection; a child samples it disabled.
+    fn model_selection_of(&self, agent: &dyn Agent) -> ModelSelectionSettings {
+        let Some(config) = &self.config.model_selection else {
+            return ModelSelectionSettings::default();
+        };
+        let reference = agent.reference();
+        let mut sampled = self.sampled.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(settings) = sampled.get(&reference) {
+            return settings.clone();
+        }
+        let settings = if agent.header().parent_session.is_none() {
+            config.current()
+        } else {
+            ModelSelectionSettings::default()
+        };
+        // Agents that went away no longer need theirs.
+        let registry = self.runtime.registry();
+        sampled.retain(|reference, _| registry.is_live(reference));
+        sampled.insert(reference, settings.clone());
+        settings
+    }
+
+    /// The route the call's `provider` and `model` choose under the
+    /// caller's sampled setting, or the sentence refusing them.
+    fn chosen_route(
+        &self,
+        agent: &dyn Agent,
+        provider: Option<String>,
+        model: Option<String>,
+    ) -> Result<Option<AgentRoute>, String> {
+        let settings = self.model_selection_of(agent);
+        let route = match (provider, model) {
+            (None, None) => {
+                return Ok(settings
+                    .enabled
+                    .then(|| settings.default_model.clone())
+                    .flatten());
+            }
+            (Some(provider), Some(model)) => AgentRoute { provider, model },
+            _ => {
+                return Err(
+                    "No subagent was started: give both `provider` and `model`, or neither."
+                        .to_owned(),
+                );
+            }
+        };
+        if settings.allows(&route) {
+            return Ok(Some(route));
+        }
+        if !settings.enabled {
+            return Err("No subagent was started: this session may not choose a subagent's model. Call again without `provider` and `model`.".to_owned());
+        }
+        let allowed: Vec<String> = settings
+            .allowed_models
+            .iter()
+            .map(|route| format!("{}:{}", route.provider, route.model))
+            .collect();
+        Err(format!(
+            "No subagent was started: {}:{} is not an allowed model. Allowed: {}.",
+            route.provider,
+            route.model,
+            allowed.join(", ")
+        ))
     }
 
     /// The configuration it was installed with.
@@ -230,6 +318,19 @@ impl SubagentTool {
         let mut request =
             StartRequest::new(ctx.agent.clone(), vec![ContentBlock::text(args.prompt)]);
         request.agent_options.clone_from(&self.config.agent_options);
+        match self.chosen_route(ctx.agent.as_ref(), args.provider, args.model) {
+            Ok(Some(route)) => {
+                let chosen = AgentOptions {
+                    provider: Some(route.provider),
+                    model: Some(route.model),
+                    ..AgentOptions::default()
+                };
+                request.agent_options =
+                    Some(chosen.merged_over(&request.agent_options.unwrap_or_default()));
+            }
+            Ok(None) => {}
+            Err(refused) => return Ok(ToolOutput::error(refused)),
+        }
         request.persona.clone_from(&self.config.persona);
         request.tool_filter.clone_from(&self.config.tool_filter);
         request.max_depth = self.runtime.resolve_max_depth(self.config.max_depth);
@@ -322,7 +423,17 @@ impl Tool for SubagentTool {
             .runtime
             .get(&self.config.provider)
             .is_some_and(|provider| provider.inherits_parent_context());
-        description(inherits, self.config.background)
+        let mut text = description(inherits, self.config.background);
+        if self.config.model_selection.is_some() {
+            text.push_str(" You may choose the subagent's model with `provider` and `model` (both or neither); only the routes this session was allowed are accepted, and a refused choice names them. Leave them out for the default.");
+        }
+        text
+    }
+
+    fn offered_to(&self, agent: &dyn Agent) -> bool {
+        // Sampled before the agent's first model request with the tool.
+        self.model_selection_of(agent);
+        true
     }
 
     fn input_schema(&self) -> Value {
@@ -342,6 +453,13 @@ impl Tool for SubagentTool {
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: Args = serde_json::from_value(input)
             .map_err(|err| ToolError::new(format!("Invalid arguments: {err}.")))?;
+        if self.config.model_selection.is_none()
+            && (args.provider.is_some() || args.model.is_some())
+        {
+            return Err(ToolError::new(
+                "Invalid arguments: `provider` and `model` are not parameters of this tool.",
+            ));
+        }
         self.run(args, ctx).await
     }
 }
@@ -364,7 +482,7 @@ fn check_capabilities(
             "; set the depth to provider-managed to leave recursion to the provider",
         ));
     }
-    if config.agent_options.is_some() && !caps.agent_options {
+    if (config.agent_options.is_some() || config.model_selection.is_some()) && !caps.agent_options {
         return Err(missing("agent_options", ""));
     }
     if config.persona.is_some() && !caps.persona {
@@ -411,6 +529,26 @@ fn input_schema(config: &SubagentToolConfig) -> Value {
             "description": "An optional name to address the subagent by later: 1-32 lower-case letters, digits and hyphens, starting with a letter, unique among your subagents. Omitted, it is named agent-N."
         }
     });
+    if config.model_selection.is_some()
+        && let Some(map) = properties.as_object_mut()
+    {
+        map.insert(
+            "provider".to_owned(),
+            json!({
+                "type": "string",
+                "minLength": 1,
+                "description": "The model provider route for the subagent; give it with `model`, or leave both out for the default."
+            }),
+        );
+        map.insert(
+            "model".to_owned(),
+            json!({
+                "type": "string",
+                "minLength": 1,
+                "description": "The model id for the subagent, under `provider`."
+            }),
+        );
+    }
     if config.background
         && let Some(map) = properties.as_object_mut()
     {
@@ -561,21 +699,30 @@ mod tests {
 
     #[test]
     fn the_input_struct_accepts_exactly_what_its_schema_accepts() {
-        let config = SubagentToolConfig::new("spawn");
-        let schema = dsh_core::schema::JsonSchema::compile(input_schema(&config)).unwrap();
-        for input in [
-            json!({"description": "a", "prompt": "b"}),
-            json!({"description": "a", "prompt": "b", "name": "scout", "run_in_background": false}),
-            json!({"description": "a"}),
-            json!({"prompt": "b"}),
-            json!({"description": "a", "prompt": "b", "extra": 1}),
-            json!({"description": "a", "prompt": 2}),
-        ] {
-            assert_eq!(
-                schema.validate(&input).is_ok(),
-                serde_json::from_value::<Args>(input.clone()).is_ok(),
-                "{input}"
-            );
+        let selecting = SubagentToolConfig {
+            model_selection: Some(SubagentModelSelectionConfig::default()),
+            ..SubagentToolConfig::new("spawn")
+        };
+        for config in [SubagentToolConfig::new("spawn"), selecting] {
+            let schema = dsh_core::schema::JsonSchema::compile(input_schema(&config)).unwrap();
+            for input in [
+                json!({"description": "a", "prompt": "b"}),
+                json!({"description": "a", "prompt": "b", "name": "scout", "run_in_background": false}),
+                json!({"description": "a"}),
+                json!({"prompt": "b"}),
+                json!({"description": "a", "prompt": "b", "extra": 1}),
+                json!({"description": "a", "prompt": 2}),
+                json!({"description": "a", "prompt": "b", "provider": "p", "model": "m"}),
+                json!({"description": "a", "prompt": "b", "model": 3}),
+            ] {
+                // What `execute` accepts: the struct, and the selection
+                // parameters only when the tool has a selection setting.
+                let parsed = serde_json::from_value::<Args>(input.clone()).is_ok_and(|args| {
+                    config.model_selection.is_some()
+                        || (args.provider.is_none() && args.model.is_none())
+                });
+                assert_eq!(schema.validate(&input).is_ok(), parsed, "{input}");
+            }
         }
     }
 

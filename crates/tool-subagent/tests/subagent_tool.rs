@@ -24,7 +24,10 @@ use dsh_subagent::{
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_tool_subagent::{InstallError, MaxDepth, SubagentTool, SubagentToolConfig};
+use dsh_tool_subagent::{
+    InstallError, MaxDepth, ModelSelectionSettings, SubagentModelSelectionConfig, SubagentTool,
+    SubagentToolConfig,
+};
 use serde_json::{Value, json};
 
 type Responder = Box<dyn Fn(&ModelRequest) -> Scripted + Send + Sync>;
@@ -81,6 +84,20 @@ fn has_tool_result(request: &ModelRequest) -> bool {
         .messages
         .iter()
         .any(|m| matches!(m, Message::Tool { .. }))
+}
+
+/// Every tool result in `request`: whether it is an error, and its text.
+fn tool_results(request: &ModelRequest) -> Vec<(bool, String)> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((*is_error, joined_text(content))),
+            _ => None,
+        })
+        .collect()
 }
 
 fn call(input: Value) -> Scripted {
@@ -268,6 +285,15 @@ async fn tool_specs_are_snapshotted_for_each_wording() {
     insta::assert_json_snapshot!("spawn_tool", spec_json(spawn.as_ref()));
     insta::assert_json_snapshot!("fork_tool", spec_json(fork.as_ref()));
     insta::assert_json_snapshot!("foreground_only_tool", spec_json(foreground_only.as_ref()));
+    let selecting = SubagentTool::install(
+        &world.runtime,
+        SubagentToolConfig {
+            model_selection: Some(SubagentModelSelectionConfig::default()),
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .unwrap();
+    insta::assert_json_snapshot!("model_selection_tool", spec_json(selecting.as_ref()));
 
     // The committed spec the API catalogue reads is the live default tool.
     let committed: Value = serde_json::from_str(
@@ -537,17 +563,7 @@ async fn b45_depth_and_name_refusals_are_sentences() {
     });
     let world = world_with_tool(responder, SubagentToolConfig::new("spawn")).await;
     world.ask("lead: delegate").await;
-    let request = &world.lead_requests()[1];
-    let results: Vec<(bool, String)> = request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool {
-                content, is_error, ..
-            } => Some((*is_error, joined_text(content))),
-            _ => None,
-        })
-        .collect();
+    let results = tool_results(&world.lead_requests()[1]);
     let refused: Vec<&(bool, String)> = results.iter().filter(|(error, _)| *error).collect();
     assert_eq!(refused.len(), 1, "{results:?}");
     insta::assert_debug_snapshot!((depth, refused[0]));
@@ -567,6 +583,85 @@ async fn a_tool_without_a_limit_follows_the_user_depth_setting() {
     let (refused, text) = last_tool_result(&world.lead_requests()[1]);
     assert!(refused, "{text}");
     assert!(text.contains("the limit is 0"), "{text}");
+}
+
+// Seed 002 `ctx.subagentModelSelection`: a top-level session chooses among
+// the routes it was allowed; omitted, the default applies; anything else is
+// refused with the allowed routes named.
+#[tokio::test]
+async fn model_selection_lets_a_top_level_session_choose_an_allowed_route() {
+    let route = |model: &str| dsh_subagent::AgentRoute {
+        provider: "default".into(),
+        model: model.into(),
+    };
+    let selection = SubagentModelSelectionConfig::new(ModelSelectionSettings {
+        enabled: true,
+        default_model: Some(route("alpha")),
+        allowed_models: vec![route("alpha"), route("beta")],
+    })
+    .unwrap();
+    let responder: Responder = Box::new(|request| {
+        let first = first_user_text(request);
+        if !first.starts_with("lead:") {
+            return Scripted::Text("ok".into());
+        }
+        if matches!(request.messages.last(), Some(Message::Tool { .. })) {
+            return Scripted::Text("noted".into());
+        }
+        let call = |prompt: &str, model: Option<&str>| {
+            let mut input =
+                json!({"description": "x", "prompt": prompt, "run_in_background": false});
+            if let Some(model) = model {
+                input["provider"] = json!("default");
+                input["model"] = json!(model);
+            }
+            ("subagent".to_owned(), input)
+        };
+        Scripted::ToolCalls {
+            text: None,
+            calls: vec![
+                call("child: chosen", Some("beta")),
+                call("child: default", None),
+                call("child: refused", Some("gamma")),
+            ],
+        }
+    });
+    let world = world_with_tool(
+        responder,
+        SubagentToolConfig {
+            model_selection: Some(selection.clone()),
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .await;
+    world.ask("lead: delegate").await;
+
+    let model_of = |prompt: &str| -> Vec<Option<String>> {
+        world
+            .model
+            .requests()
+            .iter()
+            .filter(|request| first_user_text(request) == prompt)
+            .map(|request| request.model.clone())
+            .collect()
+    };
+    assert_eq!(model_of("child: chosen"), [Some("beta".to_owned())]);
+    assert_eq!(model_of("child: default"), [Some("alpha".to_owned())]);
+    assert!(model_of("child: refused").is_empty(), "nothing started");
+    let results = tool_results(&world.lead_requests()[1]);
+    let refused: Vec<&String> = results.iter().filter(|(e, _)| *e).map(|(_, t)| t).collect();
+    assert_eq!(
+        refused,
+        [
+            "No subagent was started: default:gamma is not an allowed model. Allowed: default:alpha, default:beta."
+        ]
+    );
+
+    // The session sampled its setting: a later host edit does not take it
+    // back from the running lead.
+    selection.update(ModelSelectionSettings::default()).unwrap();
+    world.ask("lead: delegate again").await;
+    assert_eq!(model_of("child: chosen").len(), 2, "still allowed");
 }
 
 #[tokio::test]
