@@ -140,7 +140,6 @@ impl InstallError {
 pub struct SubagentTool {
     runtime: SubagentRuntime,
     config: SubagentToolConfig,
-    schema: Value,
     /// The model-selection setting as each exact agent sampled it.
     sampled: Mutex<HashMap<AgentRef, ModelSelectionSettings>>,
 }
@@ -203,11 +202,9 @@ impl SubagentTool {
                 "subagent provider not registered yet; the tool is offered once it is"
             ),
         }
-        let schema = input_schema(&config);
         Ok(Arc::new(Self {
             runtime: runtime.clone(),
             config,
-            schema,
             sampled: Mutex::new(HashMap::new()),
         }))
     }
@@ -277,6 +274,14 @@ impl SubagentTool {
             route.model,
             allowed.join(", ")
         ))
+    }
+
+    /// Whether the provider registered now gives its children the parent's
+    /// conversation.
+    fn inherits(&self) -> bool {
+        self.runtime
+            .get(&self.config.provider)
+            .is_some_and(|provider| provider.inherits_parent_context())
     }
 
     /// The configuration it was installed with.
@@ -419,11 +424,7 @@ impl Tool for SubagentTool {
     }
 
     fn description(&self) -> String {
-        let inherits = self
-            .runtime
-            .get(&self.config.provider)
-            .is_some_and(|provider| provider.inherits_parent_context());
-        let mut text = description(inherits, self.config.background);
+        let mut text = description(self.inherits(), self.config.background);
         if self.config.model_selection.is_some() {
             text.push_str(" You may choose the subagent's model with `provider` and `model` (both or neither); only the routes this session was allowed are accepted, and a refused choice names them. Leave them out for the default.");
         }
@@ -437,7 +438,9 @@ impl Tool for SubagentTool {
     }
 
     fn input_schema(&self) -> Value {
-        self.schema.clone()
+        // Rebuilt from the provider found now, as the description is: the
+        // prompt's wording follows whether the child sees this conversation.
+        input_schema(&self.config, self.inherits())
     }
 
     fn is_available(&self) -> bool {
@@ -511,8 +514,15 @@ fn description(inherits: bool, background: bool) -> String {
 }
 
 /// The input schema for `config`: `run_in_background` only when background
-/// runs are on.
-fn input_schema(config: &SubagentToolConfig) -> Value {
+/// runs are on, `provider` and `model` only with model selection, and the
+/// prompt worded for a child that does (`inherits`) or does not see the
+/// parent's conversation.
+fn input_schema(config: &SubagentToolConfig, inherits: bool) -> Value {
+    let prompt = if inherits {
+        "What the subagent should do next. It already sees this conversation's completed turns, so state only what is new: the task and anything decided since."
+    } else {
+        "The complete task for the subagent. It does not see this conversation, so include everything it needs: the goal, the relevant files or facts, and what to report back."
+    };
     let mut properties = json!({
         "description": {
             "type": "string",
@@ -522,7 +532,7 @@ fn input_schema(config: &SubagentToolConfig) -> Value {
         "prompt": {
             "type": "string",
             "minLength": 1,
-            "description": "The task for the subagent. If it does not see this conversation, include everything it needs; if it does, state only what is new."
+            "description": prompt
         },
         "name": {
             "type": "string",
@@ -704,7 +714,8 @@ mod tests {
             ..SubagentToolConfig::new("spawn")
         };
         for config in [SubagentToolConfig::new("spawn"), selecting] {
-            let schema = dsh_core::schema::JsonSchema::compile(input_schema(&config)).unwrap();
+            let schema =
+                dsh_core::schema::JsonSchema::compile(input_schema(&config, false)).unwrap();
             for input in [
                 json!({"description": "a", "prompt": "b"}),
                 json!({"description": "a", "prompt": "b", "name": "scout", "run_in_background": false}),

@@ -210,6 +210,15 @@ async fn b43_the_tool_is_offered_only_while_its_provider_is_registered_with_fres
     assert!(tool.is_available());
     let spawn_wording = tool.description();
     assert!(spawn_wording.contains("does not see this conversation"));
+    let prompt_wording =
+        |tool: &SubagentTool| tool.input_schema()["properties"]["prompt"]["description"].clone();
+    let spawn_prompt = prompt_wording(&tool);
+    assert!(
+        spawn_prompt
+            .as_str()
+            .unwrap()
+            .contains("include everything it needs")
+    );
 
     // Gone, then back as a fork: the wording says what a fork sees.
     assert!(world.runtime.remove("delegate"));
@@ -221,6 +230,15 @@ async fn b43_the_tool_is_offered_only_while_its_provider_is_registered_with_fres
     assert!(tool.is_available());
     let fork_wording = tool.description();
     assert!(fork_wording.contains("sees every completed turn"));
+    // The prompt parameter follows the provider found now (edges.md §3.1).
+    let fork_prompt = prompt_wording(&tool);
+    assert!(
+        fork_prompt
+            .as_str()
+            .unwrap()
+            .contains("state only what is new")
+    );
+    assert_ne!(spawn_prompt, fork_prompt);
     for wording in [&spawn_wording, &fork_wording] {
         for promise in ["tools", "permission", "authority"] {
             assert!(
