@@ -90,10 +90,11 @@ impl Tool for ReportTool {
     }
 
     fn description(&self) -> String {
-        "Send content to the agent that started you, without ending your turn. That agent does \
-         not see your conversation, tool output or reasoning, so finishing is not itself a \
-         result: report a self-contained answer once before you finish, and earlier only for \
-         findings that change what it should do next. Only your direct parent receives it. \
+        "Send content to the agent that started you now, without ending your turn. Your final \
+         message already reaches that agent when you finish (as the result it is told of), so \
+         never report the final answer too: use this only for findings that change what it \
+         should do next while you keep working. It does not see your conversation, tool output \
+         or reasoning, so make each report self-contained. Only your direct parent receives it. \
          Available only to subagents that can be messaged; a refusal means nothing was \
          delivered."
             .to_owned()
