@@ -362,15 +362,28 @@ impl SubagentTool {
                 provider.continuable().is_some(),
             )));
         }
-        let guard = DisposeOnDrop(Some(activation.clone()));
+        let guard = DisposeOnDrop {
+            activation: Some(activation.clone()),
+            runtime: self.runtime.clone(),
+        };
         let result = tokio::select! {
             result = activation.result() => result,
             () = ctx.cancel.cancelled() => {
-                drop(guard);
-                return Ok(ToolOutput::error(format!(
-                    "The call was cancelled, and the subagent `{}` was stopped.",
-                    activation.name()
-                )));
+                // Stopped means stopped: the teardown is awaited (a drop
+                // from here on hands it to the guard) before the model is
+                // told.
+                let stopped = activation.dispose().await;
+                guard.defuse();
+                return Ok(ToolOutput::error(match stopped {
+                    Ok(()) => format!(
+                        "The call was cancelled, and the subagent `{}` was stopped.",
+                        activation.name()
+                    ),
+                    Err(err) => format!(
+                        "The call was cancelled, but stopping the subagent `{}` failed: {err}",
+                        activation.name()
+                    ),
+                }));
             }
         };
         guard.defuse();
@@ -384,30 +397,36 @@ impl SubagentTool {
     }
 }
 
-/// Disposes a foreground activation whose call went away before its result.
-struct DisposeOnDrop(Option<SubagentActivation>);
+/// Disposes a foreground activation whose call went away before its result,
+/// on the runtime's task tracker, so the teardown has an owner that
+/// [`SubagentRuntime::shutdown`] waits for.
+struct DisposeOnDrop {
+    activation: Option<SubagentActivation>,
+    runtime: SubagentRuntime,
+}
 
 impl DisposeOnDrop {
-    /// The result arrived: nothing to dispose.
+    /// The result arrived, or the teardown was awaited: nothing to dispose.
     fn defuse(mut self) {
-        self.0 = None;
+        self.activation = None;
     }
 }
 
 impl Drop for DisposeOnDrop {
     fn drop(&mut self) {
-        let Some(activation) = self.0.take() else {
+        let Some(activation) = self.activation.take() else {
             return;
         };
-        // Dropped by a cancelled turn (or cancelled explicitly): stop the
-        // child and finish its teardown off this call.
+        // Dropped by a cancelled turn: stop the child and finish its
+        // teardown off this call (a failure also ends its run as an error,
+        // which `subagent/end` reports).
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(async move {
+                self.runtime.tasks().spawn_on(async move {
                     if let Err(err) = activation.dispose().await {
                         tracing::warn!(child = %activation.child_id(), "disposing a cancelled foreground subagent failed: {err}");
                     }
-                });
+                }, &handle);
             }
             Err(_) => tracing::error!(
                 child = %activation.child_id(),

@@ -502,6 +502,50 @@ async fn b44_cancelling_a_foreground_call_disposes_the_child() {
     assert_eq!(world.runtime.registry().len(), 1, "only the lead is live");
 }
 
+// edges.md §3.1: "stopped" is said only once the child is gone.
+#[tokio::test]
+async fn a_cancelled_foreground_call_reports_stopped_only_after_the_teardown() {
+    let world = world(
+        Box::new(|request| {
+            if first_user_text(request) == "never finish" {
+                Scripted::Hang
+            } else {
+                Scripted::Text("ok".into())
+            }
+        }),
+        &["spawn"],
+    )
+    .await;
+    let tool = SubagentTool::install(&world.runtime, SubagentToolConfig::new("spawn")).unwrap();
+    let cancel = CancellationToken::new();
+    let ctx = dsh_core::ToolContext {
+        agent: world.lead().clone(),
+        call_id: dsh_core::CallId::new("call-1"),
+        cancel: cancel.clone(),
+    };
+    let input =
+        json!({"description": "slow", "prompt": "never finish", "run_in_background": false});
+    // The call runs on this task, so nothing else runs between its return
+    // and the checks below; another task cancels it once the child hangs.
+    let model = world.model.clone();
+    tokio::spawn(async move {
+        while model
+            .requests()
+            .iter()
+            .all(|r| first_user_text(r) != "never finish")
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        cancel.cancel();
+    });
+    let output = bounded(tool.execute(input, ctx)).await.unwrap();
+    assert!(output.is_error);
+    assert!(joined_text(&output.content).contains("was stopped"));
+    // Checked before anything else runs: the teardown was awaited.
+    assert_eq!(world.runtime.live_activations(), 0);
+    assert_eq!(world.runtime.registry().len(), 1, "only the lead is live");
+}
+
 #[tokio::test]
 async fn b44_a_background_call_returns_the_name_and_the_result_arrives_as_a_notice() {
     let world = world_with_tool(
