@@ -189,6 +189,25 @@ impl SubagentRuntime {
         Ok(self.read_catalog(parent).await?.get(child).cloned())
     }
 
+    /// The entry `parent`'s catalog holds for `child`, read from the live
+    /// parent's incremental fold or, for a cold parent, its log: one
+    /// catalog, not a tree walk. Nothing is loaded as an agent.
+    ///
+    /// # Errors
+    /// The store or catalog error of a catalog that cannot be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn child_entry(
+        &self,
+        parent: &SessionId,
+        child: &SessionId,
+    ) -> Result<Option<CatalogEntry>, SubagentError> {
+        self.catalog_entry(parent, child)
+            .await
+            .map_err(|unreadable| unreadable.error)
+    }
+
     /// [`SubagentRuntime::read_catalog`] unless `cancel` fires first: the
     /// outer error is the cancellation, the inner one the unreadable catalog.
     async fn observe_catalog(

@@ -471,3 +471,35 @@ async fn drain_continuable_children_stops_only_the_named_children_of_the_parent(
     }
     world.quiesce().await;
 }
+
+// One catalog read names a child's entry, live parent or cold, so a tool
+// need not list the whole tree for it.
+#[tokio::test]
+async fn child_entry_reads_one_parents_catalog() {
+    let world = world().await;
+    let lead = world.root.agent().id().clone();
+    let child = world.cold_child("known").await;
+    let entry = world
+        .runtime
+        .child_entry(&lead, child.child_id())
+        .await
+        .unwrap()
+        .expect("the lead's catalog holds the child");
+    assert_eq!(entry.mode, ChildMode::CONTINUABLE);
+    assert_eq!(entry.name.as_deref(), Some("known"));
+    assert!(
+        world
+            .runtime
+            .child_entry(&lead, &sid("s-stranger"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // A cold parent is read from its log.
+    let err = world
+        .runtime
+        .child_entry(&sid("s-no-log"), child.child_id())
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), "SESSION_NOT_FOUND", "{err}");
+}
