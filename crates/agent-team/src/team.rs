@@ -22,8 +22,8 @@ use dsh_core::{
     StoreError, UserMessage,
 };
 use dsh_subagent::{
-    ActivationSpec, ChildMode, Delivery, InterruptAuthority, PromptDelivery, RunOutcome,
-    StartRequest, SubagentEvent, SubagentRuntime, TrustedHost, fold_catalog,
+    ActivationSpec, ChildMode, Delivery, InterruptAuthority, PromptDelivery, StartRequest,
+    SubagentEvent, SubagentRuntime, TrustedHost, fold_catalog,
 };
 use tokio::sync::watch;
 use tokio_util::task::TaskTracker;
@@ -402,10 +402,7 @@ impl Team {
                 }
             }
             SubagentEvent::End(info, outcome) => {
-                let failed = match &outcome {
-                    RunOutcome::Error(_) => true,
-                    RunOutcome::Settled(reason) => reason == &StopReason::ERROR,
-                };
+                let failed = outcome.stop_reason() == StopReason::ERROR;
                 if failed && let Some(name) = self.member_name(&info.child_id) {
                     let note = format!("released: the owner `{name}` failed");
                     let _ = self.release_tasks(&name, &note).await;

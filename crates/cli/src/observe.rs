@@ -317,9 +317,9 @@ impl Reporter {
                     row.tools.clear();
                     name = row.name.clone();
                     match outcome {
-                        RunOutcome::Settled(reason) => {
+                        RunOutcome::Settled(result) => {
                             row.status = "done".to_owned();
-                            row.activity = reason.to_string();
+                            row.activity = result.stop_reason.to_string();
                         }
                         RunOutcome::Error(error) => {
                             row.status = "failed".to_owned();
@@ -328,7 +328,9 @@ impl Reporter {
                     }
                 }
                 let line = match outcome {
-                    RunOutcome::Settled(reason) => format!("finished {name}: {reason}"),
+                    RunOutcome::Settled(result) => {
+                        format!("finished {name}: {}", result.stop_reason)
+                    }
                     RunOutcome::Error(error) => {
                         format!("failed {name}: {}", compact(error, 200))
                     }
@@ -336,7 +338,7 @@ impl Reporter {
                 self.emit(&mut state, &line);
                 drop(state);
                 let (stop_reason, error) = match outcome {
-                    RunOutcome::Settled(reason) => (Some(reason.as_str()), None),
+                    RunOutcome::Settled(result) => (Some(result.stop_reason.as_str()), None),
                     RunOutcome::Error(error) => (None, Some(error.as_str())),
                 };
                 self.json(&crate::json::Line::Settled {

@@ -78,7 +78,7 @@ fn acp_tool(runtime: &SubagentRuntime, acp: AcpConfig) -> Result<Arc<dyn Tool>, 
         runtime,
         SubagentToolConfig {
             tool_name: name.clone(),
-            max_depth: MaxDepth::ProviderManaged,
+            max_depth: Some(MaxDepth::ProviderManaged),
             ..SubagentToolConfig::new(name)
         },
     )
@@ -139,15 +139,13 @@ impl World {
                 max_live_children_per_tree: limits.max_live_children,
             },
         );
+        // The user's depth setting, which the spawn and fork tools follow.
+        runtime.set_max_depth(limits.max_depth);
         runtime.register(Arc::new(SpawnProvider::new()))?;
         runtime.register(Arc::new(ForkProvider::new()))?;
-        let spawn = SubagentToolConfig {
-            max_depth: MaxDepth::Limit(limits.max_depth),
-            ..SubagentToolConfig::new("spawn")
-        };
+        let spawn = SubagentToolConfig::new("spawn");
         let fork = SubagentToolConfig {
             tool_name: "fork".to_owned(),
-            max_depth: MaxDepth::Limit(limits.max_depth),
             ..SubagentToolConfig::new("fork")
         };
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();

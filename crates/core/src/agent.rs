@@ -25,8 +25,40 @@ use crate::tool::Tool;
 /// One activation of a session as a live agent. Each publication of an agent
 /// in an [`AgentRegistry`](crate::registry::AgentRegistry) gets a fresh epoch;
 /// a session resumed later is the same session under a new epoch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-pub struct Epoch(pub u64);
+///
+/// An epoch can be read ([`Epoch::get`]), compared, hashed and displayed,
+/// but only a registry mints one ([`AgentRegistry::mint_epoch`]), and the
+/// registry publishes an agent only under an epoch it minted for that
+/// publication. Epochs are unique within the process, across registries.
+/// They live only in memory: no durable record carries one.
+///
+/// [`AgentRegistry::mint_epoch`]: crate::registry::AgentRegistry::mint_epoch
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Epoch(u64);
+
+impl Epoch {
+    /// The epoch no registry mints: a reference under it is never live.
+    /// It names a session that has no live agent (a creator that is not
+    /// live, say), and an agent object that is never published.
+    pub const NONE: Epoch = Epoch(0);
+
+    /// Mint the next epoch of the process. Only the registry calls this.
+    pub(crate) fn next() -> Epoch {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+        Epoch(NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// The epoch's number.
+    pub fn get(self) -> u64 {
+        self.0
+    }
+}
+
+impl fmt::Display for Epoch {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.0)
+    }
+}
 
 /// A reference to one exact live agent: its session id AND the epoch it was
 /// live in. It is live only while the registry holds that same epoch; kept
@@ -41,7 +73,7 @@ pub struct AgentRef {
 
 impl fmt::Display for AgentRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}@{}", self.id, self.epoch.0)
+        write!(f, "{}@{}", self.id, self.epoch)
     }
 }
 
@@ -124,6 +156,22 @@ pub enum AgentError {
     /// go on.
     #[error("the session log failed earlier: {0}")]
     LogFailed(StoreError),
+    /// [`AgentRegistry::publish`](crate::registry::AgentRegistry::publish)
+    /// was handed an epoch claim another registry minted.
+    #[error("agent `{0}`: the epoch was minted by another registry")]
+    ForeignEpoch(SessionId),
+    /// The agent to publish does not report the epoch its claim holds: an
+    /// epoch already used by an earlier publication, or one taken from
+    /// another agent.
+    #[error("agent `{id}` reports epoch {reported}, not the epoch {claimed} minted for it")]
+    EpochNotClaimed {
+        /// The agent's session.
+        id: SessionId,
+        /// The epoch the agent reports.
+        reported: Epoch,
+        /// The epoch the claim holds.
+        claimed: Epoch,
+    },
 }
 
 impl AgentError {
@@ -139,6 +187,8 @@ impl AgentError {
             Self::InvalidSeed(_) => "INVALID_SEED",
             Self::ReservedEventType(_) => "RESERVED_EVENT_TYPE",
             Self::LogFailed(_) => "LOG_FAILED",
+            Self::ForeignEpoch(_) => "FOREIGN_EPOCH",
+            Self::EpochNotClaimed { .. } => "EPOCH_NOT_CLAIMED",
         }
     }
 }

@@ -37,7 +37,7 @@ pub use model::{
     ToolSpec,
 };
 pub use options::{AgentOptions, Composition, Preset, PresetCatalog, ToolRestriction};
-pub use registry::{AgentRegistry, RegistryEvent};
+pub use registry::{AgentRegistry, EpochClaim, Publication, RegistryEvent};
 pub use session::{EventPayload, ExtensionPayload, SessionEvent, SessionHeader};
 pub use stop::StopReason;
 pub use store::{Durability, LoadedSession, SessionLog, SessionStore, StoreError, TornTail};

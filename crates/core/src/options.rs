@@ -38,10 +38,19 @@ pub struct AgentOptions {
     /// Must be positive.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_turn_steps: Option<u32>,
+    /// A delegation depth the agent counts as at least (B20): the subagent
+    /// runtime takes the larger of this and the header's
+    /// [`delegation_depth`](crate::session::SessionHeader::delegation_depth),
+    /// so it can deepen an agent, and the children it starts, but never
+    /// make either shallower. The loop neither sets nor reads it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub subagent_depth: Option<u32>,
 }
 
 impl AgentOptions {
-    /// These options with every missing field taken from `base`: `self` wins.
+    /// These options with every missing field taken from `base`: `self`
+    /// wins, except for [`AgentOptions::subagent_depth`], where the larger
+    /// value present wins (a merge can deepen, never lower).
     #[must_use]
     pub fn merged_over(&self, base: &AgentOptions) -> AgentOptions {
         AgentOptions {
@@ -53,6 +62,7 @@ impl AgentOptions {
                 .or_else(|| base.reasoning_effort.clone()),
             max_output_tokens: self.max_output_tokens.or(base.max_output_tokens),
             max_turn_steps: self.max_turn_steps.or(base.max_turn_steps),
+            subagent_depth: self.subagent_depth.max(base.subagent_depth),
         }
     }
 
@@ -186,10 +196,12 @@ mod tests {
             reasoning_effort: None,
             max_output_tokens: Some(100),
             max_turn_steps: Some(7),
+            subagent_depth: Some(4),
         };
         let over = AgentOptions {
             model: Some("child".into()),
             reasoning_effort: Some("high".into()),
+            subagent_depth: Some(2),
             ..AgentOptions::default()
         };
         let merged = over.merged_over(&base);
@@ -198,6 +210,16 @@ mod tests {
         assert_eq!(merged.reasoning_effort.as_deref(), Some("high"));
         assert_eq!(merged.max_output_tokens, Some(100));
         assert_eq!(merged.turn_step_limit(), 7);
+        // The depth only deepens: the larger value wins, whichever side.
+        assert_eq!(merged.subagent_depth, Some(4));
+        assert_eq!(base.merged_over(&over).subagent_depth, Some(4));
+        assert_eq!(
+            AgentOptions::default().merged_over(&over).subagent_depth,
+            Some(2)
+        );
+        // Unset, it is not written: headers without it are unchanged.
+        let written = serde_json::to_value(AgentOptions::default()).unwrap();
+        assert_eq!(written, serde_json::json!({}));
         assert_eq!(
             AgentOptions::default().turn_step_limit(),
             DEFAULT_MAX_TURN_STEPS

@@ -3,10 +3,15 @@
 //! exact live agent" can be checked: a reference is live only while the
 //! registry holds the same epoch. Publication and disposal are observable.
 //! The registry owns no agent's lifetime; it only records who is live.
+//!
+//! Publication is a capability. An epoch is minted by the registry as a
+//! one-use [`EpochClaim`]; publishing consumes the claim and returns a
+//! [`Publication`], the only handle that can withdraw the agent again. So
+//! code that holds a reference, or even the agent object, can neither
+//! withdraw someone else's agent nor republish an agent under a used epoch.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use crate::agent::{Agent, AgentError, AgentRef, Epoch};
 use crate::id::SessionId;
@@ -29,7 +34,6 @@ pub struct AgentRegistry {
 
 #[derive(Default)]
 struct Inner {
-    next_epoch: AtomicU64,
     agents: Mutex<HashMap<SessionId, Arc<dyn Agent>>>,
     events: EventBus<RegistryEvent>,
 }
@@ -55,18 +59,42 @@ impl AgentRegistry {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// Mint the epoch for an agent about to be published. Epochs are unique
-    /// and increasing within this registry.
-    pub fn mint_epoch(&self) -> Epoch {
-        Epoch(self.inner.next_epoch.fetch_add(1, Ordering::Relaxed) + 1)
+    /// Mint the epoch for an agent about to be published: build the agent
+    /// under [`EpochClaim::epoch`], then hand the claim to
+    /// [`AgentRegistry::publish`]. Epochs are unique and increasing within
+    /// the process; a claim publishes once, in this registry only.
+    pub fn mint_epoch(&self) -> EpochClaim {
+        EpochClaim {
+            epoch: Epoch::next(),
+            registry: Arc::downgrade(&self.inner),
+        }
     }
 
-    /// Make `agent` the live agent of its session and notify listeners.
+    /// Make `agent` the live agent of its session under the epoch `claim`
+    /// holds, and notify listeners. The returned [`Publication`] is the
+    /// only way to withdraw the agent again.
     ///
     /// # Errors
-    /// [`AgentError::AlreadyLive`] when another agent holds the session.
-    pub fn publish(&self, agent: Arc<dyn Agent>) -> Result<AgentRef, AgentError> {
+    /// - [`AgentError::ForeignEpoch`] when another registry minted `claim`;
+    /// - [`AgentError::EpochNotClaimed`] when `agent` reports another epoch
+    ///   than the claim's (one already used, or another agent's);
+    /// - [`AgentError::AlreadyLive`] when another agent holds the session.
+    pub fn publish(
+        &self,
+        claim: EpochClaim,
+        agent: Arc<dyn Agent>,
+    ) -> Result<Publication, AgentError> {
         let reference = agent.reference();
+        if !std::ptr::eq(claim.registry.as_ptr(), Arc::as_ptr(&self.inner)) {
+            return Err(AgentError::ForeignEpoch(reference.id));
+        }
+        if reference.epoch != claim.epoch {
+            return Err(AgentError::EpochNotClaimed {
+                id: reference.id,
+                reported: reference.epoch,
+                claimed: claim.epoch,
+            });
+        }
         {
             let mut agents = self.agents();
             if agents.contains_key(&reference.id) {
@@ -77,12 +105,15 @@ impl AgentRegistry {
         self.inner
             .events
             .emit(&RegistryEvent::Published(reference.clone()));
-        Ok(reference)
+        Ok(Publication {
+            registry: self.clone(),
+            reference,
+            withdrawn: false,
+        })
     }
 
-    /// Remove the agent `reference` names, if that exact epoch is still live.
-    /// Returns whether it was; a stale reference removes nothing.
-    pub fn unpublish(&self, reference: &AgentRef) -> bool {
+    /// Remove the agent `reference` names if that exact epoch is live.
+    fn withdraw(&self, reference: &AgentRef) -> bool {
         let removed = {
             let mut agents = self.agents();
             match agents.get(&reference.id) {
@@ -139,5 +170,263 @@ impl AgentRegistry {
     /// Publication and disposal notifications.
     pub fn events(&self) -> &EventBus<RegistryEvent> {
         &self.inner.events
+    }
+}
+
+/// The right to publish one agent under one epoch, minted by
+/// [`AgentRegistry::mint_epoch`]. Not `Clone`: [`AgentRegistry::publish`]
+/// consumes it, so an epoch is published at most once. Dropping an unused
+/// claim costs nothing (the registry keeps no record of it).
+#[derive(Debug)]
+pub struct EpochClaim {
+    epoch: Epoch,
+    registry: Weak<Inner>,
+}
+
+impl EpochClaim {
+    /// The epoch the agent must report ([`Agent::epoch`]).
+    pub fn epoch(&self) -> Epoch {
+        self.epoch
+    }
+}
+
+/// One agent's publication in a registry: the only way to withdraw it.
+///
+/// Not `Clone`, so whoever holds it (the agent itself, for the harness's
+/// agents, which withdraw it when they are disposed) is the only one who
+/// can make the agent stop being live; a reference, stale or current,
+/// cannot. [`Publication::withdraw`] withdraws explicitly. Dropping the
+/// publication withdraws too: since nothing else can, a publication lost
+/// on an early return or a panic would otherwise leave its agent live for
+/// good. Either way [`RegistryEvent::Disposed`] is emitted once.
+///
+/// A publication cannot be copied:
+/// ```compile_fail
+/// fn copy(publication: &dsh_core::Publication) -> dsh_core::Publication {
+///     publication.clone()
+/// }
+/// ```
+/// and a reference alone withdraws nothing, since the registry offers no
+/// way to:
+/// ```compile_fail
+/// fn withdraw(registry: &dsh_core::AgentRegistry, reference: &dsh_core::AgentRef) {
+///     registry.unpublish(reference);
+/// }
+/// ```
+/// nor can an epoch be made outside a registry:
+/// ```compile_fail
+/// let forged = dsh_core::Epoch(7);
+/// ```
+#[must_use = "dropping a publication withdraws the agent at once"]
+#[derive(Debug)]
+pub struct Publication {
+    registry: AgentRegistry,
+    reference: AgentRef,
+    withdrawn: bool,
+}
+
+impl Publication {
+    /// The exact reference to the published agent.
+    pub fn reference(&self) -> &AgentRef {
+        &self.reference
+    }
+
+    /// Stop the agent being live and notify listeners
+    /// ([`RegistryEvent::Disposed`]).
+    pub fn withdraw(mut self) {
+        self.withdraw_once();
+    }
+
+    fn withdraw_once(&mut self) {
+        if !self.withdrawn {
+            self.withdrawn = true;
+            self.registry.withdraw(&self.reference);
+        }
+    }
+}
+
+impl Drop for Publication {
+    fn drop(&mut self) {
+        self.withdraw_once();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::PathBuf;
+
+    use async_trait::async_trait;
+    use tokio::sync::{broadcast, watch};
+
+    use super::*;
+    use crate::agent::{AgentStatus, CancelCause, CancelOptions, InboxArrival};
+    use crate::id::MessageId;
+    use crate::message::{InboxTarget, UserMessage};
+    use crate::options::AgentOptions;
+    use crate::session::{SessionEvent, SessionHeader};
+
+    /// The least agent a host could write: it reports a session and an
+    /// epoch and accepts nothing.
+    struct Bare {
+        header: SessionHeader,
+        epoch: Epoch,
+    }
+
+    fn bare(id: &str, epoch: Epoch) -> Arc<dyn Agent> {
+        let id = SessionId::new(id).unwrap();
+        Arc::new(Bare {
+            header: SessionHeader::new(id, "/"),
+            epoch,
+        })
+    }
+
+    #[async_trait]
+    impl Agent for Bare {
+        fn id(&self) -> &SessionId {
+            &self.header.id
+        }
+        fn epoch(&self) -> Epoch {
+            self.epoch
+        }
+        fn header(&self) -> &SessionHeader {
+            &self.header
+        }
+        fn options(&self) -> AgentOptions {
+            AgentOptions::default()
+        }
+        fn cwd(&self) -> PathBuf {
+            self.header.cwd.clone()
+        }
+        fn accepts_images(&self) -> bool {
+            false
+        }
+        fn status(&self) -> AgentStatus {
+            AgentStatus::Idle
+        }
+        fn watch_status(&self) -> watch::Receiver<AgentStatus> {
+            watch::channel(AgentStatus::Idle).1
+        }
+        async fn send(
+            &self,
+            _: UserMessage,
+            _: InboxTarget,
+            _: bool,
+        ) -> Result<MessageId, AgentError> {
+            Err(AgentError::Disposed(self.header.id.clone()))
+        }
+        fn cancel(&self, _: CancelCause, _: CancelOptions) {}
+        async fn wait_idle(&self) {}
+        fn observe_inbox(&self) -> broadcast::Receiver<InboxArrival> {
+            broadcast::channel(1).1
+        }
+        fn pending(&self) -> Vec<MessageId> {
+            Vec::new()
+        }
+        fn events(&self) -> Vec<SessionEvent> {
+            Vec::new()
+        }
+        async fn record(&self, _: &str, _: serde_json::Value) -> Result<u64, AgentError> {
+            Err(AgentError::Disposed(self.header.id.clone()))
+        }
+        fn as_any(&self) -> &dyn std::any::Any {
+            self
+        }
+    }
+
+    fn seen(
+        events: &mut tokio::sync::mpsc::UnboundedReceiver<RegistryEvent>,
+    ) -> Vec<RegistryEvent> {
+        let mut seen = Vec::new();
+        while let Ok(event) = events.try_recv() {
+            seen.push(event);
+        }
+        seen
+    }
+
+    #[test]
+    fn a_claim_publishes_once_and_only_in_its_own_registry() {
+        let registry = AgentRegistry::new();
+        let other = AgentRegistry::new();
+
+        let foreign = other.mint_epoch();
+        let err = registry
+            .publish(foreign, bare("a", Epoch::NONE))
+            .unwrap_err();
+        assert_eq!(err.code(), "FOREIGN_EPOCH");
+
+        let claim = registry.mint_epoch();
+        let forged = bare("a", Epoch::NONE);
+        let err = registry.publish(claim, forged).unwrap_err();
+        assert_eq!(err.code(), "EPOCH_NOT_CLAIMED");
+        assert!(registry.is_empty(), "nothing refused is live");
+
+        // An agent published and withdrawn cannot come back under its epoch,
+        // whatever fresh claim it is handed.
+        let claim = registry.mint_epoch();
+        let used = claim.epoch();
+        let first = registry.publish(claim, bare("a", used)).unwrap();
+        first.withdraw();
+        let err = registry
+            .publish(registry.mint_epoch(), bare("a", used))
+            .unwrap_err();
+        assert!(
+            matches!(err, AgentError::EpochNotClaimed { reported, .. } if reported == used),
+            "{err}"
+        );
+        assert!(registry.is_empty());
+    }
+
+    #[test]
+    fn epochs_are_unique_across_registries_and_never_none() {
+        let a = AgentRegistry::new().mint_epoch().epoch();
+        let b = AgentRegistry::new().mint_epoch().epoch();
+        assert_ne!(a, b);
+        assert!(a.get() > 0 && b.get() > 0);
+        assert_ne!(a, Epoch::NONE);
+        assert_eq!(Epoch::NONE.get(), 0);
+    }
+
+    #[test]
+    fn only_the_publication_withdraws_and_disposed_fires_once_in_order() {
+        let registry = AgentRegistry::new();
+        let (_sub, mut events) = registry.events().subscribe();
+
+        let claim = registry.mint_epoch();
+        let first_epoch = claim.epoch();
+        let first = registry.publish(claim, bare("a", first_epoch)).unwrap();
+        let stale = first.reference().clone();
+        assert!(registry.is_live(&stale));
+        // A second agent under the same session is refused while the first
+        // is live, and its refusal withdraws nothing.
+        let claim = registry.mint_epoch();
+        let epoch = claim.epoch();
+        let err = registry.publish(claim, bare("a", epoch)).unwrap_err();
+        assert_eq!(err.code(), "ALREADY_LIVE");
+        assert!(registry.is_live(&stale));
+
+        first.withdraw();
+        assert!(!registry.is_live(&stale));
+
+        let claim = registry.mint_epoch();
+        let epoch = claim.epoch();
+        let second = registry.publish(claim, bare("a", epoch)).unwrap();
+        let live = second.reference().clone();
+        assert_ne!(live, stale);
+        assert!(!registry.is_live(&stale), "an earlier epoch is stale");
+        assert!(registry.is_live(&live));
+
+        // Dropping the publication withdraws, once.
+        drop(second);
+        assert!(registry.is_empty());
+
+        assert_eq!(
+            seen(&mut events),
+            [
+                RegistryEvent::Published(stale.clone()),
+                RegistryEvent::Disposed(stale),
+                RegistryEvent::Published(live.clone()),
+                RegistryEvent::Disposed(live),
+            ]
+        );
     }
 }

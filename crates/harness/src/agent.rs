@@ -25,10 +25,10 @@ use dsh_core::session::{
 };
 use dsh_core::{
     Agent, AgentError, AgentHandle, AgentOptions, AgentStatus, CancelCause, CancelOptions,
-    CancellationToken, ContentBlock, Dispose, Epoch, EventPayload, FinishReason, InboxArrival,
-    InboxTarget, MessageId, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest,
-    SessionEvent, SessionHeader, SessionId, SessionLog, StopReason, StoreError, ToolCall, Usage,
-    UserMessage,
+    CancellationToken, ContentBlock, Dispose, Epoch, EpochClaim, EventPayload, FinishReason,
+    InboxArrival, InboxTarget, MessageId, Model, ModelError, ModelErrorKind, ModelEvent,
+    ModelRequest, SessionEvent, SessionHeader, SessionId, SessionLog, StopReason, StoreError,
+    ToolCall, Usage, UserMessage,
 };
 use futures::StreamExt;
 use serde_json::Value;
@@ -91,6 +91,16 @@ impl State {
     }
 }
 
+/// Where an agent stands with the registry.
+enum Publication {
+    /// Built, not yet published: the claim on its epoch.
+    Claimed(EpochClaim),
+    /// Live: the only handle that withdraws it.
+    Live(dsh_core::Publication),
+    /// Withdrawn, or never to be published.
+    Over,
+}
+
 /// The log handle, behind the lock that orders writes.
 type LogSlot = Arc<tokio::sync::Mutex<Option<Arc<dyn SessionLog>>>>;
 
@@ -98,6 +108,9 @@ type LogSlot = Arc<tokio::sync::Mutex<Option<Arc<dyn SessionLog>>>>;
 pub struct LoopAgent {
     header: SessionHeader,
     epoch: Epoch,
+    /// The claim on `epoch` until publication, then the publication, which
+    /// only disposal withdraws.
+    publication: Mutex<Publication>,
     shared: Arc<Shared>,
     model: Arc<dyn Model>,
     options: AgentOptions,
@@ -144,7 +157,8 @@ impl LoopAgent {
         log: Arc<dyn SessionLog>,
         restored: Restored,
     ) -> Arc<Self> {
-        let epoch = shared.registry.mint_epoch();
+        let claim = shared.registry.mint_epoch();
+        let epoch = claim.epoch();
         let mut next_turn = VecDeque::new();
         let mut next_step = VecDeque::new();
         for item in restored.pending {
@@ -156,6 +170,7 @@ impl LoopAgent {
         Arc::new_cyclic(|this| Self {
             header,
             epoch,
+            publication: Mutex::new(Publication::Claimed(claim)),
             shared,
             model: composed.model,
             options: composed.options,
@@ -193,10 +208,23 @@ impl LoopAgent {
         self.header.id.clone()
     }
 
-    /// Publish in the registry and hand out the owner's handle.
+    /// Publish in the registry and hand out the owner's handle. The agent
+    /// keeps the publication; disposal withdraws it.
     pub(crate) fn publish(self: &Arc<Self>) -> Result<AgentHandle, AgentError> {
-        self.shared.registry.publish(self.clone())?;
+        let mut slot = self.publication();
+        let Publication::Claimed(claim) = std::mem::replace(&mut *slot, Publication::Over) else {
+            return Err(AgentError::Disposed(self.header.id.clone()));
+        };
+        let publication = self.shared.registry.publish(claim, self.clone())?;
+        *slot = Publication::Live(publication);
+        drop(slot);
         Ok(AgentHandle::new(self.clone(), self.clone()))
+    }
+
+    fn publication(&self) -> MutexGuard<'_, Publication> {
+        self.publication
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// After a resume: start a turn if restored input may wake the agent.
@@ -287,7 +315,10 @@ impl LoopAgent {
         if let Some(log) = log {
             log.close().await;
         }
-        self.shared.registry.unpublish(&self.reference());
+        let publication = std::mem::replace(&mut *self.publication(), Publication::Over);
+        if let Publication::Live(publication) = publication {
+            publication.withdraw();
+        }
     }
 
     /// Append events built from `payloads` (after any pending discard);

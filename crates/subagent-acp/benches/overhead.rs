@@ -62,10 +62,12 @@ async fn parent() -> dsh_core::AgentHandle {
 
 fn request(parent: &Arc<dyn Agent>, prompt: &str) -> ResolvedStartRequest {
     ResolvedStartRequest {
+        label: "a task".into(),
         cwd: std::env::temp_dir(),
         prompt: vec![ContentBlock::text(prompt)],
         parent: parent.clone(),
         agent_options: None,
+        agent_preset: None,
         output_schema: None,
         max_depth: None,
         tool_filter: None,

@@ -102,10 +102,12 @@ async fn b40_the_runs_own_result_is_aborted_while_its_teardown_still_runs() {
 
 fn resolved(world: &World, prompt: &str) -> ResolvedStartRequest {
     ResolvedStartRequest {
+        label: "a task".into(),
         cwd: world.project(),
         prompt: vec![ContentBlock::text(prompt)],
         parent: world.lead.clone(),
         agent_options: None,
+        agent_preset: None,
         output_schema: None,
         max_depth: None,
         tool_filter: None,

@@ -30,10 +30,12 @@ async fn an_answered_run_that_ignores_eof_is_disposed_after_the_short_grace() {
     let run = bounded(
         "start",
         provider.start_run(ResolvedStartRequest {
+            label: "a task".into(),
             cwd: world.project(),
             prompt: vec![ContentBlock::text("say hello")],
             parent: world.lead.clone(),
             agent_options: None,
+            agent_preset: None,
             output_schema: None,
             max_depth: None,
             tool_filter: None,

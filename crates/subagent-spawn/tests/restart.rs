@@ -53,8 +53,18 @@ fn world(dir: &Path, model: &Arc<ScriptedModel>) -> WorldBuilder {
 }
 
 /// The listing as plain JSON, comparable across processes.
+/// The listing as JSON, without the activity (what is live differs
+/// between the killed process and the restarted one).
 fn listing_json(rows: &[DescendantRow]) -> Value {
-    serde_json::to_value(rows).unwrap()
+    let mut json = serde_json::to_value(rows).unwrap();
+    if let Some(rows) = json.as_array_mut() {
+        for row in rows {
+            if let Some(row) = row.as_object_mut() {
+                row.remove("activity");
+            }
+        }
+    }
+    json
 }
 
 /// `depth parent child path` per row.

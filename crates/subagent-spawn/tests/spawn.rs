@@ -428,10 +428,8 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
     let (_sub, mut seen) = world.runtime.events().subscribe();
 
     let activation = world.start(spec(&parent, "do it")).await;
-    assert_eq!(
-        result_of(&activation).await.stop_reason,
-        StopReason::COMPLETED
-    );
+    let result = result_of(&activation).await;
+    assert_eq!(result.stop_reason, StopReason::COMPLETED);
 
     let first = bounded(seen.recv()).await.unwrap();
     let second = bounded(seen.recv()).await.unwrap();
@@ -439,12 +437,13 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
         provider: "spawn".into(),
         child_id: activation.child_id().clone(),
         parent_session_id: parent.id().clone(),
+        root: parent.id().clone(),
         local: true,
     };
     assert_eq!(first, SubagentEvent::Start(expected.clone()));
     assert_eq!(
         second,
-        SubagentEvent::End(expected, RunOutcome::Settled(StopReason::COMPLETED))
+        SubagentEvent::End(expected, RunOutcome::Settled(result))
     );
     assert_eq!(first.name(), "subagent/start");
     assert_eq!(second.name(), "subagent/end");
@@ -611,9 +610,10 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
                 provider: "spawn".into(),
                 child_id,
                 parent_session_id: parent.id().clone(),
+                root: parent.id().clone(),
                 local: true,
             },
-            RunOutcome::Settled(StopReason::ABORTED)
+            RunOutcome::Settled(result)
         )
     );
 
@@ -1550,9 +1550,8 @@ async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblin
     let model = models::echo();
     let world = world(&model).await;
     let lead = world.lead();
-    // Stand the forwarding agent in for the root under the same reference.
-    let registry = world.runtime.registry();
-    assert!(registry.unpublish(&lead.reference()));
+    // The forwarding agent stands for the root: it reports the root's
+    // exact reference, which is live.
     let (entered, paused) = tokio::sync::oneshot::channel::<()>();
     let (resume, resumed) = std::sync::mpsc::channel::<()>();
     // The first catalog read takes its snapshot and then stalls the calling
@@ -1565,7 +1564,7 @@ async fn b26_a_start_preempted_after_reading_the_catalog_does_not_reuse_a_siblin
             // block the other start here; the bound lets it go on then.
             let _ = resumed.recv_timeout(Duration::from_secs(5));
         }));
-    registry.publish(parent.clone()).unwrap();
+    assert!(world.runtime.registry().is_live(&parent.reference()));
 
     // The late start reads the catalog (empty) and is preempted.
     let runtime = world.runtime.clone();

@@ -21,8 +21,8 @@ use dsh_core::{
 use dsh_harness::ScriptedModel;
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
 use dsh_subagent::{
-    ActivationSpec, CatalogEntry, ChildMode, Delivery, DescendantRow, RowDiagnostic, StartRequest,
-    SubagentActivation, SubagentError,
+    ActivationSpec, CatalogEntry, ChildActivity, ChildMode, Delivery, DescendantRow, RowDiagnostic,
+    StartRequest, SubagentActivation, SubagentError,
 };
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::store::{FaultStore, Op, SharedStore};
@@ -196,8 +196,8 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
     }
 
     // External and unknown children are leaves: their names resolve, but a
-    // name below them fails the same way. So does one below a one-shot
-    // child (resolution walks only through continuable children).
+    // name below them fails the same way. A one-shot child is not a leaf
+    // (seed 002): resolution reads its catalog, here a missing log.
     record(&lead, &entry("ext-run", Some("ext"), ChildMode::EXTERNAL)).await;
     record(
         &lead,
@@ -214,9 +214,11 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
         resolve(&world, &b_agent, "ghost").await.unwrap(),
         "ghost-run"
     );
-    for path in ["ext/x", "ghost/x", "legacy/x", "ext/x/y"] {
+    for path in ["ext/x", "ghost/x", "ext/x/y"] {
         assert_name_not_found(resolve(&world, &lead, path).await, path);
     }
+    let err = resolve(&world, &lead, "legacy/x").await.unwrap_err();
+    assert_eq!(err.code(), "SESSION_NOT_FOUND", "{err}");
 
     // A catalog along the path that cannot be read is an error, not a miss.
     record(
@@ -284,8 +286,8 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
 /// │  └─ k       child-k       spawned; its catalog is corrupt: the branch
 /// │                           stops (its `hidden` child is not listed)
 /// ├─ ext        ext-run       external leaf
-/// ├─ ghost      ghost-run     unknown-mode leaf (never read: it has no log)
-/// ├─ q          quantum-run   mode `quantum`: unsupported, not traversed
+/// ├─ ghost      ghost-run     unknown mode: unsupported, traversed (no log)
+/// ├─ q          quantum-run   mode `quantum`: unsupported, traversed (no log)
 /// ├─ lost       lost-session  no log: unavailable
 /// ├─ dup        child-b       already listed: skipped
 /// ├─ f          child-f       a log with a corrupt middle line: corrupt
@@ -423,7 +425,7 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
             "4 child-u child-v - -",
             "2 child-a child-k a/k corrupt",
             "1 lead-session ext-run ext -",
-            "1 lead-session ghost-run ghost -",
+            "1 lead-session ghost-run ghost unsupported",
             "1 lead-session quantum-run q unsupported",
             "1 lead-session lost-session lost unavailable",
             "1 lead-session child-f f corrupt",
@@ -434,7 +436,9 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
     insta::assert_json_snapshot!("mixed_tree", live);
     assert_eq!(
         loads(&world),
-        BTreeMap::from([("child-f".into(), 1), ("lost-session".into(), 1)]),
+        BTreeMap::from(
+            ["child-f", "lost-session", "ghost-run", "quantum-run"].map(|id| (id.to_owned(), 1))
+        ),
         "live catalogs are read from their agents; leaves are never read"
     );
     assert_eq!(opens(&world), 0);
@@ -461,7 +465,21 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
     });
     world.store.reset_calls();
     let cold = list(&world, LEAD).await.unwrap();
-    assert_eq!(cold, live, "cold and live listings are identical");
+    // Identical but for the activity: nothing is live any more.
+    assert!(
+        cold.iter()
+            .all(|row| row.activity == ChildActivity::Inactive)
+    );
+    let at_rest = |rows: &[DescendantRow]| -> Vec<DescendantRow> {
+        rows.iter()
+            .map(|row| DescendantRow {
+                activity: ChildActivity::Inactive,
+                ..row.clone()
+            })
+            .collect()
+    };
+    let (cold_rows, live_rows) = (at_rest(&cold), at_rest(&live));
+    assert_eq!(cold_rows, live_rows, "cold and live listings are identical");
     assert_eq!(
         loads(&world),
         BTreeMap::from(
@@ -471,6 +489,8 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
                 "child-b",
                 "child-u",
                 "child-k",
+                "ghost-run",
+                "quantum-run",
                 "lost-session",
                 "child-f",
                 "child-o",

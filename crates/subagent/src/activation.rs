@@ -448,7 +448,7 @@ impl SubagentRuntime {
         };
         self.uninstall(&activation);
         let outcome = match (&result, &teardown) {
-            (Ok(result), Ok(())) => RunOutcome::Settled(result.stop_reason.clone()),
+            (Ok(result), Ok(())) => RunOutcome::Settled(result.clone()),
             (Err(err), _) | (_, Err(err)) => RunOutcome::Error(err.to_string()),
         };
         activation

@@ -55,14 +55,6 @@ pub(crate) fn check_capabilities(
             ));
         }
     }
-    if request.agent_preset.is_some() && provider.continuable().is_none() {
-        return Err(SubagentError::Admission(
-            AdmissionError::UnsupportedCapability {
-                provider: provider.name().to_owned(),
-                capability: "agent_preset (an external run is composed by its provider)",
-            },
-        ));
-    }
     if request.agent_preset.is_some() && provider.inherits_parent_context() {
         return Err(SubagentError::Admission(
             AdmissionError::UnsupportedCapability {

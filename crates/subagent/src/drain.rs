@@ -1,15 +1,17 @@
 //! Tree shutdown and joining: `drain_descendants` closes admission below
 //! some roots and stops their trees child-first, waiting for every start
-//! and teardown; `wait_for_tree_work` joins the work in progress below one
+//! and teardown; `drain_continuable_children` stops some live children of
+//! one parent and waits for them, closing nothing; `wait_for_tree_work` joins the work in progress below one
 //! root so a host knows when a run is really over. Unrelated trees are
 //! never touched.
 
-use crate::InfraError;
+use crate::{DeliveryError, InfraError};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
-use dsh_core::{Agent, AgentRef, AgentStatus};
+use dsh_core::{Agent, AgentRef, AgentStatus, SessionId};
 
+use crate::activation::Activation;
 use crate::error::SubagentError;
 use crate::runtime::SubagentRuntime;
 
@@ -46,32 +48,49 @@ impl SubagentRuntime {
                 })
                 .cloned()
                 .collect();
-            for member in &top {
-                member.stop.cancel();
-            }
-            for member in &top {
-                let mut settled = member.settled.subscribe();
-                let _ = settled.wait_for(Option::is_some).await;
-            }
+            stop_and_wait(&top).await;
             // Every member below a stopped one settled before it did.
-            for member in &members {
-                if let Some(Err(err)) = member
-                    .settled
-                    .borrow()
-                    .as_ref()
-                    .map(|settled| settled.teardown.clone())
-                {
-                    failures.push(format!("{}: {err}", member.child_id));
-                }
-            }
+            teardown_failures(&members, &mut failures);
         }
-        if failures.is_empty() {
-            Ok(())
-        } else {
-            Err(SubagentError::Infra(InfraError::Teardown(
-                failures.join("; "),
-            )))
+        failed(failures)
+    }
+
+    /// The seed's second drain: stop the live continuable children `ids`
+    /// of the exact live `parent` (each stop reaches what that child owns,
+    /// child-first) and wait until they settled. Unlike
+    /// [`SubagentRuntime::drain_descendants`] it closes no admission: the
+    /// parent may start or resume children again at once. An id that is
+    /// not a live local child of this parent (an external run, a cold or
+    /// settled child, another agent's child) is left alone.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` when `parent` is not the exact live agent; every
+    /// teardown failure of the stopped children, reported together after
+    /// all of them settled.
+    ///
+    /// # Cancel safety
+    /// The stops are requested before the first await; a drop only stops
+    /// the waiting: the runtime finishes every teardown it started.
+    pub async fn drain_continuable_children(
+        &self,
+        parent: &Arc<dyn Agent>,
+        ids: &[SessionId],
+    ) -> Result<(), SubagentError> {
+        let reference = parent.reference();
+        if !self.registry().is_live(&reference) {
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                reference.id,
+            )));
         }
+        let targets: Vec<_> = ids
+            .iter()
+            .filter_map(|id| self.inner.activations.get(id))
+            .filter(|child| child.parent == reference && child.agent().is_some())
+            .collect();
+        stop_and_wait(&targets).await;
+        let mut failures = Vec::new();
+        teardown_failures(&targets, &mut failures);
+        failed(failures)
     }
 
     /// Join the progressing work of `root`'s tree: wait until every member
@@ -110,5 +129,41 @@ impl SubagentRuntime {
             }
         }
         joined
+    }
+}
+
+/// Stop `members` and wait until each settled.
+async fn stop_and_wait(members: &[Arc<Activation>]) {
+    for member in members {
+        member.stop.cancel();
+    }
+    for member in members {
+        let mut settled = member.settled.subscribe();
+        let _ = settled.wait_for(Option::is_some).await;
+    }
+}
+
+/// Add the teardown failure of each settled member of `members`.
+fn teardown_failures(members: &[Arc<Activation>], failures: &mut Vec<String>) {
+    for member in members {
+        if let Some(Err(err)) = member
+            .settled
+            .borrow()
+            .as_ref()
+            .map(|settled| settled.teardown.clone())
+        {
+            failures.push(format!("{}: {err}", member.child_id));
+        }
+    }
+}
+
+/// All the teardown failures as one error, if there were any.
+fn failed(failures: Vec<String>) -> Result<(), SubagentError> {
+    if failures.is_empty() {
+        Ok(())
+    } else {
+        Err(SubagentError::Infra(InfraError::Teardown(
+            failures.join("; "),
+        )))
     }
 }

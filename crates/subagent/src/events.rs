@@ -4,6 +4,9 @@
 
 use dsh_core::{SessionId, StopReason};
 
+use crate::provider::ProviderDescriptor;
+use crate::result::SubagentResult;
+
 /// The identity of one published activation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunInfo {
@@ -13,25 +16,39 @@ pub struct RunInfo {
     pub child_id: SessionId,
     /// The direct creator's session id.
     pub parent_session_id: SessionId,
+    /// The root session of the tree the child belongs to: what a listener
+    /// filters on ([`SubagentRuntime::listen_tree`](crate::SubagentRuntime::listen_tree)).
+    pub root: SessionId,
     /// Whether the child is a local agent (resolvable in the registry during
     /// the `subagent/start` notification).
     pub local: bool,
 }
 
 /// How an activation ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
-    /// It settled with this stop reason.
-    Settled(StopReason),
-    /// Teardown or an infrastructure fault failed it.
+    /// It settled with this result: its final output, structured value,
+    /// diagnostic and stop reason.
+    Settled(SubagentResult),
+    /// Teardown or an infrastructure fault failed it: the failure's message.
     Error(String),
 }
 
+impl RunOutcome {
+    /// The stop reason: the settled result's, or `error` for a failure.
+    pub fn stop_reason(&self) -> StopReason {
+        match self {
+            Self::Settled(result) => result.stop_reason.clone(),
+            Self::Error(_) => StopReason::ERROR,
+        }
+    }
+}
+
 /// A runtime observation event.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq)]
 pub enum SubagentEvent {
-    /// `subagent/provider-added`
-    ProviderAdded(String),
+    /// `subagent/provider-added`, with what the provider said about itself.
+    ProviderAdded(ProviderDescriptor),
     /// `subagent/provider-removed`
     ProviderRemoved(String),
     /// `subagent/start`: a child was published.
@@ -41,6 +58,15 @@ pub enum SubagentEvent {
 }
 
 impl SubagentEvent {
+    /// The root of the tree a `subagent/start` or `subagent/end` belongs
+    /// to; `None` for the provider events, which belong to no tree.
+    pub fn root(&self) -> Option<&SessionId> {
+        match self {
+            Self::Start(info) | Self::End(info, _) => Some(&info.root),
+            Self::ProviderAdded(_) | Self::ProviderRemoved(_) => None,
+        }
+    }
+
     /// The event's name.
     pub fn name(&self) -> &'static str {
         match self {

@@ -151,6 +151,8 @@ impl SubagentRuntime {
             SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))
         })?;
         let request = ResolvedStartRequest {
+            label: row.entry.label.clone(),
+            agent_preset: None,
             cwd: parent.cwd(),
             prompt: content,
             parent: parent.clone(),
@@ -182,6 +184,7 @@ impl SubagentRuntime {
                 provider: provider.name().to_owned(),
                 child_id: target.clone(),
                 parent_session_id: parent.id().clone(),
+                root: root.clone(),
                 local: false,
             },
             path: self.full_name(parent.id(), &name),

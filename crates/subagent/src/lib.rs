@@ -50,9 +50,10 @@ pub use progress::{
 };
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
-    ResolvedStartRequest, StartExternal, SubagentCapabilities, SubagentProvider, SubagentRun,
+    ProviderDescriptor, ResolvedStartRequest, StartExternal, SubagentCapabilities,
+    SubagentProvider, SubagentRun,
 };
-pub use request::{ActivationSpec, Delivery, StartRequest};
+pub use request::{ActivationSpec, DEFAULT_MAX_DEPTH, Delivery, MaxDepth, StartRequest};
 pub use result::SubagentResult;
-pub use runtime::{MemberNames, RuntimeConfig, SubagentRuntime};
-pub use tree::{DescendantRow, RowDiagnostic};
+pub use runtime::{MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime};
+pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};

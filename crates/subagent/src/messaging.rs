@@ -431,13 +431,14 @@ impl SubagentRuntime {
             .map(|creator| creator.reference())
             .unwrap_or_else(|| AgentRef {
                 id: creator.unwrap_or_else(|| root.clone()),
-                epoch: dsh_core::Epoch(0),
+                epoch: dsh_core::Epoch::NONE,
             });
         let activation = self.install(NewActivation {
             info: RunInfo {
                 provider,
                 child_id: target.clone(),
                 parent_session_id: parent.id.clone(),
+                root: root.clone(),
                 local: true,
             },
             path: (name != target.as_str()).then(|| name.clone()),

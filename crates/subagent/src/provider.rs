@@ -98,6 +98,9 @@ pub trait PrepareContinuable: Send + Sync {
 /// A start request after the runtime checked it and resolved its directory.
 #[derive(Clone)]
 pub struct ResolvedStartRequest {
+    /// The task label of the activation spec, as the parent's catalog
+    /// keeps it.
+    pub label: String,
     /// The child's absolute starting directory.
     pub cwd: PathBuf,
     /// The initial prompt.
@@ -105,9 +108,12 @@ pub struct ResolvedStartRequest {
     /// The delegating agent.
     pub parent: Arc<dyn Agent>,
     /// Option overrides, merged over the provider's default route when it
-    /// has one. (An external start cannot take an `agent_preset`: the
-    /// runtime refuses it, since the provider composes its own run.)
+    /// has one.
     pub agent_options: Option<AgentOptions>,
+    /// An independent preset for the child; only a provider with the
+    /// `agent_preset` capability is given one (the runtime refuses it for
+    /// any other, and for one whose children inherit the parent's context).
+    pub agent_preset: Option<String>,
     /// Structured output schema.
     pub output_schema: Option<ObjectSchema>,
     /// Absolute depth cap.
@@ -215,5 +221,40 @@ pub trait SubagentProvider: Send + Sync + 'static {
     /// External execution, if the provider implements it.
     fn external(&self) -> Option<&dyn StartExternal> {
         None
+    }
+}
+
+/// What a provider says about itself, read once: the data a
+/// `subagent/provider-added` listener or a survey shows without holding
+/// the provider.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderDescriptor {
+    /// The registry name.
+    pub name: String,
+    /// The start-time options it honours.
+    pub capabilities: SubagentCapabilities,
+    /// Whether its children see the parent's completed-turn prefix.
+    pub inherits_parent_context: bool,
+    /// Whether it creates local, continuable children
+    /// ([`SubagentProvider::continuable`] is present).
+    pub continuable: bool,
+    /// Whether it runs external children ([`SubagentProvider::external`]
+    /// is present).
+    pub external: bool,
+    /// Its default model route, if any.
+    pub agent_route_defaults: Option<AgentRoute>,
+}
+
+impl ProviderDescriptor {
+    /// Read `provider`'s descriptor.
+    pub fn of(provider: &dyn SubagentProvider) -> Self {
+        Self {
+            name: provider.name().to_owned(),
+            capabilities: provider.capabilities(),
+            inherits_parent_context: provider.inherits_parent_context(),
+            continuable: provider.continuable().is_some(),
+            external: provider.external().is_some(),
+            agent_route_defaults: provider.agent_route_defaults(),
+        }
     }
 }

@@ -51,6 +51,25 @@ impl StartRequest {
     }
 }
 
+/// The depth the user setting allows when nothing else says (seed 002's
+/// default of three).
+pub const DEFAULT_MAX_DEPTH: u32 = 3;
+
+/// A delegation tool's depth policy, resolved by
+/// [`SubagentRuntime::resolve_max_depth`](crate::SubagentRuntime::resolve_max_depth)
+/// (omitted: the runtime's current user setting).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MaxDepth {
+    /// An absolute cap on a child's delegation depth (the root is 0, its
+    /// children 1); the provider must have the `depth_limit` capability,
+    /// and `0` forbids delegation altogether. It holds whatever the user
+    /// setting is, above it included.
+    Limit(u32),
+    /// No cap: the provider (an external agent's own runtime, say) manages
+    /// recursion itself.
+    ProviderManaged,
+}
+
 /// Who is told the result.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Delivery {

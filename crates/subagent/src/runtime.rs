@@ -8,11 +8,12 @@
 
 use crate::{AdmissionError, DeliveryError, RegistryError};
 use std::collections::{HashMap, HashSet};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use dsh_core::observe::EventBus;
+use dsh_core::observe::{EventBus, Subscription};
 use dsh_core::{Agent, AgentFactory, AgentRef, AgentRegistry, MessageId, SessionId, SessionStore};
+use tokio::sync::mpsc;
 use tokio_util::task::TaskTracker;
 
 use crate::activation::Activations;
@@ -21,7 +22,8 @@ use crate::catalog::CatalogFold;
 use crate::error::SubagentError;
 use crate::events::SubagentEvent;
 use crate::names::{NameReservations, ROOT_NAME};
-use crate::provider::SubagentProvider;
+use crate::provider::{ProviderDescriptor, SubagentProvider};
+use crate::request::{DEFAULT_MAX_DEPTH, MaxDepth};
 
 /// Runtime limits.
 #[derive(Debug, Clone, Copy)]
@@ -73,6 +75,88 @@ pub(crate) struct Inner {
     pub(crate) tasks: TaskTracker,
     /// The progress bus (`crate::progress`).
     pub(crate) progress: crate::progress::ProgressHub,
+    /// The user's depth setting, which a tool without its own limit gets.
+    max_depth: AtomicU32,
+}
+
+impl Inner {
+    /// Remove the provider `matches` picks and tell listeners.
+    fn remove_provider(&self, matches: impl Fn(&Arc<dyn SubagentProvider>) -> bool) -> bool {
+        let removed = {
+            let mut providers = lock(&self.providers);
+            let position = providers.iter().position(matches);
+            position.map(|at| providers.remove(at))
+        };
+        match removed {
+            Some(provider) => {
+                self.events
+                    .emit(&SubagentEvent::ProviderRemoved(provider.name().to_owned()));
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+/// One provider's registration, returned by
+/// [`SubagentRuntime::register_provider`]: the seed's disposer.
+///
+/// [`ProviderRegistration::remove`] or a drop unregisters the provider it
+/// registered, and only that one: once it is gone and another provider is
+/// registered under the same name, this registration removes nothing.
+/// Activations already handed out are untouched either way.
+/// [`ProviderRegistration::keep`] gives the registration up, leaving the
+/// provider for the runtime's life.
+#[must_use = "dropping the registration removes the provider at once"]
+pub struct ProviderRegistration {
+    runtime: std::sync::Weak<Inner>,
+    provider: Arc<dyn SubagentProvider>,
+    done: bool,
+}
+
+impl std::fmt::Debug for ProviderRegistration {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProviderRegistration")
+            .field("provider", &self.provider.name())
+            .field("done", &self.done)
+            .finish()
+    }
+}
+
+impl ProviderRegistration {
+    /// The registered provider's name.
+    pub fn name(&self) -> &str {
+        self.provider.name()
+    }
+
+    /// Unregister the provider (`subagent/provider-removed`). Returns
+    /// whether it was still registered.
+    pub fn remove(mut self) -> bool {
+        self.remove_once()
+    }
+
+    /// Keep the provider registered for the runtime's life; only
+    /// [`SubagentRuntime::remove`] removes it then.
+    pub fn keep(mut self) {
+        self.done = true;
+    }
+
+    fn remove_once(&mut self) -> bool {
+        if std::mem::replace(&mut self.done, true) {
+            return false;
+        }
+        let Some(runtime) = self.runtime.upgrade() else {
+            return false;
+        };
+        let ours = Arc::as_ptr(&self.provider).cast::<()>();
+        runtime.remove_provider(|p| std::ptr::eq(Arc::as_ptr(p).cast::<()>(), ours))
+    }
+}
+
+impl Drop for ProviderRegistration {
+    fn drop(&mut self) {
+        self.remove_once();
+    }
 }
 
 /// The subagent runtime. Cheap to clone; clones share state.
@@ -120,6 +204,7 @@ impl SubagentRuntime {
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),
                 progress: crate::progress::ProgressHub::default(),
+                max_depth: AtomicU32::new(DEFAULT_MAX_DEPTH),
             }),
         }
     }
@@ -134,18 +219,64 @@ impl SubagentRuntime {
         &self.inner.events
     }
 
+    /// Listen to the `subagent/start` and `subagent/end` events of the
+    /// tree rooted at `root` only (seed 002: lifecycle listeners scoped by
+    /// tree). The listener runs on the bus, isolated like any other.
+    pub fn listen_tree(
+        &self,
+        root: &SessionId,
+        listener: impl Fn(&SubagentEvent) + Send + Sync + 'static,
+    ) -> Subscription {
+        let root = root.clone();
+        self.inner.events.listen(move |event: &SubagentEvent| {
+            if event.root() == Some(&root) {
+                listener(event);
+            }
+        })
+    }
+
+    /// [`SubagentRuntime::listen_tree`] as a stream: the tree's start and
+    /// end events, in emission order, until the subscription is dropped.
+    pub fn subscribe_tree(
+        &self,
+        root: &SessionId,
+    ) -> (Subscription, mpsc::UnboundedReceiver<SubagentEvent>) {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let subscription = self.listen_tree(root, move |event| {
+            let _ = tx.send(event.clone());
+        });
+        (subscription, rx)
+    }
+
     /// The tracker of the runtime's own tasks (one monitor per activation).
     pub fn tasks(&self) -> &TaskTracker {
         &self.inner.tasks
     }
 
-    /// Register a provider under its name.
+    /// Register a provider under its name for the runtime's life (until
+    /// [`SubagentRuntime::remove`]): [`SubagentRuntime::register_provider`]
+    /// with the registration kept.
+    ///
+    /// # Errors
+    /// As [`SubagentRuntime::register_provider`].
+    pub fn register(&self, provider: Arc<dyn SubagentProvider>) -> Result<(), SubagentError> {
+        self.register_provider(provider)
+            .map(ProviderRegistration::keep)
+    }
+
+    /// Register a provider under its name and return the seed's disposer:
+    /// the [`ProviderRegistration`], whose [`remove`](ProviderRegistration::remove)
+    /// or drop unregisters exactly this provider (not a later one under the
+    /// same name).
     ///
     /// # Errors
     /// `DUPLICATE_PROVIDER` (the first stays), or `UNSUPPORTED_CAPABILITY`
     /// for a provider with no execution path, or with a default route but no
     /// `agent_options` support.
-    pub fn register(&self, provider: Arc<dyn SubagentProvider>) -> Result<(), SubagentError> {
+    pub fn register_provider(
+        &self,
+        provider: Arc<dyn SubagentProvider>,
+    ) -> Result<ProviderRegistration, SubagentError> {
         let name = provider.name().to_owned();
         if provider.continuable().is_none() && provider.external().is_none() {
             return Err(SubagentError::Admission(
@@ -170,27 +301,24 @@ impl SubagentRuntime {
                     name,
                 )));
             }
-            providers.push(provider);
+            providers.push(provider.clone());
         }
-        self.inner.events.emit(&SubagentEvent::ProviderAdded(name));
-        Ok(())
+        self.inner
+            .events
+            .emit(&SubagentEvent::ProviderAdded(ProviderDescriptor::of(
+                provider.as_ref(),
+            )));
+        Ok(ProviderRegistration {
+            runtime: Arc::downgrade(&self.inner),
+            provider,
+            done: false,
+        })
     }
 
     /// Remove a provider: new starts fail with `NO_PROVIDER`; activations
     /// already handed out are untouched. Returns whether it was registered.
     pub fn remove(&self, name: &str) -> bool {
-        let removed = {
-            let mut providers = lock(&self.inner.providers);
-            let before = providers.len();
-            providers.retain(|p| p.name() != name);
-            providers.len() != before
-        };
-        if removed {
-            self.inner
-                .events
-                .emit(&SubagentEvent::ProviderRemoved(name.to_owned()));
-        }
-        removed
+        self.inner.remove_provider(|p| p.name() == name)
     }
 
     /// The provider registered under `name`.
@@ -207,6 +335,31 @@ impl SubagentRuntime {
             .iter()
             .map(|p| p.name().to_owned())
             .collect()
+    }
+
+    /// The user's current depth setting ([`DEFAULT_MAX_DEPTH`] until set).
+    pub fn max_depth(&self) -> u32 {
+        self.inner.max_depth.load(Ordering::SeqCst)
+    }
+
+    /// Change the user's depth setting. Takes effect for the next
+    /// [`SubagentRuntime::resolve_max_depth`]; starts already admitted
+    /// keep the cap they were admitted under.
+    pub fn set_max_depth(&self, max_depth: u32) {
+        self.inner.max_depth.store(max_depth, Ordering::SeqCst);
+    }
+
+    /// Resolve a delegation tool's depth policy against the current user
+    /// setting: an explicit [`MaxDepth::Limit`] is kept as it is, omitted
+    /// takes [`SubagentRuntime::max_depth`], and
+    /// [`MaxDepth::ProviderManaged`] gives `None` (the provider enforces
+    /// depth). The result goes in [`StartRequest::max_depth`](crate::StartRequest::max_depth).
+    pub fn resolve_max_depth(&self, configured: Option<MaxDepth>) -> Option<u32> {
+        match configured {
+            None => Some(self.max_depth()),
+            Some(MaxDepth::Limit(limit)) => Some(limit),
+            Some(MaxDepth::ProviderManaged) => None,
+        }
     }
 
     /// How many activations are live.

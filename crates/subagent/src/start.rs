@@ -105,15 +105,7 @@ impl SubagentRuntime {
             .inner
             .admissions
             .admit(self.registry(), &root, cancel.clone())?;
-        let depth = parent
-            .header()
-            .delegation_depth
-            .checked_add(1)
-            .ok_or_else(|| {
-                SubagentError::Admission(AdmissionError::InvalidRequest(
-                    "the delegation depth overflows".into(),
-                ))
-            })?;
+        let depth = child_depth(parent.as_ref(), spec.request.agent_options.as_ref())?;
         if let Some(max) = spec.request.max_depth
             && depth > max
         {
@@ -321,6 +313,7 @@ impl SubagentRuntime {
                 provider: provider.name().to_owned(),
                 child_id: child_id.clone(),
                 parent_session_id: parent.id().clone(),
+                root: root.clone(),
                 local: true,
             },
             path: self.full_name(parent.id(), &name),
@@ -390,10 +383,12 @@ impl SubagentRuntime {
         let request = spec.request;
         let parent = request.parent.clone();
         let resolved = ResolvedStartRequest {
+            label: spec.label.clone(),
             cwd,
             prompt: request.prompt,
             parent: parent.clone(),
             agent_options: external_options(provider.as_ref(), request.agent_options),
+            agent_preset: request.agent_preset,
             output_schema: request.output_schema,
             max_depth: request.max_depth,
             tool_filter: request.tool_filter,
@@ -455,6 +450,7 @@ impl SubagentRuntime {
                 provider: provider.name().to_owned(),
                 child_id: child_id.clone(),
                 parent_session_id: parent.id().clone(),
+                root: root.clone(),
                 local: false,
             },
             path,
@@ -480,4 +476,27 @@ impl SubagentRuntime {
             }
         }
     }
+}
+
+/// A child's delegation depth (B20): one below its parent, where the
+/// parent counts as the larger of its header's depth and its options'
+/// `subagent_depth`; the request's `subagent_depth` may deepen the child
+/// further, never make it shallower.
+///
+/// # Errors
+/// `INVALID_REQUEST` when the depth leaves `u32`.
+fn child_depth(
+    parent: &dyn Agent,
+    options: Option<&dsh_core::AgentOptions>,
+) -> Result<u32, SubagentError> {
+    let parent_depth = parent
+        .header()
+        .delegation_depth
+        .max(parent.options().subagent_depth.unwrap_or(0));
+    let depth = parent_depth.checked_add(1).ok_or_else(|| {
+        SubagentError::Admission(AdmissionError::InvalidRequest(
+            "the delegation depth overflows".into(),
+        ))
+    })?;
+    Ok(depth.max(options.and_then(|o| o.subagent_depth).unwrap_or(0)))
 }

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use foldhash::fast::RandomState;
 use std::sync::Arc;
 
-use dsh_core::{Agent, CancellationToken, SessionId, StoreError};
+use dsh_core::{Agent, AgentStatus, CancellationToken, SessionId, StoreError};
 use futures::StreamExt as _;
 use serde::Serialize;
 
@@ -34,9 +34,30 @@ pub struct DescendantRow {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub path: Option<String>,
     /// Why this row's own descendants are not listed, when they could not
-    /// be. The row itself stays a member of the tree.
+    /// be, or that its mode is unknown here. The row itself stays a member
+    /// of the tree.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub diagnostic: Option<RowDiagnostic>,
+    /// Whether the child's own catalog lists children (seed 002's
+    /// `hasChildren`, derived from the catalog that was read); `false` for
+    /// a leaf and for a catalog that could not be read.
+    pub has_children: bool,
+    /// What the child is doing now, from the live registry and activations.
+    pub activity: ChildActivity,
+}
+
+/// What a listed child is doing at the moment of the listing. It says
+/// nothing about task completion, and an inactive child can still be
+/// messaged if its mode allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ChildActivity {
+    /// A live agent running a turn, or an external run in flight.
+    Running,
+    /// A live agent with no turn running.
+    Idle,
+    /// Nothing live: a cold session, or a run that ended.
+    Inactive,
 }
 
 /// Why a listed child's own descendants are missing from a listing.
@@ -48,7 +69,8 @@ pub enum RowDiagnostic {
     Corrupt,
     /// The child's log could not be read (missing, or the medium failed).
     Unavailable,
-    /// The child's mode is not one this runtime knows how to traverse.
+    /// The child's mode is `unknown`, or one this runtime does not know;
+    /// its catalog is still read and its children listed when it can be.
     Unsupported,
 }
 
@@ -89,25 +111,35 @@ fn name_not_found(name: &str) -> SubagentError {
     SubagentError::Delivery(DeliveryError::AgentNameNotFound(name.to_owned()))
 }
 
-/// How a listing treats a child of a given mode.
+/// How a listing treats a child of a given mode (seed 002): external
+/// entries are leaves (they own no local session); continuable and
+/// one-shot entries are traversal nodes, and so are `unknown` ones and any
+/// mode this runtime does not know, which are marked `unsupported`.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Traversal {
     /// Read its catalog and list its children.
     Traverse,
     /// A leaf: it has no catalog of its own to read.
     Leaf,
-    /// A mode this runtime does not know: listed, not traversed.
+    /// An unknown mode: traversed, and listed as `unsupported`.
     Unsupported,
 }
 
 fn traversal(mode: &ChildMode) -> Traversal {
     if *mode == ChildMode::CONTINUABLE || *mode == ChildMode::ONE_SHOT {
         Traversal::Traverse
-    } else if *mode == ChildMode::EXTERNAL || *mode == ChildMode::UNKNOWN {
+    } else if *mode == ChildMode::EXTERNAL {
         Traversal::Leaf
     } else {
         Traversal::Unsupported
     }
+}
+
+/// Whether name resolution may walk below a child of `mode` (seed 002):
+/// only external and unknown entries (any mode this runtime does not know
+/// included) are leaves for it.
+fn resolves_through(mode: &ChildMode) -> bool {
+    *mode == ChildMode::CONTINUABLE || *mode == ChildMode::ONE_SHOT
 }
 
 /// `parent/name` when both are known; the root's children have `""` as
@@ -157,6 +189,25 @@ impl SubagentRuntime {
         Ok(self.read_catalog(parent).await?.get(child).cloned())
     }
 
+    /// The entry `parent`'s catalog holds for `child`, read from the live
+    /// parent's incremental fold or, for a cold parent, its log: one
+    /// catalog, not a tree walk. Nothing is loaded as an agent.
+    ///
+    /// # Errors
+    /// The store or catalog error of a catalog that cannot be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn child_entry(
+        &self,
+        parent: &SessionId,
+        child: &SessionId,
+    ) -> Result<Option<CatalogEntry>, SubagentError> {
+        self.catalog_entry(parent, child)
+            .await
+            .map_err(|unreadable| unreadable.error)
+    }
+
     /// [`SubagentRuntime::read_catalog`] unless `cancel` fires first: the
     /// outer error is the cancellation, the inner one the unreadable catalog.
     async fn observe_catalog(
@@ -179,12 +230,14 @@ impl SubagentRuntime {
     /// by segment through the catalogs from the root, and may pass only
     /// through continuable children; a single token is first a name among
     /// the root's direct children and otherwise taken as a session id as it
-    /// is. Resolution grants no authority: whoever acts on the id checks it.
+    /// is. A path passes through continuable and one-shot children; external
+    /// and unknown-mode children are leaves (seed 002). Resolution grants no
+    /// authority: whoever acts on the id checks it.
     ///
     /// # Errors
     /// `NOT_LIVE` when `caller` is not the exact live agent;
-    /// `AGENT_NAME_NOT_FOUND` when a path names no member, passes below a
-    /// child that is not continuable, or a token is neither a name nor a
+    /// `AGENT_NAME_NOT_FOUND` when a path names no member, passes below an
+    /// external or unknown-mode child, or a token is neither a name nor a
     /// session id; the store or catalog error of a catalog along the way
     /// that cannot be read; `CANCELLED` when `cancel` fires first.
     ///
@@ -220,7 +273,7 @@ impl SubagentRuntime {
         let mut through: Option<ChildMode> = None;
         for segment in name.split('/') {
             if let Some(mode) = &through
-                && *mode != ChildMode::CONTINUABLE
+                && !resolves_through(mode)
             {
                 return Err(name_not_found(name));
             }
@@ -240,11 +293,12 @@ impl SubagentRuntime {
     /// List every descendant of `root` reachable through the catalogs, in
     /// stable pre-order (each catalog in its event order), without loading
     /// or resuming any agent. Each reachable catalog is read once.
-    /// Continuable and one-shot children are traversed; external and
-    /// `unknown`-mode children are leaves; any other mode is listed as
-    /// `unsupported` and not traversed. A traversed child whose catalog
-    /// cannot be read is listed as `corrupt` or `unavailable` and only its
-    /// branch stops. A child id already listed (a duplicate, or a cycle back
+    /// External children are leaves; every other child is traversed
+    /// (seed 002), and one whose mode is `unknown` or not known here is
+    /// listed as `unsupported`. A traversed child whose catalog cannot be
+    /// read is listed as `corrupt` or `unavailable` (an unsupported one
+    /// stays `unsupported`) and only its branch stops. Each row says
+    /// whether its catalog lists children and what the child is doing. A child id already listed (a duplicate, or a cycle back
     /// to an ancestor or the root) is skipped.
     ///
     /// # Errors
@@ -287,14 +341,18 @@ impl SubagentRuntime {
                 continue;
             }
             let path = join_path(parent_path.as_deref(), entry.name.as_deref());
-            let diagnostic = match traversal(&entry.mode) {
-                Traversal::Leaf => None,
-                Traversal::Unsupported => Some(RowDiagnostic::Unsupported),
-                Traversal::Traverse => match match prefetched.remove(&entry.child_id) {
+            let kind = traversal(&entry.mode);
+            let mut has_children = false;
+            let mut diagnostic =
+                (kind == Traversal::Unsupported).then_some(RowDiagnostic::Unsupported);
+            if kind != Traversal::Leaf {
+                let read = match prefetched.remove(&entry.child_id) {
                     Some(read) => read,
                     None => self.observe_catalog(&entry.child_id, cancel).await?,
-                } {
+                };
+                match read {
                     Ok(catalog) => {
+                        has_children = !catalog.is_empty();
                         self.prefetch(&catalog, &seen, &mut prefetched, cancel)
                             .await?;
                         push_children(
@@ -304,20 +362,37 @@ impl SubagentRuntime {
                             depth.saturating_add(1),
                             path.clone(),
                         );
-                        None
                     }
-                    Err(unreadable) => Some(unreadable.diagnostic),
-                },
-            };
+                    Err(unreadable) => {
+                        diagnostic.get_or_insert(unreadable.diagnostic);
+                    }
+                }
+            }
+            let activity = self.activity(&entry.child_id);
             rows.push(DescendantRow {
                 entry,
                 parent_id,
                 depth,
                 path,
                 diagnostic,
+                has_children,
+                activity,
             });
         }
         Ok(rows)
+    }
+}
+
+impl SubagentRuntime {
+    /// What `child` is doing now: its live agent's status, else whether an
+    /// activation (an external run) is in flight for it.
+    fn activity(&self, child: &SessionId) -> ChildActivity {
+        match self.registry().get(child).map(|agent| agent.status()) {
+            Some(AgentStatus::Running) => ChildActivity::Running,
+            Some(AgentStatus::Idle) => ChildActivity::Idle,
+            None if self.inner.activations.get(child).is_some() => ChildActivity::Running,
+            None => ChildActivity::Inactive,
+        }
     }
 }
 
@@ -343,7 +418,7 @@ impl SubagentRuntime {
         let ids: Vec<SessionId> = catalog
             .entries()
             .iter()
-            .filter(|entry| traversal(&entry.mode) == Traversal::Traverse)
+            .filter(|entry| traversal(&entry.mode) != Traversal::Leaf)
             .map(|entry| entry.child_id.clone())
             .filter(|id| {
                 !seen.contains(id) && !prefetched.contains_key(id) && wanted.insert(id.clone())

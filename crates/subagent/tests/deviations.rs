@@ -3,8 +3,8 @@
 //! activation's input (B23); names and roots are for exact live members
 //! only; a repeated user request id is delivered once (B36); a resumed
 //! activation names its real provider (B10); depth arithmetic is checked
-//! (B5); an external start refuses `agent_preset` and gets the provider's
-//! route merged under its options (B6).
+//! (B5); an external start passes `agent_preset` to a provider that claims
+//! it and gets the provider's route merged under its options (B6).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -246,9 +246,11 @@ async fn a_depth_that_would_overflow_is_refused() {
     assert_eq!(err.code(), "INVALID_REQUEST", "{err}");
 }
 
-// B6/3.2.8: an external start is never "accepted then ignored".
+// B6/3.2.8: an external start is never "accepted then ignored": a preset
+// reaches a provider that claims the capability (seed 002's resolved
+// request extends the start request).
 #[tokio::test]
-async fn an_external_start_refuses_a_preset_and_gets_the_route_under_its_options() {
+async fn an_external_start_passes_its_preset_and_gets_the_route_under_its_options() {
     let world = world().await;
     let routed = Arc::new(ExternalProvider::new("routed").with_route(AgentRoute {
         provider: "remote".into(),
@@ -258,8 +260,10 @@ async fn an_external_start_refuses_a_preset_and_gets_the_route_under_its_options
     let mut spec = world.spec(Some("preset"));
     spec.provider = "routed".into();
     spec.request.agent_preset = Some("reviewer".into());
-    let err = world.runtime.start_activation(spec).await.unwrap_err();
-    assert_eq!(err.code(), "UNSUPPORTED_CAPABILITY", "{err}");
+    let run = world.runtime.start_activation(spec).await.unwrap();
+    bounded(run.result()).await.unwrap();
+    let seen = routed.seen_request().unwrap();
+    assert_eq!(seen.agent_preset.as_deref(), Some("reviewer"));
 
     let mut spec = world.spec(Some("options"));
     spec.provider = "routed".into();

@@ -1,11 +1,13 @@
-//! `list_agents`: the caller's tree (the root and every reachable
-//! continuable descendant) with names, labels, activity and diagnostics,
+//! `list_agents`: the caller's tree (the root, every reachable continuable
+//! descendant, and any other child whose row carries a diagnostic, so an
+//! unknown kind or an unreadable log is explained, not counted away) with
+//! names, labels, activity and diagnostics,
 //! rendered as compact text. Activity comes from the live registry and says
 //! only whether an agent is working right now.
 
 use async_trait::async_trait;
 use dsh_core::{AgentStatus, SessionId, Tool, ToolContext, ToolError, ToolOutput};
-use dsh_subagent::{ChildMode, RowDiagnostic, SubagentRuntime};
+use dsh_subagent::{ChildActivity, ChildMode, RowDiagnostic, SubagentRuntime};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -38,13 +40,25 @@ fn activity(runtime: &SubagentRuntime, id: &SessionId) -> &'static str {
     }
 }
 
-fn diagnostic_text(diagnostic: RowDiagnostic) -> &'static str {
+fn diagnostic_text(diagnostic: RowDiagnostic, mode: &ChildMode) -> String {
     match diagnostic {
-        RowDiagnostic::Corrupt => "its own subagents could not be listed: its log is corrupt",
-        RowDiagnostic::Unavailable => {
-            "its own subagents could not be listed: its log could not be read"
+        RowDiagnostic::Corrupt => {
+            "its own subagents could not be listed: its log is corrupt".to_owned()
         }
-        RowDiagnostic::Unsupported => "its kind is not supported here",
+        RowDiagnostic::Unavailable => {
+            "its own subagents could not be listed: its log could not be read".to_owned()
+        }
+        RowDiagnostic::Unsupported => {
+            format!("its kind `{mode}` is not one this runtime can use, so it cannot be messaged")
+        }
+    }
+}
+
+/// The activity word of a listed child.
+fn row_activity(activity: ChildActivity) -> &'static str {
+    match activity {
+        ChildActivity::Running => "running",
+        ChildActivity::Idle | ChildActivity::Inactive => "inactive",
     }
 }
 
@@ -55,9 +69,9 @@ impl Tool for ListAgentsTool {
     }
 
     fn description(&self) -> String {
-        "List the agents in your tree: `lead` (the root) and every subagent that can be messaged, \
-         each by the name to use with send_message and interrupt_agent, with its task label and \
-         its activity. Activity is `running` when the agent is working right now and `inactive` \
+        "List the agents in your tree: `lead` (the root), every subagent that can be messaged \
+         and any child with a problem to explain (marked on its line), each by the name to use \
+         with send_message and interrupt_agent, with its task label and its activity. Activity is `running` when the agent is working right now and `inactive` \
          otherwise; it is not task completion (you are told when a subagent finishes), and an \
          inactive agent can still be messaged. Use it to recall names, not to poll: call wait to \
          block until something arrives."
@@ -89,7 +103,7 @@ fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> Str
     let you = |id: &SessionId| if id == caller { " (you)" } else { "" };
     let mut lines = vec![
         "Agents in your tree (activity is whether an agent is working right now, not whether its \
-         task is done; every agent listed can be messaged):"
+         task is done; every agent listed can be messaged unless its line says otherwise):"
             .to_owned(),
         format!(
             "- lead{}: {}",
@@ -99,7 +113,10 @@ fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> Str
     ];
     let mut omitted = 0usize;
     for row in &view.rows {
-        if row.entry.mode != ChildMode::CONTINUABLE {
+        // External and one-shot children cannot be messaged and have
+        // nothing to explain: only counted. A row with a diagnostic (an
+        // unknown kind included) is listed, so the model learns why.
+        if row.entry.mode != ChildMode::CONTINUABLE && row.diagnostic.is_none() {
             omitted += 1;
             continue;
         }
@@ -108,11 +125,21 @@ fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> Str
             "- {}{}: {} — {}",
             view.name_of(id),
             you(id),
-            activity(runtime, id),
+            row_activity(row.activity),
             row.entry.label
         );
         if let Some(diagnostic) = row.diagnostic {
-            line.push_str(&format!(" [{}]", diagnostic_text(diagnostic)));
+            line.push_str(&format!(
+                " [{}]",
+                diagnostic_text(diagnostic, &row.entry.mode)
+            ));
+            if row.entry.mode != ChildMode::CONTINUABLE && diagnostic != RowDiagnostic::Unsupported
+            {
+                line.push_str(&format!(
+                    " [a {} child: it cannot be messaged]",
+                    row.entry.mode
+                ));
+            }
         }
         lines.push(line);
     }

@@ -7,14 +7,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{Agent, CancellationToken, SessionId, Tool, ToolContext, ToolError, ToolOutput};
-use dsh_subagent::{ChildMode, SubagentRuntime};
+use dsh_subagent::{ChildMode, MemberNames, SubagentRuntime};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::RuntimeBinding;
 use crate::error::ControlError;
 use crate::send::deliver;
-use crate::tree::TreeView;
 
 /// The arguments of `report`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -63,24 +62,36 @@ pub async fn report_target(
         .map(|(parent, _)| parent)
 }
 
-/// [`report_target`], with the tree listing it read.
+/// [`report_target`], with the parent's model-facing name: one catalog
+/// read (the parent's) and the runtime's member names, never a tree walk.
 async fn locate(
     runtime: &SubagentRuntime,
     agent: &Arc<dyn Agent>,
     cancel: &CancellationToken,
-) -> Result<(SessionId, TreeView), ControlError> {
+) -> Result<(SessionId, String), ControlError> {
     let Some(parent) = agent.header().parent_session.clone() else {
         return Err(ControlError::NoParent);
     };
-    let view = TreeView::of(runtime, agent, cancel).await?;
-    let continuable = view
-        .row(agent.id())
-        .is_some_and(|row| row.entry.mode == ChildMode::CONTINUABLE && row.parent_id == parent);
-    if continuable {
-        Ok((parent, view))
-    } else {
-        Err(ControlError::NotContinuable)
+    if cancel.is_cancelled() {
+        return Err(ControlError::Cancelled);
     }
+    let entry = tokio::select! {
+        biased;
+        () = cancel.cancelled() => return Err(ControlError::Cancelled),
+        entry = runtime.child_entry(&parent, agent.id()) => {
+            entry.map_err(|err| ControlError::Failed(err.to_string()))?
+        }
+    };
+    if !entry.is_some_and(|entry| entry.mode == ChildMode::CONTINUABLE) {
+        return Err(ControlError::NotContinuable);
+    }
+    let name = match runtime.names_of(agent) {
+        Ok(MemberNames {
+            parent: Some(name), ..
+        }) => name,
+        _ => parent.to_string(),
+    };
+    Ok((parent, name))
 }
 
 #[async_trait]
@@ -90,10 +101,11 @@ impl Tool for ReportTool {
     }
 
     fn description(&self) -> String {
-        "Send content to the agent that started you, without ending your turn. That agent does \
-         not see your conversation, tool output or reasoning, so finishing is not itself a \
-         result: report a self-contained answer once before you finish, and earlier only for \
-         findings that change what it should do next. Only your direct parent receives it. \
+        "Send content to the agent that started you now, without ending your turn. Your final \
+         message already reaches that agent when you finish (as the result it is told of), so \
+         never report the final answer too: use this only for findings that change what it \
+         should do next while you keep working. It does not see your conversation, tool output \
+         or reasoning, so make each report self-contained. Only your direct parent receives it. \
          Available only to subagents that can be messaged; a refusal means nothing was \
          delivered."
             .to_owned()
@@ -125,8 +137,7 @@ impl Tool for ReportTool {
         let runtime = self.binding.runtime()?;
         let text = crate::message_text(message)?;
         let caller = &ctx.agent;
-        let (parent, view) = locate(runtime, caller, &ctx.cancel).await?;
-        let name = view.name_of(&parent);
+        let (parent, name) = locate(runtime, caller, &ctx.cancel).await?;
         deliver(runtime, caller, &name, &parent, text, &ctx.cancel).await?;
         Ok(ToolOutput::text(format!(
             "Report delivered to `{name}`, the agent that started you. Your turn continues."

@@ -270,6 +270,8 @@ async fn list_agents_over_a_mixed_tree() {
     let a1 = world.held(&a, "a1").await;
     world.record(&lead, "old", ChildMode::ONE_SHOT).await;
     world.record(&lead, "ghost", ChildMode::CONTINUABLE).await;
+    // An unknown kind is named with its diagnostic, not counted away.
+    world.record(&lead, "odd", ChildMode::UNKNOWN).await;
 
     let (error, from_lead) = world.call("list_agents", &lead, json!({})).await;
     assert!(!error, "{from_lead}");

@@ -14,14 +14,21 @@
 //! never message, interrupt or list agents (the control tools own agent
 //! identity) and never decide admission, which stays with the runtime.
 
-use dsh_subagent::{AdmissionError, RegistryError};
-use std::sync::Arc;
+use dsh_subagent::{AdmissionError, AgentRoute, RegistryError};
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, PoisonError};
+
+mod model_selection;
+
+pub use model_selection::{
+    ModelSelectionError, ModelSelectionSettings, SubagentModelSelectionConfig,
+};
 
 use async_trait::async_trait;
 use dsh_core::content::joined_text;
 use dsh_core::{
-    AgentOptions, ContentBlock, StopReason, Tool, ToolContext, ToolError, ToolOutput,
-    ToolRestriction,
+    Agent, AgentOptions, AgentRef, ContentBlock, StopReason, Tool, ToolContext, ToolError,
+    ToolOutput, ToolRestriction,
 };
 use dsh_subagent::{
     ActivationSpec, Delivery, StartRequest, SubagentActivation, SubagentError, SubagentProvider,
@@ -33,26 +40,11 @@ use serde_json::{Value, json};
 /// The tool name used when the configuration names none.
 pub const DEFAULT_TOOL_NAME: &str = "subagent";
 
-/// The depth cap used when the configuration names none.
-pub const DEFAULT_MAX_DEPTH: u32 = 3;
+/// The depth cap the runtime's user setting starts at.
+pub use dsh_subagent::DEFAULT_MAX_DEPTH;
 
 /// How deep the children started through the tool may nest.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MaxDepth {
-    /// An absolute cap on a child's delegation depth (the root is 0, its
-    /// children 1). The provider must have the `depth_limit` capability;
-    /// `0` forbids delegation through this tool altogether.
-    Limit(u32),
-    /// Send no cap: the provider (an external agent's own runtime, say)
-    /// manages recursion itself.
-    ProviderManaged,
-}
-
-impl Default for MaxDepth {
-    fn default() -> Self {
-        Self::Limit(DEFAULT_MAX_DEPTH)
-    }
-}
+pub use dsh_subagent::MaxDepth;
 
 /// The configuration of one `subagent` tool instance.
 #[derive(Debug, Clone, PartialEq)]
@@ -61,8 +53,10 @@ pub struct SubagentToolConfig {
     pub tool_name: String,
     /// The registered provider the tool starts children on.
     pub provider: String,
-    /// The depth cap sent with every start.
-    pub max_depth: MaxDepth,
+    /// The depth cap sent with every start, resolved at each call by
+    /// [`SubagentRuntime::resolve_max_depth`]: `None` follows the runtime's
+    /// current user setting.
+    pub max_depth: Option<MaxDepth>,
     /// Agent options for every child (needs the `agent_options` capability).
     pub agent_options: Option<AgentOptions>,
     /// A persona for every child (needs the `persona` capability).
@@ -73,20 +67,27 @@ pub struct SubagentToolConfig {
     /// Whether the model may run children in the background (and does by
     /// default); when off, every call waits for its child.
     pub background: bool,
+    /// The host's model-selection setting (seed 002's
+    /// `ctx.subagentModelSelection`): with it, the tool takes `provider`
+    /// and `model`, and a top-level session may choose its child's route
+    /// among the routes it was allowed when the tool was first offered to
+    /// it (needs the `agent_options` capability).
+    pub model_selection: Option<SubagentModelSelectionConfig>,
 }
 
 impl SubagentToolConfig {
-    /// The defaults for `provider`: tool name `subagent`, depth cap 3, no
-    /// child options, background mode on.
+    /// The defaults for `provider`: tool name `subagent`, the runtime's
+    /// depth setting, no child options, background mode on.
     pub fn new(provider: impl Into<String>) -> Self {
         Self {
             tool_name: DEFAULT_TOOL_NAME.to_owned(),
             provider: provider.into(),
-            max_depth: MaxDepth::default(),
+            max_depth: None,
             agent_options: None,
             persona: None,
             tool_filter: None,
             background: true,
+            model_selection: None,
         }
     }
 }
@@ -139,7 +140,8 @@ impl InstallError {
 pub struct SubagentTool {
     runtime: SubagentRuntime,
     config: SubagentToolConfig,
-    schema: Value,
+    /// The model-selection setting as each exact agent sampled it.
+    sampled: Mutex<HashMap<AgentRef, ModelSelectionSettings>>,
 }
 
 impl std::fmt::Debug for SubagentTool {
@@ -160,6 +162,10 @@ struct Args {
     name: Option<String>,
     #[serde(default)]
     run_in_background: Option<bool>,
+    #[serde(default)]
+    provider: Option<String>,
+    #[serde(default)]
+    model: Option<String>,
 }
 
 impl SubagentTool {
@@ -196,12 +202,86 @@ impl SubagentTool {
                 "subagent provider not registered yet; the tool is offered once it is"
             ),
         }
-        let schema = input_schema(&config);
         Ok(Arc::new(Self {
             runtime: runtime.clone(),
             config,
-            schema,
+            sampled: Mutex::new(HashMap::new()),
         }))
+    }
+
+    /// The model-selection setting as `agent` sampled it: taken from the
+    /// host setting the first time, kept for that exact agent after. Only a
+    /// top-level session gets selection; a child samples it disabled.
+    fn model_selection_of(&self, agent: &dyn Agent) -> ModelSelectionSettings {
+        let Some(config) = &self.config.model_selection else {
+            return ModelSelectionSettings::default();
+        };
+        let reference = agent.reference();
+        let mut sampled = self.sampled.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(settings) = sampled.get(&reference) {
+            return settings.clone();
+        }
+        let settings = if agent.header().parent_session.is_none() {
+            config.current()
+        } else {
+            ModelSelectionSettings::default()
+        };
+        // Agents that went away no longer need theirs.
+        let registry = self.runtime.registry();
+        sampled.retain(|reference, _| registry.is_live(reference));
+        sampled.insert(reference, settings.clone());
+        settings
+    }
+
+    /// The route the call's `provider` and `model` choose under the
+    /// caller's sampled setting, or the sentence refusing them.
+    fn chosen_route(
+        &self,
+        agent: &dyn Agent,
+        provider: Option<String>,
+        model: Option<String>,
+    ) -> Result<Option<AgentRoute>, String> {
+        let settings = self.model_selection_of(agent);
+        let route = match (provider, model) {
+            (None, None) => {
+                return Ok(settings
+                    .enabled
+                    .then(|| settings.default_model.clone())
+                    .flatten());
+            }
+            (Some(provider), Some(model)) => AgentRoute { provider, model },
+            _ => {
+                return Err(
+                    "No subagent was started: give both `provider` and `model`, or neither."
+                        .to_owned(),
+                );
+            }
+        };
+        if settings.allows(&route) {
+            return Ok(Some(route));
+        }
+        if !settings.enabled {
+            return Err("No subagent was started: this session may not choose a subagent's model. Call again without `provider` and `model`.".to_owned());
+        }
+        let allowed: Vec<String> = settings
+            .allowed_models
+            .iter()
+            .map(|route| format!("{}:{}", route.provider, route.model))
+            .collect();
+        Err(format!(
+            "No subagent was started: {}:{} is not an allowed model. Allowed: {}.",
+            route.provider,
+            route.model,
+            allowed.join(", ")
+        ))
+    }
+
+    /// Whether the provider registered now gives its children the parent's
+    /// conversation.
+    fn inherits(&self) -> bool {
+        self.runtime
+            .get(&self.config.provider)
+            .is_some_and(|provider| provider.inherits_parent_context())
     }
 
     /// The configuration it was installed with.
@@ -243,12 +323,22 @@ impl SubagentTool {
         let mut request =
             StartRequest::new(ctx.agent.clone(), vec![ContentBlock::text(args.prompt)]);
         request.agent_options.clone_from(&self.config.agent_options);
+        match self.chosen_route(ctx.agent.as_ref(), args.provider, args.model) {
+            Ok(Some(route)) => {
+                let chosen = AgentOptions {
+                    provider: Some(route.provider),
+                    model: Some(route.model),
+                    ..AgentOptions::default()
+                };
+                request.agent_options =
+                    Some(chosen.merged_over(&request.agent_options.unwrap_or_default()));
+            }
+            Ok(None) => {}
+            Err(refused) => return Ok(ToolOutput::error(refused)),
+        }
         request.persona.clone_from(&self.config.persona);
         request.tool_filter.clone_from(&self.config.tool_filter);
-        request.max_depth = match self.config.max_depth {
-            MaxDepth::Limit(limit) => Some(limit),
-            MaxDepth::ProviderManaged => None,
-        };
+        request.max_depth = self.runtime.resolve_max_depth(self.config.max_depth);
         let spec = ActivationSpec {
             provider: self.config.provider.clone(),
             label: args.description,
@@ -272,15 +362,28 @@ impl SubagentTool {
                 provider.continuable().is_some(),
             )));
         }
-        let guard = DisposeOnDrop(Some(activation.clone()));
+        let guard = DisposeOnDrop {
+            activation: Some(activation.clone()),
+            runtime: self.runtime.clone(),
+        };
         let result = tokio::select! {
             result = activation.result() => result,
             () = ctx.cancel.cancelled() => {
-                drop(guard);
-                return Ok(ToolOutput::error(format!(
-                    "The call was cancelled, and the subagent `{}` was stopped.",
-                    activation.name()
-                )));
+                // Stopped means stopped: the teardown is awaited (a drop
+                // from here on hands it to the guard) before the model is
+                // told.
+                let stopped = activation.dispose().await;
+                guard.defuse();
+                return Ok(ToolOutput::error(match stopped {
+                    Ok(()) => format!(
+                        "The call was cancelled, and the subagent `{}` was stopped.",
+                        activation.name()
+                    ),
+                    Err(err) => format!(
+                        "The call was cancelled, but stopping the subagent `{}` failed: {err}",
+                        activation.name()
+                    ),
+                }));
             }
         };
         guard.defuse();
@@ -294,30 +397,36 @@ impl SubagentTool {
     }
 }
 
-/// Disposes a foreground activation whose call went away before its result.
-struct DisposeOnDrop(Option<SubagentActivation>);
+/// Disposes a foreground activation whose call went away before its result,
+/// on the runtime's task tracker, so the teardown has an owner that
+/// [`SubagentRuntime::shutdown`] waits for.
+struct DisposeOnDrop {
+    activation: Option<SubagentActivation>,
+    runtime: SubagentRuntime,
+}
 
 impl DisposeOnDrop {
-    /// The result arrived: nothing to dispose.
+    /// The result arrived, or the teardown was awaited: nothing to dispose.
     fn defuse(mut self) {
-        self.0 = None;
+        self.activation = None;
     }
 }
 
 impl Drop for DisposeOnDrop {
     fn drop(&mut self) {
-        let Some(activation) = self.0.take() else {
+        let Some(activation) = self.activation.take() else {
             return;
         };
-        // Dropped by a cancelled turn (or cancelled explicitly): stop the
-        // child and finish its teardown off this call.
+        // Dropped by a cancelled turn: stop the child and finish its
+        // teardown off this call (a failure also ends its run as an error,
+        // which `subagent/end` reports).
         match tokio::runtime::Handle::try_current() {
             Ok(handle) => {
-                handle.spawn(async move {
+                self.runtime.tasks().spawn_on(async move {
                     if let Err(err) = activation.dispose().await {
                         tracing::warn!(child = %activation.child_id(), "disposing a cancelled foreground subagent failed: {err}");
                     }
-                });
+                }, &handle);
             }
             Err(_) => tracing::error!(
                 child = %activation.child_id(),
@@ -334,15 +443,23 @@ impl Tool for SubagentTool {
     }
 
     fn description(&self) -> String {
-        let inherits = self
-            .runtime
-            .get(&self.config.provider)
-            .is_some_and(|provider| provider.inherits_parent_context());
-        description(inherits, self.config.background)
+        let mut text = description(self.inherits(), self.config.background);
+        if self.config.model_selection.is_some() {
+            text.push_str(" You may choose the subagent's model with `provider` and `model` (both or neither); only the routes this session was allowed are accepted, and a refused choice names them. Leave them out for the default.");
+        }
+        text
+    }
+
+    fn offered_to(&self, agent: &dyn Agent) -> bool {
+        // Sampled before the agent's first model request with the tool.
+        self.model_selection_of(agent);
+        true
     }
 
     fn input_schema(&self) -> Value {
-        self.schema.clone()
+        // Rebuilt from the provider found now, as the description is: the
+        // prompt's wording follows whether the child sees this conversation.
+        input_schema(&self.config, self.inherits())
     }
 
     fn is_available(&self) -> bool {
@@ -358,6 +475,13 @@ impl Tool for SubagentTool {
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let args: Args = serde_json::from_value(input)
             .map_err(|err| ToolError::new(format!("Invalid arguments: {err}.")))?;
+        if self.config.model_selection.is_none()
+            && (args.provider.is_some() || args.model.is_some())
+        {
+            return Err(ToolError::new(
+                "Invalid arguments: `provider` and `model` are not parameters of this tool.",
+            ));
+        }
         self.run(args, ctx).await
     }
 }
@@ -374,13 +498,13 @@ fn check_capabilities(
         capability,
         hint,
     };
-    if matches!(config.max_depth, MaxDepth::Limit(_)) && !caps.depth_limit {
+    if config.max_depth != Some(MaxDepth::ProviderManaged) && !caps.depth_limit {
         return Err(missing(
             "depth_limit",
             "; set the depth to provider-managed to leave recursion to the provider",
         ));
     }
-    if config.agent_options.is_some() && !caps.agent_options {
+    if (config.agent_options.is_some() || config.model_selection.is_some()) && !caps.agent_options {
         return Err(missing("agent_options", ""));
     }
     if config.persona.is_some() && !caps.persona {
@@ -409,8 +533,15 @@ fn description(inherits: bool, background: bool) -> String {
 }
 
 /// The input schema for `config`: `run_in_background` only when background
-/// runs are on.
-fn input_schema(config: &SubagentToolConfig) -> Value {
+/// runs are on, `provider` and `model` only with model selection, and the
+/// prompt worded for a child that does (`inherits`) or does not see the
+/// parent's conversation.
+fn input_schema(config: &SubagentToolConfig, inherits: bool) -> Value {
+    let prompt = if inherits {
+        "What the subagent should do next. It already sees this conversation's completed turns, so state only what is new: the task and anything decided since."
+    } else {
+        "The complete task for the subagent. It does not see this conversation, so include everything it needs: the goal, the relevant files or facts, and what to report back."
+    };
     let mut properties = json!({
         "description": {
             "type": "string",
@@ -420,13 +551,33 @@ fn input_schema(config: &SubagentToolConfig) -> Value {
         "prompt": {
             "type": "string",
             "minLength": 1,
-            "description": "The task for the subagent. If it does not see this conversation, include everything it needs; if it does, state only what is new."
+            "description": prompt
         },
         "name": {
             "type": "string",
             "description": "An optional name to address the subagent by later: 1-32 lower-case letters, digits and hyphens, starting with a letter, unique among your subagents. Omitted, it is named agent-N."
         }
     });
+    if config.model_selection.is_some()
+        && let Some(map) = properties.as_object_mut()
+    {
+        map.insert(
+            "provider".to_owned(),
+            json!({
+                "type": "string",
+                "minLength": 1,
+                "description": "The model provider route for the subagent; give it with `model`, or leave both out for the default."
+            }),
+        );
+        map.insert(
+            "model".to_owned(),
+            json!({
+                "type": "string",
+                "minLength": 1,
+                "description": "The model id for the subagent, under `provider`."
+            }),
+        );
+    }
     if config.background
         && let Some(map) = properties.as_object_mut()
     {
@@ -578,21 +729,31 @@ mod tests {
 
     #[test]
     fn the_input_struct_accepts_exactly_what_its_schema_accepts() {
-        let config = SubagentToolConfig::new("spawn");
-        let schema = dsh_core::schema::JsonSchema::compile(input_schema(&config)).unwrap();
-        for input in [
-            json!({"description": "a", "prompt": "b"}),
-            json!({"description": "a", "prompt": "b", "name": "scout", "run_in_background": false}),
-            json!({"description": "a"}),
-            json!({"prompt": "b"}),
-            json!({"description": "a", "prompt": "b", "extra": 1}),
-            json!({"description": "a", "prompt": 2}),
-        ] {
-            assert_eq!(
-                schema.validate(&input).is_ok(),
-                serde_json::from_value::<Args>(input.clone()).is_ok(),
-                "{input}"
-            );
+        let selecting = SubagentToolConfig {
+            model_selection: Some(SubagentModelSelectionConfig::default()),
+            ..SubagentToolConfig::new("spawn")
+        };
+        for config in [SubagentToolConfig::new("spawn"), selecting] {
+            let schema =
+                dsh_core::schema::JsonSchema::compile(input_schema(&config, false)).unwrap();
+            for input in [
+                json!({"description": "a", "prompt": "b"}),
+                json!({"description": "a", "prompt": "b", "name": "scout", "run_in_background": false}),
+                json!({"description": "a"}),
+                json!({"prompt": "b"}),
+                json!({"description": "a", "prompt": "b", "extra": 1}),
+                json!({"description": "a", "prompt": 2}),
+                json!({"description": "a", "prompt": "b", "provider": "p", "model": "m"}),
+                json!({"description": "a", "prompt": "b", "model": 3}),
+            ] {
+                // What `execute` accepts: the struct, and the selection
+                // parameters only when the tool has a selection setting.
+                let parsed = serde_json::from_value::<Args>(input.clone()).is_ok_and(|args| {
+                    config.model_selection.is_some()
+                        || (args.provider.is_none() && args.model.is_none())
+                });
+                assert_eq!(schema.validate(&input).is_ok(), parsed, "{input}");
+            }
         }
     }
 

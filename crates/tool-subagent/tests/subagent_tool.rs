@@ -22,7 +22,10 @@ use dsh_subagent::{PrepareContinuable, SubagentCapabilities, SubagentProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::world::{World as KitWorld, WorldBuilder};
-use dsh_tool_subagent::{InstallError, MaxDepth, SubagentTool, SubagentToolConfig};
+use dsh_tool_subagent::{
+    InstallError, MaxDepth, ModelSelectionSettings, SubagentModelSelectionConfig, SubagentTool,
+    SubagentToolConfig,
+};
 use serde_json::{Value, json};
 
 type Responder = Box<dyn Fn(&ModelRequest) -> Scripted + Send + Sync>;
@@ -82,6 +85,20 @@ fn has_tool_result(request: &ModelRequest) -> bool {
         .messages
         .iter()
         .any(|m| matches!(m, Message::Tool { .. }))
+}
+
+/// Every tool result in `request`: whether it is an error, and its text.
+fn tool_results(request: &ModelRequest) -> Vec<(bool, String)> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((*is_error, joined_text(content))),
+            _ => None,
+        })
+        .collect()
 }
 
 fn call(input: Value) -> Scripted {
@@ -173,6 +190,15 @@ async fn b43_the_tool_is_offered_only_while_its_provider_is_registered_with_fres
     assert!(tool.is_available());
     let spawn_wording = tool.description();
     assert!(spawn_wording.contains("does not see this conversation"));
+    let prompt_wording =
+        |tool: &SubagentTool| tool.input_schema()["properties"]["prompt"]["description"].clone();
+    let spawn_prompt = prompt_wording(&tool);
+    assert!(
+        spawn_prompt
+            .as_str()
+            .unwrap()
+            .contains("include everything it needs")
+    );
 
     // Gone, then back as a fork: the wording says what a fork sees.
     assert!(world.runtime.remove("delegate"));
@@ -184,6 +210,15 @@ async fn b43_the_tool_is_offered_only_while_its_provider_is_registered_with_fres
     assert!(tool.is_available());
     let fork_wording = tool.description();
     assert!(fork_wording.contains("sees every completed turn"));
+    // The prompt parameter follows the provider found now (edges.md §3.1).
+    let fork_prompt = prompt_wording(&tool);
+    assert!(
+        fork_prompt
+            .as_str()
+            .unwrap()
+            .contains("state only what is new")
+    );
+    assert_ne!(spawn_prompt, fork_prompt);
     for wording in [&spawn_wording, &fork_wording] {
         for promise in ["tools", "permission", "authority"] {
             assert!(
@@ -248,6 +283,15 @@ async fn tool_specs_are_snapshotted_for_each_wording() {
     insta::assert_json_snapshot!("spawn_tool", spec_json(spawn.as_ref()));
     insta::assert_json_snapshot!("fork_tool", spec_json(fork.as_ref()));
     insta::assert_json_snapshot!("foreground_only_tool", spec_json(foreground_only.as_ref()));
+    let selecting = SubagentTool::install(
+        &world.runtime,
+        SubagentToolConfig {
+            model_selection: Some(SubagentModelSelectionConfig::default()),
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .unwrap();
+    insta::assert_json_snapshot!("model_selection_tool", spec_json(selecting.as_ref()));
 
     // The committed spec the API catalogue reads is the live default tool.
     let committed: Value = serde_json::from_str(
@@ -303,7 +347,7 @@ async fn configuration_that_cannot_work_fails_at_install() {
     let errors = [
         install(SubagentToolConfig::new("limited")),
         install(SubagentToolConfig {
-            max_depth: MaxDepth::ProviderManaged,
+            max_depth: Some(MaxDepth::ProviderManaged),
             persona: Some("You are terse.".into()),
             ..SubagentToolConfig::new("limited")
         }),
@@ -330,7 +374,7 @@ async fn configuration_that_cannot_work_fails_at_install() {
     SubagentTool::install(
         &world.runtime,
         SubagentToolConfig {
-            max_depth: MaxDepth::ProviderManaged,
+            max_depth: Some(MaxDepth::ProviderManaged),
             ..SubagentToolConfig::new("limited")
         },
     )
@@ -438,6 +482,50 @@ async fn b44_cancelling_a_foreground_call_disposes_the_child() {
     assert_eq!(world.runtime.registry().len(), 1, "only the lead is live");
 }
 
+// edges.md §3.1: "stopped" is said only once the child is gone.
+#[tokio::test]
+async fn a_cancelled_foreground_call_reports_stopped_only_after_the_teardown() {
+    let world = world(
+        Box::new(|request| {
+            if first_user_text(request) == "never finish" {
+                Scripted::Hang
+            } else {
+                Scripted::Text("ok".into())
+            }
+        }),
+        &["spawn"],
+    )
+    .await;
+    let tool = SubagentTool::install(&world.runtime, SubagentToolConfig::new("spawn")).unwrap();
+    let cancel = dsh_core::CancellationToken::new();
+    let ctx = dsh_core::ToolContext {
+        agent: world.lead().clone(),
+        call_id: dsh_core::CallId::new("call-1"),
+        cancel: cancel.clone(),
+    };
+    let input =
+        json!({"description": "slow", "prompt": "never finish", "run_in_background": false});
+    // The call runs on this task, so nothing else runs between its return
+    // and the checks below; another task cancels it once the child hangs.
+    let model = world.model.clone();
+    tokio::spawn(async move {
+        while model
+            .requests()
+            .iter()
+            .all(|r| first_user_text(r) != "never finish")
+        {
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        cancel.cancel();
+    });
+    let output = bounded(tool.execute(input, ctx)).await.unwrap();
+    assert!(output.is_error);
+    assert!(joined_text(&output.content).contains("was stopped"));
+    // Checked before anything else runs: the teardown was awaited.
+    assert_eq!(world.runtime.live_activations(), 0);
+    assert_eq!(world.runtime.registry().len(), 1, "only the lead is live");
+}
+
 #[tokio::test]
 async fn b44_a_background_call_returns_the_name_and_the_result_arrives_as_a_notice() {
     let world = world_with_tool(
@@ -487,7 +575,7 @@ async fn b45_depth_and_name_refusals_are_sentences() {
     let world = world_with_tool(
         lead_calls(json!({"description": "x", "prompt": "y", "run_in_background": false})),
         SubagentToolConfig {
-            max_depth: MaxDepth::Limit(0),
+            max_depth: Some(MaxDepth::Limit(0)),
             ..SubagentToolConfig::new("spawn")
         },
     )
@@ -517,20 +605,105 @@ async fn b45_depth_and_name_refusals_are_sentences() {
     });
     let world = world_with_tool(responder, SubagentToolConfig::new("spawn")).await;
     world.ask("lead: delegate").await;
-    let request = &world.lead_requests()[1];
-    let results: Vec<(bool, String)> = request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool {
-                content, is_error, ..
-            } => Some((*is_error, joined_text(content))),
-            _ => None,
-        })
-        .collect();
+    let results = tool_results(&world.lead_requests()[1]);
     let refused: Vec<&(bool, String)> = results.iter().filter(|(error, _)| *error).collect();
     assert_eq!(refused.len(), 1, "{results:?}");
     insta::assert_debug_snapshot!((depth, refused[0]));
+}
+
+// Seed 002 `resolveMaxDepth`: a tool without its own limit follows the
+// runtime's user setting at each call, live edits included.
+#[tokio::test]
+async fn a_tool_without_a_limit_follows_the_user_depth_setting() {
+    let world = world_with_tool(
+        lead_calls(json!({"description": "x", "prompt": "y", "run_in_background": false})),
+        SubagentToolConfig::new("spawn"),
+    )
+    .await;
+    world.runtime.set_max_depth(0);
+    world.ask("lead: delegate").await;
+    let (refused, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(refused, "{text}");
+    assert!(text.contains("the limit is 0"), "{text}");
+}
+
+// Seed 002 `ctx.subagentModelSelection`: a top-level session chooses among
+// the routes it was allowed; omitted, the default applies; anything else is
+// refused with the allowed routes named.
+#[tokio::test]
+async fn model_selection_lets_a_top_level_session_choose_an_allowed_route() {
+    let route = |model: &str| dsh_subagent::AgentRoute {
+        provider: "default".into(),
+        model: model.into(),
+    };
+    let selection = SubagentModelSelectionConfig::new(ModelSelectionSettings {
+        enabled: true,
+        default_model: Some(route("alpha")),
+        allowed_models: vec![route("alpha"), route("beta")],
+    })
+    .unwrap();
+    let responder: Responder = Box::new(|request| {
+        let first = first_user_text(request);
+        if !first.starts_with("lead:") {
+            return Scripted::Text("ok".into());
+        }
+        if matches!(request.messages.last(), Some(Message::Tool { .. })) {
+            return Scripted::Text("noted".into());
+        }
+        let call = |prompt: &str, model: Option<&str>| {
+            let mut input =
+                json!({"description": "x", "prompt": prompt, "run_in_background": false});
+            if let Some(model) = model {
+                input["provider"] = json!("default");
+                input["model"] = json!(model);
+            }
+            ("subagent".to_owned(), input)
+        };
+        Scripted::ToolCalls {
+            text: None,
+            calls: vec![
+                call("child: chosen", Some("beta")),
+                call("child: default", None),
+                call("child: refused", Some("gamma")),
+            ],
+        }
+    });
+    let world = world_with_tool(
+        responder,
+        SubagentToolConfig {
+            model_selection: Some(selection.clone()),
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .await;
+    world.ask("lead: delegate").await;
+
+    let model_of = |prompt: &str| -> Vec<Option<String>> {
+        world
+            .model
+            .requests()
+            .iter()
+            .filter(|request| first_user_text(request) == prompt)
+            .map(|request| request.model.clone())
+            .collect()
+    };
+    assert_eq!(model_of("child: chosen"), [Some("beta".to_owned())]);
+    assert_eq!(model_of("child: default"), [Some("alpha".to_owned())]);
+    assert!(model_of("child: refused").is_empty(), "nothing started");
+    let results = tool_results(&world.lead_requests()[1]);
+    let refused: Vec<&String> = results.iter().filter(|(e, _)| *e).map(|(_, t)| t).collect();
+    assert_eq!(
+        refused,
+        [
+            "No subagent was started: default:gamma is not an allowed model. Allowed: default:alpha, default:beta."
+        ]
+    );
+
+    // The session sampled its setting: a later host edit does not take it
+    // back from the running lead.
+    selection.update(ModelSelectionSettings::default()).unwrap();
+    world.ask("lead: delegate again").await;
+    assert_eq!(model_of("child: chosen").len(), 2, "still allowed");
 }
 
 #[tokio::test]

@@ -45,7 +45,7 @@ impl Agent for StubAgent {
         &self.header.id
     }
     fn epoch(&self) -> Epoch {
-        Epoch(0)
+        Epoch::NONE
     }
     fn header(&self) -> &SessionHeader {
         &self.header

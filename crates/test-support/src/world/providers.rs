@@ -262,7 +262,21 @@ pub struct ExternalProvider {
     gate: Option<Arc<Semaphore>>,
     started: AtomicUsize,
     runs: Mutex<Vec<Arc<RunControl>>>,
-    seen: Mutex<Option<AgentOptions>>,
+    seen: LastRequest,
+}
+
+/// The last start request an [`ExternalProvider`] was given (a request
+/// holds the parent agent, which has no `Debug`).
+#[derive(Default)]
+struct LastRequest(Mutex<Option<ResolvedStartRequest>>);
+
+impl std::fmt::Debug for LastRequest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let seen = self.0.lock().unwrap_or_else(PoisonError::into_inner);
+        f.debug_struct("LastRequest")
+            .field("label", &seen.as_ref().map(|request| request.label.clone()))
+            .finish()
+    }
 }
 
 impl ExternalProvider {
@@ -279,7 +293,7 @@ impl ExternalProvider {
             gate: None,
             started: AtomicUsize::new(0),
             runs: Mutex::new(Vec::new()),
-            seen: Mutex::new(None),
+            seen: LastRequest::default(),
         }
     }
 
@@ -347,7 +361,14 @@ impl ExternalProvider {
 
     /// The agent options of the last start.
     pub fn seen_options(&self) -> Option<AgentOptions> {
+        self.seen_request()
+            .and_then(|request| request.agent_options)
+    }
+
+    /// The last start request it was given.
+    pub fn seen_request(&self) -> Option<ResolvedStartRequest> {
         self.seen
+            .0
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
@@ -361,7 +382,7 @@ impl StartExternal for ExternalProvider {
         request: ResolvedStartRequest,
     ) -> Result<Arc<dyn SubagentRun>, SubagentError> {
         self.started.fetch_add(1, Ordering::SeqCst);
-        *self.seen.lock().unwrap_or_else(PoisonError::into_inner) = request.agent_options.clone();
+        *self.seen.0.lock().unwrap_or_else(PoisonError::into_inner) = Some(request.clone());
         pass(self.gate.as_ref(), self.name).await?;
         if let Some(err) = &self.start_error {
             return Err(err.clone());
