@@ -24,7 +24,7 @@ use dsh_subagent::result::{MAX_DIAGNOSTIC_BYTES, TRUNCATION_MARKER};
 use dsh_subagent::{
     ActivationSpec, AgentRoute, Catalog, ChildMode, Delivery, ProviderDescriptor, RunInfo,
     RunOutcome, RuntimeConfig, StartRequest, SubagentActivation, SubagentCapabilities,
-    SubagentError, SubagentEvent, SubagentProvider, SubagentResult, SubagentRun, fold_catalog,
+    SubagentError, SubagentEvent, SubagentProvider, SubagentResult, fold_catalog,
 };
 use dsh_test_support::wait::{bounded, settle, until};
 use dsh_test_support::world::{
