@@ -1,22 +1,4 @@
-//! `dsh-subagent-acp` is the `acp` subagent provider: it runs a child as an
-//! external agent program that speaks the Agent Client Protocol over stdio,
-//! with the official `agent-client-protocol` crate for the protocol and
-//! its own process handling (a fresh process per run, in its own process
-//! group, with a scrubbed environment and the child's resolved directory).
-//! A run initializes, opens a session in that directory, sends the prompt,
-//! accumulates agent message text as its output and reports thoughts, tool
-//! calls, plans and permission decisions as [`progress`] events. It never
-//! lets the child's failure fail the result: a crash, a non-zero exit,
-//! garbage on stdout or a closed pipe settles as `error` with a diagnostic
-//! built from observed facts only ([`fault`]); stderr and protocol payloads
-//! go to tracing. Disposal settles `aborted` at once, sends the ACP cancel,
-//! and returns only when the whole process group is gone.
-//!
-//! The provider declares no start-time capability: an external program
-//! cannot be held to a persona, tool filter, output schema, depth cap or
-//! model choice from here, so the runtime refuses such requests before any
-//! process starts (B42). External children are leaves of the catalog and
-//! take no follow-up messages.
+#![doc = include_str!("../README.md")]
 
 pub mod config;
 pub mod fault;
