@@ -28,6 +28,7 @@ mod demo;
 mod error;
 mod model;
 mod observe;
+mod providers;
 mod run;
 mod send;
 mod sessions;
@@ -199,6 +200,8 @@ enum Command {
         #[command(flatten)]
         model: ModelArg,
     },
+    /// List the subagent providers `dsh run` registers, with their capabilities.
+    Providers,
     /// Print an agent's transcript.
     Show {
         /// The agent's name or path, `lead`, or a session id.
@@ -409,7 +412,7 @@ fn main() -> ExitCode {
     quiet_panics();
     let log = match &cli.command {
         Command::Run { dir, .. } | Command::Send { dir, .. } => Some(dir.dir.clone()),
-        Command::Agents { .. } | Command::Show { .. } => None,
+        Command::Agents { .. } | Command::Show { .. } | Command::Providers => None,
     };
     diagnostics(cli.verbose, log.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -500,6 +503,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
+        Command::Providers => providers::providers(config).await,
         Command::Show { name, dir, root } => {
             show::show(&dir.dir, root.root.as_deref(), &name).await
         }

@@ -101,6 +101,9 @@ impl World {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
         tools.extend(ControlTools::new(runtime.clone()));
+        tools.push(Arc::new(dsh_tool_subagent::SurveyTool::new(
+            runtime.clone(),
+        )));
         if let Some((root, level)) = workspace {
             // No asker: an action above the level is refused with a
             // sentence the model can act on.

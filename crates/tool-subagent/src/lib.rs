@@ -1,5 +1,8 @@
 #![doc = include_str!("../README.md")]
 
+pub mod survey;
+pub use survey::{SURVEY_TOOL_NAME, SurveyTool};
+
 use dsh_subagent::{AdmissionError, RegistryError};
 use std::sync::Arc;
 
