@@ -1,8 +1,9 @@
 //! How the workspace's crates depend on each other, read from Cargo itself
 //! (`cargo metadata`, `cargo tree`) rather than from the manifests' text:
 //! no tool crate depends on another tool crate, not even for its tests (the
-//! scenarios that use several live in this package), and the example host
-//! that brings its own agent has no `dsh-harness` anywhere in its tree.
+//! scenarios that use several live in this package), a crate that never
+//! validates a value does not build `jsonschema`, and none of ours turns on
+//! `serde_json`'s `preserve_order` for its users.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -54,4 +55,50 @@ fn no_tool_crate_depends_on_another_tool_crate() {
         found.is_empty(),
         "tool crates depending on each other: {found:?}"
     );
+}
+
+/// The packages in `package`'s normal dependency tree, one name per line.
+fn tree(package: &str, extra: &[&str]) -> String {
+    let mut args = vec![
+        "tree",
+        "--offline",
+        "--locked",
+        "-p",
+        package,
+        "-e",
+        "normal",
+        "--prefix",
+        "none",
+    ];
+    args.extend_from_slice(extra);
+    cargo(&args)
+}
+
+#[test]
+fn crates_that_validate_nothing_do_not_build_jsonschema() {
+    for package in ["dsh-llm-openai", "dsh-tool-workspace"] {
+        let tree = tree(package, &[]);
+        assert!(tree.contains("dsh-core"), "{tree}");
+        assert!(
+            !tree.contains("jsonschema"),
+            "{package} builds jsonschema:\n{tree}"
+        );
+    }
+    assert!(tree("dsh-harness", &[]).contains("jsonschema"));
+}
+
+#[test]
+fn no_crate_of_ours_turns_on_preserve_order() {
+    for package in [
+        "dsh-core",
+        "dsh-harness",
+        "dsh-subagent",
+        "dsh-tool-subagent",
+    ] {
+        let features = tree(package, &["-e", "features", "-i", "serde_json"]);
+        assert!(
+            !features.contains("preserve_order"),
+            "{package} turns on serde_json/preserve_order:\n{features}"
+        );
+    }
 }
