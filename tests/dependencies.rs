@@ -3,7 +3,8 @@
 //! no tool crate depends on another tool crate, not even for its tests (the
 //! scenarios that use several live in this package), a crate that never
 //! validates a value does not build `jsonschema`, and none of ours turns on
-//! `serde_json`'s `preserve_order` for its users.
+//! `serde_json`'s `preserve_order` for its users, and the example host
+//! that brings its own agent has no `dsh-harness` anywhere in its tree.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -101,4 +102,14 @@ fn no_crate_of_ours_turns_on_preserve_order() {
             "{package} turns on serde_json/preserve_order:\n{features}"
         );
     }
+}
+
+#[test]
+fn the_custom_host_example_has_no_harness_in_its_tree() {
+    let tree = tree("dsh-example-custom-host", &["-e", "normal,build"]);
+    assert!(tree.contains("dsh-subagent"), "{tree}");
+    assert!(
+        !tree.contains("dsh-harness"),
+        "the custom host pulls dsh-harness:\n{tree}"
+    );
 }
