@@ -3,7 +3,7 @@
 //! events, error codes and model-facing tools found in the source by the
 //! conventions written in the catalogue's own preamble. The output depends on
 //! the source alone: crates by package name, modules by path, items by file
-//! and line, so the same tree always gives the same bytes.
+//! and position, so the same tree always gives the same bytes.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -95,9 +95,10 @@ fn anchor(heading: &str) -> String {
         .collect()
 }
 
-/// A source pointer, `path:line`, linked from `docs/`.
-fn pointer(file: &str, line: usize) -> String {
-    format!("[{file}:{line}](../{file}#L{line})")
+/// A source pointer, the file alone, linked from `docs/`: no line number, so
+/// an edit that moves lines leaves the catalogue as it was.
+fn pointer(file: &str) -> String {
+    format!("[{file}](../{file})")
 }
 
 /// A doc comment as catalogue text: headings become bold lines (they must
@@ -181,6 +182,9 @@ fn crate_section(out: &mut String, krate: &Crate) {
         krate.dir, krate.lib
     );
     if let Some(doc) = &krate.doc {
+        // A README's title repeats the section heading above.
+        let title = format!("# {}", krate.package);
+        let doc = doc.strip_prefix(&title).unwrap_or(doc).trim_start();
         let _ = writeln!(out, "{}\n", doc_text(doc));
     }
     let mut modules: BTreeMap<String, (Option<&str>, Vec<Entry>)> = BTreeMap::new();
@@ -223,7 +227,7 @@ fn crate_section(out: &mut String, krate: &Crate) {
 fn reexport_entry(out: &mut String, r: &Reexport) {
     let name = r.path.rsplit("::").next().unwrap_or(&r.path);
     let _ = writeln!(out, "#### re-export `{name}`\n");
-    let _ = writeln!(out, "`{}` · {}\n", r.path, pointer(&r.file, r.line));
+    let _ = writeln!(out, "`{}` · {}\n", r.path, pointer(&r.file));
     let _ = writeln!(out, "```rust\npub use {};\n```\n", r.target);
     if let Some(doc) = &r.doc {
         let _ = writeln!(out, "{}\n", doc_text(doc));
@@ -240,7 +244,7 @@ fn item_entry(out: &mut String, item: &Item) {
     } else {
         format!(" (re-exported as {})", others.join(", "))
     };
-    let _ = writeln!(out, "{first}{also} · {}\n", pointer(&item.file, item.line));
+    let _ = writeln!(out, "{first}{also} · {}\n", pointer(&item.file));
     let _ = writeln!(out, "```rust\n{}\n```\n", render::item_signature(&item.ast));
     if let Some(doc) = &item.doc {
         let _ = writeln!(out, "{}\n", doc_text(doc));
@@ -280,7 +284,7 @@ fn member_entry(out: &mut String, member: &Member) {
     );
     let mut head = format!("- `{}`", member.signature);
     if located {
-        let _ = write!(head, " · {}", pointer(&member.file, member.line));
+        let _ = write!(head, " · {}", pointer(&member.file));
     }
     match &member.doc {
         Some(doc) => {
@@ -470,7 +474,7 @@ fn events_section(out: &mut String, ws: &Workspace) {
                     body,
                     "### `{path}::{}` · {}\n",
                     member.name,
-                    pointer(&member.file, member.line)
+                    pointer(&member.file)
                 );
                 if let Some(doc) = &item.doc {
                     let _ = writeln!(body, "{}\n", cell(doc));
@@ -513,7 +517,7 @@ fn events_section(out: &mut String, ws: &Workspace) {
                     "| `{value}` | `{}` | {payload} | {} | {} |",
                     item.path().unwrap_or(&item.name),
                     cell(doc),
-                    pointer(&item.file, item.line)
+                    pointer(&item.file)
                 );
             }
             body.push('\n');
@@ -564,11 +568,7 @@ fn codes_section(out: &mut String, ws: &Workspace) {
             if rows.is_empty() {
                 continue;
             }
-            let _ = writeln!(
-                body,
-                "### `{path}` · {}\n",
-                pointer(&member.file, member.line)
-            );
+            let _ = writeln!(body, "### `{path}` · {}\n", pointer(&member.file));
             body.push_str("| code | variant | meaning |\n|---|---|---|\n");
             for (code, variant, meaning) in rows {
                 let _ = writeln!(body, "| {code} | {variant} | {meaning} |");

@@ -4,7 +4,7 @@
 //! generated or checked artefacts:
 //!
 //! - `docs/api-catalog.md`, written by `cargo xtask gen-catalog`: every
-//!   public item with its signature, doc comment and `path:line`, then the
+//!   public item with its signature, doc comment and source file, then the
 //!   events, error codes and model-facing tools (the conventions that find
 //!   them are written in the catalogue's preamble; a tool crate commits each
 //!   tool's spec as `crates/<crate>/tools/<tool-name>.json`).

@@ -333,7 +333,7 @@ fn load_crate(root: &Path, dir: &str) -> Result<Crate, Error> {
     };
     let lib_rs = format!("{dir}/src/lib.rs");
     let file = loader.parse(&lib_rs)?;
-    loader.krate.doc = doc_of(&file.attrs);
+    loader.krate.doc = crate_doc(&root.join(dir).join("src"), &file.attrs)?;
     loader.krate.modules.push(Module {
         path: Vec::new(),
         parent: None,
@@ -403,6 +403,39 @@ pub fn doc_of(attrs: &[syn::Attribute]) -> Option<String> {
         .join("\n");
     let text = text.trim_matches('\n').to_owned();
     (!text.trim().is_empty()).then_some(text)
+}
+
+/// A crate's own doc: its `//!` lines and `#![doc = "..."]` attributes, and
+/// the text of every `#![doc = include_str!("path")]` (the per-crate
+/// README), read relative to `src_dir` as rustc reads it, in their order.
+///
+/// # Errors
+/// An included file that cannot be read.
+pub fn crate_doc(src_dir: &Path, attrs: &[syn::Attribute]) -> Result<Option<String>, Error> {
+    let mut parts = Vec::new();
+    let mut run: Vec<syn::Attribute> = Vec::new();
+    for attr in attrs.iter().filter(|a| a.path().is_ident("doc")) {
+        let included = match &attr.meta {
+            syn::Meta::NameValue(nv) => match &nv.value {
+                syn::Expr::Macro(m) if m.mac.path.is_ident("include_str") => {
+                    m.mac.parse_body::<syn::LitStr>().ok()
+                }
+                _ => None,
+            },
+            _ => None,
+        };
+        let Some(path) = included else {
+            run.push(attr.clone());
+            continue;
+        };
+        parts.extend(doc_of(&std::mem::take(&mut run)));
+        let file = src_dir.join(path.value());
+        let text = fs::read_to_string(&file).map_err(|e| Error::io(&file, e))?;
+        parts.push(text.trim_matches('\n').to_owned());
+    }
+    parts.extend(doc_of(&run));
+    let text = parts.join("\n\n");
+    Ok((!text.trim().is_empty()).then_some(text))
 }
 
 fn strip_attrs(attrs: &mut Vec<syn::Attribute>) {

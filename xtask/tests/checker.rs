@@ -221,6 +221,34 @@ fn a_stale_catalogue_fails_with_the_command_that_fixes_it() {
 }
 
 #[test]
+fn moving_lines_leaves_the_catalogue_fresh() {
+    let scratch = Scratch::new();
+    scratch.edit(
+        "crates/demo/src/lib.rs",
+        "/// The clock type the demo measures with.",
+        "\n\n\n/// The clock type the demo measures with.",
+    );
+    scratch.edit(
+        "crates/demo/src/shapes.rs",
+        "pub trait Area {",
+        "\n\npub trait Area {",
+    );
+    let problems = scratch.problems();
+    assert!(problems.is_empty(), "{}", xtask::report(&problems));
+}
+
+#[test]
+fn the_crate_doc_is_the_included_readme() {
+    let scratch = Scratch::new();
+    scratch.edit("crates/demo/README.md", "never compiled.", "never built.");
+    let problem = only(scratch.problems());
+    assert!(
+        problem.message.contains("never built."),
+        "the README's text is the crate doc the catalogue shows: {problem}"
+    );
+}
+
+#[test]
 fn sync_rewrites_drifted_blocks_from_the_source() {
     let scratch = Scratch::new();
     scratch.edit("docs/demo.md", "pub height: f64,", "pub height: f32,");

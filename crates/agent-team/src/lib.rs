@@ -1,11 +1,4 @@
-//! `dsh-agent-team` is the agent team: every runtime root is the implicit
-//! lead of a team whose [`TeamId`] is its session id, with a roster of
-//! named continuable direct children (teammates), a durable mailbox between
-//! members and a shared task graph. The whole team state is a fold of the
-//! lead's own log ([`fold_team`], [`TeamProjection`]), selected by team id;
-//! [`Team`] is the live service that checks every record against that fold
-//! before it appends it. It works on the core traits and the subagent
-//! runtime only.
+#![doc = include_str!("../README.md")]
 
 pub mod config;
 pub mod error;

@@ -31,6 +31,7 @@ mod error;
 mod json;
 mod model;
 mod observe;
+mod providers;
 mod run;
 mod send;
 mod sessions;
@@ -245,6 +246,8 @@ enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// List the subagent providers `dsh run` registers, with their capabilities.
+    Providers,
     /// Print an agent's transcript.
     Show {
         /// The agent's name or path, `lead`, or a session id.
@@ -467,7 +470,10 @@ fn main() -> ExitCode {
     quiet_panics();
     let log = match &cli.command {
         Command::Run { dir, .. } | Command::Send { dir, .. } => Some(dir.dir.clone()),
-        Command::Agents { .. } | Command::Show { .. } | Command::Team { .. } => None,
+        Command::Agents { .. }
+        | Command::Show { .. }
+        | Command::Team { .. }
+        | Command::Providers => None,
     };
     diagnostics(cli.verbose, log.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -566,6 +572,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
+        Command::Providers => providers::providers(config).await,
         Command::Show { name, dir, root } => {
             show::show(&dir.dir, root.root.as_deref(), &name).await
         }

@@ -167,6 +167,9 @@ impl World {
             }
             None => tools.extend(ControlTools::new(runtime.clone())),
         }
+        tools.push(Arc::new(dsh_tool_subagent::SurveyTool::new(
+            runtime.clone(),
+        )));
         if let Some((root, policy)) = workspace {
             // With no asker, an action above the level is refused with a
             // sentence the model can act on.

@@ -1,12 +1,4 @@
-//! `dsh-core` holds the vocabulary and the seams of the dsh agent harness:
-//! session and message ids, content blocks, message sources, the session
-//! header and its events, stop reasons, agent options and compositions, and
-//! the traits an agent loop, a model client, a tool and a session store
-//! implement, plus the live-agent registry, projections over a log, an
-//! observation bus and the JSON-schema subset used for structured output.
-//! It performs no I/O and spawns no task: everything that touches a disk, a
-//! network or a clock beyond reading the time lives in the crates that
-//! implement these seams (`dsh-harness` is the reference one).
+#![doc = include_str!("../README.md")]
 
 pub mod agent;
 pub mod content;

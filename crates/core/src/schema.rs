@@ -2,9 +2,14 @@
 //! checked with every offending path listed, and compiled validators for any
 //! schema (tool inputs) or a subset-checked, object-rooted one (structured
 //! output). Values are validated with the `jsonschema` crate, which reports
-//! every failing instance path.
+//! every failing instance path; that part (`validate`, `is_valid`) is the
+//! `validation` feature (on by default). Without it a schema is still
+//! carried, compared, serialised and subset-checked, but only its JSON shape
+//! (an object or a boolean) is checked when it is compiled, and no value can
+//! be validated against it: the methods are absent, never a silent pass.
 
 use std::fmt;
+#[cfg(feature = "validation")]
 use std::sync::Arc;
 
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -272,6 +277,7 @@ fn check_required(
 #[derive(Clone)]
 pub struct JsonSchema {
     raw: Value,
+    #[cfg(feature = "validation")]
     validator: Arc<jsonschema::Validator>,
 }
 
@@ -281,6 +287,17 @@ impl JsonSchema {
     /// # Errors
     /// A [`SchemaError`] with one violation at the place the compiler rejected.
     pub fn compile(schema: Value) -> Result<Self, SchemaError> {
+        #[cfg(not(feature = "validation"))]
+        return match schema {
+            Value::Object(_) | Value::Bool(_) => Ok(Self { raw: schema }),
+            _ => Err(SchemaError {
+                violations: vec![SchemaViolation {
+                    path: String::new(),
+                    problem: "a schema must be an object or a boolean".to_owned(),
+                }],
+            }),
+        };
+        #[cfg(feature = "validation")]
         match jsonschema::validator_for(&schema) {
             Ok(validator) => Ok(Self {
                 raw: schema,
@@ -304,6 +321,7 @@ impl JsonSchema {
     ///
     /// # Errors
     /// A [`ValueError`] when the value does not match.
+    #[cfg(feature = "validation")]
     pub fn validate(&self, value: &Value) -> Result<(), ValueError> {
         let violations: Vec<ValueViolation> = self
             .validator
@@ -321,6 +339,7 @@ impl JsonSchema {
     }
 
     /// Whether `value` matches.
+    #[cfg(feature = "validation")]
     pub fn is_valid(&self, value: &Value) -> bool {
         self.validator.is_valid(value)
     }
@@ -380,11 +399,13 @@ impl ObjectSchema {
     ///
     /// # Errors
     /// A [`ValueError`] when the value does not match.
+    #[cfg(feature = "validation")]
     pub fn validate(&self, value: &Value) -> Result<(), ValueError> {
         self.0.validate(value)
     }
 
     /// Whether `value` matches.
+    #[cfg(feature = "validation")]
     pub fn is_valid(&self, value: &Value) -> bool {
         self.0.is_valid(value)
     }
@@ -523,6 +544,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "validation")]
     fn validation_lists_every_failing_path() {
         let schema = ObjectSchema::new(json!({
             "type": "object",
@@ -566,6 +588,7 @@ mod tests {
     }
 
     #[test]
+    #[cfg(feature = "validation")]
     fn json_schema_compiles_anything_valid() {
         let any =
             JsonSchema::compile(json!({"type": "integer", "minimum": 1, "$defs": {}})).unwrap();
@@ -600,6 +623,23 @@ mod tests {
             err.to_string(),
             "schema is outside the supported subset: /minimum: keyword `minimum` is not supported"
         );
+        #[cfg(feature = "validation")]
         assert!(serde_json::from_value::<JsonSchema>(json!({"type": 5})).is_err());
+        assert!(serde_json::from_value::<JsonSchema>(json!("object")).is_err());
+    }
+
+    #[test]
+    #[cfg(not(feature = "validation"))]
+    fn without_validation_a_schema_is_carried_and_only_its_shape_checked() {
+        let lenient = JsonSchema::compile(json!({"type": 5})).unwrap();
+        assert_eq!(lenient.as_value(), &json!({"type": 5}));
+        assert!(JsonSchema::compile(json!(true)).is_ok());
+        let err = JsonSchema::compile(json!([1])).unwrap_err();
+        assert_eq!(
+            err.violations[0].problem,
+            "a schema must be an object or a boolean"
+        );
+        // The subset check needs no validator.
+        assert!(ObjectSchema::new(json!({"type": "object", "minimum": 1})).is_err());
     }
 }

@@ -1,11 +1,4 @@
-//! `dsh-harness` is the reference implementation of the `dsh-core` seams,
-//! what a host runs when it does not bring its own agent loop: the agent loop
-//! ([`LoopAgent`], driven by [`Harness`], the [`AgentFactory`](dsh_core::AgentFactory)),
-//! the scoped tool registry, system-prompt sections with strict `{{var}}`
-//! templates, the durable JSONL session store (the embedded default) and an
-//! in-memory one, and a scripted model for tests and offline demos. It knows
-//! nothing of subagents: the subagent runtime drives it only through the core
-//! traits, so any other loop can take its place.
+#![doc = include_str!("../README.md")]
 
 pub mod agent;
 pub mod harness;

@@ -741,6 +741,7 @@ impl Model for OpenAiModel {
 /// TLS for the client: rustls on the `ring` provider, certificates checked by
 /// the platform verifier (the system's roots). Built per client, so nothing
 /// process-wide (no default crypto provider) is installed or assumed.
+#[cfg(feature = "platform-verifier")]
 fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
     use rustls_platform_verifier::BuilderVerifierExt as _;
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
@@ -750,3 +751,21 @@ fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
         .map(|builder| builder.with_no_client_auth())
         .map_err(|err| ConfigError::Client(format!("TLS set-up failed: {err}")))
 }
+
+/// The bundled Mozilla roots (`webpki-roots` feature, without the platform
+/// verifier): for a container with no system certificates.
+#[cfg(all(feature = "webpki-roots", not(feature = "platform-verifier")))]
+fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add_parsable_certificates(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map(|builder| builder.with_root_certificates(roots).with_no_client_auth())
+        .map_err(|err| ConfigError::Client(format!("TLS set-up failed: {err}")))
+}
+
+#[cfg(not(any(feature = "platform-verifier", feature = "webpki-roots")))]
+compile_error!(
+    "dsh-llm-openai needs a source of TLS roots: enable `platform-verifier` (the default) or `webpki-roots`"
+);

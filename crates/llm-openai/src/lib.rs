@@ -1,22 +1,4 @@
-//! `dsh-llm-openai` is a [`dsh_core::Model`] over the OpenAI-compatible
-//! chat-completions API with streaming (server-sent events), so an agent can
-//! drive OpenAI, DeepSeek, vLLM, Ollama or any compatible server: build an
-//! [`OpenAiModel`] with a base URL, a model id and an API key (from an
-//! environment variable, by default `OPENAI_API_KEY`, or given directly).
-//!
-//! A response streams as the agent loop expects it: text deltas as they
-//! arrive, then the tool calls assembled from their streamed fragments, the
-//! usage once, and the finish reason last. Requests that fail before any
-//! output (a 429, a 5xx, a connection that could not be made) are retried
-//! with exponential backoff and jitter, honouring `Retry-After`, within a
-//! [`RetryPolicy`]; a response that has begun streaming is never retried.
-//! The connection is closed as soon as the request's cancellation token
-//! fires or its stream is dropped, and a server that goes quiet for longer
-//! than the idle timeout fails the request.
-//!
-//! This crate must never put the API key in an error, a log line or a
-//! `Debug` output: every error text that could echo it (a server's error
-//! message above all) is redacted first.
+#![doc = include_str!("../README.md")]
 
 mod client;
 mod decode;

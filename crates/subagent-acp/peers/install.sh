@@ -13,6 +13,19 @@ cd "$(dirname "$0")"
 
 PY_SDK_VERSION=0.12.1
 
+# Say what is missing before anything is fetched.
+missing=()
+command -v npm >/dev/null 2>&1 || missing+=("Node.js 20 or newer with npm (Debian: apt-get install nodejs npm)")
+if ! python3 -c 'import sys, venv; sys.exit(sys.version_info < (3, 10))' >/dev/null 2>&1; then
+  missing+=("Python 3.10 or newer with venv (Debian: apt-get install python3 python3-venv)")
+fi
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "peers: the ACP test agents need:" >&2
+  printf '  - %s\n' "${missing[@]}" >&2
+  echo "peers: only the dsh-subagent-acp tests (and the workspace run) use them; cargo test -p <any other crate> does not" >&2
+  exit 1
+fi
+
 if ! [ -f node_modules/@agentclientprotocol/sdk/dist/examples/agent.js ] \
   || ! cmp -s package-lock.json node_modules/.dsh-installed 2>/dev/null; then
   echo "peers: npm ci (@agentclientprotocol/sdk)"

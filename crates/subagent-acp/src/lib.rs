@@ -1,36 +1,4 @@
-//! `dsh-subagent-acp` is the `acp` subagent provider: it runs a child as an
-//! external agent program that speaks the Agent Client Protocol over stdio,
-//! with the official `agent-client-protocol` crate for the protocol and
-//! its own process handling (a fresh process per run, in its own process
-//! group, with a scrubbed environment and the child's resolved directory).
-//! A run initializes, opens a session in that directory, sends the prompt,
-//! accumulates agent message text as its output and reports thoughts, tool
-//! calls, plans, usage and permission decisions as [`progress`] events, on
-//! its own bus and on the runtime's progress bus. It never
-//! lets the child's failure fail the result: a crash, a non-zero exit,
-//! garbage on stdout or a closed pipe settles as `error` with a diagnostic
-//! built from observed facts only ([`fault`]); stderr and protocol payloads
-//! go to tracing. Disposal settles `aborted` at once, sends the ACP cancel,
-//! and returns only when the whole process group is gone.
-//!
-//! The provider declares one start-time capability, and only when the agent
-//! can honour it: `agent_options` carrying a `model` alone, when the agent
-//! advertises a model selector (ACP `configOptions` of category `model`);
-//! the model is chosen with `session/set_config_option` before the prompt.
-//! What the agent advertised is cached per provider ([`advertised`]) by
-//! every start and by [`AcpProvider::probe`]: until the agent has been seen
-//! the flag is claimed and checked at `session/new`, before publication;
-//! once seen, the runtime refuses a flag the agent cannot honour before any
-//! process starts (B42), and the provider refuses a model the agent does
-//! not offer, naming the ones it does. An external program cannot be held
-//! to a persona, tool filter, output schema or depth cap from here.
-//!
-//! External children are leaves of the catalog. One whose agent advertises
-//! `loadSession` is continuable: its run's resume token (the ACP session id
-//! and directory) is recorded by the runtime, and a follow-up message starts
-//! the agent again, `session/load`s that session (the replayed history is
-//! neither output nor progress) and prompts it, in this process or a later
-//! one. Without `loadSession` a child takes no follow-up messages.
+#![doc = include_str!("../README.md")]
 
 pub mod advertised;
 pub mod config;

@@ -1,11 +1,4 @@
-//! `dsh-subagent-fork` is the in-process `fork` provider: each child starts
-//! from the parent log's balanced completed-turn prefix (every event through
-//! the last `turn/end`; a turn in flight is left out; no completed turn means
-//! no seed), captured once when the child is created. The child joins the
-//! parent's composition, so it cannot take an independent preset. Facts the
-//! seed carries (the parent's catalog entries, names, team records) stay the
-//! parent's: every projection over the child's log skips the seed. The
-//! provider never re-reads the parent after that one capture.
+#![doc = include_str!("../README.md")]
 
 use async_trait::async_trait;
 use dsh_subagent::{

@@ -1,9 +1,4 @@
-//! `dsh-subagent-spawn` is the in-process `spawn` provider: each child is a
-//! fresh local agent that sees only its prompt. It supports every start-time
-//! option, inherits no parent context, and contributes nothing to a child but
-//! the decision to start it empty; the runtime owns the child's identity,
-//! composition, prompt, lifetime and teardown. It must never hold a child or
-//! any state between preparations.
+#![doc = include_str!("../README.md")]
 
 use async_trait::async_trait;
 use dsh_subagent::{

@@ -1,17 +1,4 @@
-//! `dsh-subagent` is the runtime behind the delegation seam: a registry of
-//! named providers, capability checks made before any provider code runs,
-//! activations (a local continuable child created through the core
-//! [`AgentFactory`](dsh_core::AgentFactory), or an external run), the
-//! parent-owned durable catalog, agent names, results and settlement
-//! notices. It works with any implementation of the core traits; it never
-//! depends on a particular agent loop, store or provider.
-//!
-//! Ownership: before publication the caller's cancellation token (or the
-//! caller dropping its future) stops a start and a failure leaves nothing
-//! behind; once begun, the work is the runtime's and finishes on its task
-//! tracker however the caller goes away; from publication on, the runtime
-//! owns each child, its token and its teardown, and callers reach it only
-//! through [`SubagentActivation::dispose`].
+#![doc = include_str!("../README.md")]
 
 mod activation;
 mod admission;

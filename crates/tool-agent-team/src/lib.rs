@@ -1,12 +1,4 @@
-//! `dsh-tool-agent-team` holds the model-facing team tools: `spawn_teammate`
-//! (lead only), `send_message` (quiet), `followup_task` (waking),
-//! `list_agents`, `wait_agent`, `interrupt_agent` (lead only) and the four
-//! `team_task_*` board tools, plus the stable policy section of a member's
-//! system prompt ([`policy_section`]). They are offered only to team members
-//! (the lead of a team in the [`TeamDirectory`] or one of its active
-//! teammates); authority is enforced by `dsh-agent-team`, never only in a
-//! description. Every result is compact JSON; every refusal is an error
-//! result naming its stable code.
+#![doc = include_str!("../README.md")]
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;

@@ -1,26 +1,4 @@
-//! `dsh-tool-subagent-control` holds the model-facing tools that act on an
-//! agent's subagent tree once children exist: [`list_agents`](ListAgentsTool)
-//! shows the tree, [`send_message`](SendMessageTool) delivers to another
-//! member, [`wait`](WaitTool) blocks the caller until its own inbox receives
-//! something, [`interrupt_agent`](InterruptAgentTool) stops a descendant's
-//! current turn, and [`report`](ReportTool) lets a continuable child hand
-//! content to its parent without finishing. Starting children is the
-//! `subagent` tool's job (`dsh-tool-subagent`); these tools own agent
-//! identity (names, the caller's place in the tree) and the caller's inbox
-//! wait.
-//!
-//! They are thin adapters over [`SubagentRuntime`]: authority, residency and
-//! delivery are decided there. What they add is what the model reads: a
-//! schema, a description, a compact rendered result, and a sentence for
-//! every refusal ([`ControlError`]). They never copy delivered content into a
-//! result: a message or a settlement notice reaches the model through the
-//! inbox, once.
-//!
-//! A host registers them as host tools. Because a harness needs its tools
-//! before the runtime (which needs the harness as its factory) exists, the
-//! tools reach the runtime through a [`RuntimeBinding`] that is bound once
-//! the runtime is built; [`ControlTools::new`] is the shortcut when the
-//! runtime already exists.
+#![doc = include_str!("../README.md")]
 
 use std::sync::{Arc, OnceLock};
 

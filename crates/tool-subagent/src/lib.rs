@@ -1,18 +1,7 @@
-//! The model-facing `subagent` tool: how a model delegates a task to a child
-//! agent through one configured provider of the subagent runtime. One tool
-//! instance serves one provider, under its own tool name, with the child
-//! defaults of its configuration (depth cap, agent options, persona, tool
-//! filter) and background mode on or off. The tool is offered only while its
-//! provider is registered and able to honour that configuration, and its
-//! wording is rebuilt from the provider it finds: a fork's child sees the
-//! conversation so far, a spawn's child only its prompt, and neither wording
-//! promises the child any tool or authority. A foreground call waits for the
-//! child (`caller` delivery) and disposes it if the call is cancelled; a
-//! background call (`parent` delivery) returns the child's name at once, and
-//! the result reaches the caller later as a settlement notice in its inbox.
-//! This crate only starts children and renders what comes back: it must
-//! never message, interrupt or list agents (the control tools own agent
-//! identity) and never decide admission, which stays with the runtime.
+#![doc = include_str!("../README.md")]
+
+pub mod survey;
+pub use survey::{SURVEY_TOOL_NAME, SurveyTool};
 
 use dsh_subagent::{AdmissionError, AgentRoute, RegistryError};
 use std::collections::HashMap;

@@ -1,18 +1,4 @@
-//! `dsh-tool-workspace` holds the tools an agent needs to work on a
-//! codebase: [`read_file`](ReadFileTool), [`list_files`](ListFilesTool),
-//! [`grep`](GrepTool), [`edit_file`](EditFileTool),
-//! [`write_file`](WriteFileTool) and [`shell`](ShellTool). Each is a core
-//! [`Tool`], usable without the CLI: a host builds them with
-//! [`WorkspaceTools::new`] and registers them like any other tool, so the
-//! runtime's tool filters and personas apply to them.
-//!
-//! Every path is resolved against the calling agent's cwd and confined to
-//! the workspace root ([`confine`]). What a call may do is decided by the
-//! [`Policy`]: its [`Level`] and, above it, an [`Asker`] the host provides
-//! (or a refusal the model can act on). `shell` runs in its own process
-//! group, killed on timeout, cancel or drop, and under a Landlock rule set
-//! confining its writes to the root where the kernel supports it
-//! ([`landlock_status`]).
+#![doc = include_str!("../README.md")]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;

@@ -124,12 +124,16 @@ impl Scratch {
 
     /// The command [`Scratch::dsh`] runs.
     pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        let mut command = self.bare(args, env);
+        command.arg("--dir").arg(self.sessions());
         command
-            .current_dir(self.dir.path())
-            .args(args)
-            .arg("--dir")
-            .arg(self.sessions());
+    }
+
+    /// `dsh args...` in the scratch directory with only `env` of the model
+    /// variables, for the subcommands that take no `--dir`.
+    pub fn bare(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh"));
+        command.current_dir(self.dir.path()).args(args);
         for var in ["DSH_MODEL", "OPENAI_API_KEY", "OPENAI_BASE_URL", "COLUMNS"] {
             command.env_remove(var);
         }

@@ -48,8 +48,9 @@ pub struct Peers {
 fn require(path: &Path, what: &str) {
     assert!(
         path.exists(),
-        "the ACP peer {what} is missing at {}: run crates/subagent-acp/peers/install.sh \
-         (.ci/run runs it before the tests)",
+        "the ACP peer {what} is missing at {}: run crates/subagent-acp/peers/install.sh, \
+         which needs Node.js 20+ with npm and Python 3.10+ with venv and says which is \
+         missing (.ci/run runs it before the tests)",
         path.display()
     );
 }
