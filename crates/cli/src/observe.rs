@@ -189,7 +189,7 @@ impl Reporter {
         }
     }
 
-    /// The events `session`'s log accepted (through [`crate::json::Logged`]).
+    /// The events `session`'s log accepted (through [`crate::writes::Watched::streaming`]).
     pub fn logged(&self, session: &SessionId, events: &[dsh_core::SessionEvent]) {
         if self.mode != Mode::Json {
             return;
