@@ -200,3 +200,66 @@ fn named_acp_agents_are_picked_per_child_each_with_its_own_settings() {
         .collect();
     assert_eq!(providers, ["alpha", "beta"]);
 }
+
+/// A continuable ACP child (its agent of dsh.toml advertises
+/// `loadSession`) answers `dsh send`: the command installs dsh.toml's ACP
+/// agents, sends the message as a follow-up run of the same session (the
+/// agent recalls what it said in the first run, in a new process), and
+/// prints that run's reply; `dsh agents` still lists one child.
+#[test]
+fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
+    let Some((python, rogue)) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let sessions = scratch.dir.path().join("acp-sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        format!(
+            "[acp.agents.rogue]\ncommand = {:?}\nargs = [{:?}, \"--sessions\", {:?}]\n",
+            python.display().to_string(),
+            rogue.display().to_string(),
+            sessions.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut replies = vec![Reply::ToolCall {
+        name: "rogue".to_owned(),
+        arguments: serde_json::json!({
+            "description": "say hello",
+            "name": "helper",
+            "prompt": "say hello from the helper",
+            // A foreground external child has no catalog name.
+            "run_in_background": true,
+        }),
+    }];
+    replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let env = support::fake_env(&model);
+    let run = scratch.dsh(&["run", "--model", "openai:fake", "go"], &env);
+    assert!(
+        run.status.success(),
+        "{}{}",
+        text(&run.stderr),
+        text(&run.stdout)
+    );
+    let send = scratch.dsh(&["send", "helper", "recall"], &env);
+    let stdout = text(&send.stdout);
+    assert!(send.status.success(), "{}{stdout}", text(&send.stderr));
+    let reply = stdout
+        .lines()
+        .find(|line| line.starts_with("helper: "))
+        .unwrap_or_else(|| panic!("no reply from the helper:\n{stdout}"));
+    assert!(
+        reply.contains("recalled: ") && reply.contains("hello from the helper"),
+        "{reply}"
+    );
+    let agents = text(&scratch.dsh(&["agents"], &[]).stdout);
+    let helpers = agents
+        .lines()
+        .filter(|line| line.trim_start().starts_with("helper "))
+        .count();
+    assert_eq!(helpers, 1, "{agents}");
+}
