@@ -191,6 +191,7 @@ async fn deliver(
     }
     let child = row.entry.child_id.clone();
     let name = sessions::display_name(&row);
+
     // Prompts reach a child through its live root.
     let lead = world
         .harness
@@ -227,7 +228,14 @@ async fn deliver(
         None
     };
     if external {
-        let heard = lead.events().len();
+        // The notice reaches the child's creator (the lead, or a live
+        // member that made it).
+        let creator = world
+            .runtime
+            .registry()
+            .get(&row.parent_id)
+            .unwrap_or_else(|| lead.clone());
+        let heard = creator.events().len();
         world
             .runtime
             .send_message(
@@ -241,12 +249,21 @@ async fn deliver(
                 SubagentError::Delivery(dsh_subagent::DeliveryError::External(_)) => {
                     cannot_receive(&args.name, &row.entry.mode)
                 }
+                // A follow-up runs under the provider that made the child.
+                SubagentError::Delivery(dsh_subagent::DeliveryError::DeliveryUnavailable(_))
+                    if world.runtime.get(&row.entry.provider).is_none() =>
+                {
+                    CliError::Refused(format!(
+                        "`{name}` was made by the ACP agent `{}`, which is not configured here (dsh.toml's `[acp]` or `[acp.agents.<name>]`)",
+                        row.entry.provider
+                    ))
+                }
                 err => named(&name, err),
             })?;
         if let Some(RunOutcome::Error(error)) = settled.await {
             return Err(CliError::Refused(format!("`{name}` failed: {error}")));
         }
-        let events = lead.events();
+        let events = creator.events();
         let answer = notice_from(&events[heard.min(events.len())..], &child).ok_or_else(|| {
             CliError::Refused(format!(
                 "`{name}` did not answer: its creator heard no settlement"

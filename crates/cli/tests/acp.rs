@@ -262,4 +262,11 @@ fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
         .filter(|line| line.trim_start().starts_with("helper "))
         .count();
     assert_eq!(helpers, 1, "{agents}");
+    // Without the agent in dsh.toml there is nothing to continue it with.
+    std::fs::remove_file(scratch.dir.path().join("dsh.toml")).unwrap();
+    let err = scratch.refused_with(&["send", "helper", "recall"], &env, &[1, 2, 3, 4, 5]);
+    assert!(
+        err.contains("`helper` was made by the ACP agent `rogue`, which is not configured here"),
+        "{err}"
+    );
 }
