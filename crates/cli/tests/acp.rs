@@ -270,3 +270,61 @@ fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
         "{err}"
     );
 }
+
+/// On a terminal the live view shows an ACP child from the progress bus:
+/// the child has no log, yet its row carries the tokens its agent
+/// reported (run under `script`, which gives `dsh` a terminal).
+#[test]
+fn the_live_view_shows_an_acp_childs_tokens_from_its_progress() {
+    let Some(agent) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let script = std::path::Path::new("/usr/bin/script");
+    if !script.is_file() {
+        println!("skipped: no `script` to give dsh a terminal");
+        return;
+    }
+    let scratch = Scratch::new();
+    let mut replies = vec![Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": "count",
+            "name": "counter",
+            "prompt": "tool; usage 1234 56; say counted",
+            "run_in_background": false,
+        }),
+    }];
+    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let mut args = support::acp_run(&agent);
+    args.push("count");
+    let dsh = scratch.command(&args, &support::fake_env(&model));
+    let line: Vec<String> = std::iter::once(dsh.get_program())
+        .chain(dsh.get_args())
+        .map(|arg| format!("'{}'", arg.to_str().unwrap()))
+        .collect();
+    let mut command = std::process::Command::new(script);
+    command
+        .args(["-qec", &line.join(" "), "/dev/null"])
+        .current_dir(scratch.dir.path())
+        .env("COLUMNS", "120")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (var, value) in dsh.get_envs() {
+        match value {
+            Some(value) => command.env(var, value),
+            None => command.env_remove(var),
+        };
+    }
+    let run = support::wait_bounded(command.spawn().unwrap(), support::BOUND, "dsh under script");
+    let stdout = text(&run.stdout);
+    assert!(run.status.success(), "{}{stdout}", text(&run.stderr));
+    assert!(
+        stdout.lines().any(|line| line.contains(" acp ")
+            && line.contains("1234/56")
+            && !line.contains("tokens ")),
+        "no live row with the ACP child's tokens:\n{stdout}"
+    );
+}
