@@ -328,3 +328,50 @@ fn the_live_view_shows_an_acp_childs_tokens_from_its_progress() {
         "no live row with the ACP child's tokens:\n{stdout}"
     );
 }
+
+/// `dsh send` installs the ACP agents of dsh.toml as `dsh run` does: a
+/// resumed local child is offered the `acp` tool and each named agent's.
+#[test]
+fn a_child_resumed_by_dsh_send_is_offered_the_acp_tools() {
+    let Some((python, rogue)) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let (python, rogue) = (python.display().to_string(), rogue.display().to_string());
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        format!(
+            "[acp]\ncommand = {python:?}\nargs = [{rogue:?}]\n\n[acp.agents.rogue]\ncommand = {python:?}\nargs = [{rogue:?}]\n"
+        ),
+    )
+    .unwrap();
+    let mut replies = vec![Reply::ToolCall {
+        name: "subagent".to_owned(),
+        arguments: serde_json::json!({
+            "description": "look around",
+            "prompt": "Say what you see.",
+            "name": "worker",
+            "run_in_background": false,
+        }),
+    }];
+    replies.extend((0..6).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let env = support::fake_env(&model);
+    let run = scratch.dsh(&["run", "--model", "openai:fake", "go"], &env);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let send = scratch.dsh(&["send", "worker", "ping the worker"], &env);
+    assert!(send.status.success(), "{}", text(&send.stderr));
+    let request = loop {
+        let body = model.next_request(support::BOUND);
+        if body.contains("ping the worker") {
+            break body;
+        }
+    };
+    for tool in ["acp", "rogue"] {
+        assert!(
+            request.contains(&format!("\"name\":\"{tool}\"")),
+            "{tool} missing:\n{request}"
+        );
+    }
+}
