@@ -362,12 +362,7 @@ fn a_child_resumed_by_dsh_send_is_offered_the_acp_tools() {
     assert!(run.status.success(), "{}", text(&run.stderr));
     let send = scratch.dsh(&["send", "worker", "ping the worker"], &env);
     assert!(send.status.success(), "{}", text(&send.stderr));
-    let request = loop {
-        let body = model.next_request(support::BOUND);
-        if body.contains("ping the worker") {
-            break body;
-        }
-    };
+    let request = model.request_containing("ping the worker", support::BOUND);
     for tool in ["acp", "rogue"] {
         assert!(
             request.contains(&format!("\"name\":\"{tool}\"")),

@@ -348,13 +348,7 @@ fn dsh_send_to_a_teammate_keeps_its_team_tools() {
         "{}",
         text(&send.stdout)
     );
-    // The requests so far are all queued: the one carrying the message.
-    let request = loop {
-        let body = model.next_request(BOUND);
-        if body.contains("ping the helper") {
-            break body;
-        }
-    };
+    let request = model.request_containing("ping the helper", BOUND);
     for tool in ["team_task_list", "wait_agent", "send_message"] {
         assert!(
             request.contains(&format!("\"name\":\"{tool}\"")),
