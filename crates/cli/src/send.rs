@@ -264,11 +264,18 @@ async fn deliver(
             return Err(CliError::Refused(format!("`{name}` failed: {error}")));
         }
         let events = creator.events();
-        let answer = notice_from(&events[heard.min(events.len())..], &child).ok_or_else(|| {
-            CliError::Refused(format!(
-                "`{name}` did not answer: its creator heard no settlement"
-            ))
-        })?;
+        let (stop, answer) =
+            notice_from(&events[heard.min(events.len())..], &child).ok_or_else(|| {
+                CliError::Refused(format!(
+                    "`{name}` did not answer: its creator heard no settlement"
+                ))
+            })?;
+        if let Some(stop) = stop.filter(transcript::failed) {
+            return Err(CliError::Refused(format!(
+                "`{name}` stopped ({stop}): {}",
+                crate::observe::compact(&answer, 200)
+            )));
+        }
         return answered(world, &lead, reporter, &name, answer).await;
     }
     let request_id = MessageId::generate();
@@ -368,18 +375,25 @@ fn named(name: &str, err: SubagentError) -> CliError {
 }
 
 /// What the settlement notice from `child` among `events` (its creator's)
-/// reports: its output after the notice's `[summary; stop reason]` line.
-fn notice_from(events: &[dsh_core::SessionEvent], child: &dsh_core::SessionId) -> Option<String> {
+/// reports: its stop reason, and its output after the notice's
+/// `[summary; stop reason]` line.
+fn notice_from(
+    events: &[dsh_core::SessionEvent],
+    child: &dsh_core::SessionId,
+) -> Option<(Option<dsh_core::StopReason>, String)> {
     events.iter().rev().find_map(|event| match &event.payload {
         dsh_core::EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
             dsh_core::MessageSource::SubagentSettled {
-                sender_session_id, ..
+                sender_session_id,
+                stop_reason,
+                ..
             } if sender_session_id == child => {
                 let text = dsh_core::content::joined_text(&accepted.message.content);
-                Some(match text.split_once("\n\n") {
+                let output = match text.split_once("\n\n") {
                     Some((_, output)) => output.to_owned(),
                     None => text,
-                })
+                };
+                Some((stop_reason.clone(), output))
             }
             _ => None,
         },

@@ -262,6 +262,17 @@ fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
         .filter(|line| line.trim_start().starts_with("helper "))
         .count();
     assert_eq!(helpers, 1, "{agents}");
+    // A follow-up that fails is refused, not printed as an answer.
+    // (It ran, so the directory holds its notice: not a plain refusal.)
+    let failed = scratch.dsh(&["send", "helper", "say partial; stop refusal"], &env);
+    let err = text(&failed.stderr);
+    assert!(!failed.status.success(), "{}", text(&failed.stdout));
+    assert!(err.contains("`helper` stopped (refusal): partial"), "{err}");
+    assert!(
+        !text(&failed.stdout).contains("helper: "),
+        "{}",
+        text(&failed.stdout)
+    );
     // Without the agent in dsh.toml there is nothing to continue it with.
     std::fs::remove_file(scratch.dir.path().join("dsh.toml")).unwrap();
     let err = scratch.refused_with(&["send", "helper", "recall"], &env, &[1, 2, 3, 4, 5]);
