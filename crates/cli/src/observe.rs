@@ -1,7 +1,11 @@
 //! What the user watches while a tree runs. The [`Reporter`] hears the
 //! runtime's start/end events, every tool call (through [`Observed`], a
 //! transparent wrapper around each host tool) and, in the live view, polls
-//! the live agents' logs for status, activity and token usage.
+//! the live agents' logs for status, activity and token usage. A member
+//! without a log (an external child) is shown from the runtime's progress
+//! bus instead ([`SubagentRuntime::progress`]): its current tool call and
+//! the tokens it reported; events the view fell too far behind to read are
+//! counted as lost, not treated as an error.
 //!
 //! Three renderings: on a terminal, a tree of agents redrawn in place with
 //! ANSI cursor movement (messages scroll above it); otherwise plain lines,
@@ -22,7 +26,10 @@ use async_trait::async_trait;
 use dsh_core::{
     Agent, AgentStatus, EventPayload, SessionId, Tool, ToolContext, ToolError, ToolOutput,
 };
-use dsh_subagent::{RunOutcome, SubagentEvent, SubagentRuntime, fold_catalog};
+use dsh_subagent::{
+    ProgressItem, ProgressKind, ProgressStream, RunOutcome, SubagentEvent, SubagentRuntime,
+    fold_catalog,
+};
 
 use crate::config::Price;
 use serde_json::Value;
@@ -50,13 +57,30 @@ struct Row {
     output_tokens: u64,
     /// Of the input tokens, those served from the backend's prompt cache.
     cached_tokens: u64,
-    /// Tool calls in progress: what each is, and when it began.
-    tools: Vec<(String, Instant)>,
+    /// Tool calls in progress, oldest first.
+    tools: Vec<Call>,
     /// Events of the live agent already folded into this row.
     seen: u64,
+    /// Whether the row follows a log (the lead, a local child); a row
+    /// without one (an external child) follows the progress bus.
+    from_log: bool,
     /// The live agent, kept until it settles (its events stay readable).
     agent: Option<Arc<dyn Agent>>,
 }
+
+/// One tool call in progress, as a row shows it.
+struct Call {
+    /// The call's id, when the progress bus reported it.
+    id: Option<String>,
+    /// What the call is.
+    label: String,
+    /// When it began.
+    since: Instant,
+}
+
+/// How many progress events of members the view has not seen start yet
+/// it keeps (beyond that they count as lost).
+const EARLY_PROGRESS: usize = dsh_subagent::PROGRESS_BUFFER;
 
 #[derive(Default)]
 struct State {
@@ -72,6 +96,13 @@ struct State {
     /// yet (a child's task is in its log before it is published), printed
     /// right after their `agent_started`.
     held: HashMap<SessionId, Vec<String>>,
+    /// Progress of members whose start the view has not heard yet (the
+    /// bus and the runtime's events are separate), applied at the start
+    /// of a member without a log, dropped at a local one's.
+    early: HashMap<SessionId, Vec<ProgressKind>>,
+    /// Progress events lost so far (the view fell behind the bus, or held
+    /// too many early ones).
+    lost: u64,
 }
 
 /// Hears everything worth showing and renders it.
@@ -80,6 +111,8 @@ pub struct Reporter {
     runtime: OnceLock<SubagentRuntime>,
     /// The model's price, for the cost column.
     price: OnceLock<Price>,
+    /// The progress bus, read at each tick (live view only).
+    progress: Mutex<Option<ProgressStream>>,
     state: Mutex<State>,
 }
 
@@ -121,13 +154,18 @@ impl Reporter {
             mode,
             runtime: OnceLock::new(),
             price: OnceLock::new(),
+            progress: Mutex::new(None),
             state: Mutex::new(State::default()),
         })
     }
 
-    /// Attach the runtime (for names) and listen to its events.
+    /// Attach the runtime (for names) and listen to its events (and, in
+    /// the live view, to its progress bus, read at each [`Reporter::tick`]).
     pub fn attach(self: &Arc<Self>, runtime: &SubagentRuntime) -> dsh_core::observe::Subscription {
         let _ = self.runtime.set(runtime.clone());
+        if self.mode == Mode::Live {
+            *lock(&self.progress) = Some(runtime.progress());
+        }
         let me = Arc::clone(self);
         runtime.events().listen(move |event| me.event(event))
     }
@@ -147,6 +185,7 @@ impl Reporter {
             cached_tokens: 0,
             tools: Vec::new(),
             seen: 0,
+            from_log: true,
             agent: Some(agent.clone()),
         });
         let line = format!("lead {}: {}", agent.id(), compact(prompt, 200));
@@ -278,12 +317,34 @@ impl Reporter {
                     cached_tokens: 0,
                     tools: Vec::new(),
                     seen: 0,
+                    from_log: info.local,
                     agent,
                 };
-                match state.rows.iter_mut().find(|r| r.id == info.child_id) {
-                    // Resumed: the same child again.
-                    Some(existing) => *existing = row,
-                    None => state.rows.push(row),
+                let early = state.early.remove(&info.child_id).unwrap_or_default();
+                let at = match state.rows.iter().position(|r| r.id == info.child_id) {
+                    // Resumed: the same child again. A log-driven row reads
+                    // its whole log again; one without keeps its totals.
+                    Some(at) => {
+                        let existing = &mut state.rows[at];
+                        let mut row = row;
+                        if !row.from_log {
+                            row.input_tokens = existing.input_tokens;
+                            row.output_tokens = existing.output_tokens;
+                            row.cached_tokens = existing.cached_tokens;
+                        }
+                        *existing = row;
+                        at
+                    }
+                    None => {
+                        state.rows.push(row);
+                        state.rows.len() - 1
+                    }
+                };
+                // A local child's progress is its log's, already counted.
+                if !info.local {
+                    for kind in early {
+                        progressed(&mut state.rows[at], kind);
+                    }
                 }
                 let label = if label.is_empty() {
                     String::new()
@@ -362,7 +423,11 @@ impl Reporter {
                 _ => tool.to_owned(),
             };
             row.activity = format!("calling {label}");
-            row.tools.push((label, Instant::now()));
+            row.tools.push(Call {
+                id: None,
+                label,
+                since: Instant::now(),
+            });
         }
         if self.mode == Mode::Live {
             self.redraw(&mut state, &[]);
@@ -399,7 +464,7 @@ impl Reporter {
         if let Some(row) = state.rows.iter_mut().find(|r| &r.id == agent) {
             row.activity = "thinking".to_owned();
             // The earliest call of this tool still running is the one done.
-            if let Some(at) = row.tools.iter().position(|(label, _)| {
+            if let Some(at) = row.tools.iter().position(|Call { label, .. }| {
                 label == tool
                     || label.starts_with(&format!("{tool} "))
                     || (tool == "wait" && label.starts_with("waiting"))
@@ -419,11 +484,53 @@ impl Reporter {
         if self.mode != Mode::Live {
             return;
         }
+        let mut items = Vec::new();
+        if let Some(stream) = lock(&self.progress).as_mut() {
+            while let Some(item) = stream.try_next() {
+                items.push(item);
+            }
+        }
         let mut state = lock(&self.state);
+        let lines = self.take_progress(&mut state, items);
         for row in &mut state.rows {
             refresh(row);
         }
-        self.redraw(&mut state, &[]);
+        let lines: Vec<&str> = lines.iter().map(String::as_str).collect();
+        self.redraw(&mut state, &lines);
+    }
+
+    /// Fold progress `items` into the rows of members without a log; the
+    /// lines to print (events lost).
+    fn take_progress(&self, state: &mut State, items: Vec<ProgressItem>) -> Vec<String> {
+        let mut lost = 0;
+        for item in items {
+            match item {
+                ProgressItem::Missed(n) => lost += n,
+                ProgressItem::Event(event) => {
+                    let id = &event.member.child_id;
+                    match state.rows.iter_mut().find(|row| &row.id == id) {
+                        Some(row) if !row.from_log => progressed(row, event.kind),
+                        Some(_) => {}
+                        None => {
+                            let held: usize = state.early.values().map(Vec::len).sum();
+                            if held < EARLY_PROGRESS {
+                                state.early.entry(id.clone()).or_default().push(event.kind);
+                            } else {
+                                lost += 1;
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        if lost == 0 {
+            return Vec::new();
+        }
+        state.lost += lost;
+        vec![format!(
+            "progress: {lost} events lost (the view fell behind; {} so far)",
+            state.lost
+        )]
     }
 
     /// Write `line`: at once in plain mode, above the tree in the live view,
@@ -547,6 +654,46 @@ fn refresh(row: &mut Row) {
     }
 }
 
+/// Fold one progress event into the row of a member without a log. A
+/// settled row takes only usage (a late report still counts).
+fn progressed(row: &mut Row, kind: ProgressKind) {
+    let settled = row.status == "done" || row.status == "failed";
+    match kind {
+        ProgressKind::Usage { tokens, .. } => {
+            row.input_tokens += tokens.input_tokens;
+            row.output_tokens += tokens.output_tokens;
+            row.cached_tokens += tokens.cached_input_tokens;
+        }
+        _ if settled => {}
+        ProgressKind::StepStarted { .. } | ProgressKind::Thought { .. } => {
+            row.activity = "thinking".to_owned();
+        }
+        ProgressKind::ToolCallStarted { id, name } => {
+            row.activity = format!("calling {name}");
+            row.tools.push(Call {
+                id: Some(id),
+                label: name,
+                since: Instant::now(),
+            });
+        }
+        ProgressKind::ToolCallFinished { id, name, failed } => {
+            row.tools
+                .retain(|call| call.id.as_deref() != Some(id.as_str()));
+            row.activity = if failed {
+                format!("{name} failed")
+            } else {
+                "thinking".to_owned()
+            };
+        }
+        ProgressKind::TextDelta { .. } => row.activity = "writing".to_owned(),
+        ProgressKind::Plan { entries } => {
+            let done = entries.iter().filter(|e| e.status == "completed").count();
+            row.activity = format!("plan: {done}/{} done", entries.len());
+        }
+        _ => {}
+    }
+}
+
 /// Tokens as the view shows them: exact below 10 000, else `12.3k`,
 /// `4.5M`.
 fn short(n: u64) -> String {
@@ -563,7 +710,7 @@ fn short(n: u64) -> String {
 /// its elapsed seconds (and how many more run), else its last activity.
 fn activity(row: &Row, now: Instant) -> String {
     match row.tools.first() {
-        Some((label, since)) => {
+        Some(Call { label, since, .. }) => {
             let more = match row.tools.len() {
                 1 => String::new(),
                 n => format!(" +{}", n - 1),
@@ -832,7 +979,16 @@ mod tests {
             cached_tokens: 0,
             tools: Vec::new(),
             seen: 0,
+            from_log: true,
             agent: None,
+        }
+    }
+
+    fn call(label: &str, since: Instant) -> Call {
+        Call {
+            id: None,
+            label: label.to_owned(),
+            since,
         }
     }
 
@@ -841,10 +997,7 @@ mod tests {
     fn tree(now: Instant) -> Vec<Row> {
         let ago = |secs| now - std::time::Duration::from_secs(secs);
         let mut lead = row("s-lead", None, "lead", "root", "calling subagent");
-        lead.tools = vec![
-            ("subagent".to_owned(), ago(3)),
-            ("subagent".to_owned(), ago(2)),
-        ];
+        lead.tools = vec![call("subagent", ago(3)), call("subagent", ago(2))];
         let mut researcher = row(
             "s-a",
             Some("s-lead"),
@@ -852,7 +1005,7 @@ mod tests {
             "spawn",
             "calling grep over the whole workspace for every use of the catalog",
         );
-        researcher.tools = vec![("grep".to_owned(), ago(7))];
+        researcher.tools = vec![call("grep", ago(7))];
         researcher.cached_tokens = 8_192;
         let deep = row(
             "s-b",
@@ -931,6 +1084,109 @@ mod tests {
         let state = lock(&reporter.state);
         assert!(state.queued.is_empty());
         assert!(state.drawn > 0);
+    }
+
+    /// An ACP child's progress drives its row: its tool call in progress
+    /// (events that came before its start included), its tokens summed
+    /// from usage across a resume, events lost reported as a line; a local
+    /// child's progress is ignored (its log is already counted).
+    #[test]
+    fn an_external_childs_row_follows_the_progress_bus() {
+        use dsh_subagent::{ProgressEvent, ProgressMember, RunInfo};
+        let now = Instant::now();
+        let reporter = Reporter::new(Mode::Live);
+        let lead = SessionId::new("s-lead").unwrap();
+        lock(&reporter.state)
+            .rows
+            .push(row("s-lead", None, "lead", "root", "calling acp"));
+        let start = |id: &str, provider: &str, local: bool| {
+            reporter.event(&SubagentEvent::Start(RunInfo {
+                provider: provider.to_owned(),
+                child_id: SessionId::new(id).unwrap(),
+                parent_session_id: lead.clone(),
+                local,
+            }));
+        };
+        let event = |id: &str, kind: ProgressKind| {
+            ProgressItem::Event(ProgressEvent {
+                member: Arc::new(ProgressMember {
+                    child_id: SessionId::new(id).unwrap(),
+                    activation: 1,
+                    root: lead.clone(),
+                    name: id.to_owned(),
+                    provider: "acp".to_owned(),
+                }),
+                kind,
+            })
+        };
+        let usage = |input, output| ProgressKind::Usage {
+            tokens: dsh_core::Usage {
+                input_tokens: input,
+                output_tokens: output,
+                cached_input_tokens: 0,
+            },
+            context: None,
+        };
+        let feed = |items: Vec<ProgressItem>| {
+            let mut state = lock(&reporter.state);
+            let lines = reporter.take_progress(&mut state, items);
+            let frame = render_tree(&state.rows, 100, now, None);
+            let above: String = lines.iter().map(|line| format!("{line}\n")).collect();
+            format!("{above}{}", frame.join("\n"))
+        };
+        let mut frames = Vec::new();
+        // Progress before the start is held, then applied.
+        frames.push(feed(vec![event("run-acp", usage(100, 20))]));
+        start("run-acp", "acp", false);
+        start("s-local", "spawn", true);
+        frames.push(feed(vec![
+            event(
+                "run-acp",
+                ProgressKind::ToolCallStarted {
+                    id: "c1".to_owned(),
+                    name: "Read README.md".to_owned(),
+                },
+            ),
+            event("run-acp", usage(1_000, 50)),
+            event("s-local", usage(5_000, 5_000)),
+        ]));
+        frames.push(feed(vec![
+            event(
+                "run-acp",
+                ProgressKind::ToolCallFinished {
+                    id: "c1".to_owned(),
+                    name: "Read README.md".to_owned(),
+                    failed: false,
+                },
+            ),
+            ProgressItem::Missed(7),
+            event(
+                "run-acp",
+                ProgressKind::TextDelta {
+                    text: "done".to_owned(),
+                },
+            ),
+        ]));
+        // A follow-up is a new activation of the same child: totals stay.
+        start("run-acp", "acp", false);
+        frames.push(feed(vec![event("run-acp", usage(10, 1))]));
+        {
+            let state = lock(&reporter.state);
+            let acp = state
+                .rows
+                .iter()
+                .find(|r| r.id.as_str() == "run-acp")
+                .unwrap();
+            assert_eq!((acp.input_tokens, acp.output_tokens), (1_110, 71));
+            let local = state
+                .rows
+                .iter()
+                .find(|r| r.id.as_str() == "s-local")
+                .unwrap();
+            assert_eq!((local.input_tokens, local.output_tokens), (0, 0));
+            assert_eq!(state.lost, 7);
+        }
+        insta::assert_snapshot!(frames.join("\n\n"));
     }
 
     #[test]

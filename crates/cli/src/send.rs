@@ -13,6 +13,15 @@
 //! that nothing resumes), so a notice it has not claimed stays queued for
 //! the root's next run, and a turn it started is interrupted.
 //!
+//! The tree is rebuilt as `dsh run` builds it: a tree whose lead's log
+//! holds team records gets the team tools (and its team is opened for the
+//! resumed lead), and the ACP agents of dsh.toml are installed, so a
+//! resumed member keeps the tools it had. An external child whose agent
+//! can continue its session (a continuable ACP child) gets the message as
+//! the prompt of a follow-up run, sent from the resumed root, and its
+//! reply is what that run's settlement notice reports to its creator; one
+//! that cannot continue is refused.
+//!
 //! The reply printed is the answer of the turn that claimed this message
 //! (found by its id in the child's log), never merely the log's last turn:
 //! when that turn could not be recorded, the command fails instead of
@@ -106,6 +115,8 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         ModelChoice::Demo => Demo::new(false).model(),
         ModelChoice::Api(api) => model::openai(api).await?,
     };
+    // A tree with a team keeps its team tools, as `dsh run` does.
+    let team = crate::team::has_team(store.as_ref(), &root).await?;
     let faults = WriteFaults::new();
     let reporter = args.json.then(|| Reporter::new(Mode::Json));
     let store = match &reporter {
@@ -116,18 +127,19 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         .ask
         .asks(std::io::IsTerminal::is_terminal(&std::io::stdin()))
         .then(|| crate::ask::Prompter::terminal(reporter.clone()));
-    let policy = dsh_tool_workspace::Policy::new(
-        args.settings.sandbox,
-        prompter.as_ref().map(crate::ask::Prompter::workspace),
-    );
-    let world = World::build(
+    let (policy, acp, agents) = crate::run::asking(&args.settings, prompter.as_ref());
+    let world = World::build_with_team(
         store,
         model,
         reporter.as_ref(),
-        None,
+        acp,
         args.settings.limits,
         Some((&std::env::current_dir()?, policy)),
+        team,
     )?;
+    for agent in agents {
+        world.add_acp(agent, reporter.as_ref())?;
+    }
     if let Some(prompter) = &prompter {
         prompter.attach(&world.runtime);
     }
@@ -173,42 +185,99 @@ async fn deliver(
         }
         Member::Child(row) => row,
     };
-    if row.entry.mode != ChildMode::CONTINUABLE {
-        return Err(CliError::Refused(format!(
-            "`{}` is {} {} child and cannot receive messages",
-            args.name,
-            if row
-                .entry
-                .mode
-                .as_str()
-                .starts_with(['a', 'e', 'i', 'o', 'u'])
-            {
-                "an"
-            } else {
-                "a"
-            },
-            row.entry.mode.as_str()
-        )));
+    let external = row.entry.mode == ChildMode::EXTERNAL;
+    if row.entry.mode != ChildMode::CONTINUABLE && !external {
+        return Err(cannot_receive(&args.name, &row.entry.mode));
     }
     let child = row.entry.child_id.clone();
     let name = sessions::display_name(&row);
+
     // Prompts reach a child through its live root.
     let lead = world
         .harness
         .resume(ResumeAgent {
             id: root.clone(),
-            setup: Default::default(),
+            setup: world.lead_setup(root),
             cancel: CancellationToken::new(),
         })
         .await?;
     let lead = lead.agent().clone();
     *resumed = Some(lead.clone());
+    if let Some(recovery) = world.open_team(&lead).await? {
+        for (member, error) in &recovery.errors {
+            eprintln!(
+                "dsh: team: messages for {member} stay queued: {}",
+                crate::observe::compact(error, 200)
+            );
+        }
+    }
     // Its tree is live again: notices a crash kept from it arrive first
     // (B54). Logs a crash left outside every catalog stay until the user
     // prunes them (`dsh agents --prune-orphans`): they are listed, never
     // removed behind the user's back.
     world.runtime.deliver_lost_notices(&lead).await?;
     let (_subscription, mut events) = world.runtime.events().subscribe();
+    let settled = async {
+        while let Some(event) = events.recv().await {
+            if let SubagentEvent::End(info, outcome) = event
+                && info.child_id == child
+            {
+                return Some(outcome);
+            }
+        }
+        None
+    };
+    if external {
+        // The notice reaches the child's creator (the lead, or a live
+        // member that made it).
+        let creator = world
+            .runtime
+            .registry()
+            .get(&row.parent_id)
+            .unwrap_or_else(|| lead.clone());
+        let heard = creator.events().len();
+        world
+            .runtime
+            .send_message(
+                &lead,
+                &child,
+                vec![ContentBlock::text(args.message.clone())],
+                &CancellationToken::new(),
+            )
+            .await
+            .map_err(|err| match err {
+                SubagentError::Delivery(dsh_subagent::DeliveryError::External(_)) => {
+                    cannot_receive(&args.name, &row.entry.mode)
+                }
+                // A follow-up runs under the provider that made the child.
+                SubagentError::Delivery(dsh_subagent::DeliveryError::DeliveryUnavailable(_))
+                    if world.runtime.get(&row.entry.provider).is_none() =>
+                {
+                    CliError::Refused(format!(
+                        "`{name}` was made by the ACP agent `{}`, which is not configured here (dsh.toml's `[acp]` or `[acp.agents.<name>]`)",
+                        row.entry.provider
+                    ))
+                }
+                err => named(&name, err),
+            })?;
+        if let Some(RunOutcome::Error(error)) = settled.await {
+            return Err(CliError::Refused(format!("`{name}` failed: {error}")));
+        }
+        let events = creator.events();
+        let (stop, answer) =
+            notice_from(&events[heard.min(events.len())..], &child).ok_or_else(|| {
+                CliError::Refused(format!(
+                    "`{name}` did not answer: its creator heard no settlement"
+                ))
+            })?;
+        if let Some(stop) = stop.filter(transcript::failed) {
+            return Err(CliError::Refused(format!(
+                "`{name}` stopped ({stop}): {}",
+                crate::observe::compact(&answer, 200)
+            )));
+        }
+        return answered(world, &lead, reporter, &name, answer).await;
+    }
     let request_id = MessageId::generate();
     world
         .runtime
@@ -223,28 +292,7 @@ async fn deliver(
             &CancellationToken::new(),
         )
         .await
-        .map_err(|err| match err {
-            // Named as the person named it, not by session id.
-            SubagentError::Delivery(dsh_subagent::DeliveryError::NotResumable {
-                reason, ..
-            }) => CliError::Refused(format!("`{name}` cannot be resumed: {reason}")),
-            err => match CliError::from(err) {
-                CliError::Corrupt(text) => {
-                    CliError::Corrupt(format!("`{name}` cannot be resumed: {text}"))
-                }
-                err => err,
-            },
-        })?;
-    let settled = async {
-        while let Some(event) = events.recv().await {
-            if let SubagentEvent::End(info, outcome) = event
-                && info.child_id == child
-            {
-                return Some(outcome);
-            }
-        }
-        None
-    };
+        .map_err(|err| named(&name, err))?;
     if let Some(RunOutcome::Error(error)) = settled.await {
         return Err(CliError::Refused(format!("`{name}` failed: {error}")));
     }
@@ -265,20 +313,90 @@ async fn deliver(
                 .unwrap_or_default()
         )));
     }
+    answered(world, &lead, reporter, &name, turn.answer).await
+}
+
+/// Print `answer` as `name`'s reply, then stop the tree.
+///
+/// # Cancel safety
+/// A drop while the tree stops leaves it stopping (see
+/// [`crate::run::stop`]); the reply is printed before the first await.
+async fn answered(
+    world: &World,
+    lead: &Arc<dyn Agent>,
+    reporter: Option<&Reporter>,
+    name: &str,
+    answer: String,
+) -> Result<(), CliError> {
     match reporter {
         Some(reporter) => reporter.json(&crate::json::Line::Reply {
-            agent: &name,
-            text: turn.answer.trim(),
+            agent: name,
+            text: answer.trim(),
         }),
-        None => println!("{name}: {}", turn.answer.trim().replace('\n', "\n  ")),
+        None => println!("{name}: {}", answer.trim().replace('\n', "\n  ")),
     }
     // The child's notice is in the root's inbox (the runtime notifies the
     // parent before it reports the end). The root's reaction to it is not
     // this command's work, and may wait on siblings no one resumes: stop
     // the tree, keeping what is still queued for the root's next run.
-    crate::run::stop(world, &lead, None).await;
+    crate::run::stop(world, lead, None).await;
     if let Some(err) = lead.fault() {
         return Err(err.into());
     }
     Ok(())
+}
+
+/// The refusal of a message to a child of `mode` that cannot take one.
+fn cannot_receive(name: &str, mode: &ChildMode) -> CliError {
+    let article = if mode.as_str().starts_with(['a', 'e', 'i', 'o', 'u']) {
+        "an"
+    } else {
+        "a"
+    };
+    CliError::Refused(format!(
+        "`{name}` is {article} {} child and cannot receive messages",
+        mode.as_str()
+    ))
+}
+
+/// A runtime refusal, named as the person named the child, not by id.
+fn named(name: &str, err: SubagentError) -> CliError {
+    match err {
+        SubagentError::Delivery(dsh_subagent::DeliveryError::NotResumable { reason, .. }) => {
+            CliError::Refused(format!("`{name}` cannot be resumed: {reason}"))
+        }
+        err => match CliError::from(err) {
+            CliError::Corrupt(text) => {
+                CliError::Corrupt(format!("`{name}` cannot be resumed: {text}"))
+            }
+            err => err,
+        },
+    }
+}
+
+/// What the settlement notice from `child` among `events` (its creator's)
+/// reports: its stop reason, and its output after the notice's
+/// `[summary; stop reason]` line.
+fn notice_from(
+    events: &[dsh_core::SessionEvent],
+    child: &dsh_core::SessionId,
+) -> Option<(Option<dsh_core::StopReason>, String)> {
+    events.iter().rev().find_map(|event| match &event.payload {
+        dsh_core::EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
+            dsh_core::MessageSource::SubagentSettled {
+                sender_session_id,
+                stop_reason,
+                ..
+            } if sender_session_id == child => {
+                let text = dsh_core::content::joined_text(&accepted.message.content);
+                let output = match text.split_once("\n\n") {
+                    Some((_, output)) => output.to_owned(),
+                    None => text,
+                };
+                Some((stop_reason.clone(), output))
+            }
+            _ => None,
+        },
+        _ => None,
+    })
 }

@@ -200,3 +200,184 @@ fn named_acp_agents_are_picked_per_child_each_with_its_own_settings() {
         .collect();
     assert_eq!(providers, ["alpha", "beta"]);
 }
+
+/// A continuable ACP child (its agent of dsh.toml advertises
+/// `loadSession`) answers `dsh send`: the command installs dsh.toml's ACP
+/// agents, sends the message as a follow-up run of the same session (the
+/// agent recalls what it said in the first run, in a new process), and
+/// prints that run's reply; `dsh agents` still lists one child.
+#[test]
+fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
+    let Some((python, rogue)) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let sessions = scratch.dir.path().join("acp-sessions");
+    std::fs::create_dir_all(&sessions).unwrap();
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        format!(
+            "[acp.agents.rogue]\ncommand = {:?}\nargs = [{:?}, \"--sessions\", {:?}]\n",
+            python.display().to_string(),
+            rogue.display().to_string(),
+            sessions.display().to_string()
+        ),
+    )
+    .unwrap();
+    let mut replies = vec![Reply::ToolCall {
+        name: "rogue".to_owned(),
+        arguments: serde_json::json!({
+            "description": "say hello",
+            "name": "helper",
+            "prompt": "say hello from the helper",
+            // A foreground external child has no catalog name.
+            "run_in_background": true,
+        }),
+    }];
+    replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let env = support::fake_env(&model);
+    let run = scratch.dsh(&["run", "--model", "openai:fake", "go"], &env);
+    assert!(
+        run.status.success(),
+        "{}{}",
+        text(&run.stderr),
+        text(&run.stdout)
+    );
+    let send = scratch.dsh(&["send", "helper", "recall"], &env);
+    let stdout = text(&send.stdout);
+    assert!(send.status.success(), "{}{stdout}", text(&send.stderr));
+    let reply = stdout
+        .lines()
+        .find(|line| line.starts_with("helper: "))
+        .unwrap_or_else(|| panic!("no reply from the helper:\n{stdout}"));
+    assert!(
+        reply.contains("recalled: ") && reply.contains("hello from the helper"),
+        "{reply}"
+    );
+    let agents = text(&scratch.dsh(&["agents"], &[]).stdout);
+    let helpers = agents
+        .lines()
+        .filter(|line| line.trim_start().starts_with("helper "))
+        .count();
+    assert_eq!(helpers, 1, "{agents}");
+    // A follow-up that fails is refused, not printed as an answer.
+    // (It ran, so the directory holds its notice: not a plain refusal.)
+    let failed = scratch.dsh(&["send", "helper", "say partial; stop refusal"], &env);
+    let err = text(&failed.stderr);
+    assert!(!failed.status.success(), "{}", text(&failed.stdout));
+    assert!(err.contains("`helper` stopped (refusal): partial"), "{err}");
+    assert!(
+        !text(&failed.stdout).contains("helper: "),
+        "{}",
+        text(&failed.stdout)
+    );
+    // Without the agent in dsh.toml there is nothing to continue it with.
+    std::fs::remove_file(scratch.dir.path().join("dsh.toml")).unwrap();
+    let err = scratch.refused_with(&["send", "helper", "recall"], &env, &[1, 2, 3, 4, 5]);
+    assert!(
+        err.contains("`helper` was made by the ACP agent `rogue`, which is not configured here"),
+        "{err}"
+    );
+}
+
+/// On a terminal the live view shows an ACP child from the progress bus:
+/// the child has no log, yet its row carries the tokens its agent
+/// reported (run under `script`, which gives `dsh` a terminal).
+#[test]
+fn the_live_view_shows_an_acp_childs_tokens_from_its_progress() {
+    let Some(agent) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let script = std::path::Path::new("/usr/bin/script");
+    if !script.is_file() {
+        println!("skipped: no `script` to give dsh a terminal");
+        return;
+    }
+    let scratch = Scratch::new();
+    let mut replies = vec![Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": "count",
+            "name": "counter",
+            "prompt": "tool; usage 1234 56; say counted",
+            "run_in_background": false,
+        }),
+    }];
+    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let mut args = support::acp_run(&agent);
+    args.push("count");
+    let dsh = scratch.command(&args, &support::fake_env(&model));
+    let line: Vec<String> = std::iter::once(dsh.get_program())
+        .chain(dsh.get_args())
+        .map(|arg| format!("'{}'", arg.to_str().unwrap()))
+        .collect();
+    let mut command = std::process::Command::new(script);
+    command
+        .args(["-qec", &line.join(" "), "/dev/null"])
+        .current_dir(scratch.dir.path())
+        .env("COLUMNS", "120")
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (var, value) in dsh.get_envs() {
+        match value {
+            Some(value) => command.env(var, value),
+            None => command.env_remove(var),
+        };
+    }
+    let run = support::wait_bounded(command.spawn().unwrap(), support::BOUND, "dsh under script");
+    let stdout = text(&run.stdout);
+    assert!(run.status.success(), "{}{stdout}", text(&run.stderr));
+    assert!(
+        stdout.lines().any(|line| line.contains(" acp ")
+            && line.contains("1234/56")
+            && !line.contains("tokens ")),
+        "no live row with the ACP child's tokens:\n{stdout}"
+    );
+}
+
+/// `dsh send` installs the ACP agents of dsh.toml as `dsh run` does: a
+/// resumed local child is offered the `acp` tool and each named agent's.
+#[test]
+fn a_child_resumed_by_dsh_send_is_offered_the_acp_tools() {
+    let Some((python, rogue)) = support::rogue_agent() else {
+        println!("skipped: no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let (python, rogue) = (python.display().to_string(), rogue.display().to_string());
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        format!(
+            "[acp]\ncommand = {python:?}\nargs = [{rogue:?}]\n\n[acp.agents.rogue]\ncommand = {python:?}\nargs = [{rogue:?}]\n"
+        ),
+    )
+    .unwrap();
+    let mut replies = vec![Reply::ToolCall {
+        name: "subagent".to_owned(),
+        arguments: serde_json::json!({
+            "description": "look around",
+            "prompt": "Say what you see.",
+            "name": "worker",
+            "run_in_background": false,
+        }),
+    }];
+    replies.extend((0..6).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let env = support::fake_env(&model);
+    let run = scratch.dsh(&["run", "--model", "openai:fake", "go"], &env);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let send = scratch.dsh(&["send", "worker", "ping the worker"], &env);
+    assert!(send.status.success(), "{}", text(&send.stderr));
+    let request = model.request_containing("ping the worker", support::BOUND);
+    for tool in ["acp", "rogue"] {
+        assert!(
+            request.contains(&format!("\"name\":\"{tool}\"")),
+            "{tool} missing:\n{request}"
+        );
+    }
+}

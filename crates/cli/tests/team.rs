@@ -320,3 +320,39 @@ fn the_team_demo_killed_anywhere_recovers_without_losing_or_repeating_a_message(
          {undelivered} a message queued"
     );
 }
+
+/// `dsh send` to a teammate of a team tree rebuilds the team as `dsh run`
+/// does: the resumed teammate's model is offered the team tools, not the
+/// three control tools they replace.
+#[test]
+fn dsh_send_to_a_teammate_keeps_its_team_tools() {
+    use support::model::{FakeModel, Reply};
+    let scratch = Scratch::new();
+    let mut replies = vec![Reply::ToolCall {
+        name: "spawn_teammate".to_owned(),
+        arguments: serde_json::json!({
+            "name": "helper",
+            "description": "help",
+            "prompt": "Say hello.",
+        }),
+    }];
+    replies.extend((0..8).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let env = model.env();
+    let run = scratch.dsh(&["run", "--team", "--model", "openai:fake", "go"], &env);
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let send = scratch.dsh(&["send", "helper", "ping the helper"], &env);
+    assert!(send.status.success(), "{}", text(&send.stderr));
+    assert!(
+        text(&send.stdout).contains("helper: Noted."),
+        "{}",
+        text(&send.stdout)
+    );
+    let request = model.request_containing("ping the helper", BOUND);
+    for tool in ["team_task_list", "wait_agent", "send_message"] {
+        assert!(
+            request.contains(&format!("\"name\":\"{tool}\"")),
+            "{tool} missing:\n{request}"
+        );
+    }
+}

@@ -148,6 +148,17 @@ impl FakeModel {
         ]
     }
 
+    /// The first request from now on whose body contains `text`, passing
+    /// over the others (each waited for within `bound`).
+    pub fn request_containing(&self, text: &str, bound: Duration) -> String {
+        loop {
+            let body = self.next_request(bound);
+            if body.contains(text) {
+                return body;
+            }
+        }
+    }
+
     /// Wait (bounded) for the next request's body.
     pub fn next_request(&self, bound: Duration) -> String {
         self.requests
