@@ -1104,6 +1104,7 @@ mod tests {
                 provider: provider.to_owned(),
                 child_id: SessionId::new(id).unwrap(),
                 parent_session_id: lead.clone(),
+                root: lead.clone(),
                 local,
             }));
         };
