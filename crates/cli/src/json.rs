@@ -45,6 +45,16 @@ pub enum Line<'a> {
         /// The lead's task, or the child's label.
         task: &'a str,
     },
+    /// A piece of text as the model streams it, before its step is
+    /// recorded (not durable: the step's `text` line is the record).
+    TextDelta {
+        /// The agent.
+        agent: &'a str,
+        /// Its session id.
+        session: &'a str,
+        /// The streamed piece.
+        text: &'a str,
+    },
     /// The text of one model step (whole: the log records a step's text
     /// as one event).
     Text {

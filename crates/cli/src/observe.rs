@@ -147,6 +147,13 @@ fn width() -> usize {
         .max(20)
 }
 
+/// The model's streamed text, as `text_delta` lines under `--json`.
+impl dsh_harness::TextObserver for Reporter {
+    fn text_delta(&self, agent: &SessionId, delta: &str) {
+        self.streamed(agent, delta);
+    }
+}
+
 impl Reporter {
     /// A reporter rendering in `mode`.
     pub fn new(mode: Mode) -> Arc<Self> {
@@ -258,6 +265,36 @@ impl Reporter {
             write_lines(&lines);
         } else {
             state.held.entry(session.clone()).or_default().extend(lines);
+        }
+    }
+
+    /// One `text_delta` line for `session`'s streamed `delta` (with
+    /// `--json` only): decided and written under the state lock, on the
+    /// agent's own task, so it comes before the step's `text` line and,
+    /// for a child not yet started, is held with its other lines.
+    fn streamed(&self, session: &SessionId, delta: &str) {
+        if self.mode != Mode::Json || delta.is_empty() {
+            return;
+        }
+        let fallback = self.name_of(session);
+        let mut state = lock(&self.state);
+        let known = state
+            .rows
+            .iter()
+            .find(|row| &row.id == session)
+            .map(|row| row.name.clone());
+        let started = known.is_some();
+        let name = known.unwrap_or(fallback);
+        let line = crate::json::Line::TextDelta {
+            agent: &name,
+            session: session.as_str(),
+            text: delta,
+        }
+        .to_json();
+        if started || name == dsh_subagent::ROOT_NAME {
+            write_lines(&[line]);
+        } else {
+            state.held.entry(session.clone()).or_default().push(line);
         }
     }
 

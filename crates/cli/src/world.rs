@@ -123,7 +123,11 @@ impl World {
                 .section("team_policy", format!("{{{{{TEAM_POLICY_VAR}}}}}"))
                 .var(TEAM_POLICY_VAR, "");
         }
-        let harness = Harness::builder(store.clone())
+        let mut builder = Harness::builder(store.clone());
+        if let Some(reporter) = reporter.filter(|r| r.mode() == crate::observe::Mode::Json) {
+            builder = builder.text_observer(reporter.clone());
+        }
+        let harness = builder
             .model(model)
             .prompt(prompt)
             .defaults(AgentOptions {

@@ -42,6 +42,25 @@ fn the_demo_streams_one_documented_object_per_line_and_nothing_else() {
         assert_eq!(own.first().unwrap()["type"], "agent_started", "{child}");
         assert_eq!(own.last().unwrap()["type"], "settled", "{child}");
     }
+    // Each step's text streams as deltas first: the pieces since the
+    // agent's last `text` line, joined, are that line's text.
+    for agent in ["lead", "researcher", "reviewer"] {
+        let mut pieces = String::new();
+        let mut steps = 0;
+        for line in lines.iter().filter(|line| line["agent"] == agent) {
+            match line["type"].as_str().unwrap() {
+                "text_delta" => pieces.push_str(line["text"].as_str().unwrap()),
+                "text" => {
+                    assert_eq!(line["text"].as_str().unwrap(), pieces, "{agent}");
+                    pieces.clear();
+                    steps += 1;
+                }
+                _ => {}
+            }
+        }
+        assert!(steps > 0, "{agent} said nothing");
+        assert_eq!(pieces, "", "{agent}: deltas after its last text");
+    }
     snapshot!(&scratch, "run_demo_json", json_by_agent(&run.stdout));
 }
 

@@ -728,7 +728,12 @@ impl LoopAgent {
         };
         while let Some(event) = stream.next().await {
             match event? {
-                ModelEvent::TextDelta(delta) => text.push_str(&delta),
+                ModelEvent::TextDelta(delta) => {
+                    if let Some(observer) = &self.shared.text_observer {
+                        observer.text_delta(self.id(), &delta);
+                    }
+                    text.push_str(&delta);
+                }
                 ModelEvent::ToolCall(call) => reply.calls.push(call),
                 ModelEvent::Usage(usage) => reply.usage += usage,
                 ModelEvent::Finish(finish) => {

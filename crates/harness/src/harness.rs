@@ -90,6 +90,20 @@ pub(crate) struct Shared {
     presets: PresetCatalog,
     prompt: SystemPrompt,
     defaults: AgentOptions,
+    pub(crate) text_observer: Option<Arc<dyn TextObserver>>,
+}
+
+/// Hears the model's text as it streams, before a step's text is recorded:
+/// for a live view or a `--json` stream that shows text as it arrives.
+///
+/// The deltas are not durable: a step's whole text is recorded in the log
+/// once the step ends (or is cut), and a delta heard here may belong to a
+/// step whose record never lands (a crash, a failed write). The observer
+/// is called on the agent's own task, in stream order, so it must not
+/// block: hand the text on and return.
+pub trait TextObserver: Send + Sync {
+    /// `agent`'s model streamed `delta`.
+    fn text_delta(&self, agent: &dsh_core::SessionId, delta: &str);
 }
 
 impl Shared {
@@ -167,9 +181,17 @@ pub struct HarnessBuilder {
     presets: PresetCatalog,
     prompt: SystemPrompt,
     defaults: AgentOptions,
+    text_observer: Option<Arc<dyn TextObserver>>,
 }
 
 impl HarnessBuilder {
+    /// Hear every agent's streamed text as it arrives ([`TextObserver`]).
+    #[must_use]
+    pub fn text_observer(mut self, observer: Arc<dyn TextObserver>) -> Self {
+        self.text_observer = Some(observer);
+        self
+    }
+
     /// Share an existing registry (several factories publishing into one runtime).
     #[must_use]
     pub fn registry(mut self, registry: AgentRegistry) -> Self {
@@ -236,6 +258,7 @@ impl HarnessBuilder {
                 presets: self.presets,
                 prompt: self.prompt,
                 defaults: self.defaults,
+                text_observer: self.text_observer,
             }),
         })
     }
@@ -267,6 +290,7 @@ impl Harness {
             presets: PresetCatalog::new(),
             prompt: SystemPrompt::new(),
             defaults: AgentOptions::default(),
+            text_observer: None,
         }
     }
 

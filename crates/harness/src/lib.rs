@@ -8,7 +8,7 @@ pub mod store;
 pub mod tools;
 
 pub use agent::LoopAgent;
-pub use harness::{Harness, HarnessBuilder, ModelRoutes};
+pub use harness::{Harness, HarnessBuilder, ModelRoutes, TextObserver};
 pub use prompt::SystemPrompt;
 pub use scripted::{Scripted, ScriptedModel};
 pub use store::{JsonlStore, MemoryStore};

@@ -822,3 +822,57 @@ async fn a_tool_added_after_build_reaches_agents_composed_afterwards() {
         .collect();
     assert_eq!(offered, [vec![], vec!["late".to_owned()]]);
 }
+
+/// Records what a [`dsh_harness::TextObserver`] hears, with how many events
+/// the agent's log held at each delta.
+struct Heard {
+    agent: std::sync::OnceLock<Arc<dyn dsh_core::Agent>>,
+    deltas: std::sync::Mutex<Vec<(String, String, usize)>>,
+}
+
+impl dsh_harness::TextObserver for Heard {
+    fn text_delta(&self, agent: &dsh_core::SessionId, delta: &str) {
+        let logged = self.agent.get().map_or(0, |a| a.events().len());
+        self.deltas
+            .lock()
+            .unwrap()
+            .push((agent.to_string(), delta.to_owned(), logged));
+    }
+}
+
+// The streamed text reaches an observer in order, before the step's text
+// is recorded.
+#[tokio::test]
+async fn a_text_observer_hears_the_stream_before_the_step_is_recorded() {
+    let model = Arc::new(ScriptedModel::with_responses([Scripted::Text(
+        "hello world".into(),
+    )]));
+    let heard = Arc::new(Heard {
+        agent: std::sync::OnceLock::new(),
+        deltas: std::sync::Mutex::new(Vec::new()),
+    });
+    let harness = Harness::builder(memory())
+        .model(model)
+        .text_observer(heard.clone())
+        .build()
+        .unwrap();
+    let handle = create(&harness, "a").await;
+    let agent = handle.agent().clone();
+    let _ = heard.agent.set(agent.clone());
+    agent.followup(UserMessage::user_text("hi")).await.unwrap();
+    settle(&agent).await;
+    let deltas = heard.deltas.lock().unwrap().clone();
+    let text: String = deltas.iter().map(|(_, d, _)| d.as_str()).collect();
+    assert_eq!(text, "hello world");
+    assert!(deltas.len() > 1, "the scripted model streams in chunks");
+    assert!(deltas.iter().all(|(id, _, _)| id == "a"));
+    let recorded = agent
+        .events()
+        .iter()
+        .position(|e| matches!(e.payload, EventPayload::AssistantMessage(_)))
+        .unwrap();
+    assert!(
+        deltas.iter().all(|(_, _, logged)| *logged <= recorded),
+        "every delta came before the assistant message was recorded: {deltas:?}"
+    );
+}

@@ -281,6 +281,7 @@ pub fn copy_fixture(name: &str, into: &Path) {
 pub const JSON_TYPES: &[&str] = &[
     "run_started",
     "agent_started",
+    "text_delta",
     "text",
     "tool_call",
     "tool_result",
