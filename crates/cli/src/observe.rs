@@ -237,6 +237,37 @@ impl Reporter {
 
     /// The events `session`'s log accepted (through [`crate::writes::Watched::streaming`]).
     pub fn logged(&self, session: &SessionId, events: &[dsh_core::SessionEvent]) {
+        self.agent_lines(session, |name| {
+            events
+                .iter()
+                .filter_map(|event| crate::json::event_line(name, session.as_str(), event))
+                .map(|line| line.to_json())
+                .collect()
+        });
+    }
+
+    /// One `text_delta` line for `session`'s streamed `delta`: written on
+    /// the agent's own task, so it comes before the step's `text` line.
+    fn streamed(&self, session: &SessionId, delta: &str) {
+        if delta.is_empty() {
+            return;
+        }
+        self.agent_lines(session, |name| {
+            vec![
+                crate::json::Line::TextDelta {
+                    agent: name,
+                    session: session.as_str(),
+                    text: delta,
+                }
+                .to_json(),
+            ]
+        });
+    }
+
+    /// Write the `--json` lines `render` makes for `session` under its
+    /// name (with `--json` only), or hold them until a child not yet
+    /// started has its `agent_started` line.
+    fn agent_lines(&self, session: &SessionId, render: impl FnOnce(&str) -> Vec<String>) {
         if self.mode != Mode::Json {
             return;
         }
@@ -251,11 +282,7 @@ impl Reporter {
             .map(|row| row.name.clone());
         let started = known.is_some();
         let name = known.unwrap_or(fallback);
-        let lines: Vec<String> = events
-            .iter()
-            .filter_map(|event| crate::json::event_line(&name, session.as_str(), event))
-            .map(|line| line.to_json())
-            .collect();
+        let lines = render(&name);
         if lines.is_empty() {
             return;
         }
@@ -265,36 +292,6 @@ impl Reporter {
             write_lines(&lines);
         } else {
             state.held.entry(session.clone()).or_default().extend(lines);
-        }
-    }
-
-    /// One `text_delta` line for `session`'s streamed `delta` (with
-    /// `--json` only): decided and written under the state lock, on the
-    /// agent's own task, so it comes before the step's `text` line and,
-    /// for a child not yet started, is held with its other lines.
-    fn streamed(&self, session: &SessionId, delta: &str) {
-        if self.mode != Mode::Json || delta.is_empty() {
-            return;
-        }
-        let fallback = self.name_of(session);
-        let mut state = lock(&self.state);
-        let known = state
-            .rows
-            .iter()
-            .find(|row| &row.id == session)
-            .map(|row| row.name.clone());
-        let started = known.is_some();
-        let name = known.unwrap_or(fallback);
-        let line = crate::json::Line::TextDelta {
-            agent: &name,
-            session: session.as_str(),
-            text: delta,
-        }
-        .to_json();
-        if started || name == dsh_subagent::ROOT_NAME {
-            write_lines(&[line]);
-        } else {
-            state.held.entry(session.clone()).or_default().push(line);
         }
     }
 
