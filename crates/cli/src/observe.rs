@@ -103,7 +103,13 @@ struct State {
     /// Progress events lost so far (the view fell behind the bus, or held
     /// too many early ones).
     lost: u64,
+    /// The agent in focus (the one whose model streamed text last) and
+    /// the tail of what it streamed, shown under the live tree.
+    focus: Option<(SessionId, String)>,
 }
+
+/// How much of the streamed text the live view keeps for its focus line.
+const FOCUS_KEEP: usize = 1024;
 
 /// Hears everything worth showing and renders it.
 pub struct Reporter {
@@ -250,6 +256,21 @@ impl Reporter {
     /// the agent's own task, so it comes before the step's `text` line.
     fn streamed(&self, session: &SessionId, delta: &str) {
         if delta.is_empty() {
+            return;
+        }
+        if self.mode == Mode::Live {
+            // Kept for the next redraw (at the tick), not drawn per delta.
+            let mut state = lock(&self.state);
+            match &mut state.focus {
+                Some((id, text)) if id == session => text.push_str(delta),
+                focus => *focus = Some((session.clone(), delta.to_owned())),
+            }
+            if let Some((_, text)) = &mut state.focus {
+                let extra = text.chars().count().saturating_sub(FOCUS_KEEP);
+                if extra > 0 {
+                    *text = text.chars().skip(extra).collect();
+                }
+            }
             return;
         }
         self.agent_lines(session, |name| {
@@ -636,10 +657,38 @@ impl Reporter {
             text.push_str(&line);
             text.push('\n');
         }
+        if let Some((id, streamed)) = &state.focus {
+            let name = state
+                .rows
+                .iter()
+                .find(|row| &row.id == id)
+                .map_or_else(|| id.to_string(), |row| row.name.clone());
+            text.push_str(&focus_line(&name, streamed, width()));
+            text.push('\n');
+            state.drawn += 1;
+        }
         let mut out = std::io::stdout().lock();
         let _ = out.write_all(text.as_bytes());
         let _ = out.flush();
     }
+}
+
+/// The live view's last line: the agent in focus and the end of what its
+/// model streamed, on one line of at most `width` characters (the start
+/// of the text gives way, so the newest words stay in sight).
+fn focus_line(name: &str, streamed: &str, width: usize) -> String {
+    let head = format!("› {name}: ");
+    let room = width.saturating_sub(head.chars().count()).max(1);
+    let text = streamed.split_whitespace().collect::<Vec<_>>().join(" ");
+    let count = text.chars().count();
+    let tail: String = if count <= room {
+        text
+    } else {
+        let kept: String = text.chars().skip(count - room + 1).collect();
+        format!("…{kept}")
+    };
+    let line = format!("{head}{tail}");
+    line.chars().take(width.max(1)).collect()
 }
 
 /// Whom a messaging call addresses: `to` (the control tool) or `target`
@@ -1016,6 +1065,40 @@ mod tests {
             from_log: true,
             agent: None,
         }
+    }
+
+    #[test]
+    fn the_focus_line_keeps_the_newest_words_in_the_width() {
+        let streamed =
+            "I read the crate map first.\nThen the runtime:   its admission and drain look sound.";
+        let frames: Vec<String> = [20, 40, 80, 120]
+            .iter()
+            .map(|width| {
+                let line = focus_line("researcher", streamed, *width);
+                assert!(line.chars().count() <= *width, "{width}: {line}");
+                format!("{width:>3} |{line}|")
+            })
+            .collect();
+        insta::assert_snapshot!(frames.join("\n"));
+    }
+
+    // A streamed delta in the live view moves the focus and is kept, its
+    // tail bounded; it prints nothing by itself.
+    #[test]
+    fn streamed_text_moves_the_focus_and_keeps_a_bounded_tail() {
+        let reporter = Reporter::new(Mode::Live);
+        let a = SessionId::new("s-a").unwrap();
+        let b = SessionId::new("s-b").unwrap();
+        reporter.streamed(&a, "hello ");
+        reporter.streamed(&a, "world");
+        assert_eq!(
+            lock(&reporter.state).focus,
+            Some((a.clone(), "hello world".to_owned()))
+        );
+        reporter.streamed(&b, &"x".repeat(FOCUS_KEEP + 10));
+        let focus = lock(&reporter.state).focus.clone().unwrap();
+        assert_eq!(focus.0, b);
+        assert_eq!(focus.1.chars().count(), FOCUS_KEEP);
     }
 
     fn call(label: &str, since: Instant) -> Call {

@@ -124,7 +124,7 @@ impl World {
                 .var(TEAM_POLICY_VAR, "");
         }
         let mut builder = Harness::builder(store.clone());
-        if let Some(reporter) = reporter.filter(|r| r.mode() == crate::observe::Mode::Json) {
+        if let Some(reporter) = reporter.filter(|r| r.mode() != crate::observe::Mode::Plain) {
             builder = builder.text_observer(reporter.clone());
         }
         let harness = builder
