@@ -19,7 +19,6 @@ use std::path::Path;
 use std::sync::Arc;
 
 use dsh_core::{CancellationToken, SessionId, SessionStore, StoreError};
-use dsh_harness::ScriptedModel;
 use dsh_subagent::{RowDiagnostic, SubagentError};
 
 use crate::error::{CliError, person};
@@ -83,14 +82,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
         return Err(CliError::NoSessions(dir.to_path_buf()));
     }
     // Listing loads no agent; the model is never asked.
-    let world = World::build(
-        store.clone(),
-        Arc::new(ScriptedModel::new()),
-        None,
-        None,
-        Default::default(),
-        None,
-    )?;
+    let world = World::reader(store.clone())?;
     let mut out = String::new();
     let mut listed: HashSet<SessionId> = HashSet::new();
     for (index, root) in roots.iter().enumerate() {
@@ -229,15 +221,7 @@ mod tests {
     async fn a_log_that_cannot_be_read_is_an_unavailable_row() {
         let dir = tempfile::tempdir().unwrap();
         let jsonl = Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
-        let world = World::build(
-            jsonl.clone(),
-            Arc::new(ScriptedModel::new()),
-            None,
-            None,
-            Default::default(),
-            None,
-        )
-        .unwrap();
+        let world = World::reader(jsonl.clone()).unwrap();
         let lead = world
             .harness
             .create(CreateAgent {

@@ -8,10 +8,8 @@
 
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
 
 use dsh_core::{CancellationToken, SessionId};
-use dsh_harness::ScriptedModel;
 use dsh_subagent::ROOT_NAME;
 
 use crate::error::CliError;
@@ -28,14 +26,7 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(dir, root)?;
-    let world = World::build(
-        store,
-        Arc::new(ScriptedModel::new()),
-        None,
-        None,
-        Default::default(),
-        None,
-    )?;
+    let world = World::reader(store)?;
     let member = sessions::resolve(&world.runtime, &root, name).await?;
     if let Member::Child(row) = &member
         && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL

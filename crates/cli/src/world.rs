@@ -103,6 +103,19 @@ impl World {
         Self::build_with_team(store, model, reporter, acp, limits, workspace, false)
     }
 
+    /// A world that only reads the logs (listing, showing): its model is
+    /// never asked, no tool reports, and it has no ACP agent or workspace.
+    pub fn reader(store: Arc<dyn SessionStore>) -> Result<Self, CliError> {
+        Self::build(
+            store,
+            Arc::new(dsh_harness::ScriptedModel::new()),
+            None,
+            None,
+            Limits::default(),
+            None,
+        )
+    }
+
     /// [`World::build`], and with `team` the ten team tools in place of the
     /// three control tools they share names with.
     pub fn build_with_team(
