@@ -311,8 +311,11 @@ pub fn json_lines(stdout: &[u8]) -> Vec<serde_json::Value> {
 
 /// A `--json` stream in a stable order for a snapshot: the lines of each
 /// agent together, in its log's order (agents run concurrently, so only
-/// the order within one agent is fixed), agents in order of their first
-/// line; lines naming no agent first.
+/// the order within one agent is fixed): lines naming no agent first,
+/// then the agent of the first line that names one (the root, which
+/// speaks before anything it starts), then the others by name. Order of
+/// first appearance would not do: two children started in one turn race
+/// for their first line.
 pub fn json_by_agent(stdout: &[u8]) -> String {
     let lines = json_lines(stdout);
     let mut order: Vec<String> = Vec::new();
@@ -322,7 +325,14 @@ pub fn json_by_agent(stdout: &[u8]) -> String {
             order.push(agent);
         }
     }
-    order.sort_by_key(|agent| !agent.is_empty());
+    let root = order.iter().find(|agent| !agent.is_empty()).cloned();
+    order.sort_by_key(|agent| {
+        (
+            !agent.is_empty(),
+            Some(agent) != root.as_ref(),
+            agent.clone(),
+        )
+    });
     let mut out = String::new();
     for agent in order {
         for line in &lines {
