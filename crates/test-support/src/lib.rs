@@ -7,10 +7,12 @@
 //! crate runs ([`specs`]); with the `world` feature, the one configurable
 //! subagent test world (`world::WorldBuilder`), its scripted models and
 //! providers, and killing a re-executed test process (`world::process`);
-//! and a counting allocator for the memory benches. Used only as a dev-dependency; it must never become a
+//! a counting allocator for the memory benches; and [`bench`], where
+//! benches record measurements that are not times for `cargo xtask bench`. Used only as a dev-dependency; it must never become a
 //! dependency of a library crate.
 
 pub mod alloc;
+pub mod bench;
 pub mod logs;
 pub mod requests;
 pub mod specs;
