@@ -46,6 +46,14 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// A file criterion or a bench left is not the JSON it should be.
+    #[error("{}: {message}", path.display())]
+    Bench {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
 }
 
 impl Error {

@@ -40,6 +40,7 @@ use std::fmt;
 use std::fs;
 use std::path::{Path, PathBuf};
 
+pub mod bench;
 pub mod catalog;
 pub mod equiv;
 pub mod error;

@@ -13,6 +13,11 @@ commands:
   check-docs    fail when the catalogue is stale, a type-equiv block drifted
                 or names no item, or a public item has no doc comment
   sync-docs     rewrite every type-equiv block from its source item
+  bench         run every bench (`cargo bench --workspace`), then print one
+                table: each performance aim, its result, met or not
+                  --quick    criterion's quick mode (a few seconds each)
+                  --report   only print the table of the last run
+                  -- ARGS    passed to every bench (a filter, criterion flags)
 
 --root DIR      work on another tree laid out like the workspace (a fixture)";
 
@@ -20,8 +25,14 @@ fn main() -> ExitCode {
     let mut args = std::env::args().skip(1);
     let mut command = None;
     let mut root = None;
+    let mut bench = BenchArgs::default();
     while let Some(arg) = args.next() {
         match arg.as_str() {
+            "--quick" => bench.quick = true,
+            "--report" => bench.report_only = true,
+            "--" => {
+                bench.passed = args.by_ref().collect();
+            }
             "--root" => match args.next() {
                 Some(dir) => root = Some(dir),
                 None => return usage("--root needs a directory"),
@@ -42,6 +53,7 @@ fn main() -> ExitCode {
         Some("gen-catalog") => gen_catalog(&tree),
         Some("check-docs") => check(&tree),
         Some("sync-docs") => sync(&tree),
+        Some("bench") => run_bench(&tree, &bench),
         Some(other) => usage(&format!("unknown command `{other}`")),
         None => usage("no command given"),
     }
@@ -98,5 +110,49 @@ fn sync(tree: &Tree) -> ExitCode {
     } else {
         eprintln!("{}", report(&synced.problems));
         ExitCode::FAILURE
+    }
+}
+
+#[derive(Default)]
+struct BenchArgs {
+    quick: bool,
+    report_only: bool,
+    passed: Vec<String>,
+}
+
+fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
+    let target = std::env::var_os("CARGO_TARGET_DIR")
+        .map_or_else(|| tree.root().join("target"), std::path::PathBuf::from);
+    if !args.report_only {
+        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+        let mut command = std::process::Command::new(cargo);
+        command.current_dir(tree.root()).args([
+            "bench",
+            "--workspace",
+            "--benches",
+            "--locked",
+            "--",
+        ]);
+        if args.quick {
+            command.arg("--quick");
+        }
+        command.args(&args.passed);
+        match command.status() {
+            Ok(status) if status.success() => {}
+            Ok(status) => {
+                eprintln!("xtask: `cargo bench` failed ({status}); the table shows what ran");
+            }
+            Err(err) => {
+                eprintln!("xtask: cannot run cargo: {err}");
+                return ExitCode::from(2);
+            }
+        }
+    }
+    match xtask::bench::collect(&target) {
+        Ok(results) => {
+            println!("{}", xtask::bench::render(xtask::bench::AIMS, &results));
+            ExitCode::SUCCESS
+        }
+        Err(err) => failed(&err),
     }
 }

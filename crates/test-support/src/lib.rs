@@ -3,13 +3,14 @@
 //! test see (or stall) the moment the code under test reads an agent's
 //! pending inbox or its events; session-store wrappers that fail, hold or
 //! stop calls ([`store`]); bounded waits ([`wait`]); queries over recorded
-//! model requests ([`requests`]) and over a session's events ([`logs`]); the tool-spec checks every tool
-//! crate runs ([`specs`]); with the `world` feature, the one configurable
-//! subagent test world (`world::WorldBuilder`), its scripted models and
-//! providers, and killing a re-executed test process (`world::process`);
-//! a counting allocator for the memory benches; and [`bench`], where
-//! benches record measurements that are not times for `cargo xtask bench`. Used only as a dev-dependency; it must never become a
-//! dependency of a library crate.
+//! model requests ([`requests`]) and over a session's events ([`logs`]);
+//! the tool-spec checks every tool crate runs ([`specs`]); with the `world`
+//! feature, the one configurable subagent test world
+//! (`world::WorldBuilder`), its scripted models and providers, and killing
+//! a re-executed test process (`world::process`); a counting allocator for
+//! the memory benches ([`alloc`]); and the measurements benches record for
+//! `cargo xtask bench` ([`bench`]). Used only as a dev-dependency; it must
+//! never become a dependency of a library crate.
 
 pub mod alloc;
 pub mod bench;
