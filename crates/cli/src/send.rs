@@ -18,9 +18,12 @@
 //! resumed lead), and the ACP agents of dsh.toml are installed, so a
 //! resumed member keeps the tools it had. An external child whose agent
 //! can continue its session (a continuable ACP child) gets the message as
-//! the prompt of a follow-up run, sent from the resumed root, and its
-//! reply is what that run's settlement notice reports to its creator; one
-//! that cannot continue is refused.
+//! the prompt of a follow-up run, sent from the resumed root (a cold
+//! creator of it is resumed to own the run and hear its notice), and its
+//! reply is that run's result's output
+//! ([`SubagentResult::output_text`](dsh_subagent::SubagentResult::output_text)),
+//! with its stop reason and diagnostic when it failed; one that cannot
+//! continue is refused.
 //!
 //! The reply printed is the answer of the turn that claimed this message
 //! (found by its id in the child's log), never merely the log's last turn:
@@ -228,14 +231,6 @@ async fn deliver(
         None
     };
     if external {
-        // The notice reaches the child's creator (the lead, or a live
-        // member that made it).
-        let creator = world
-            .runtime
-            .registry()
-            .get(&row.parent_id)
-            .unwrap_or_else(|| lead.clone());
-        let heard = creator.events().len();
         world
             .runtime
             .send_message(
@@ -260,20 +255,29 @@ async fn deliver(
                 }
                 err => named(&name, err),
             })?;
-        if let Some(RunOutcome::Error(error)) = settled.await {
-            return Err(CliError::Refused(format!("`{name}` failed: {error}")));
-        }
-        let events = creator.events();
-        let (stop, answer) =
-            notice_from(&events[heard.min(events.len())..], &child).ok_or_else(|| {
-                CliError::Refused(format!(
-                    "`{name}` did not answer: its creator heard no settlement"
-                ))
-            })?;
-        if let Some(stop) = stop.filter(transcript::failed) {
+        let result = match settled.await {
+            Some(RunOutcome::Settled(result)) => result,
+            Some(RunOutcome::Error(error)) => {
+                return Err(CliError::Refused(format!("`{name}` failed: {error}")));
+            }
+            None => {
+                return Err(CliError::Refused(format!(
+                    "`{name}` did not answer: the runtime ended before it settled"
+                )));
+            }
+        };
+        let answer = result.output_text();
+        if transcript::failed(&result.stop_reason) {
+            let said = [Some(answer), result.diagnostic.clone()]
+                .into_iter()
+                .flatten()
+                .filter(|text| !text.trim().is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
             return Err(CliError::Refused(format!(
-                "`{name}` stopped ({stop}): {}",
-                crate::observe::compact(&answer, 200)
+                "`{name}` stopped ({}): {}",
+                result.stop_reason,
+                crate::observe::compact(&said, 200)
             )));
         }
         return answered(world, &lead, reporter, &name, answer).await;
@@ -372,31 +376,4 @@ fn named(name: &str, err: SubagentError) -> CliError {
             err => err,
         },
     }
-}
-
-/// What the settlement notice from `child` among `events` (its creator's)
-/// reports: its stop reason, and its output after the notice's
-/// `[summary; stop reason]` line.
-fn notice_from(
-    events: &[dsh_core::SessionEvent],
-    child: &dsh_core::SessionId,
-) -> Option<(Option<dsh_core::StopReason>, String)> {
-    events.iter().rev().find_map(|event| match &event.payload {
-        dsh_core::EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
-            dsh_core::MessageSource::SubagentSettled {
-                sender_session_id,
-                stop_reason,
-                ..
-            } if sender_session_id == child => {
-                let text = dsh_core::content::joined_text(&accepted.message.content);
-                let output = match text.split_once("\n\n") {
-                    Some((_, output)) => output.to_owned(),
-                    None => text,
-                };
-                Some((stop_reason.clone(), output))
-            }
-            _ => None,
-        },
-        _ => None,
-    })
 }

@@ -2,7 +2,9 @@
 //! assistant and tool messages, turn ends), with senders named by their
 //! place in the tree. An external child has no log here (the agent program
 //! keeps its own transcript): what is known of it is what its creator
-//! heard, each settlement notice (its stop reason, output and diagnostic).
+//! heard, each settlement notice (its stop reason, output and diagnostic),
+//! or for a foreground child, what its creator's log recorded when it
+//! settled (the same facts, bounded).
 //! It only reads the directory, and only the logs of the tree it shows: a
 //! bad file elsewhere is warned about and left out.
 
@@ -77,20 +79,8 @@ fn external(row: &dsh_subagent::DescendantRow, events: &[dsh_core::SessionEvent]
     out.push_str(
         "An external agent keeps its own transcript; this is what its creator heard from it.\n",
     );
-    let notices: Vec<String> = events
-        .iter()
-        .filter_map(|event| match &event.payload {
-            dsh_core::EventPayload::InboxAccepted(accepted) => match &accepted.message.source {
-                dsh_core::MessageSource::SubagentSettled {
-                    sender_session_id, ..
-                } if *sender_session_id == row.entry.child_id => {
-                    Some(dsh_core::content::joined_text(&accepted.message.content))
-                }
-                _ => None,
-            },
-            _ => None,
-        })
-        .collect();
+    let notices =
+        dsh_subagent::heard_from(events, &row.entry.child_id, &sessions::display_name(row));
     if notices.is_empty() {
         out.push_str("\nNothing yet: it has not settled a turn.\n");
     }

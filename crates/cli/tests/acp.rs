@@ -262,6 +262,13 @@ fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
         .filter(|line| line.trim_start().starts_with("helper "))
         .count();
     assert_eq!(helpers, 1, "{agents}");
+    // The reply is the run's output, not the notice around it: a turn
+    // that says nothing prints nothing after the name.
+    let quiet = scratch.dsh(&["send", "helper", "think quietly"], &env);
+    let stdout = text(&quiet.stdout);
+    assert!(quiet.status.success(), "{}{stdout}", text(&quiet.stderr));
+    assert!(stdout.lines().any(|line| line == "helper: "), "{stdout}");
+    assert!(!stdout.contains("stop reason"), "{stdout}");
     // A follow-up that fails is refused, not printed as an answer.
     // (It ran, so the directory holds its notice: not a plain refusal.)
     let failed = scratch.dsh(&["send", "helper", "say partial; stop refusal"], &env);

@@ -193,3 +193,84 @@ async fn after_the_parent_process_is_sigkilled_the_child_resumes_with_session_lo
     world.quiesce().await;
     assert!(marked_processes(&mark).is_empty());
 }
+
+/// A follow-up to a continuable ACP child whose creator is a cold member
+/// (not the root): the runtime resumes the creator under the live root, so
+/// the follow-up runs on the same ACP session, its notice reaches that
+/// creator's log, and the creator goes cold again once it is quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follow_up_whose_creator_is_cold_resumes_the_creator_for_its_notice() {
+    let sessions = tempfile::tempdir().unwrap();
+    let mark = SessionId::generate().to_string();
+    let world = World::new(
+        dsh_test_support::world::Backing::Jsonl(Durability::None),
+        Default::default(),
+    )
+    .await;
+    world
+        .runtime
+        .register(Arc::new(
+            AcpProvider::new(continuable_agent(sessions.path(), &mark)).unwrap(),
+        ))
+        .unwrap();
+    // An intermediate member: a local child of the root, settled and cold.
+    let mid = world.start(world.spec(Some("mid"))).await;
+    bounded(mid.result()).await.unwrap();
+    world.quiesce().await;
+    let mid = mid.child_id().clone();
+    assert!(world.runtime.registry().get(&mid).is_none(), "mid is cold");
+    // The ACP child is mid's: made while mid was live, then mid went cold.
+    let creator = world.resume(mid.as_str()).await;
+    let mut spec = world.spec(Some("scout"));
+    spec.provider = "acp".into();
+    spec.request.parent = creator.agent().clone();
+    spec.request.prompt = vec![ContentBlock::text("say one")];
+    let scout = world.start(spec).await;
+    assert!(
+        bounded(scout.result())
+            .await
+            .unwrap()
+            .stop_reason
+            .is_completed()
+    );
+    world.quiesce().await;
+    let scout = scout.child_id().clone();
+    creator.dispose().await;
+    assert!(world.runtime.registry().get(&mid).is_none(), "mid is cold");
+
+    let (_subscription, mut events) = world.runtime.events().subscribe();
+    bounded(world.runtime.send_message(
+        world.root.agent(),
+        &scout,
+        vec![ContentBlock::text("recall; say two")],
+        &CancellationToken::new(),
+    ))
+    .await
+    .unwrap();
+    let mut settled = None;
+    while settled.is_none() {
+        if let SubagentEvent::End(info, outcome) = bounded(events.recv()).await.unwrap()
+            && info.child_id == scout
+        {
+            assert_eq!(info.parent_session_id, mid);
+            settled = Some(outcome);
+        }
+    }
+    let Some(dsh_subagent::RunOutcome::Settled(result)) = settled else {
+        panic!("the follow-up failed: {settled:?}");
+    };
+    assert_eq!(result.output_text(), "recalled: onetwo");
+    world.quiesce().await;
+    assert!(
+        world.runtime.registry().get(&mid).is_none(),
+        "mid is cold again once quiet"
+    );
+    let log = dsh_core::SessionStore::load(world.store.as_ref(), &mid)
+        .await
+        .unwrap()
+        .events;
+    let heard = dsh_subagent::heard_from(&log, &scout, "mid/scout");
+    assert_eq!(heard.len(), 2, "{heard:?}");
+    assert!(heard[1].ends_with("recalled: onetwo"), "{}", heard[1]);
+    assert!(marked_processes(&mark).is_empty());
+}

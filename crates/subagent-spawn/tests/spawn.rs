@@ -427,7 +427,12 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
     });
     let (_sub, mut seen) = world.runtime.events().subscribe();
 
-    let activation = world.start(spec(&parent, "do it")).await;
+    // A foreground (caller-delivered) activation: launch() announces it
+    // as it does a background one (the ACP suite's foreground.rs checks
+    // the same for an external child).
+    let foreground = spec(&parent, "do it");
+    assert_eq!(foreground.delivery, Delivery::Caller);
+    let activation = world.start(foreground).await;
     let result = result_of(&activation).await;
     assert_eq!(result.stop_reason, StopReason::COMPLETED);
 

@@ -429,15 +429,16 @@ impl SubagentRuntime {
             Execution::External { .. } => None,
         }
         .unwrap_or_else(MessageId::generate);
-        match &result {
-            Ok(result) => self.notify_parent(&activation, result, reported).await,
-            // An infrastructure failure is reported too, never swallowed.
-            Err(err) => {
-                let failed = SubagentResult::stopped(StopReason::ERROR)
-                    .with_diagnostic(bound_diagnostic(err.to_string()));
-                self.notify_parent(&activation, &failed, reported).await;
-            }
+        // An infrastructure failure is reported too, never swallowed.
+        let heard = match &result {
+            Ok(result) => result.clone(),
+            Err(err) => SubagentResult::stopped(StopReason::ERROR)
+                .with_diagnostic(bound_diagnostic(err.to_string())),
+        };
+        if let Err(err) = self.record_outcome(&activation, &heard).await {
+            tracing::warn!(child = %activation.child_id, "the foreground outcome was not recorded: {err}");
         }
+        self.notify_parent(&activation, &heard, reported).await;
         let teardown = match (&activation.execution, early_teardown) {
             (Execution::Local { handle, .. }, _) => {
                 handle.dispose().await;

@@ -155,7 +155,7 @@ impl CatalogFold {
             }
             if event.seq >= header.seed_len
                 && let EventPayload::Extension { kind, payload } = &event.payload
-                && kind == CATALOG_EVENT
+                && (kind == CATALOG_EVENT || kind == crate::external::FOREGROUND_EVENT)
             {
                 let entry = payload.parse::<CatalogEntry>().map_err(|err| {
                     SubagentError::Infra(InfraError::CorruptCatalog {

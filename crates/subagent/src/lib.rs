@@ -26,7 +26,10 @@ pub use capture::CAPTURE_TOOL;
 pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
 pub use error::{AdmissionError, DeliveryError, InfraError, RegistryError, SubagentError};
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
-pub use external::RESUME_EVENT;
+pub use external::{
+    ExternalOutcome, FOREGROUND_EVENT, MAX_OUTCOME_OUTPUT_BYTES, OUTCOME_EVENT, RESUME_EVENT,
+    heard_from,
+};
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };

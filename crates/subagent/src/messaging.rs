@@ -36,9 +36,9 @@ const RETRIES: usize = 8;
 const DEPARTURE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
 /// A child resumed but not yet an activation.
-struct Resumed {
-    handle: dsh_core::AgentHandle,
-    slot: CapacitySlot,
+pub(crate) struct Resumed {
+    pub(crate) handle: dsh_core::AgentHandle,
+    pub(crate) slot: CapacitySlot,
 }
 
 /// A resume and the delivery that wakes it, run on the runtime's tracker.
@@ -410,11 +410,9 @@ impl SubagentRuntime {
             stop,
             ticket,
         } = work;
-        let (name, provider) = self.member_identity(&target, &root).await;
-        let Resumed { handle, slot } = self.resume_member(&target, &root, &stop).await?;
+        let resumed = self.resume_member(&target, &root, &stop).await?;
+        let handle = resumed.handle.clone();
         let agent = handle.agent().clone();
-        // This activation's own events start here, whatever runs next.
-        let start_seq = agent.events().len() as u64;
         if !has_taken_a_task(agent.as_ref()) {
             // Cataloged, never given its task (B54): it must not take the
             // next message as one. Its creator gets the failure as a notice.
@@ -424,34 +422,7 @@ impl SubagentRuntime {
                 reason: "it was created but never accepted its task".into(),
             }));
         }
-        let creator = agent.header().parent_session.clone();
-        let parent = creator
-            .as_ref()
-            .and_then(|creator| self.registry().get(creator))
-            .map(|creator| creator.reference())
-            .unwrap_or_else(|| AgentRef {
-                id: creator.unwrap_or_else(|| root.clone()),
-                epoch: dsh_core::Epoch::NONE,
-            });
-        let activation = self.install(NewActivation {
-            info: RunInfo {
-                provider,
-                child_id: target.clone(),
-                parent_session_id: parent.id.clone(),
-                root: root.clone(),
-                local: true,
-            },
-            path: (name != target.as_str()).then(|| name.clone()),
-            parent,
-            root: root.clone(),
-            delivery: Delivery::Parent,
-            execution: Execution::Local {
-                handle: handle.clone(),
-                start_seq,
-                capture: None,
-            },
-            slot,
-        });
+        let activation = self.install_resumed(&target, &root, resumed).await;
         let delivered = match agent
             .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
             .await
@@ -479,6 +450,54 @@ impl SubagentRuntime {
                 Err(err)
             }
         }
+    }
+
+    /// Install the resumed member `target` of `root`'s tree as an activation
+    /// (not launched), named by its place in the tree and owned by its
+    /// creator's exact live activation, if any.
+    ///
+    /// # Cancel safety
+    /// A drop during the catalog reads leaves nothing installed; the
+    /// resumed agent is the caller's to dispose.
+    pub(crate) async fn install_resumed(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        resumed: Resumed,
+    ) -> Arc<crate::activation::Activation> {
+        let (name, provider) = self.member_identity(target, root).await;
+        let Resumed { handle, slot } = resumed;
+        let agent = handle.agent().clone();
+        // This activation's own events start here, whatever runs next.
+        let start_seq = agent.events().len() as u64;
+        let creator = agent.header().parent_session.clone();
+        let parent = creator
+            .as_ref()
+            .and_then(|creator| self.registry().get(creator))
+            .map(|creator| creator.reference())
+            .unwrap_or_else(|| AgentRef {
+                id: creator.unwrap_or_else(|| root.clone()),
+                epoch: dsh_core::Epoch::NONE,
+            });
+        self.install(NewActivation {
+            info: RunInfo {
+                provider,
+                child_id: target.clone(),
+                parent_session_id: parent.id.clone(),
+                root: root.clone(),
+                local: true,
+            },
+            path: (name != target.as_str()).then(|| name.clone()),
+            parent,
+            root: root.clone(),
+            delivery: Delivery::Parent,
+            execution: Execution::Local {
+                handle,
+                start_seq,
+                capture: None,
+            },
+            slot,
+        })
     }
 
     /// Wait (bounded) until an agent being torn down has left the registry,
@@ -597,7 +616,7 @@ impl SubagentRuntime {
 
     /// Resume a cold member; concurrent resumes of one child coalesce (the
     /// losers find it live in the registry).
-    async fn resume_member(
+    pub(crate) async fn resume_member(
         &self,
         target: &SessionId,
         root: &SessionId,

@@ -40,6 +40,13 @@ impl SubagentResult {
         }
     }
 
+    /// The reply: the text of [`SubagentResult::output`] (its text blocks
+    /// joined), without the summary, structured value or diagnostic a
+    /// settlement notice adds around it.
+    pub fn output_text(&self) -> String {
+        dsh_core::content::joined_text(&self.output)
+    }
+
     /// Attach a diagnostic, bounded by [`bound_diagnostic`].
     #[must_use]
     pub fn with_diagnostic(mut self, diagnostic: impl Into<String>) -> Self {
@@ -51,15 +58,21 @@ impl SubagentResult {
 /// Cut `text` to [`MAX_DIAGNOSTIC_BYTES`] on a character boundary, ending
 /// with [`TRUNCATION_MARKER`] when anything was cut.
 pub fn bound_diagnostic(text: String) -> String {
-    if text.len() <= MAX_DIAGNOSTIC_BYTES {
+    bound_text(text, MAX_DIAGNOSTIC_BYTES, TRUNCATION_MARKER)
+}
+
+/// Cut `text` to `max` bytes on a character boundary, ending with
+/// `marker` (shorter than `max`) when anything was cut.
+pub(crate) fn bound_text(text: String, max: usize, marker: &str) -> String {
+    if text.len() <= max {
         return text;
     }
-    let mut end = MAX_DIAGNOSTIC_BYTES - TRUNCATION_MARKER.len();
+    let mut end = max.saturating_sub(marker.len());
     while !text.is_char_boundary(end) {
         end -= 1;
     }
     let mut cut = text[..end].to_owned();
-    cut.push_str(TRUNCATION_MARKER);
+    cut.push_str(marker);
     cut
 }
 

@@ -420,31 +420,35 @@ impl SubagentRuntime {
         }
         let name = reservation.name().to_owned();
         turn.wait().await;
-        if spec.delivery == Delivery::Parent {
-            let entry = CatalogEntry {
-                child_id: child_id.clone(),
-                name: Some(name.clone()),
-                label: spec.label,
-                provider: provider.name().to_owned(),
-                mode: ChildMode::EXTERNAL,
-            };
-            let recorded = match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
+        let entry = CatalogEntry {
+            child_id: child_id.clone(),
+            name: Some(name.clone()),
+            label: spec.label,
+            provider: provider.name().to_owned(),
+            mode: ChildMode::EXTERNAL,
+        };
+        // A background child is cataloged; a foreground one's membership is
+        // its caller's, kept for it in a record older readers skip.
+        let recorded = match spec.delivery {
+            Delivery::Parent => match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
                 Ok(_) => self.record_resumable(&parent, run.as_ref()).await,
                 Err(err) => Err(err.into()),
-            };
-            if let Err(err) = recorded {
-                if let Err(dispose) = run.dispose().await {
-                    tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
-                }
-                return Err(err);
-            }
-            reservation.commit();
-        }
-        drop(turn);
-        let path = match spec.delivery {
-            Delivery::Parent => self.full_name(parent.id(), &name),
-            Delivery::Caller => None,
+            },
+            Delivery::Caller => parent
+                .record(crate::external::FOREGROUND_EVENT, catalog_payload(&entry))
+                .await
+                .map(drop)
+                .map_err(SubagentError::from),
         };
+        if let Err(err) = recorded {
+            if let Err(dispose) = run.dispose().await {
+                tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
+            }
+            return Err(err);
+        }
+        reservation.commit();
+        drop(turn);
+        let path = self.full_name(parent.id(), &name);
         let activation = self.install(NewActivation {
             info: RunInfo {
                 provider: provider.name().to_owned(),
