@@ -18,7 +18,7 @@ use dsh_core::{
 
 use crate::activation::{Execution, NewActivation};
 use crate::admission::{AdmissionTicket, CapacitySlot};
-use crate::catalog::ChildMode;
+use crate::catalog::{CatalogEntry, ChildMode};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
 use crate::notice::{ACTIVATION_EVENT, activation_payload};
@@ -218,6 +218,58 @@ impl SubagentRuntime {
             .await
             .map_err(|unreadable| unreadable.error)?;
         Ok(entry.map(|entry| entry.mode))
+    }
+
+    /// The catalog entry of `target` as a member of `root`'s tree, found
+    /// without listing the tree: from `root`'s own catalog for a direct
+    /// child, else from the catalog of the creator its stored header names,
+    /// once its lineage is seen to reach `root`. The reads grow with the
+    /// target's depth, never with the tree's size. `None` when `target` is
+    /// `root`, or provably not a cataloged member (its lineage ends
+    /// elsewhere, or its creator's catalog does not list it).
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND` when `target` has no session of its own and is
+    /// not a direct child of `root` (an external child deeper down, or an
+    /// unknown id: only the catalogs know those); the store or catalog
+    /// error of a header or catalog that cannot be read; `LINEAGE_CYCLE`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads headers and catalogs.
+    pub async fn member_entry(
+        &self,
+        root: &SessionId,
+        target: &SessionId,
+    ) -> Result<Option<CatalogEntry>, SubagentError> {
+        if target == root {
+            return Ok(None);
+        }
+        if let Some(entry) = self.child_entry(root, target).await? {
+            return Ok(Some(entry));
+        }
+        let Some(creator) = self.parent_of(target).await? else {
+            return Ok(None);
+        };
+        if &creator == root || !self.is_ancestor(root, &creator).await? {
+            return Ok(None);
+        }
+        self.child_entry(&creator, target).await
+    }
+
+    /// The model-facing name of `member` in `root`'s tree: `lead` for the
+    /// root, the slash path of catalog names when every level below the
+    /// root is named, else its session id (the rule of
+    /// [`SubagentRuntime::names_of`], for a member that need not be live).
+    /// Read along the member's lineage only, never by listing the tree; a
+    /// lineage that cannot be read, or that ends elsewhere, gives the id.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads headers and catalogs.
+    pub async fn member_name(&self, root: &SessionId, member: &SessionId) -> String {
+        if member == root {
+            return crate::names::ROOT_NAME.to_owned();
+        }
+        self.member_identity(member, root).await.0
     }
 
     /// Deliver a model-authored message from `sender` to another member of
