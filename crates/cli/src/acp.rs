@@ -4,7 +4,7 @@
 //! in its tree. Built without it, [`AcpConfig`] and [`PermissionPolicy`]
 //! are empty enums, so no ACP agent can exist and the code that would
 //! install one is statically unreachable; a `dsh.toml` with an `[acp]`
-//! table or an `--acp-*` flag is refused by name ([`disabled`]) before
+//! table or an `--acp-*` flag is refused by name (`disabled`) before
 //! anything runs. This module never starts an agent itself.
 
 use std::sync::Arc;
