@@ -5,7 +5,9 @@
 //! durable message references both; the receipt names the accepted
 //! message. Each refusal (bad zone, no access, too large, unsupported type,
 //! unknown upload, a failing or absent store) leaves nothing in the child's
-//! log, and the authority check comes before any admission.
+//! log, and the authority check comes before any admission. A prompt
+//! dropped while the store holds its batch delivers nothing and leaves its
+//! request id free.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -23,6 +25,7 @@ use dsh_harness::ScriptedModel;
 use dsh_subagent::{PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt};
 use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{LocalProvider, WorldBuilder, models, sid};
+use tokio::sync::Semaphore;
 
 type World = dsh_test_support::world::World<dyn SessionStore>;
 
@@ -32,10 +35,14 @@ const PNG: &str = "iVBORw0KGgo=";
 /// The host's store for these tests: PNG and JPEG only, at most `limit`
 /// bytes each, one upload (`up-1`) made before prompting; it keeps what it
 /// admits in memory and counts its calls.
-#[derive(Default)]
 struct HostStore {
     limit: u64,
     failing: AtomicBool,
+    /// When set, `admit` announces itself on `entered` and waits for a
+    /// permit of `release`.
+    holding: AtomicBool,
+    entered: Semaphore,
+    release: Semaphore,
     calls: AtomicUsize,
     kept: Mutex<HashMap<AttachmentId, AttachmentRef>>,
 }
@@ -44,7 +51,12 @@ impl HostStore {
     fn new(limit: u64) -> Arc<Self> {
         let store = Self {
             limit,
-            ..Self::default()
+            failing: AtomicBool::new(false),
+            holding: AtomicBool::new(false),
+            entered: Semaphore::new(0),
+            release: Semaphore::new(0),
+            calls: AtomicUsize::new(0),
+            kept: Mutex::new(HashMap::new()),
         };
         store.kept.lock().unwrap().insert(
             AttachmentId::new("up-1"),
@@ -67,6 +79,10 @@ impl AttachmentStore for HostStore {
         inputs: Vec<AttachmentInput>,
     ) -> Result<Vec<AdmittedAttachment>, AttachmentError> {
         self.calls.fetch_add(1, Ordering::SeqCst);
+        if self.holding.load(Ordering::SeqCst) {
+            self.entered.add_permits(1);
+            self.release.acquire().await.unwrap().forget();
+        }
         if self.failing.load(Ordering::SeqCst) {
             return Err(AttachmentError::Store("the disk is full".into()));
         }
@@ -300,4 +316,43 @@ async fn every_refusal_has_its_code_and_leaves_nothing() {
     );
     // All or none: a refused batch kept nothing new.
     assert_eq!(store.kept.lock().unwrap().len(), 1);
+}
+
+#[tokio::test]
+async fn a_prompt_dropped_during_admission_delivers_nothing_and_can_be_repeated() {
+    let (world, _model) = world().await;
+    let store = HostStore::new(1024);
+    store.holding.store(true, Ordering::SeqCst);
+    world.runtime.set_attachment_store(store.clone());
+    let before = accepted(&world).await;
+    let prompt = request("req-dropped", vec![image("image/png", PNG)]);
+    let cancel = CancellationToken::new();
+    {
+        let call = world.runtime.prompt(prompt.clone(), &TrustedHost, &cancel);
+        tokio::pin!(call);
+        bounded(async {
+            tokio::select! {
+                outcome = &mut call => panic!("the prompt ended during admission: {outcome:?}"),
+                entered = store.entered.acquire() => entered.unwrap().forget(),
+            }
+        })
+        .await;
+        // Dropped while the store holds the batch.
+    }
+    world.quiesce().await;
+    assert_eq!(
+        accepted(&world).await,
+        before,
+        "a dropped prompt was delivered"
+    );
+    // Nothing is left claimed: the same request goes through once released.
+    store.release.add_permits(1);
+    let receipt = bounded(world.runtime.prompt(prompt, &TrustedHost, &cancel))
+        .await
+        .unwrap();
+    assert_eq!(receipt.message_id, MessageId::new("req-dropped"));
+    world.quiesce().await;
+    let after = accepted(&world).await;
+    assert_eq!(after.len(), before.len() + 1);
+    assert_eq!(after.last().unwrap().id, receipt.message_id);
 }
