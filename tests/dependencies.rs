@@ -4,7 +4,8 @@
 //! scenarios that use several live in this package), a crate that never
 //! validates a value does not build `jsonschema`, and none of ours turns on
 //! `serde_json`'s `preserve_order` for its users, and the example host
-//! that brings its own agent has no `dsh-harness` anywhere in its tree.
+//! that brings its own agent has no `dsh-harness` anywhere in its tree, nor
+//! `dsh` built without its `acp` feature any ACP crate.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -112,4 +113,20 @@ fn the_custom_host_example_has_no_harness_in_its_tree() {
         !tree.contains("dsh-harness"),
         "the custom host pulls dsh-harness:\n{tree}"
     );
+}
+
+#[test]
+fn dsh_without_the_acp_feature_has_no_acp_in_its_tree() {
+    let with = tree("dsh-cli", &[]);
+    for acp in ["dsh-subagent-acp", "agent-client-protocol"] {
+        assert!(with.contains(acp), "the default dsh lacks {acp}:\n{with}");
+    }
+    let without = tree("dsh-cli", &["--no-default-features"]);
+    assert!(without.contains("dsh-subagent-spawn"), "{without}");
+    for acp in ["dsh-subagent-acp", "agent-client-protocol"] {
+        assert!(
+            !without.contains(acp),
+            "dsh without `acp` still pulls {acp}:\n{without}"
+        );
+    }
 }

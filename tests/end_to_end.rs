@@ -229,7 +229,7 @@ fn transcript(messages: &[Message], answer: &str) -> String {
         let block = match message {
             Message::User { content, source } => {
                 let from = match source {
-                    MessageSource::User => "user".to_owned(),
+                    MessageSource::User | MessageSource::UserPrompt(_) => "user".to_owned(),
                     MessageSource::AgentMessage { sender_session_id } => {
                         format!("agent message from {sender_session_id}")
                     }

@@ -113,6 +113,8 @@ async fn recovery_acknowledges_what_the_target_holds_and_delivers_the_rest_in_or
             child: alice.id.clone(),
             request_id: MessageId::new("m-held"),
             content: text("first"),
+            attachments: Vec::new(),
+            client_time_zone: None,
             delivery: PromptDelivery::Queue,
         },
         &TrustedHost,

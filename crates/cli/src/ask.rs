@@ -20,6 +20,7 @@ use std::sync::{Arc, Mutex, OnceLock, PoisonError};
 use async_trait::async_trait;
 use dsh_core::SessionId;
 use dsh_subagent::SubagentRuntime;
+#[cfg(feature = "acp")]
 use dsh_subagent_acp::{PermissionAnswer, PermissionAsker, PermissionQuestion};
 use dsh_tool_workspace::{Answer, Asker, Request, SerialAsker};
 use tokio::sync::mpsc;
@@ -81,6 +82,7 @@ enum Offer {
     /// Yes or no.
     Once,
     /// Yes, always, or no (an ACP agent can remember an approval).
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
     Always,
 }
 
@@ -126,6 +128,7 @@ impl Prompter {
     }
 
     /// The ACP provider's asker.
+    #[cfg(feature = "acp")]
     pub fn acp(self: &Arc<Self>) -> Arc<dyn PermissionAsker> {
         Arc::new(AcpAsk(Arc::clone(self)))
     }
@@ -274,9 +277,11 @@ impl Asker for WorkspaceAsk {
 }
 
 /// The ACP provider's side.
+#[cfg(feature = "acp")]
 #[derive(Debug)]
 struct AcpAsk(Arc<Prompter>);
 
+#[cfg(feature = "acp")]
 #[async_trait]
 impl PermissionAsker for AcpAsk {
     /// # Cancel safety
@@ -477,6 +482,7 @@ mod tests {
         assert_eq!(next.await.unwrap(), Answer::Deny);
     }
 
+    #[cfg(feature = "acp")]
     #[tokio::test]
     async fn an_acp_agent_can_be_allowed_once_always_or_not() {
         let screen = Screen::default();

@@ -13,7 +13,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use dsh_subagent_acp::{AcpConfig, PermissionPolicy};
+#[cfg(feature = "acp")]
+use dsh_subagent_acp::AcpConfig;
+
+use crate::acp::PermissionPolicy;
 use dsh_tool_workspace::Level;
 use serde::Deserialize;
 
@@ -73,7 +76,13 @@ pub struct LimitsConfig {
     pub max_turn_steps: Option<u32>,
 }
 
+/// The `[acp]` table as written, read only to be refused: this `dsh` was
+/// built without the `acp` feature.
+#[cfg(not(feature = "acp"))]
+pub type AcpSection = toml::Table;
+
 /// The `[acp]` table: the agent offered as the `acp` tool, and named ones.
+#[cfg(feature = "acp")]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcpSection {
@@ -105,6 +114,7 @@ pub struct AcpSection {
 }
 
 /// One `[acp.agents.<name>]` table.
+#[cfg(feature = "acp")]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AcpAgentSection {
@@ -205,10 +215,10 @@ pub struct Settings {
     /// The tree's limits.
     pub limits: Limits,
     /// The ACP agent, when one is configured.
-    pub acp: Option<AcpConfig>,
+    pub acp: Option<crate::acp::AcpConfig>,
     /// The named ACP agents (`[acp.agents.<name>]`), each offered as the
     /// tool of its name.
-    pub acp_agents: Vec<AcpConfig>,
+    pub acp_agents: Vec<crate::acp::AcpConfig>,
     /// What the workspace tools may do without asking.
     pub sandbox: Level,
     /// Prices by model id.
@@ -410,8 +420,13 @@ pub fn resolve(
             }
         }
     }
-    let acp_agents = named_agents(source, parsed.acp.as_ref())?;
-    let acp = acp(source, parsed.acp, overrides)?;
+    #[cfg(feature = "acp")]
+    let (acp_agents, acp) = (
+        named_agents(source, parsed.acp.as_ref())?,
+        acp(source, parsed.acp, overrides)?,
+    );
+    #[cfg(not(feature = "acp"))]
+    let (acp_agents, acp) = no_acp(source, parsed.acp.as_ref(), overrides)?;
     let sandbox = match (overrides.sandbox, &parsed.sandbox) {
         (Some(level), _) => level,
         (None, Some(name)) => name
@@ -436,7 +451,34 @@ pub fn resolve(
     })
 }
 
+/// Refuse an `[acp]` table or an `--acp-*` flag: this `dsh` was built
+/// without the `acp` feature, so nothing could run the agent.
+#[cfg(not(feature = "acp"))]
+fn no_acp(
+    source: &Path,
+    section: Option<&AcpSection>,
+    overrides: &Overrides,
+) -> Result<(Vec<crate::acp::AcpConfig>, Option<crate::acp::AcpConfig>), CliError> {
+    if section.is_some() {
+        return Err(crate::acp::disabled(format!(
+            "the `[acp]` table of {}",
+            source.display()
+        )));
+    }
+    let flags = [
+        ("--acp-command", overrides.acp_command.is_some()),
+        ("--acp-arg", !overrides.acp_args.is_empty()),
+        ("--acp-env", !overrides.acp_env.is_empty()),
+        ("--acp-permission", overrides.acp_permission.is_some()),
+    ];
+    match flags.iter().find(|(_, given)| *given) {
+        Some((flag, _)) => Err(crate::acp::disabled(*flag)),
+        None => Ok((Vec::new(), None)),
+    }
+}
+
 /// The ACP agent from the `[acp]` table and the flags.
+#[cfg(feature = "acp")]
 fn acp(
     source: &Path,
     section: Option<AcpSection>,
@@ -498,6 +540,7 @@ fn acp(
 }
 
 /// Add `pass_env` to what `config` inherits, and set its teardown grace.
+#[cfg(feature = "acp")]
 fn passed_through(config: &mut AcpConfig, pass_env: Vec<String>, grace_ms: Option<u64>) {
     for var in pass_env {
         if !config.inherit_env.contains(&var) {
@@ -512,6 +555,7 @@ fn passed_through(config: &mut AcpConfig, pass_env: Vec<String>, grace_ms: Optio
 
 /// Names an agent table cannot take: the `acp` agent's, the other
 /// providers', and the tools every agent already has.
+#[cfg(feature = "acp")]
 const RESERVED_AGENT_NAMES: &[&str] = &[
     "acp",
     "spawn",
@@ -532,6 +576,7 @@ const RESERVED_AGENT_NAMES: &[&str] = &[
 
 /// The `[acp.agents.<name>]` tables, each as the configuration of the
 /// provider (and tool) of that name.
+#[cfg(feature = "acp")]
 fn named_agents(source: &Path, section: Option<&AcpSection>) -> Result<Vec<AcpConfig>, CliError> {
     let Some(section) = section else {
         return Ok(Vec::new());

@@ -50,6 +50,17 @@ pub enum CliError {
     /// A flag's value is unusable (the text names the flag).
     #[error("bad {0}")]
     BadFlag(String),
+    /// A configuration key or flag asks for what this build left out.
+    #[cfg(not(feature = "acp"))]
+    #[error(
+        "{what} needs the `{feature}` feature, which this dsh was built without (build dsh-cli with `--features {feature}`)"
+    )]
+    FeatureDisabled {
+        /// What asked for it (`dsh.toml's [acp]`, `--acp-command`).
+        what: String,
+        /// The cargo feature of dsh-cli that provides it.
+        feature: &'static str,
+    },
     /// The model client cannot be configured (a missing key, a bad base URL).
     #[error("cannot configure the model: {0}")]
     ModelConfig(String),
@@ -129,6 +140,8 @@ impl CliError {
             | Self::ModelConfig(_)
             | Self::Config { .. }
             | Self::BadFlag(_) => EXIT_USAGE,
+            #[cfg(not(feature = "acp"))]
+            Self::FeatureDisabled { .. } => EXIT_USAGE,
             Self::NoSessionDir(_)
             | Self::NoSessions(_)
             | Self::UnknownRoot(_)

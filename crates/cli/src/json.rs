@@ -196,7 +196,7 @@ pub fn event_line<'a>(
         EventPayload::UserMessage(entry) => {
             let source = &entry.message.source;
             let from = match source {
-                MessageSource::User => return None,
+                MessageSource::User | MessageSource::UserPrompt(_) => return None,
                 MessageSource::AgentMessage { sender_session_id }
                 | MessageSource::SubagentSettled {
                     sender_session_id, ..

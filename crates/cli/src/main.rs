@@ -22,6 +22,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
+mod acp;
 mod agents;
 mod ask;
 mod config;
@@ -519,11 +520,10 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 acp_command,
                 acp_args,
                 acp_env,
-                acp_permission: acp_permission.map(|policy| match policy.as_str() {
-                    "allow" => dsh_subagent_acp::PermissionPolicy::Allow,
-                    "ask" => dsh_subagent_acp::PermissionPolicy::Ask,
-                    _ => dsh_subagent_acp::PermissionPolicy::Reject,
-                }),
+                acp_permission: acp_permission
+                    .as_deref()
+                    .map(acp::permission_flag)
+                    .transpose()?,
                 team,
                 ..model.overrides(config)
             };

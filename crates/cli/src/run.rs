@@ -351,26 +351,12 @@ pub fn asking(
     prompter: Option<&Arc<Prompter>>,
 ) -> (
     dsh_tool_workspace::Policy,
-    Option<dsh_subagent_acp::AcpConfig>,
-    Vec<dsh_subagent_acp::AcpConfig>,
+    Option<crate::acp::AcpConfig>,
+    Vec<crate::acp::AcpConfig>,
 ) {
     let policy =
         dsh_tool_workspace::Policy::new(settings.sandbox, prompter.map(Prompter::workspace));
-    let ask = |acp: dsh_subagent_acp::AcpConfig| {
-        if acp.permission != dsh_subagent_acp::PermissionPolicy::Ask {
-            return acp;
-        }
-        match prompter {
-            Some(prompter) => acp.ask_with(prompter.acp()),
-            None => {
-                eprintln!(
-                    "dsh: warning: the permission of the ACP agent `{}` is `ask` but nothing asks (no terminal, or --no-ask): its permission requests are rejected",
-                    acp.name
-                );
-                acp.permission(dsh_subagent_acp::PermissionPolicy::Reject)
-            }
-        }
-    };
+    let ask = |acp| crate::acp::asked(acp, prompter);
     let acp = settings.acp.clone().map(ask);
     let agents = settings.acp_agents.iter().cloned().map(ask).collect();
     (policy, acp, agents)

@@ -290,6 +290,8 @@ async fn deliver(
                 child: child.clone(),
                 request_id: request_id.clone(),
                 content: vec![ContentBlock::text(args.message.clone())],
+                attachments: Vec::new(),
+                client_time_zone: None,
                 delivery: PromptDelivery::Queue,
             },
             &TrustedHost,

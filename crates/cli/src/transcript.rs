@@ -100,7 +100,7 @@ pub fn turn_claiming(events: &[SessionEvent], id: &MessageId) -> Option<Finished
 /// Who a user-role message is from, for the transcript.
 fn speaker(source: &MessageSource, name: &dyn Fn(&SessionId) -> String) -> String {
     match source {
-        MessageSource::User => "user".to_owned(),
+        MessageSource::User | MessageSource::UserPrompt(_) => "user".to_owned(),
         MessageSource::AgentMessage { sender_session_id } => {
             format!("message from {}", name(sender_session_id))
         }

@@ -19,14 +19,14 @@ use dsh_agent_team::{Recovery, Role, Team, TeamConfig, TeamId};
 use dsh_core::{Agent, AgentOptions, AgentSetup, Model, SessionId, SessionStore, Tool};
 use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
-use dsh_subagent_acp::{AcpConfig, AcpProvider};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_tool_agent_team::{SHARED_WITH_CONTROL, TeamDirectory, TeamTool, policy_for};
-use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
+use dsh_tool_subagent::{SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
 use dsh_tool_workspace::{Policy, WorkspaceTools};
 
+use crate::acp::{self, AcpConfig};
 use crate::config::Limits;
 use crate::error::CliError;
 use crate::observe::{Observed, Reporter};
@@ -63,27 +63,8 @@ pub struct World {
     pub teams: Option<TeamDirectory>,
 }
 
-fn install_error(err: impl std::fmt::Display) -> CliError {
+pub(crate) fn install_error(err: impl std::fmt::Display) -> CliError {
     CliError::Refused(format!("cannot install the tools: {err}"))
-}
-
-/// Register the ACP provider `acp` configures and install its tool, named
-/// as the provider is.
-fn acp_tool(runtime: &SubagentRuntime, acp: AcpConfig) -> Result<Arc<dyn Tool>, CliError> {
-    let name = acp.name.clone();
-    let provider = AcpProvider::new(acp).map_err(install_error)?;
-    runtime.register(Arc::new(provider))?;
-    // An external agent manages its own recursion: no depth flag.
-    SubagentTool::install(
-        runtime,
-        SubagentToolConfig {
-            tool_name: name.clone(),
-            max_depth: Some(MaxDepth::ProviderManaged),
-            ..SubagentToolConfig::new(name)
-        },
-    )
-    .map(|tool| tool as Arc<dyn Tool>)
-    .map_err(install_error)
 }
 
 impl World {
@@ -170,7 +151,7 @@ impl World {
             tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
         }
         if let Some(acp) = acp {
-            tools.push(acp_tool(&runtime, acp)?);
+            tools.push(acp::tool(&runtime, acp)?);
         }
         let teams = team.then(TeamDirectory::new);
         match &teams {
@@ -256,7 +237,7 @@ impl World {
         acp: AcpConfig,
         reporter: Option<&Arc<Reporter>>,
     ) -> Result<(), CliError> {
-        let tool = acp_tool(&self.runtime, acp)?;
+        let tool = acp::tool(&self.runtime, acp)?;
         let tool = match reporter {
             Some(reporter) => Observed::wrap(tool, reporter),
             None => tool,

@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod agent;
+pub mod attachment;
 pub mod content;
 pub mod error;
 pub mod id;
@@ -20,10 +21,16 @@ pub use agent::{
     Agent, AgentError, AgentFactory, AgentHandle, AgentRef, AgentSetup, AgentStatus, CancelCause,
     CancelOptions, CreateAgent, Dispose, Epoch, InboxArrival, ResumeAgent,
 };
+pub use attachment::{
+    AdmittedAttachment, AttachmentError, AttachmentId, AttachmentInput, AttachmentRef,
+    AttachmentStore,
+};
 pub use content::ContentBlock;
 pub use error::CoreError;
 pub use id::{CallId, MessageId, SessionId};
-pub use message::{InboxTarget, Message, MessageSource, ToolCall, Usage, UserMessage};
+pub use message::{
+    InboxTarget, Message, MessageSource, PromptProvenance, ToolCall, Usage, UserMessage,
+};
 pub use model::{
     FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelStream,
     ToolSpec,

@@ -7,6 +7,7 @@ use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
+use crate::attachment::AttachmentRef;
 use crate::content::ContentBlock;
 use crate::id::{CallId, MessageId, SessionId};
 use crate::stop::StopReason;
@@ -17,6 +18,11 @@ use crate::stop::StopReason;
 pub enum MessageSource {
     /// The user, or a trusted host acting for the user.
     User,
+    /// The user through a client that said more about the message (a
+    /// runtime `prompt`): the time zone it was written in, the attachments
+    /// it carries. Written with kind `user`, so every reader that knows
+    /// only [`MessageSource::User`] still attributes it to the user.
+    UserPrompt(PromptProvenance),
     /// Content another agent chose to send (the `relay` form).
     AgentMessage {
         /// Session id of the agent whose tool call produced the message.
@@ -45,7 +51,7 @@ impl MessageSource {
     /// The `kind` tag as written to the log.
     pub fn kind(&self) -> &str {
         match self {
-            Self::User => "user",
+            Self::User | Self::UserPrompt(_) => "user",
             Self::AgentMessage { .. } => "agent-message",
             Self::SubagentSettled { .. } => "subagent-settled",
             Self::Other { kind, .. } => kind,
@@ -59,7 +65,7 @@ impl MessageSource {
     /// already says which child ended and how.
     pub fn heading(&self) -> Option<String> {
         match self {
-            Self::User | Self::SubagentSettled { .. } => None,
+            Self::User | Self::UserPrompt(_) | Self::SubagentSettled { .. } => None,
             Self::AgentMessage { sender_session_id } => Some(format!(
                 "[message from the agent of session {sender_session_id}]"
             )),
@@ -74,7 +80,7 @@ impl MessageSource {
             Self::SubagentSettled {
                 sender_session_id, ..
             } => Some(sender_session_id),
-            Self::User | Self::Other { .. } => None,
+            Self::User | Self::UserPrompt(_) | Self::Other { .. } => None,
         }
     }
 }
@@ -88,6 +94,15 @@ impl Serialize for MessageSource {
         map.insert("kind".into(), Value::from(self.kind()));
         match self {
             Self::User => {}
+            Self::UserPrompt(provenance) => {
+                if let Some(zone) = &provenance.client_time_zone {
+                    map.insert("client_time_zone".into(), zone.as_str().into());
+                }
+                if !provenance.attachments.is_empty() {
+                    let attachments = provenance.attachments.iter().map(attachment_value);
+                    map.insert("attachments".into(), Value::Array(attachments.collect()));
+                }
+            }
             Self::AgentMessage { sender_session_id } => {
                 map.insert("form".into(), "relay".into());
                 map.insert(
@@ -120,6 +135,20 @@ impl Serialize for MessageSource {
         }
         map.serialize(serializer)
     }
+}
+
+/// An attachment reference as the log holds it, keys inserted in sorted
+/// order so the bytes are the same with serde_json's `preserve_order` on
+/// or off.
+fn attachment_value(reference: &AttachmentRef) -> Value {
+    let mut object = Map::new();
+    object.insert("bytes".into(), reference.bytes.into());
+    object.insert("id".into(), reference.id.as_str().into());
+    object.insert("media_type".into(), reference.media_type.as_str().into());
+    if let Some(name) = &reference.name {
+        object.insert("name".into(), name.as_str().into());
+    }
+    Value::Object(object)
 }
 
 // One pass, no intermediate map: a source is parsed on every replayed
@@ -163,7 +192,26 @@ impl<'de> serde::de::Visitor<'de> for SourceVisitor {
             }
         };
         Ok(match kind.as_str() {
-            "user" => MessageSource::User,
+            "user" => {
+                let client_time_zone = match fields.remove("client_time_zone") {
+                    None | Some(Value::Null) => None,
+                    Some(Value::String(zone)) => Some(zone),
+                    Some(_) => return Err(A::Error::custom("`client_time_zone` must be a string")),
+                };
+                let attachments: Vec<AttachmentRef> = match fields.remove("attachments") {
+                    None | Some(Value::Null) => Vec::new(),
+                    Some(value) => serde_json::from_value(value).map_err(A::Error::custom)?,
+                };
+                // A log written before prompts said more reads as it did.
+                if client_time_zone.is_none() && attachments.is_empty() {
+                    MessageSource::User
+                } else {
+                    MessageSource::UserPrompt(PromptProvenance {
+                        client_time_zone,
+                        attachments,
+                    })
+                }
+            }
             "agent-message" => MessageSource::AgentMessage {
                 sender_session_id: sender(&mut fields)?,
             },
@@ -182,6 +230,17 @@ impl<'de> serde::de::Visitor<'de> for SourceVisitor {
             _ => MessageSource::Other { kind, fields },
         })
     }
+}
+
+/// What a client said about a user's prompt beyond its content.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PromptProvenance {
+    /// The IANA time zone the client sampled for this prompt, canonical
+    /// (validated by whoever accepted the prompt).
+    pub client_time_zone: Option<String>,
+    /// The attachments admitted for it, in the order the content shows
+    /// them.
+    pub attachments: Vec<AttachmentRef>,
 }
 
 /// One identified piece of input for an agent's inbox.
@@ -293,6 +352,41 @@ pub enum Message {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A user message as logs before `prompt` carried provenance wrote it
+    /// reads as the plain user source and is written back byte for byte; a
+    /// prompt's time zone and attachments round-trip under kind `user`.
+    #[test]
+    fn user_prompt_provenance_is_additive_to_the_durable_format() {
+        let old =
+            r#"{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}"#;
+        let message: UserMessage = serde_json::from_str(old).unwrap();
+        assert_eq!(message.source, MessageSource::User);
+        assert_eq!(serde_json::to_string(&message).unwrap(), old);
+        let prompted = UserMessage {
+            source: MessageSource::UserPrompt(PromptProvenance {
+                client_time_zone: Some("Europe/Paris".into()),
+                attachments: vec![AttachmentRef {
+                    id: crate::AttachmentId::new("sha256:ab"),
+                    media_type: "image/png".into(),
+                    bytes: 8,
+                    name: None,
+                }],
+            }),
+            ..message
+        };
+        let text = serde_json::to_string(&prompted).unwrap();
+        assert_eq!(
+            text,
+            r#"{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"attachments":[{"bytes":8,"id":"sha256:ab","media_type":"image/png"}],"client_time_zone":"Europe/Paris","kind":"user"}}"#
+        );
+        let back: UserMessage = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, prompted);
+        assert_eq!(back.source.kind(), "user");
+        assert_eq!(back.source.heading(), None);
+        let bad = r#"{"kind":"user","attachments":[{"id":"x"}]}"#;
+        assert!(serde_json::from_str::<MessageSource>(bad).is_err());
+    }
 
     /// The durable format stays backward compatible: a usage written
     /// before cached tokens existed reads them as 0, and a usage with none

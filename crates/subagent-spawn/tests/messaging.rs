@@ -513,6 +513,8 @@ async fn user_prompts_are_authorised_on_the_child_and_keep_their_request_id() {
         child: a1.id().clone(),
         request_id: dsh_core::MessageId::new(format!("req-{text}")),
         content: vec![ContentBlock::text(text)],
+        attachments: Vec::new(),
+        client_time_zone: None,
         delivery,
     };
     // Refused before any work.
@@ -544,7 +546,7 @@ async fn user_prompts_are_authorised_on_the_child_and_keep_their_request_id() {
         )
         .await
         .unwrap();
-    assert_eq!(id.as_str(), "req-queued");
+    assert_eq!(id.message_id.as_str(), "req-queued");
     let id = tree
         .runtime
         .prompt(
@@ -554,7 +556,7 @@ async fn user_prompts_are_authorised_on_the_child_and_keep_their_request_id() {
         )
         .await
         .unwrap();
-    assert_eq!(id.as_str(), "req-steered");
+    assert_eq!(id.message_id.as_str(), "req-steered");
     let user_messages: Vec<(String, dsh_core::InboxTarget)> = a1
         .events()
         .iter()
@@ -621,6 +623,8 @@ async fn a_user_prompt_resumes_a_cold_child() {
                 child: target.clone(),
                 request_id: dsh_core::MessageId::new("req-cold"),
                 content: vec![ContentBlock::text("are you there?")],
+                attachments: Vec::new(),
+                client_time_zone: None,
                 delivery: dsh_subagent::PromptDelivery::Queue,
             },
             &dsh_subagent::TrustedHost,
@@ -628,7 +632,7 @@ async fn a_user_prompt_resumes_a_cold_child() {
         )
         .await
         .unwrap();
-    assert_eq!(id.as_str(), "req-cold");
+    assert_eq!(id.message_id.as_str(), "req-cold");
     // The resumed turn sees the prompt (it may settle and go cold at once).
     dsh_test_support::wait::until(|| {
         tree.model.requests().iter().any(|r| r.messages.iter().any(|m| matches!(

@@ -5,7 +5,7 @@
 //! agent, and infrastructure (catalogs, providers, teardown), plus
 //! cancellation and the agent layer's own errors.
 
-use dsh_core::{AgentError, SessionId, StoreError};
+use dsh_core::{AgentError, AttachmentError, SessionId, StoreError};
 
 /// Why a subagent operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
@@ -30,6 +30,9 @@ pub enum SubagentError {
     /// The agent layer failed.
     #[error(transparent)]
     Agent(#[from] AgentError),
+    /// The attachment store refused a prompt's attachments, or failed.
+    #[error(transparent)]
+    Attachment(#[from] AttachmentError),
 }
 
 /// Why the provider registry refused.
@@ -81,6 +84,12 @@ pub enum AdmissionError {
     /// persona with an unknown variable, an unknown preset, a bad cwd).
     #[error("invalid subagent request: {0}")]
     InvalidRequest(String),
+    /// A prompt's client time zone is not `UTC` or a known IANA
+    /// `Area/Location` name.
+    #[error(
+        "`{0}` is not a time zone: give `UTC` or an IANA Area/Location name such as `Europe/Paris`"
+    )]
+    InvalidTimeZone(String),
     /// The child would be deeper than allowed.
     #[error(
         "delegation depth limit reached: a child here would be at depth {depth}, and the limit is {max}. Solve the task yourself."
@@ -238,6 +247,7 @@ impl SubagentError {
             Self::Infra(err) => err.code(),
             Self::Cancelled => "CANCELLED",
             Self::Agent(err) => err.code(),
+            Self::Attachment(err) => err.code(),
         }
     }
 }
@@ -260,6 +270,7 @@ impl AdmissionError {
                 "UNSUPPORTED_CAPABILITY"
             }
             Self::InvalidRequest(_) => "INVALID_REQUEST",
+            Self::InvalidTimeZone(_) => "INVALID_TIME_ZONE",
             Self::DepthLimit { .. } => "DEPTH_LIMIT",
             Self::InvalidName { .. } => "INVALID_NAME",
             Self::NameTaken(_) => "NAME_TAKEN",
@@ -335,6 +346,7 @@ mod tests {
             }
             .into(),
             AdmissionError::InvalidRequest("unknown tool `x`".into()).into(),
+            AdmissionError::InvalidTimeZone("EST".into()).into(),
             AdmissionError::DepthLimit { depth: 4, max: 3 }.into(),
             AdmissionError::InvalidName {
                 name: "A B".into(),
@@ -390,6 +402,14 @@ mod tests {
             .into(),
             SubagentError::Cancelled,
             StoreError::NotFound(id).into(),
+            AttachmentError::TooLarge {
+                bytes: 30_000_000,
+                limit: 20_971_520,
+            }
+            .into(),
+            AttachmentError::UnsupportedType("image/tiff".into()).into(),
+            AttachmentError::Unknown(dsh_core::AttachmentId::new("up-404")).into(),
+            AttachmentError::Store("the disk is full".into()).into(),
         ];
         let mut text = String::new();
         for err in &errors {

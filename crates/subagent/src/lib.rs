@@ -14,6 +14,7 @@ mod names;
 mod notice;
 mod owned;
 pub mod progress;
+mod prompt;
 mod provider;
 mod request;
 pub mod result;
@@ -38,6 +39,7 @@ pub use progress::{
     PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember, ProgressSink,
     ProgressStream,
 };
+pub use prompt::{PromptReceipt, canonical_time_zone};
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
     ProviderDescriptor, ResolvedStartRequest, StartExternal, SubagentCapabilities,

@@ -11,14 +11,14 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 
 use dsh_core::{
-    Agent, AgentError, AgentRef, AgentStatus, CancelCause, CancelOptions, CancellationToken,
-    ContentBlock, EventPayload, InboxTarget, MessageId, MessageSource, ResumeAgent, SessionId,
-    StoreError, UserMessage,
+    Agent, AgentError, AgentRef, AgentStatus, AttachmentId, CancelCause, CancelOptions,
+    CancellationToken, ContentBlock, EventPayload, InboxTarget, MessageId, MessageSource,
+    ResumeAgent, SessionId, StoreError, UserMessage,
 };
 
 use crate::activation::{Execution, NewActivation};
 use crate::admission::{AdmissionTicket, CapacitySlot};
-use crate::catalog::ChildMode;
+use crate::catalog::{CatalogEntry, ChildMode};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
 use crate::notice::{ACTIVATION_EVENT, activation_payload};
@@ -72,13 +72,13 @@ impl Drop for PruneGate<'_> {
 }
 
 /// A user request id being delivered, released on drop.
-struct RequestInFlight<'a> {
+pub(crate) struct RequestInFlight<'a> {
     runtime: &'a SubagentRuntime,
     key: (SessionId, MessageId),
 }
 
 impl<'a> RequestInFlight<'a> {
-    fn claim(
+    pub(crate) fn claim(
         runtime: &'a SubagentRuntime,
         child: &SessionId,
         id: &MessageId,
@@ -152,10 +152,26 @@ pub struct UserPrompt {
     pub child: SessionId,
     /// The caller-minted id the accepted message keeps.
     pub request_id: MessageId,
-    /// What the user says.
+    /// What the user says; its image parts are admitted through the
+    /// runtime's attachment store.
     pub content: Vec<ContentBlock>,
+    /// Objects the client uploaded to the attachment store for this
+    /// message, shown after the content.
+    pub attachments: Vec<AttachmentId>,
+    /// The IANA time zone the client sampled for this prompt (`UTC` or an
+    /// `Area/Location` name), validated and recorded on the message.
+    pub client_time_zone: Option<String>,
     /// Queue or steer.
     pub delivery: PromptDelivery,
+}
+
+impl From<PromptDelivery> for InboxTarget {
+    fn from(delivery: PromptDelivery) -> Self {
+        match delivery {
+            PromptDelivery::Queue => Self::NextTurn,
+            PromptDelivery::Steer => Self::NextStep,
+        }
+    }
 }
 
 /// Under whose authority an interrupt is made.
@@ -218,6 +234,58 @@ impl SubagentRuntime {
             .await
             .map_err(|unreadable| unreadable.error)?;
         Ok(entry.map(|entry| entry.mode))
+    }
+
+    /// The catalog entry of `target` as a member of `root`'s tree, found
+    /// without listing the tree: from `root`'s own catalog for a direct
+    /// child, else from the catalog of the creator its stored header names,
+    /// once its lineage is seen to reach `root`. The reads grow with the
+    /// target's depth, never with the tree's size. `None` when `target` is
+    /// `root`, or provably not a cataloged member (its lineage ends
+    /// elsewhere, or its creator's catalog does not list it).
+    ///
+    /// # Errors
+    /// `SESSION_NOT_FOUND` when `target` has no session of its own and is
+    /// not a direct child of `root` (an external child deeper down, or an
+    /// unknown id: only the catalogs know those); the store or catalog
+    /// error of a header or catalog that cannot be read; `LINEAGE_CYCLE`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads headers and catalogs.
+    pub async fn member_entry(
+        &self,
+        root: &SessionId,
+        target: &SessionId,
+    ) -> Result<Option<CatalogEntry>, SubagentError> {
+        if target == root {
+            return Ok(None);
+        }
+        if let Some(entry) = self.child_entry(root, target).await? {
+            return Ok(Some(entry));
+        }
+        let Some(creator) = self.parent_of(target).await? else {
+            return Ok(None);
+        };
+        if &creator == root || !self.is_ancestor(root, &creator).await? {
+            return Ok(None);
+        }
+        self.child_entry(&creator, target).await
+    }
+
+    /// The model-facing name of `member` in `root`'s tree: `lead` for the
+    /// root, the slash path of catalog names when every level below the
+    /// root is named, else its session id (the rule of
+    /// [`SubagentRuntime::names_of`], for a member that need not be live).
+    /// Read along the member's lineage only, never by listing the tree; a
+    /// lineage that cannot be read, or that ends elsewhere, gives the id.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads headers and catalogs.
+    pub async fn member_name(&self, root: &SessionId, member: &SessionId) -> String {
+        if member == root {
+            return crate::names::ROOT_NAME.to_owned();
+        }
+        self.member_identity(member, root).await.0
     }
 
     /// Deliver a model-authored message from `sender` to another member of
@@ -301,7 +369,7 @@ impl SubagentRuntime {
     /// `into` picks the inbox list; `None` steers a running target and
     /// queues for an idle one. A target torn down while we deliver is cold
     /// a moment later: try again a few times before giving up.
-    async fn deliver_with_resume(
+    pub(crate) async fn deliver_with_resume(
         &self,
         target: &SessionId,
         root: &SessionId,
@@ -666,42 +734,6 @@ impl SubagentRuntime {
         Err(InfraError::LineageCycle(member.clone()).into())
     }
 
-    /// Deliver a user-authored message to a continuable child through its
-    /// live tree root (B36): authorised on the child's session before any
-    /// work, delivered with the caller's request id, resuming the child when
-    /// it is cold. Images are admitted only when the child's model accepts
-    /// them.
-    ///
-    /// # Errors
-    /// `UNAUTHORIZED` (the authoriser), `NOT_A_CHILD` (a root),
-    /// `NOT_MESSAGEABLE`, `LINEAGE_CYCLE`, `NOT_LIVE` (the root), `NOT_RESUMABLE`,
-    /// `DELIVERY_UNAVAILABLE`, `INVALID_REQUEST` (images), `CANCELLED`.
-    ///
-    /// # Cancel safety
-    /// As [`SubagentRuntime::send_message`]: nothing before delivery has an
-    /// effect, and a resume dropped mid-way is finished or undone by the
-    /// runtime, never left live and unmonitored.
-    pub async fn prompt(
-        &self,
-        request: UserPrompt,
-        authoriser: &dyn SessionAuthoriser,
-        cancel: &CancellationToken,
-    ) -> Result<MessageId, SubagentError> {
-        let message = UserMessage {
-            id: request.request_id,
-            content: request.content,
-            source: MessageSource::User,
-        };
-        self.deliver_whole(
-            &request.child,
-            message,
-            request.delivery,
-            authoriser,
-            cancel,
-        )
-        .await
-    }
-
     /// Deliver a whole host-built message (its own id, content and source,
     /// a `team-message` say) to a continuable child, with exactly the
     /// admission, authority and idempotency of [`SubagentRuntime::prompt`]:
@@ -730,6 +762,25 @@ impl SubagentRuntime {
         authoriser: &dyn SessionAuthoriser,
         cancel: &CancellationToken,
     ) -> Result<MessageId, SubagentError> {
+        let root = self.check_user_delivery(child, authoriser).await?;
+        // The message id is an idempotency key: a repeat of an accepted
+        // message is not delivered again, and one in flight is refused.
+        let _in_flight = RequestInFlight::claim(self, child, &message.id)?;
+        if self.was_accepted(child, &message.id).await? {
+            return Ok(message.id);
+        }
+        self.deliver_with_resume(child, &root, message, Some(delivery.into()), None, cancel)
+            .await
+    }
+
+    /// The checks of a user-authored delivery to `child`, before any work:
+    /// authorised on its session, a child (not a root) of a live root that
+    /// is not draining, and continuable. Returns the root.
+    pub(crate) async fn check_user_delivery(
+        &self,
+        child: &SessionId,
+        authoriser: &dyn SessionAuthoriser,
+    ) -> Result<SessionId, SubagentError> {
         authoriser
             .authorise(child)
             .map_err(|text| SubagentError::from(DeliveryError::Unauthorized(text)))?;
@@ -742,27 +793,17 @@ impl SubagentRuntime {
         }
         self.check_admission(&root)?;
         match self.mode_of(child).await?.as_ref().map(ChildMode::as_str) {
-            Some("continuable") => {}
-            _ => {
-                return Err(DeliveryError::NotMessageable(child.clone()).into());
-            }
+            Some("continuable") => Ok(root),
+            _ => Err(DeliveryError::NotMessageable(child.clone()).into()),
         }
-        // The message id is an idempotency key: a repeat of an accepted
-        // message is not delivered again, and one in flight is refused.
-        let _in_flight = RequestInFlight::claim(self, child, &message.id)?;
-        if self.was_accepted(child, &message.id).await? {
-            return Ok(message.id);
-        }
-        let into = match delivery {
-            PromptDelivery::Queue => InboxTarget::NextTurn,
-            PromptDelivery::Steer => InboxTarget::NextStep,
-        };
-        self.deliver_with_resume(child, &root, message, Some(into), None, cancel)
-            .await
     }
 
     /// Whether `child`'s log already holds an accepted message `id`.
-    async fn was_accepted(&self, child: &SessionId, id: &MessageId) -> Result<bool, SubagentError> {
+    pub(crate) async fn was_accepted(
+        &self,
+        child: &SessionId,
+        id: &MessageId,
+    ) -> Result<bool, SubagentError> {
         let events = match self.registry().get(child) {
             Some(agent) => agent.events(),
             None => self.inner.store.load(child).await?.events,

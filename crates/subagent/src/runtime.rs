@@ -77,6 +77,8 @@ pub(crate) struct Inner {
     pub(crate) progress: crate::progress::ProgressHub,
     /// The user's depth setting, which a tool without its own limit gets.
     max_depth: AtomicU32,
+    /// The host's attachment store, which admits a prompt's attachments.
+    pub(crate) attachments: Mutex<Option<Arc<dyn dsh_core::AttachmentStore>>>,
 }
 
 impl Inner {
@@ -205,6 +207,7 @@ impl SubagentRuntime {
                 tasks: TaskTracker::new(),
                 progress: crate::progress::ProgressHub::default(),
                 max_depth: AtomicU32::new(DEFAULT_MAX_DEPTH),
+                attachments: Mutex::new(None),
             }),
         }
     }

@@ -199,6 +199,8 @@ async fn a_repeated_user_request_id_is_delivered_once() {
                     child: sid("child"),
                     request_id: id.clone(),
                     content: vec![ContentBlock::text("once, please")],
+                    attachments: Vec::new(),
+                    client_time_zone: None,
                     delivery: PromptDelivery::Queue,
                 },
                 &TrustedHost,
@@ -206,7 +208,7 @@ async fn a_repeated_user_request_id_is_delivered_once() {
             )
             .await
             .unwrap();
-        assert_eq!(accepted, id);
+        assert_eq!(accepted.message_id, id);
         world.quiesce().await;
     }
     let events = dsh_core::SessionStore::load(world.store.as_ref(), &sid("child"))

@@ -115,6 +115,8 @@ fn operation(world: &World, operation: Operation) -> BoxFuture<'_, ()> {
                 child: child(),
                 request_id: MessageId::generate(),
                 content: vec![ContentBlock::text("wake up")],
+                attachments: Vec::new(),
+                client_time_zone: None,
                 delivery: PromptDelivery::Queue,
             };
             let _ = runtime

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::RuntimeBinding;
 use crate::error::ControlError;
 use crate::send::resolve;
-use crate::tree::TreeView;
+use crate::tree::is_member;
 
 /// The arguments of `interrupt_agent`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -85,8 +85,7 @@ impl Tool for InterruptAgentTool {
         {
             Ok(()) => {}
             Err(SubagentError::Delivery(DeliveryError::NotAncestor(_))) => {
-                let view = TreeView::of(runtime, caller, &ctx.cancel).await?;
-                let known = target == view.root || view.row(&target).is_some();
+                let known = is_member(runtime, caller, &target, &ctx.cancel).await?;
                 return Err(if known {
                     ControlError::NotAncestor(to)
                 } else {

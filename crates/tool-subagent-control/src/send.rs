@@ -13,7 +13,6 @@ use serde_json::{Value, json};
 
 use crate::RuntimeBinding;
 use crate::error::ControlError;
-use crate::tree::TreeView;
 
 /// The arguments of `send_message`.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
@@ -71,8 +70,7 @@ pub(crate) async fn deliver(
         // cataloged child without a session of its own (a one-shot run) is
         // still in the listing, which says what it is.
         Err(err @ SubagentError::Delivery(DeliveryError::NotInTree(_))) => {
-            let view = TreeView::of(runtime, caller, cancel).await?;
-            Err(view.message_refusal(name, target, err))
+            Err(crate::tree::message_refusal(runtime, caller, name, target, err, cancel).await)
         }
         Err(err) => Err(ControlError::from_runtime(name, caller.id(), err)),
     }

@@ -16,6 +16,7 @@
 //! The inbox is observed before anything is checked, so an item accepted
 //! between the check and the wait still ends it.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -29,7 +30,7 @@ use tokio::sync::broadcast::error::RecvError;
 
 use crate::RuntimeBinding;
 use crate::error::ControlError;
-use crate::tree::TreeView;
+use crate::tree::root_of;
 
 /// The shortest timeout `wait` accepts, in milliseconds.
 pub const MIN_WAIT_MS: u64 = 1;
@@ -161,16 +162,21 @@ impl Tool for WaitTool {
             }
         }
         let items = pending_items(caller.as_ref());
-        // Naming is best effort: an unreadable tree leaves session ids.
-        let view = if items.iter().any(|item| item.sender.is_some()) {
-            TreeView::of(runtime, caller, &ctx.cancel).await.ok()
-        } else {
-            None
-        };
-        let name = |id: &SessionId| {
-            view.as_ref()
-                .map_or_else(|| id.to_string(), |view| view.name_of(id))
-        };
+        // Naming is best effort, read along each sender's lineage (never by
+        // listing the tree): what cannot be read leaves the session id.
+        let root = root_of(runtime, caller).ok();
+        let mut names = HashMap::new();
+        for sender in items.iter().filter_map(|item| item.sender.as_ref()) {
+            if names.contains_key(sender) {
+                continue;
+            }
+            let name = match &root {
+                Some(root) => runtime.member_name(root, sender).await,
+                None => sender.to_string(),
+            };
+            names.insert(sender.clone(), name);
+        }
+        let name = |id: &SessionId| names.get(id).cloned().unwrap_or_else(|| id.to_string());
         Ok(ToolOutput::text(render(&items, name)))
     }
 }
