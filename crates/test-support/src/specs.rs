@@ -13,13 +13,36 @@ use dsh_core::schema::JsonSchema;
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
-/// A tool's spec as the model is shown it and the catalogue reads it.
+/// A tool's spec as the model is shown it and the catalogue reads it, in
+/// canonical form: every object's keys sorted, so that the committed files
+/// and snapshots are the same whether or not something in the build turned
+/// on `serde_json`'s `preserve_order` (a crate tested alone and the whole
+/// workspace build the tools with different features).
 pub fn spec(tool: &dyn Tool) -> Value {
-    json!({
+    canonical(json!({
         "name": tool.name(),
         "description": tool.description(),
         "input_schema": tool.input_schema(),
-    })
+    }))
+}
+
+/// `value` with every object's keys in sorted order, under either
+/// `serde_json` map implementation.
+pub fn canonical(value: Value) -> Value {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<(String, Value)> = map.into_iter().collect();
+            entries.sort_by(|a, b| a.0.cmp(&b.0));
+            Value::Object(
+                entries
+                    .into_iter()
+                    .map(|(key, value)| (key, canonical(value)))
+                    .collect(),
+            )
+        }
+        Value::Array(items) => Value::Array(items.into_iter().map(canonical).collect()),
+        other => other,
+    }
 }
 
 /// Assert that each `tools/<name>.json` under `manifest_dir` equals the live
