@@ -12,6 +12,7 @@ use std::fmt;
 use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId};
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{ChildUsage, USAGE_EVENT, UsageRecord};
 use crate::error::SubagentError;
 
 /// The event type of a catalog entry; its payload is the serialised
@@ -72,6 +73,8 @@ pub struct CatalogEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalog {
     entries: Vec<CatalogEntry>,
+    /// What each child's settled activations used (`subagent/usage`).
+    usage: std::collections::HashMap<SessionId, ChildUsage>,
 }
 
 impl Catalog {
@@ -83,6 +86,12 @@ impl Catalog {
     /// The entries in creation order, by value.
     pub fn into_entries(self) -> Vec<CatalogEntry> {
         self.entries
+    }
+
+    /// What a child's settled activations used, summed (zero when none
+    /// recorded any).
+    pub fn usage(&self, child: &SessionId) -> ChildUsage {
+        self.usage.get(child).copied().unwrap_or_default()
     }
 
     /// The entry for a child id.
@@ -180,6 +189,23 @@ impl CatalogFold {
                     }
                     self.catalog.entries.push(entry);
                 }
+            }
+            if event.seq >= header.seed_len
+                && let EventPayload::Extension { kind, payload } = &event.payload
+                && kind == USAGE_EVENT
+            {
+                let record = payload.parse::<UsageRecord>().map_err(|err| {
+                    SubagentError::Infra(InfraError::CorruptCatalog {
+                        parent: header.id.clone(),
+                        seq: event.seq,
+                        message: err.to_string(),
+                    })
+                })?;
+                self.catalog
+                    .usage
+                    .entry(record.child_id.clone())
+                    .or_default()
+                    .add(&record);
             }
             self.next_seq = event.seq + 1;
         }

@@ -689,6 +689,7 @@ mod tests {
             diagnostic: diagnostic.map(str::to_owned),
             stop_reason: StopReason::new(reason.to_owned()),
             usage: Default::default(),
+            subtree_usage: Default::default(),
         }
     }
 
