@@ -62,6 +62,16 @@ impl StartRequest {
     }
 }
 
+impl StartRequest {
+    /// The token budget and time limit it asks for.
+    pub fn limits(&self) -> crate::budget::Limits {
+        crate::budget::Limits {
+            tokens: self.token_budget,
+            time: self.time_limit,
+        }
+    }
+}
+
 /// The depth the user setting allows when nothing else says (seed 002's
 /// default of three).
 pub const DEFAULT_MAX_DEPTH: u32 = 3;

@@ -309,10 +309,7 @@ impl SubagentRuntime {
         drop(turn);
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
-        let limits = crate::budget::Limits {
-            tokens: request.token_budget,
-            time: request.time_limit,
-        };
+        let limits = request.limits();
         let activation = self.install_limited(
             NewActivation {
                 info: RunInfo {
@@ -390,10 +387,7 @@ impl SubagentRuntime {
         };
         let request = spec.request;
         let parent = request.parent.clone();
-        let limits = crate::budget::Limits {
-            tokens: request.token_budget,
-            time: request.time_limit,
-        };
+        let limits = request.limits();
         let resolved = ResolvedStartRequest {
             label: spec.label.clone(),
             cwd,
