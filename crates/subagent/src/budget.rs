@@ -88,6 +88,23 @@ pub fn usage_line(usage: &Usage) -> String {
     )
 }
 
+/// The usage of a settled activation's subtree from its own events
+/// (`events`, the activation's only): its usage events plus the subtree
+/// usage its children's records report (an unreadable record counts
+/// nothing: the catalog fold reports it).
+pub(crate) fn subtree_of(events: &[dsh_core::SessionEvent]) -> Usage {
+    let mut total = crate::result::usage_of(events);
+    for event in events {
+        if let EventPayload::Extension { kind, payload } = &event.payload
+            && kind == USAGE_EVENT
+            && let Ok(record) = payload.parse::<UsageRecord>()
+        {
+            total += record.subtree;
+        }
+    }
+    total
+}
+
 /// The payload of a usage record.
 pub(crate) fn usage_payload(record: &UsageRecord) -> serde_json::Value {
     serde_json::to_value(record).unwrap_or_default()
@@ -495,6 +512,31 @@ mod tests {
             BudgetPolicy::default().resolve(None, None).unwrap(),
             Limits::default()
         );
+    }
+
+    #[test]
+    fn a_cold_subtree_adds_the_records_of_its_children_to_its_own_usage() {
+        let record = UsageRecord {
+            child_id: SessionId::new("c").unwrap(),
+            usage: used(3, 1),
+            subtree: used(7, 2),
+        };
+        let events = [
+            dsh_core::SessionEvent {
+                seq: 0,
+                time: 0,
+                payload: EventPayload::Usage(used(10, 5)),
+            },
+            dsh_core::SessionEvent {
+                seq: 1,
+                time: 0,
+                payload: EventPayload::Extension {
+                    kind: USAGE_EVENT.into(),
+                    payload: usage_payload(&record).into(),
+                },
+            },
+        ];
+        assert_eq!(subtree_of(&events), used(17, 7));
     }
 
     #[test]

@@ -108,7 +108,7 @@ fn owed(header: &SessionHeader, events: &[SessionEvent]) -> Option<Owed> {
         diagnostic: None,
         stop_reason,
         usage: crate::result::usage_of(activation),
-        subtree_usage: crate::result::usage_of(activation),
+        subtree_usage: crate::budget::subtree_of(activation),
     };
     if !result.stop_reason.is_completed()
         && let Some(diagnostic) = diagnostic
