@@ -125,6 +125,12 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
                 row.entry.child_id,
                 row.entry.label
             );
+            if !row.usage.is_empty() {
+                line.push_str(&format!(
+                    "  [{}]",
+                    dsh_subagent::budget::usage_line(&row.usage.subtree)
+                ));
+            }
             if let Some(found) = row.diagnostic {
                 line.push_str(&format!("  ({})", diagnostic(found)));
             }

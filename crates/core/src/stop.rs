@@ -29,6 +29,12 @@ impl StopReason {
     /// ([`AgentOptions::max_turn_steps`](crate::options::AgentOptions::max_turn_steps))
     /// while the model was still calling tools (B55).
     pub const STEP_LIMIT: Self = Self(Cow::Borrowed("step-limit"));
+    /// A child's subtree used the token budget its start request (or an
+    /// ancestor's) allowed, and the runtime stopped it.
+    pub const BUDGET_EXHAUSTED: Self = Self(Cow::Borrowed("budget-exhausted"));
+    /// A child ran past the wall-clock limit its start request allowed,
+    /// and the runtime stopped it.
+    pub const TIMED_OUT: Self = Self(Cow::Borrowed("timed-out"));
 
     /// A reason by name; known names compare equal to their constants.
     pub fn new(reason: impl Into<Cow<'static, str>>) -> Self {
@@ -45,7 +51,7 @@ impl StopReason {
         *self == Self::COMPLETED
     }
 
-    /// Whether this is one of the six reasons this crate defines.
+    /// Whether this is one of the eight reasons this crate defines.
     pub fn is_known(&self) -> bool {
         [
             Self::COMPLETED,
@@ -54,6 +60,8 @@ impl StopReason {
             Self::MAX_TOKENS,
             Self::REFUSAL,
             Self::STEP_LIMIT,
+            Self::BUDGET_EXHAUSTED,
+            Self::TIMED_OUT,
         ]
         .contains(self)
     }
@@ -83,6 +91,9 @@ mod tests {
         let limit: StopReason = serde_json::from_str("\"step-limit\"").unwrap();
         assert_eq!(limit, StopReason::STEP_LIMIT);
         assert!(limit.is_known() && !limit.is_completed());
+        let budget: StopReason = serde_json::from_str("\"budget-exhausted\"").unwrap();
+        assert_eq!(budget, StopReason::BUDGET_EXHAUSTED);
+        assert!(budget.is_known() && StopReason::TIMED_OUT.is_known());
         let custom: StopReason = serde_json::from_str("\"rate-limited\"").unwrap();
         assert!(!custom.is_known());
         assert!(!custom.is_completed());

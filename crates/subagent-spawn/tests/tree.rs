@@ -465,15 +465,23 @@ async fn b34_a_mixed_tree_lists_in_pre_order_the_same_live_and_cold_without_load
     });
     world.store.reset_calls();
     let cold = list(&world, LEAD).await.unwrap();
-    // Identical but for the activity: nothing is live any more.
+    // Identical but for the activity (nothing is live any more) and the
+    // usage each settled child's parent recorded.
     assert!(
         cold.iter()
             .all(|row| row.activity == ChildActivity::Inactive)
+    );
+    assert!(
+        cold.iter()
+            .filter(|row| row.entry.provider == "spawn")
+            .all(|row| !row.usage.is_empty()),
+        "a settled spawn child's usage is recorded"
     );
     let at_rest = |rows: &[DescendantRow]| -> Vec<DescendantRow> {
         rows.iter()
             .map(|row| DescendantRow {
                 activity: ChildActivity::Inactive,
+                usage: Default::default(),
                 ..row.clone()
             })
             .collect()

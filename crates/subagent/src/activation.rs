@@ -17,6 +17,7 @@ use dsh_core::{
 use tokio::sync::{Notify, watch};
 
 use crate::admission::CapacitySlot;
+use crate::budget::{Ledger, Limits, LocalMeter, enforce};
 use crate::capture::CaptureTool;
 use crate::error::SubagentError;
 use crate::events::{RunInfo, RunOutcome, SubagentEvent};
@@ -80,6 +81,11 @@ pub(crate) struct Activation {
     /// The tree's capacity slot, freed when the activation retires (before
     /// its result settles, so a caller can start the next child at once).
     slot: Mutex<Option<CapacitySlot>>,
+    /// The usage of its subtree so far and its budget, linked to its
+    /// owner's (see [`crate::budget`]).
+    pub(crate) ledger: Arc<Ledger>,
+    /// The longest it may run.
+    time_limit: Option<std::time::Duration>,
 }
 
 /// What a new activation is made of.
@@ -94,9 +100,12 @@ pub(crate) struct NewActivation {
 }
 
 impl Activation {
-    fn new(new: NewActivation) -> Self {
+    fn new(new: NewActivation, limits: Limits, owner: Option<Arc<Ledger>>) -> Self {
         let child_id = new.info.child_id.clone();
+        let stop = CancellationToken::new();
         Self {
+            ledger: Arc::new(Ledger::new(owner, limits.tokens, stop.clone())),
+            time_limit: limits.time,
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             name: new.path.clone().unwrap_or_else(|| child_id.to_string()),
             child_id,
@@ -108,7 +117,7 @@ impl Activation {
             execution: new.execution,
             owned: Mutex::new(HashMap::new()),
             owned_changed: Notify::new(),
-            stop: CancellationToken::new(),
+            stop,
             parked: AtomicBool::new(false),
             retiring: AtomicBool::new(false),
             input: tokio::sync::RwLock::new(()),
@@ -193,14 +202,17 @@ impl Activations {
             .collect()
     }
 
-    /// Make `new` live, owned by its creator's exact live activation.
-    fn insert(&self, new: NewActivation) -> Arc<Activation> {
-        let activation = Arc::new(Activation::new(new));
+    /// Make `new` live, owned by its creator's exact live activation,
+    /// whose ledger its usage is charged to as well.
+    fn insert(&self, new: NewActivation, limits: Limits) -> Arc<Activation> {
         let mut map = self.map();
-        if let Some(owner) = map
-            .get(&activation.parent.id)
-            .filter(|owner| owner.is_agent(&activation.parent))
-        {
+        let owner = map
+            .get(&new.parent.id)
+            .filter(|owner| owner.is_agent(&new.parent))
+            .cloned();
+        let ledger = owner.as_ref().map(|owner| owner.ledger.clone());
+        let activation = Arc::new(Activation::new(new, limits, ledger));
+        if let Some(owner) = owner {
             owner
                 .owned()
                 .insert(activation.serial, Arc::downgrade(&activation));
@@ -333,7 +345,12 @@ fn vanished() -> Settled {
 impl SubagentRuntime {
     /// Make `new` a live activation (no event, no monitor yet).
     pub(crate) fn install(&self, new: NewActivation) -> Arc<Activation> {
-        self.inner.activations.insert(new)
+        self.install_limited(new, Limits::default())
+    }
+
+    /// Make `new` a live activation with a token budget and a time limit.
+    pub(crate) fn install_limited(&self, new: NewActivation, limits: Limits) -> Arc<Activation> {
+        self.inner.activations.insert(new, limits)
     }
 
     /// Announce and watch an installed activation.
@@ -360,6 +377,8 @@ impl SubagentRuntime {
         // An external run stopped early is disposed once, here; its outcome
         // is the teardown's.
         let mut early_teardown = None;
+        // Why the limits stopped it, when they did.
+        let mut tripped = None;
         let result = match &activation.execution {
             Execution::Local {
                 handle,
@@ -388,14 +407,23 @@ impl SubagentRuntime {
                         }
                     }
                 };
+                let mut meter = LocalMeter::new(*start_seq);
                 let stopped = tokio::select! {
                     stopped = watched => stopped,
                     never = reporter.run(handle.agent().as_ref()) => match never {},
+                    never = enforce(
+                        &activation.ledger,
+                        activation.time_limit,
+                        Some((&mut meter, handle.agent().as_ref())),
+                    ) => match never {},
                 };
+                // Only a stop the limits asked for ends with their reason.
+                tripped = activation.ledger.tripped().filter(|_| stopped).cloned();
                 if stopped {
                     self.stop_tree(&activation, handle.agent()).await;
                 }
                 reporter.report(handle.agent().as_ref());
+                meter.sync(handle.agent().as_ref(), &activation.ledger);
                 Ok(local_result(
                     handle.agent().as_ref(),
                     *start_seq,
@@ -404,14 +432,22 @@ impl SubagentRuntime {
                 ))
             }
             Execution::External { run } => {
-                run.observe(self.progress_sink(&activation));
+                run.observe(
+                    self.progress_sink(&activation)
+                        .metered(activation.ledger.clone()),
+                );
                 let result = tokio::select! {
                     result = run.result() => result,
                     () = activation.stop.cancelled() => {
+                        tripped = activation.ledger.tripped().cloned();
                         early_teardown = Some(run.dispose().await);
                         run.result().await
                     }
+                    never = enforce(&activation.ledger, activation.time_limit, None) => match never {},
                 };
+                if let Ok(result) = &result {
+                    activation.ledger.charge_up_to(result.usage);
+                }
                 activation.retiring.store(true, Ordering::SeqCst);
                 // Whatever the provider wrote, the bound holds.
                 result.map(|mut result| {
@@ -420,6 +456,8 @@ impl SubagentRuntime {
                 })
             }
         };
+        let result = result.map(|result| activation.ledger.settle(result, tripped));
+        self.record_usage(&activation, &result).await;
         // The input is closed now: a reply to the notice goes to a resume.
         let reported = match &activation.execution {
             Execution::Local {
@@ -560,6 +598,7 @@ fn local_result(
         diagnostic: None,
         stop_reason,
         usage: crate::result::usage_of(&own),
+        subtree_usage: crate::result::usage_of(&own),
     };
     if !result.stop_reason.is_completed()
         && let Some(diagnostic) = diagnostic

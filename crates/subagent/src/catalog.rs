@@ -12,6 +12,7 @@ use std::fmt;
 use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId};
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{ChildUsage, USAGE_EVENT, UsageRecord};
 use crate::error::SubagentError;
 
 /// The event type of a catalog entry; its payload is the serialised
@@ -72,6 +73,8 @@ pub struct CatalogEntry {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Catalog {
     entries: Vec<CatalogEntry>,
+    /// What each child's settled activations used (`subagent/usage`).
+    usage: std::collections::HashMap<SessionId, ChildUsage>,
 }
 
 impl Catalog {
@@ -83,6 +86,12 @@ impl Catalog {
     /// The entries in creation order, by value.
     pub fn into_entries(self) -> Vec<CatalogEntry> {
         self.entries
+    }
+
+    /// What a child's settled activations used, summed (zero when none
+    /// recorded any).
+    pub fn usage(&self, child: &SessionId) -> ChildUsage {
+        self.usage.get(child).copied().unwrap_or_default()
     }
 
     /// The entry for a child id.
@@ -155,34 +164,55 @@ impl CatalogFold {
             }
             if event.seq >= header.seed_len
                 && let EventPayload::Extension { kind, payload } = &event.payload
-                && (kind == CATALOG_EVENT || kind == crate::external::FOREGROUND_EVENT)
+                && (kind == CATALOG_EVENT
+                    || kind == crate::external::FOREGROUND_EVENT
+                    || kind == USAGE_EVENT)
             {
-                let entry = payload.parse::<CatalogEntry>().map_err(|err| {
+                let corrupt = |err: serde_json::Error| {
                     SubagentError::Infra(InfraError::CorruptCatalog {
                         parent: header.id.clone(),
                         seq: event.seq,
                         message: err.to_string(),
                     })
-                })?;
-                // A repeated child id adds nothing: the first record stands.
-                if !self.ids.contains(&entry.child_id) {
-                    if let Some(name) = &entry.name
-                        && self.names.contains(name)
-                    {
-                        return Err(SubagentError::Infra(InfraError::DuplicateName {
-                            parent: header.id.clone(),
-                            name: name.clone(),
-                        }));
-                    }
-                    self.ids.insert(entry.child_id.clone());
-                    if let Some(name) = &entry.name {
-                        self.names.insert(name.clone());
-                    }
-                    self.catalog.entries.push(entry);
+                };
+                if kind == USAGE_EVENT {
+                    let record = payload.parse::<UsageRecord>().map_err(corrupt)?;
+                    self.catalog
+                        .usage
+                        .entry(record.child_id.clone())
+                        .or_default()
+                        .add(&record);
+                } else {
+                    let entry = payload.parse::<CatalogEntry>().map_err(corrupt)?;
+                    self.add(header, entry)?;
                 }
             }
             self.next_seq = event.seq + 1;
         }
+        Ok(())
+    }
+}
+
+impl CatalogFold {
+    /// Add one child's entry; a repeated child id adds nothing (the first
+    /// record stands).
+    fn add(&mut self, header: &SessionHeader, entry: CatalogEntry) -> Result<(), SubagentError> {
+        if self.ids.contains(&entry.child_id) {
+            return Ok(());
+        }
+        if let Some(name) = &entry.name
+            && self.names.contains(name)
+        {
+            return Err(SubagentError::Infra(InfraError::DuplicateName {
+                parent: header.id.clone(),
+                name: name.clone(),
+            }));
+        }
+        self.ids.insert(entry.child_id.clone());
+        if let Some(name) = &entry.name {
+            self.names.insert(name.clone());
+        }
+        self.catalog.entries.push(entry);
         Ok(())
     }
 }
@@ -267,6 +297,41 @@ mod tests {
         let log = events(&[entry("a", Some("x")), entry("b", Some("x"))]);
         let err = fold_catalog(&header, &log).unwrap_err();
         assert_eq!(err.code(), "DUPLICATE_NAME");
+    }
+
+    #[test]
+    fn usage_records_add_up_per_child_and_seeded_ones_are_skipped() {
+        let mut header = SessionHeader::new(SessionId::new("p").unwrap(), "/");
+        let mut log = events(&[entry("a", Some("x"))]);
+        let used = |input: u64| dsh_core::Usage {
+            input_tokens: input,
+            output_tokens: 1,
+            cached_input_tokens: 0,
+        };
+        for (seq, input) in [(1, 10), (2, 5)] {
+            let record = UsageRecord {
+                child_id: SessionId::new("a").unwrap(),
+                usage: used(input),
+                subtree: used(input * 2),
+            };
+            log.push(SessionEvent {
+                seq,
+                time: 0,
+                payload: EventPayload::Extension {
+                    kind: USAGE_EVENT.into(),
+                    payload: crate::budget::usage_payload(&record).into(),
+                },
+            });
+        }
+        let catalog = fold_catalog(&header, &log).unwrap();
+        let usage = catalog.usage(&SessionId::new("a").unwrap());
+        assert_eq!(usage.own.input_tokens, 15);
+        assert_eq!(usage.subtree.input_tokens, 30);
+        assert_eq!(usage.own.output_tokens, 2);
+        header.seed_len = 2;
+        let seeded = fold_catalog(&header, &log).unwrap();
+        assert_eq!(seeded.usage(&SessionId::new("a").unwrap()).own, used(5));
+        assert!(catalog.usage(&SessionId::new("b").unwrap()).is_empty());
     }
 
     #[test]

@@ -21,7 +21,7 @@ pub(crate) fn check_capabilities(
     request: &StartRequest,
 ) -> Result<(), SubagentError> {
     let caps = provider.capabilities();
-    let needs: [(bool, bool, &'static str); 6] = [
+    let needs: [(bool, bool, &'static str); 7] = [
         (
             request.agent_options.is_some(),
             caps.agent_options,
@@ -44,6 +44,11 @@ pub(crate) fn check_capabilities(
             "tool_filter",
         ),
         (request.persona.is_some(), caps.persona, "persona"),
+        (
+            request.token_budget.is_some(),
+            caps.token_budget,
+            "token_budget",
+        ),
     ];
     for (requested, supported, capability) in needs {
         if requested && !supported {

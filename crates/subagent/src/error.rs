@@ -119,6 +119,35 @@ pub enum AdmissionError {
     /// Admission below this tree is closed while it drains.
     #[error("the tree is shutting down; no new work is admitted")]
     Draining,
+    /// The child's token budget does not fit in what is left of the
+    /// budget of this agent or one of its ancestors.
+    #[error(
+        "a child here cannot have a token budget of {requested}: only {remaining} tokens are left in this agent's budget. Ask for at most {remaining} tokens, or do the work yourself."
+    )]
+    OverBudget {
+        /// The budget asked for.
+        requested: u64,
+        /// The tokens left in the tightest budget above the child.
+        remaining: u64,
+    },
+    /// Nothing is left of the token budget of this agent or one of its
+    /// ancestors, so no child can start.
+    #[error(
+        "this agent's token budget is spent: no tokens are left for a child. Finish the task with what you have."
+    )]
+    BudgetSpent,
+    /// The requested budget or time limit is above the host's ceiling.
+    #[error(
+        "a {option} of {requested} is above this host's ceiling of {ceiling}; ask for at most {ceiling}"
+    )]
+    AboveCeiling {
+        /// The option (`token_budget`, `timeout_seconds`).
+        option: &'static str,
+        /// The value asked for.
+        requested: u64,
+        /// The host's ceiling.
+        ceiling: u64,
+    },
 }
 
 /// Why an existing agent could not be addressed, acted on or given input.
@@ -276,6 +305,8 @@ impl AdmissionError {
             Self::NameTaken(_) => "NAME_TAKEN",
             Self::Capacity(_) => "CAPACITY",
             Self::Draining => "DRAINING",
+            Self::OverBudget { .. } | Self::BudgetSpent => "OVER_BUDGET",
+            Self::AboveCeiling { .. } => "ABOVE_CEILING",
         }
     }
 }
@@ -356,6 +387,18 @@ mod tests {
             AdmissionError::NameTaken("researcher".into()).into(),
             AdmissionError::Capacity(8).into(),
             AdmissionError::Draining.into(),
+            AdmissionError::OverBudget {
+                requested: 5000,
+                remaining: 1200,
+            }
+            .into(),
+            AdmissionError::BudgetSpent.into(),
+            AdmissionError::AboveCeiling {
+                option: "token_budget",
+                requested: 90000,
+                ceiling: 50000,
+            }
+            .into(),
             DeliveryError::NotLive(id.clone()).into(),
             DeliveryError::NotAMember(id.clone()).into(),
             DeliveryError::AgentNameNotFound("nobody".into()).into(),

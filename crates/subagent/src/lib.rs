@@ -2,6 +2,7 @@
 
 mod activation;
 mod admission;
+pub mod budget;
 mod capture;
 pub mod catalog;
 mod compose;
@@ -23,6 +24,7 @@ mod start;
 mod tree;
 
 pub use activation::SubagentActivation;
+pub use budget::{BudgetPolicy, ChildUsage, Limits, USAGE_EVENT, UsageRecord};
 pub use capture::CAPTURE_TOOL;
 pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
 pub use error::{AdmissionError, DeliveryError, InfraError, RegistryError, SubagentError};

@@ -108,6 +108,7 @@ fn owed(header: &SessionHeader, events: &[SessionEvent]) -> Option<Owed> {
         diagnostic: None,
         stop_reason,
         usage: crate::result::usage_of(activation),
+        subtree_usage: crate::budget::subtree_of(activation),
     };
     if !result.stop_reason.is_completed()
         && let Some(diagnostic) = diagnostic
@@ -347,6 +348,16 @@ impl SubagentRuntime {
 /// The text of a settlement notice: the summary, then what the child produced.
 pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<ContentBlock> {
     let mut text = format!("[{summary}; stop reason: {}]", result.stop_reason);
+    if result.subtree_usage != dsh_core::Usage::default() {
+        text.push_str("\nUsage: ");
+        text.push_str(&crate::budget::usage_line(&result.subtree_usage));
+        if result.subtree_usage != result.usage {
+            text.push_str(&format!(
+                " including its subagents; {} of them its own",
+                crate::budget::budget_tokens(&result.usage)
+            ));
+        }
+    }
     let output = dsh_core::content::joined_text(&result.output);
     if !output.is_empty() {
         text.push_str("\n\n");

@@ -162,6 +162,7 @@ impl ProgressHub {
         ProgressSink {
             member: Arc::new(member),
             sender: self.sender.clone(),
+            meter: None,
         }
     }
 }
@@ -172,6 +173,8 @@ impl ProgressHub {
 pub struct ProgressSink {
     member: Arc<ProgressMember>,
     sender: broadcast::Sender<ProgressEvent>,
+    /// Where usage reports are charged, listened to or not (budgets).
+    meter: Option<Arc<crate::budget::Ledger>>,
 }
 
 impl ProgressSink {
@@ -186,8 +189,18 @@ impl ProgressSink {
         self.sender.receiver_count() > 0
     }
 
-    /// Report `kind`. Never waits; with no listener the event is dropped.
+    /// This sink, charging the usage it reports to `ledger`.
+    pub(crate) fn metered(mut self, ledger: Arc<crate::budget::Ledger>) -> Self {
+        self.meter = Some(ledger);
+        self
+    }
+
+    /// Report `kind`. Never waits; with no listener the event is dropped
+    /// (usage still counts against the member's budgets).
     pub fn emit(&self, kind: ProgressKind) {
+        if let (Some(ledger), ProgressKind::Usage { tokens, .. }) = (&self.meter, &kind) {
+            ledger.charge(*tokens);
+        }
         // No receiver is the only failure, and it means nobody listens.
         let _unheard = self.sender.send(ProgressEvent {
             member: self.member.clone(),

@@ -36,6 +36,12 @@ pub struct SubagentCapabilities {
     pub tool_filter: bool,
     /// `persona`: a persona for the child.
     pub persona: bool,
+    /// `token_budget`: the child's usage reaches the runtime while it runs
+    /// (a local child's log, an external agent's usage reports), so the
+    /// runtime can stop it at its budget. Time limits need no capability:
+    /// the runtime enforces them for every child.
+    #[serde(default)]
+    pub token_budget: bool,
 }
 
 impl SubagentCapabilities {
@@ -47,6 +53,7 @@ impl SubagentCapabilities {
         depth_limit: true,
         tool_filter: true,
         persona: true,
+        token_budget: true,
     };
 }
 

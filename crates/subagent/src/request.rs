@@ -4,6 +4,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{Agent, AgentOptions, CancellationToken, ContentBlock, SessionId, ToolRestriction};
@@ -32,6 +33,14 @@ pub struct StartRequest {
     pub tool_filter: Option<ToolRestriction>,
     /// Persona for the child only (capability `persona`).
     pub persona: Option<String>,
+    /// The most tokens (input plus output) the child's subtree may use in
+    /// this activation (capability `token_budget`); it must fit in what is
+    /// left of every budget above it. Reaching it stops the child with
+    /// `budget-exhausted`.
+    pub token_budget: Option<u64>,
+    /// The longest this activation may run; past it the child is stopped
+    /// with `timed-out`. Enforced by the runtime for every provider.
+    pub time_limit: Option<Duration>,
 }
 
 impl StartRequest {
@@ -47,6 +56,18 @@ impl StartRequest {
             max_depth: None,
             tool_filter: None,
             persona: None,
+            token_budget: None,
+            time_limit: None,
+        }
+    }
+}
+
+impl StartRequest {
+    /// The token budget and time limit it asks for.
+    pub fn limits(&self) -> crate::budget::Limits {
+        crate::budget::Limits {
+            tokens: self.token_budget,
+            time: self.time_limit,
         }
     }
 }

@@ -26,6 +26,10 @@ pub struct SubagentResult {
     /// The tokens this activation used, as its model or agent reported
     /// them (zero when nothing was reported).
     pub usage: Usage,
+    /// The tokens this activation's whole subtree used: its own usage and
+    /// that of every activation below it that settled while it ran. Equal
+    /// to `usage` for a leaf; filled in by the runtime.
+    pub subtree_usage: Usage,
 }
 
 impl SubagentResult {
@@ -37,6 +41,7 @@ impl SubagentResult {
             diagnostic: None,
             stop_reason,
             usage: Usage::default(),
+            subtree_usage: Usage::default(),
         }
     }
 
@@ -127,6 +132,8 @@ pub fn summary_line(name: &str, result: &SubagentResult) -> String {
         "max-tokens" => format!("{name} ran out of output tokens before finishing"),
         "refusal" => format!("{name} declined the task"),
         "error" => format!("{name} failed"),
+        "budget-exhausted" => format!("{name} used up its token budget before finishing"),
+        "timed-out" => format!("{name} ran out of time before finishing"),
         other => format!("{name} ended ({other})"),
     }
 }

@@ -114,6 +114,7 @@ impl SubagentRuntime {
                 max,
             }));
         }
+        self.check_budget(&parent_ref, spec.request.token_budget)?;
         let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
         let mut spec = spec;
         spec.request.tool_filter = narrow_tools(
@@ -308,25 +309,29 @@ impl SubagentRuntime {
         drop(turn);
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
-        let activation = self.install(NewActivation {
-            info: RunInfo {
-                provider: provider.name().to_owned(),
-                child_id: child_id.clone(),
-                parent_session_id: parent.id().clone(),
-                root: root.clone(),
-                local: true,
+        let limits = request.limits();
+        let activation = self.install_limited(
+            NewActivation {
+                info: RunInfo {
+                    provider: provider.name().to_owned(),
+                    child_id: child_id.clone(),
+                    parent_session_id: parent.id().clone(),
+                    root: root.clone(),
+                    local: true,
+                },
+                path: self.full_name(parent.id(), &name),
+                parent: parent.reference(),
+                root,
+                delivery,
+                execution: Execution::Local {
+                    handle: handle.clone(),
+                    start_seq,
+                    capture,
+                },
+                slot,
             },
-            path: self.full_name(parent.id(), &name),
-            parent: parent.reference(),
-            root,
-            delivery,
-            execution: Execution::Local {
-                handle: handle.clone(),
-                start_seq,
-                capture,
-            },
-            slot,
-        });
+            limits,
+        );
         let prompt = UserMessage::new(
             request.prompt,
             MessageSource::AgentMessage {
@@ -382,6 +387,7 @@ impl SubagentRuntime {
         };
         let request = spec.request;
         let parent = request.parent.clone();
+        let limits = request.limits();
         let resolved = ResolvedStartRequest {
             label: spec.label.clone(),
             cwd,
@@ -449,21 +455,24 @@ impl SubagentRuntime {
         reservation.commit();
         drop(turn);
         let path = self.full_name(parent.id(), &name);
-        let activation = self.install(NewActivation {
-            info: RunInfo {
-                provider: provider.name().to_owned(),
-                child_id: child_id.clone(),
-                parent_session_id: parent.id().clone(),
-                root: root.clone(),
-                local: false,
+        let activation = self.install_limited(
+            NewActivation {
+                info: RunInfo {
+                    provider: provider.name().to_owned(),
+                    child_id: child_id.clone(),
+                    parent_session_id: parent.id().clone(),
+                    root: root.clone(),
+                    local: false,
+                },
+                path,
+                parent: parent.reference(),
+                root,
+                delivery: spec.delivery,
+                execution: Execution::External { run },
+                slot,
             },
-            path,
-            parent: parent.reference(),
-            root,
-            delivery: spec.delivery,
-            execution: Execution::External { run },
-            slot,
-        });
+            limits,
+        );
         self.launch(&activation);
         drop(ticket);
         Ok(SubagentActivation::new(&activation, None))

@@ -44,6 +44,10 @@ pub struct DescendantRow {
     pub has_children: bool,
     /// What the child is doing now, from the live registry and activations.
     pub activity: ChildActivity,
+    /// The tokens the child's settled activations used, itself and its
+    /// subtree, as its parent's log recorded them (zero before any settled).
+    #[serde(skip_serializing_if = "crate::budget::ChildUsage::is_empty")]
+    pub usage: crate::budget::ChildUsage,
 }
 
 /// What a listed child is doing at the moment of the listing. It says
@@ -158,6 +162,8 @@ struct Pending {
     depth: u32,
     /// The parent's path (`""` for the root), `None` when a level is unnamed.
     parent_path: Option<String>,
+    /// What the parent's catalog recorded of the child's usage.
+    usage: crate::budget::ChildUsage,
 }
 
 impl SubagentRuntime {
@@ -335,6 +341,7 @@ impl SubagentRuntime {
             parent_id,
             depth,
             parent_path,
+            usage,
         }) = stack.pop()
         {
             if !seen.insert(entry.child_id.clone()) {
@@ -377,6 +384,7 @@ impl SubagentRuntime {
                 diagnostic,
                 has_children,
                 activity,
+                usage,
             });
         }
         Ok(rows)
@@ -486,16 +494,23 @@ fn push_children(
     depth: u32,
     parent_path: Option<String>,
 ) {
+    let usage: Vec<_> = catalog
+        .entries()
+        .iter()
+        .map(|entry| catalog.usage(&entry.child_id))
+        .collect();
     stack.extend(
         catalog
             .into_entries()
             .into_iter()
+            .zip(usage)
             .rev()
-            .map(|entry| Pending {
+            .map(|(entry, usage)| Pending {
                 entry,
                 parent_id: parent_id.clone(),
                 depth,
                 parent_path: parent_path.clone(),
+                usage,
             }),
     );
 }

@@ -98,6 +98,18 @@ impl Tool for ListAgentsTool {
     }
 }
 
+/// What a listed child's settled runs used: its subtree's tokens, and its
+/// own share when its subagents used some.
+fn usage_column(usage: &dsh_subagent::ChildUsage) -> String {
+    let subtree = dsh_subagent::budget::budget_tokens(&usage.subtree);
+    let own = dsh_subagent::budget::budget_tokens(&usage.own);
+    if own == subtree {
+        format!(" (used {subtree} tokens)")
+    } else {
+        format!(" (used {subtree} tokens with its subagents, {own} itself)")
+    }
+}
+
 /// The listing as the model reads it.
 fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> String {
     let you = |id: &SessionId| if id == caller { " (you)" } else { "" };
@@ -128,6 +140,9 @@ fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> Str
             row_activity(row.activity),
             row.entry.label
         );
+        if !row.usage.is_empty() {
+            line.push_str(&usage_column(&row.usage));
+        }
         if let Some(diagnostic) = row.diagnostic {
             line.push_str(&format!(
                 " [{}]",

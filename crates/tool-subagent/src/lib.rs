@@ -3,7 +3,7 @@
 pub mod survey;
 pub use survey::{SURVEY_TOOL_NAME, SurveyTool};
 
-use dsh_subagent::{AdmissionError, AgentRoute, RegistryError};
+use dsh_subagent::{AdmissionError, AgentRoute, BudgetPolicy, RegistryError};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 
@@ -17,8 +17,9 @@ use async_trait::async_trait;
 use dsh_core::content::joined_text;
 use dsh_core::{
     Agent, AgentOptions, AgentRef, ContentBlock, StopReason, Tool, ToolContext, ToolError,
-    ToolOutput, ToolRestriction,
+    ToolOutput, ToolRestriction, Usage,
 };
+use dsh_subagent::budget::usage_line;
 use dsh_subagent::{
     ActivationSpec, Delivery, StartRequest, SubagentActivation, SubagentError, SubagentProvider,
     SubagentResult, SubagentRuntime,
@@ -62,6 +63,11 @@ pub struct SubagentToolConfig {
     /// among the routes it was allowed when the tool was first offered to
     /// it (needs the `agent_options` capability).
     pub model_selection: Option<SubagentModelSelectionConfig>,
+    /// The host's defaults and ceilings for a child's token budget and
+    /// time limit: a call may ask for less than a ceiling, never more, and
+    /// one that asks for nothing gets the default. A token budget needs the
+    /// provider's `token_budget` capability; a time limit needs none.
+    pub budget: BudgetPolicy,
 }
 
 impl SubagentToolConfig {
@@ -77,6 +83,7 @@ impl SubagentToolConfig {
             tool_filter: None,
             background: true,
             model_selection: None,
+            budget: BudgetPolicy::default(),
         }
     }
 }
@@ -155,6 +162,10 @@ struct Args {
     provider: Option<String>,
     #[serde(default)]
     model: Option<String>,
+    #[serde(default)]
+    token_budget: Option<u64>,
+    #[serde(default)]
+    timeout_seconds: Option<u64>,
 }
 
 impl SubagentTool {
@@ -273,6 +284,13 @@ impl SubagentTool {
             .is_some_and(|provider| provider.inherits_parent_context())
     }
 
+    /// Whether the provider registered now can be given a token budget.
+    fn meters_tokens(&self) -> bool {
+        self.runtime
+            .get(&self.config.provider)
+            .is_some_and(|provider| provider.capabilities().token_budget)
+    }
+
     /// The configuration it was installed with.
     pub fn config(&self) -> &SubagentToolConfig {
         &self.config
@@ -328,6 +346,15 @@ impl SubagentTool {
         request.persona.clone_from(&self.config.persona);
         request.tool_filter.clone_from(&self.config.tool_filter);
         request.max_depth = self.runtime.resolve_max_depth(self.config.max_depth);
+        let limits = match self.config.budget.resolve(
+            args.token_budget,
+            args.timeout_seconds.map(std::time::Duration::from_secs),
+        ) {
+            Ok(limits) => limits,
+            Err(err) => return Ok(ToolOutput::error(refusal(&err.into()))),
+        };
+        request.token_budget = limits.tokens;
+        request.time_limit = limits.time;
         let spec = ActivationSpec {
             provider: self.config.provider.clone(),
             label: args.description,
@@ -448,7 +475,7 @@ impl Tool for SubagentTool {
     fn input_schema(&self) -> Value {
         // Rebuilt from the provider found now, as the description is: the
         // prompt's wording follows whether the child sees this conversation.
-        input_schema(&self.config, self.inherits())
+        input_schema(&self.config, self.inherits(), self.meters_tokens())
     }
 
     fn is_available(&self) -> bool {
@@ -502,6 +529,14 @@ fn check_capabilities(
     if config.tool_filter.is_some() && !caps.tool_filter {
         return Err(missing("tool_filter", ""));
     }
+    if (config.budget.default_tokens.is_some() || config.budget.max_tokens.is_some())
+        && !caps.token_budget
+    {
+        return Err(missing(
+            "token_budget",
+            "; remove the token budget from the tool's settings",
+        ));
+    }
     Ok(())
 }
 
@@ -522,10 +557,12 @@ fn description(inherits: bool, background: bool) -> String {
 }
 
 /// The input schema for `config`: `run_in_background` only when background
-/// runs are on, `provider` and `model` only with model selection, and the
+/// runs are on, `provider` and `model` only with model selection,
+/// `token_budget` only for a provider that meters tokens (`budgets`),
+/// `timeout_seconds` always (each bounded by the host's ceiling), and the
 /// prompt worded for a child that does (`inherits`) or does not see the
 /// parent's conversation.
-fn input_schema(config: &SubagentToolConfig, inherits: bool) -> Value {
+fn input_schema(config: &SubagentToolConfig, inherits: bool, budgets: bool) -> Value {
     let prompt = if inherits {
         "What the subagent should do next. It already sees this conversation's completed turns, so state only what is new: the task and anything decided since."
     } else {
@@ -566,6 +603,28 @@ fn input_schema(config: &SubagentToolConfig, inherits: bool) -> Value {
                 "description": "The model id for the subagent, under `provider`."
             }),
         );
+    }
+    if let Some(map) = properties.as_object_mut() {
+        if budgets {
+            let mut budget = json!({
+                "type": "integer",
+                "minimum": 1,
+                "description": "The most tokens (input plus output) the subagent and any subagents it starts may use; it is stopped when they are spent and you get what it had so far. It must fit in what is left of your own budget, if you have one."
+            });
+            if let Some(ceiling) = config.budget.max_tokens {
+                budget["maximum"] = json!(ceiling);
+            }
+            map.insert("token_budget".to_owned(), budget);
+        }
+        let mut timeout = json!({
+            "type": "integer",
+            "minimum": 1,
+            "description": "The most seconds the subagent may run; it is stopped when they are up and you get what it had so far."
+        });
+        if let Some(ceiling) = config.budget.max_time {
+            timeout["maximum"] = json!(ceiling.as_secs());
+        }
+        map.insert("timeout_seconds".to_owned(), timeout);
     }
     if config.background
         && let Some(map) = properties.as_object_mut()
@@ -653,6 +712,10 @@ fn render_result(name: &str, result: &SubagentResult) -> ToolOutput {
         text.push_str("\nDiagnostic: ");
         text.push_str(diagnostic);
     }
+    if result.subtree_usage != Usage::default() {
+        text.push_str("\nUsage: ");
+        text.push_str(&usage_line(&result.subtree_usage));
+    }
     let partial = joined_text(&result.output);
     if !partial.is_empty() {
         text.push_str("\nPartial output before it ended:\n");
@@ -670,6 +733,10 @@ fn headline(name: &str, reason: &StopReason) -> String {
             format!("The subagent `{name}` ran out of output tokens before it finished.")
         }
         "refusal" => format!("The subagent `{name}` declined the task."),
+        "budget-exhausted" => {
+            format!("The subagent `{name}` used up its token budget before it finished.")
+        }
+        "timed-out" => format!("The subagent `{name}` ran out of time before it finished."),
         other => format!("The subagent `{name}` ended without finishing (`{other}`)."),
     }
 }
@@ -689,6 +756,7 @@ mod tests {
             diagnostic: diagnostic.map(str::to_owned),
             stop_reason: StopReason::new(reason.to_owned()),
             usage: Default::default(),
+            subtree_usage: Default::default(),
         }
     }
 
@@ -706,10 +774,23 @@ mod tests {
             ),
             ("refusal", "I will not do that.", None),
             ("timed-out", "", Some("the agent took too long")),
+            (
+                "budget-exhausted",
+                "what it found so far",
+                Some("the subagent's subtree used 120 tokens of its budget of 100"),
+            ),
         ]
         .into_iter()
         .map(|(reason, output, diagnostic)| {
-            let out = render_result("scout", &result(reason, output, diagnostic));
+            let mut result = result(reason, output, diagnostic);
+            if reason == "budget-exhausted" || output == "All done." {
+                result.subtree_usage = Usage {
+                    input_tokens: 100,
+                    output_tokens: 20,
+                    cached_input_tokens: 40,
+                };
+            }
+            let out = render_result("scout", &result);
             (reason.to_owned(), out.is_error, joined_text(&out.content))
         })
         .collect();
@@ -724,7 +805,7 @@ mod tests {
         };
         for config in [SubagentToolConfig::new("spawn"), selecting] {
             let schema =
-                dsh_core::schema::JsonSchema::compile(input_schema(&config, false)).unwrap();
+                dsh_core::schema::JsonSchema::compile(input_schema(&config, false, true)).unwrap();
             for input in [
                 json!({"description": "a", "prompt": "b"}),
                 json!({"description": "a", "prompt": "b", "name": "scout", "run_in_background": false}),
@@ -734,6 +815,8 @@ mod tests {
                 json!({"description": "a", "prompt": 2}),
                 json!({"description": "a", "prompt": "b", "provider": "p", "model": "m"}),
                 json!({"description": "a", "prompt": "b", "model": 3}),
+                json!({"description": "a", "prompt": "b", "token_budget": 500, "timeout_seconds": 60}),
+                json!({"description": "a", "prompt": "b", "token_budget": "many"}),
             ] {
                 // What `execute` accepts: the struct, and the selection
                 // parameters only when the tool has a selection setting.
@@ -758,6 +841,16 @@ mod tests {
             }),
             SubagentError::Registry(RegistryError::NoProvider("fork".into())),
             SubagentError::Admission(AdmissionError::Draining),
+            SubagentError::Admission(AdmissionError::OverBudget {
+                requested: 5000,
+                remaining: 1200,
+            }),
+            SubagentError::Admission(AdmissionError::BudgetSpent),
+            SubagentError::Admission(AdmissionError::AboveCeiling {
+                option: "timeout_seconds",
+                requested: 7200,
+                ceiling: 3600,
+            }),
             SubagentError::Cancelled,
         ]
         .iter()

@@ -761,3 +761,54 @@ async fn the_published_schema_accepts_exactly_what_the_tool_parses() {
         assert_eq!(schema.validate(&with_background).is_ok(), background);
     }
 }
+
+// Budgets through the tool: the host's ceiling refuses a larger request
+// with a sentence, and a call that names none gets the host's default, so
+// a foreground child that spends it ends `budget-exhausted` with what it
+// had said so far.
+#[tokio::test]
+async fn the_host_sets_budget_defaults_and_ceilings_the_model_cannot_raise() {
+    let budgeted = || SubagentToolConfig {
+        budget: dsh_subagent::BudgetPolicy {
+            default_tokens: Some(1),
+            max_tokens: Some(1000),
+            ..Default::default()
+        },
+        ..SubagentToolConfig::new("spawn")
+    };
+    let world = world_with_tool(
+        lead_calls(json!({"description": "x", "prompt": "y", "token_budget": 5000})),
+        budgeted(),
+    )
+    .await;
+    world.ask("lead: delegate").await;
+    let over = last_tool_result(&world.lead_requests()[1]);
+    assert!(over.0, "{over:?}");
+
+    let responder: Responder = Box::new(|request| {
+        let first = first_user_text(request);
+        if first.starts_with("lead:") {
+            if has_tool_result(request) {
+                Scripted::Text("noted".into())
+            } else {
+                let input =
+                    json!({"description": "x", "prompt": "spend", "run_in_background": false});
+                Scripted::ToolCalls {
+                    text: None,
+                    calls: vec![("subagent".into(), input)],
+                }
+            }
+        } else if has_tool_result(request) {
+            Scripted::Hang
+        } else {
+            Scripted::ToolCalls {
+                text: Some("partial findings".into()),
+                calls: vec![("no_such_tool".into(), json!({}))],
+            }
+        }
+    });
+    let world = world_with_tool(responder, budgeted()).await;
+    world.ask("lead: delegate").await;
+    let spent = last_tool_result(&world.lead_requests()[1]);
+    insta::assert_debug_snapshot!((over, spent));
+}
