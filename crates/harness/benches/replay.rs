@@ -92,9 +92,9 @@ fn replay(c: &mut Criterion) {
     let plain = SessionId::new("plain").unwrap();
     let sealed = SessionId::new("sealed").unwrap();
     let size = write_log(&rt, &store, &plain);
-    write_log(&rt, &store, &sealed);
+    let sealed_size = write_log(&rt, &store, &sealed);
     let seal = rt.block_on(store.seal(&sealed)).unwrap();
-    assert_eq!(seal.plain_bytes, size);
+    assert_eq!(seal.plain_bytes, sealed_size);
     per_event("replay log on disk, plain JSONL", size);
     per_event("replay log on disk, sealed (zstd)", seal.sealed_bytes);
 
@@ -104,6 +104,7 @@ fn replay(c: &mut Criterion) {
     group.bench_function(format!("load/{EVENTS}"), |b| {
         b.iter_custom(|iters| time_loads(&rt, &store, &plain, iters));
     });
+    group.throughput(Throughput::Bytes(sealed_size));
     group.bench_function(format!("load-sealed/{EVENTS}"), |b| {
         b.iter_custom(|iters| time_loads(&rt, &store, &sealed, iters));
     });
