@@ -1,35 +1,23 @@
 //! Session store benchmarks: append throughput of the JSONL store under each
-//! durability setting and of the memory store, and replay (load) throughput
-//! of a 100,000-event JSONL log. They write only under a fresh directory in
-//! the system temporary directory, which they remove when done.
+//! durability setting and of the memory store (replay is in `replay.rs`).
+//! They write only under a fresh directory in the system temporary
+//! directory, which they remove when done.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark code")]
 
-use std::hint::black_box;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dsh_core::content::ContentBlock;
-use dsh_core::message::{InboxTarget, MessageSource, ToolCall, Usage, UserMessage};
-use dsh_core::session::{
-    AssistantEntry, EventPayload, InboxAccepted, InboxIds, SessionEvent, SessionHeader, StepStart,
-    ToolResultEntry, TurnEnd, TurnStart, UserEntry,
-};
-use dsh_core::{CallId, Durability, MessageId, SessionId, SessionStore, StopReason};
+use dsh_core::session::{AssistantEntry, EventPayload, SessionEvent, SessionHeader};
+use dsh_core::{Durability, SessionId, SessionStore};
 use dsh_harness::store::{JsonlStore, MemoryStore};
+use dsh_test_support::bench::ASSISTANT_TEXT;
 use tokio::runtime::Runtime;
 
 /// Events per turn in the append benchmarks: a checkpoint follows each turn.
 const TURN: u64 = 12;
-
-const ASSISTANT_TEXT: &str = "I looked at the failing test: the parser treats a trailing comma as the \
-end of the list, so the last element is dropped. I will change the loop to check for the closing \
-bracket first and then add a regression test.";
-
-const TOOL_OUTPUT: &str = "fn parse_list(input: &str) -> Vec<Item> {\n    let mut items = Vec::new();\n    \
-for part in input.split(',') {\n        if part.trim().is_empty() { break; }\n        \
-items.push(Item::from(part));\n    }\n    items\n}\n";
 
 fn runtime() -> Runtime {
     tokio::runtime::Builder::new_current_thread()
@@ -61,69 +49,6 @@ fn assistant(seq: u64) -> SessionEvent {
             content: vec![ContentBlock::text(ASSISTANT_TEXT)],
         }),
     )
-}
-
-/// The `seq`-th event of a realistic log: turns of inbox traffic, a user
-/// message, two steps with text, a tool call and its result, and usage.
-fn mixed(seq: u64) -> SessionEvent {
-    let turn = seq / 13;
-    let message_id = MessageId::new(format!("m-{turn:08x}"));
-    let call_id = CallId::new(format!("c-{turn:08x}"));
-    let payload = match seq % 13 {
-        0 => EventPayload::TurnStart(TurnStart { turn }),
-        1 => EventPayload::InboxAccepted(InboxAccepted {
-            message: UserMessage {
-                id: message_id,
-                content: vec![ContentBlock::text(
-                    "Please fix the parser bug in src/list.rs and add a test.",
-                )],
-                source: MessageSource::User,
-            },
-            target: InboxTarget::NextTurn,
-            wake: true,
-        }),
-        2 => EventPayload::InboxClaimed(InboxIds {
-            message_ids: vec![message_id],
-        }),
-        3 => EventPayload::UserMessage(UserEntry {
-            message: UserMessage {
-                id: message_id,
-                content: vec![ContentBlock::text(
-                    "Please fix the parser bug in src/list.rs and add a test.",
-                )],
-                source: MessageSource::User,
-            },
-        }),
-        4 | 9 => EventPayload::StepStart(StepStart {
-            turn,
-            step: u64::from(seq % 13 == 9),
-        }),
-        5 | 10 => EventPayload::AssistantMessage(AssistantEntry {
-            content: vec![ContentBlock::text(ASSISTANT_TEXT)],
-        }),
-        6 => EventPayload::ToolCall(ToolCall {
-            call_id,
-            name: "read_file".into(),
-            input: serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200}),
-        }),
-        7 => EventPayload::ToolResult(ToolResultEntry {
-            call_id,
-            name: "read_file".into(),
-            content: vec![ContentBlock::text(TOOL_OUTPUT)],
-            is_error: false,
-        }),
-        8 | 11 => EventPayload::Usage(Usage {
-            input_tokens: 4_000 + seq,
-            output_tokens: 120,
-            ..Usage::default()
-        }),
-        _ => EventPayload::TurnEnd(TurnEnd {
-            turn,
-            stop_reason: StopReason::COMPLETED,
-            diagnostic: None,
-        }),
-    };
-    event(seq, payload)
 }
 
 fn append(c: &mut Criterion) {
@@ -168,41 +93,6 @@ fn append(c: &mut Criterion) {
     let _ = std::fs::remove_dir_all(&root);
 }
 
-fn replay(c: &mut Criterion) {
-    const EVENTS: u64 = 100_000;
-    let rt = runtime();
-    let root = scratch_dir("replay");
-    let store = JsonlStore::new(&root, Durability::None).unwrap();
-    let id = SessionId::new("replay").unwrap();
-    let log = rt.block_on(store.create(&header(&id), &[])).unwrap();
-    for chunk in (0..EVENTS).collect::<Vec<_>>().chunks(1_000) {
-        let batch: Vec<SessionEvent> = chunk.iter().map(|&seq| mixed(seq)).collect();
-        rt.block_on(log.append(&batch)).unwrap();
-    }
-    drop(log);
-    let size = std::fs::metadata(store.log_path(&id)).unwrap().len();
-    let mut group = c.benchmark_group("replay");
-    group.throughput(Throughput::Bytes(size));
-    group.sample_size(30);
-    group.bench_function("100k", |b| {
-        // Timed: load() itself. Freeing the events afterwards is the caller's
-        // cost; each result is freed before the next load, as in a host.
-        b.iter_custom(|iters| {
-            let mut total = Duration::ZERO;
-            for _ in 0..iters {
-                let start = Instant::now();
-                let loaded = rt.block_on(store.load(&id)).unwrap();
-                total += start.elapsed();
-                assert_eq!(loaded.events.len() as u64, EVENTS);
-                drop(black_box(loaded));
-            }
-            total
-        });
-    });
-    group.finish();
-    let _ = std::fs::remove_dir_all(&root);
-}
-
 fn memory(c: &mut Criterion) {
     let rt = runtime();
     let store = MemoryStore::new();
@@ -229,5 +119,5 @@ fn memory(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append, replay, memory);
+criterion_group!(benches, append, memory);
 criterion_main!(benches);

@@ -2,10 +2,18 @@
 //! disk, heap bytes per idle child, a ratio of two runs), recorded by the
 //! benches where `cargo xtask bench` finds them next to criterion's own
 //! estimates: one JSON file per measurement under
-//! `target/bench-results/`.
+//! `target/bench-results/`. Also the events of a realistic log
+//! ([`mixed_event`]), which the store and replay benches write.
 
 use std::path::PathBuf;
 
+use dsh_core::content::ContentBlock;
+use dsh_core::message::{InboxTarget, MessageSource, ToolCall, Usage, UserMessage};
+use dsh_core::session::{
+    AssistantEntry, EventPayload, InboxAccepted, InboxIds, SessionEvent, StepStart,
+    ToolResultEntry, TurnEnd, TurnStart, UserEntry,
+};
+use dsh_core::{CallId, MessageId, StopReason};
 use serde::Serialize;
 
 /// One measurement a bench made outside criterion's timing.
@@ -70,4 +78,76 @@ pub fn record(measurement: &Measurement<'_>) -> std::io::Result<()> {
         measurement.unit
     );
     Ok(())
+}
+
+/// The text of an assistant message in [`mixed_event`] (~200 bytes).
+pub const ASSISTANT_TEXT: &str = "I looked at the failing test: the parser treats a trailing comma as the \
+end of the list, so the last element is dropped. I will change the loop to check for the closing \
+bracket first and then add a regression test.";
+
+/// The output of the tool call in [`mixed_event`].
+const TOOL_OUTPUT: &str = "fn parse_list(input: &str) -> Vec<Item> {\n    let mut items = Vec::new();\n    \
+for part in input.split(',') {\n        if part.trim().is_empty() { break; }\n        \
+items.push(Item::from(part));\n    }\n    items\n}\n";
+
+/// The `seq`-th event of a realistic log: turns of inbox traffic, a user
+/// message, two steps with text, a tool call and its result, and usage.
+///
+/// Thirteen events per turn; `time` grows by 37 ms an event.
+pub fn mixed_event(seq: u64) -> SessionEvent {
+    let turn = seq / 13;
+    let message_id = MessageId::new(format!("m-{turn:08x}"));
+    let call_id = CallId::new(format!("c-{turn:08x}"));
+    let message = || UserMessage {
+        id: message_id.clone(),
+        content: vec![ContentBlock::text(
+            "Please fix the parser bug in src/list.rs and add a test.",
+        )],
+        source: MessageSource::User,
+    };
+    let payload = match seq % 13 {
+        0 => EventPayload::TurnStart(TurnStart { turn }),
+        1 => EventPayload::InboxAccepted(InboxAccepted {
+            message: message(),
+            target: InboxTarget::NextTurn,
+            wake: true,
+        }),
+        2 => EventPayload::InboxClaimed(InboxIds {
+            message_ids: vec![message_id],
+        }),
+        3 => EventPayload::UserMessage(UserEntry { message: message() }),
+        4 | 9 => EventPayload::StepStart(StepStart {
+            turn,
+            step: u64::from(seq % 13 == 9),
+        }),
+        5 | 10 => EventPayload::AssistantMessage(AssistantEntry {
+            content: vec![ContentBlock::text(ASSISTANT_TEXT)],
+        }),
+        6 => EventPayload::ToolCall(ToolCall {
+            call_id,
+            name: "read_file".into(),
+            input: serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200}),
+        }),
+        7 => EventPayload::ToolResult(ToolResultEntry {
+            call_id,
+            name: "read_file".into(),
+            content: vec![ContentBlock::text(TOOL_OUTPUT)],
+            is_error: false,
+        }),
+        8 | 11 => EventPayload::Usage(Usage {
+            input_tokens: 4_000 + seq,
+            output_tokens: 120,
+            ..Usage::default()
+        }),
+        _ => EventPayload::TurnEnd(TurnEnd {
+            turn,
+            stop_reason: StopReason::COMPLETED,
+            diagnostic: None,
+        }),
+    };
+    SessionEvent {
+        seq,
+        time: 1_700_000_000_000 + seq * 37,
+        payload,
+    }
 }

@@ -12,10 +12,11 @@
 
 mod handle;
 mod parse;
+mod sealed;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
-use std::io::{self, BufRead, BufReader};
+use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
@@ -32,6 +33,8 @@ use handle::{
     sync_dir,
 };
 use parse::{parse_header, parse_log};
+pub use sealed::Sealed;
+use sealed::{SEALED_EXTENSION, seal_log, sealed_path, unseal_for_open};
 
 use super::check_contiguous;
 
@@ -123,6 +126,52 @@ impl JsonlStore {
         name.push_str(EXTENSION);
         self.shared.dir.join(name)
     }
+
+    /// Seal the settled log of `id`: replace `<id>.jsonl` by its compressed
+    /// form `<id>.jsonl.zst` (zstd; the same bytes inside). Opt-in: plain
+    /// JSONL stays the default. Every read of the store reads a sealed log
+    /// transparently, and [`SessionStore::open`] unseals it before writing
+    /// (publishing the plain log whole before removing the compressed one).
+    /// A crash at any point leaves one readable form (see `sealed`).
+    ///
+    /// # Errors
+    /// [`StoreError::Busy`] when this process holds the log (an agent is
+    /// live on it); [`StoreError::Locked`] when another process does;
+    /// [`StoreError::NotFound`] when there is no plain log (already sealed,
+    /// or never created); [`StoreError::Corrupt`] (or another load error)
+    /// when the log does not parse whole, a torn tail included;
+    /// [`StoreError::Io`] when a file cannot be written, synced, renamed or
+    /// removed, in which case the plain log is still the log.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: the work runs on the blocking pool, and a dropped
+    /// future lets it finish detached (the log is then sealed, or still
+    /// plain if it failed); the id is `Busy` until then.
+    pub async fn seal(&self, id: &SessionId) -> Result<Sealed, StoreError> {
+        self.while_held(id, seal_log).await
+    }
+
+    /// Run `work(dir, id, path, durability)` on the blocking pool while
+    /// holding the in-process writer slot of `id` (`Busy` when taken); the
+    /// slot is released when the work ends, even if its future was dropped.
+    async fn while_held<T, F>(&self, id: &SessionId, work: F) -> Result<T, StoreError>
+    where
+        T: Send + 'static,
+        F: FnOnce(&Path, &SessionId, &Path, Durability) -> Result<T, StoreError> + Send + 'static,
+    {
+        let slot =
+            WriterSlot::claim(&self.shared, id).ok_or_else(|| StoreError::Busy(id.clone()))?;
+        let path = self.log_path(id);
+        let dir = self.shared.dir.clone();
+        let durability = self.shared.durability;
+        let (task_id, task_path) = (id.clone(), path.clone());
+        blocking(&path, move || {
+            let result = work(&dir, &task_id, &task_path, durability);
+            drop(slot);
+            result
+        })
+        .await
+    }
 }
 
 /// Every public async method below runs its file work on the blocking pool.
@@ -157,6 +206,10 @@ impl SessionStore for JsonlStore {
         // A held id names a log that exists (or is being created right now).
         let slot =
             WriterSlot::claim(&self.shared, &id).ok_or_else(|| StoreError::Exists(id.clone()))?;
+        // A sealed log exists as much as a plain one.
+        if sealed_path(&path).exists() {
+            return Err(StoreError::Exists(id));
+        }
         let dir = self.shared.dir.clone();
         let durability = self.shared.durability;
         let task_path = path.clone();
@@ -187,7 +240,14 @@ impl SessionStore for JsonlStore {
         let path = self.log_path(id);
         let durability = self.shared.durability;
         let task_path = path.clone();
-        let opened = blocking(&path, move || open_log(slot, &task_path, durability)).await?;
+        let dir = self.shared.dir.clone();
+        let task_id = id.clone();
+        let opened = blocking(&path, move || {
+            // A sealed log is unsealed first: writing needs the plain form.
+            unseal_for_open(&dir, &task_id, &task_path, durability)?;
+            open_log(slot, &task_path, durability)
+        })
+        .await?;
         let next_seq = opened.loaded.events.len() as u64;
         let log = Log::new(opened.held, path, durability, next_seq, opened.len);
         Ok((opened.loaded, Arc::new(log)))
@@ -236,8 +296,7 @@ impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
-        let path = self.log_path(id);
-        path.try_exists().map_err(|source| io_error(&path, source))
+        sealed::exists_either(&self.log_path(id))
     }
 
     /// # Cancel safety
@@ -251,16 +310,20 @@ impl SessionStore for JsonlStore {
     /// Not cancel safe: a dropped remove finishes detached (the log is then
     /// gone unless another process held it); the id is `Busy` until then.
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
-        let slot =
-            WriterSlot::claim(&self.shared, id).ok_or_else(|| StoreError::Busy(id.clone()))?;
-        let path = self.log_path(id);
-        let dir = self.shared.dir.clone();
-        let durability = self.shared.durability;
-        let (task_id, task_path) = (id.clone(), path.clone());
-        blocking(&path, move || {
-            let result = remove_log(&dir, &task_id, &task_path, durability);
-            drop(slot);
-            result
+        self.while_held(id, |dir, id, path, durability| {
+            match remove_log(dir, id, path, durability) {
+                // Sealed: its compressed form is the log.
+                Err(StoreError::NotFound(_)) => {
+                    match sealed::remove_sealed_form(dir, path, durability) {
+                        Ok(true) => Ok(()),
+                        Ok(false) => Err(StoreError::NotFound(id.clone())),
+                        Err(err) => Err(err),
+                    }
+                }
+                // A leftover of a seal that stopped before its unlink.
+                Ok(()) => sealed::remove_sealed_form(dir, path, durability).map(drop),
+                Err(err) => Err(err),
+            }
         })
         .await
     }
@@ -302,7 +365,8 @@ where
 
 /// Read the log of `id` without locking or changing it.
 fn load_log(id: &SessionId, path: &Path) -> Result<LoadedSession, StoreError> {
-    let bytes = fs::read(path).map_err(|source| open_error(id, path, source))?;
+    let (path, bytes) = sealed::read_either(id, path)?;
+    let path = path.as_path();
     let parsed = parse_log(id, path, bytes)?;
     if let Some(torn) = &parsed.torn_tail {
         tracing::debug!(
@@ -321,15 +385,8 @@ fn load_log(id: &SessionId, path: &Path) -> Result<LoadedSession, StoreError> {
 
 /// Read and check only the first line of the log of `id`.
 fn read_header(id: &SessionId, path: &Path) -> Result<SessionHeader, StoreError> {
-    let file = File::open(path).map_err(|source| open_error(id, path, source))?;
-    let mut line = Vec::new();
-    BufReader::new(file)
-        .read_until(b'\n', &mut line)
-        .map_err(|source| io_error(path, source))?;
-    if line.last() == Some(&b'\n') {
-        line.pop();
-    }
-    parse_header(id, path, &line)
+    let (path, line) = sealed::first_line(id, path)?;
+    parse_header(id, &path, &line)
 }
 
 /// The ids of every log in `dir`, sorted. Reads no file: a stray that is not
@@ -339,7 +396,10 @@ fn list_logs(dir: &Path) -> Result<Vec<SessionId>, StoreError> {
     for entry in fs::read_dir(dir).map_err(|source| io_error(dir, source))? {
         let entry = entry.map_err(|source| io_error(dir, source))?;
         let name = entry.file_name();
-        let Some(stem) = name.to_str().and_then(|name| name.strip_suffix(EXTENSION)) else {
+        let Some(stem) = name.to_str().and_then(|name| {
+            name.strip_suffix(EXTENSION)
+                .or_else(|| name.strip_suffix(SEALED_EXTENSION))
+        }) else {
             continue;
         };
         // Hidden files (temporaries) and foreign names are not session ids.
@@ -354,6 +414,8 @@ fn list_logs(dir: &Path) -> Result<Vec<SessionId>, StoreError> {
         }
     }
     ids.sort();
+    // A log caught between its plain and sealed forms has both files.
+    ids.dedup();
     Ok(ids)
 }
 
