@@ -23,7 +23,7 @@ pub use agent::{
 pub use content::ContentBlock;
 pub use error::CoreError;
 pub use id::{CallId, MessageId, SessionId};
-pub use message::{InboxTarget, Message, MessageSource, ToolCall, Usage, UserMessage};
+pub use message::{InboxTarget, Message, MessageSource, ToolCall, Transcript, Usage, UserMessage};
 pub use model::{
     FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelStream,
     ToolSpec,
