@@ -9,6 +9,7 @@ mod drain;
 mod error;
 mod events;
 mod external;
+mod footprint;
 mod messaging;
 mod names;
 mod notice;
@@ -27,6 +28,7 @@ pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_paylo
 pub use error::{AdmissionError, DeliveryError, InfraError, RegistryError, SubagentError};
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
 pub use external::RESUME_EVENT;
+pub use footprint::RuntimeFootprint;
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
