@@ -222,7 +222,7 @@ fn redact(text: &str, ids: &mut BTreeMap<String, String>) -> String {
 }
 
 /// The transcript as the lead's model saw it, one block per message.
-fn transcript(messages: &[Message], answer: &str) -> String {
+fn transcript(messages: &dsh_core::Transcript, answer: &str) -> String {
     let mut ids = BTreeMap::new();
     let mut out = String::new();
     for message in messages {

@@ -29,7 +29,7 @@ pub use content::ContentBlock;
 pub use error::CoreError;
 pub use id::{CallId, MessageId, SessionId};
 pub use message::{
-    InboxTarget, Message, MessageSource, PromptProvenance, ToolCall, Usage, UserMessage,
+    InboxTarget, Message, MessageSource, PromptProvenance, ToolCall, Transcript, Usage, UserMessage,
 };
 pub use model::{
     FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelStream,

@@ -349,6 +349,179 @@ pub enum Message {
     },
 }
 
+/// How many messages a sealed chunk of a [`Transcript`] holds.
+const CHUNK: usize = 64;
+
+/// The conversation a model is shown, built from shared chunks: cloning it
+/// (to put it in a [`ModelRequest`](crate::model::ModelRequest)) costs two
+/// reference counts whatever its length, and a loop that keeps appending
+/// while a model still holds an older clone copies at most the last
+/// partial chunk, never the history. Reads like a slice: [`len`](Self::len),
+/// [`iter`](Self::iter), [`last`](Self::last), indexing; serialises as a
+/// JSON array of messages.
+#[derive(Clone, Default)]
+pub struct Transcript {
+    /// Full chunks of exactly `CHUNK` messages, never changed once sealed
+    /// (a chunk is only reopened, by copy if shared, to amend its last
+    /// message).
+    sealed: std::sync::Arc<Vec<std::sync::Arc<[Message]>>>,
+    /// The messages after the sealed ones: at most `CHUNK`.
+    tail: std::sync::Arc<Vec<Message>>,
+}
+
+/// An iterator over a [`Transcript`]'s messages, oldest first.
+pub type TranscriptIter<'a> = std::iter::Chain<
+    std::iter::FlatMap<
+        std::slice::Iter<'a, std::sync::Arc<[Message]>>,
+        std::slice::Iter<'a, Message>,
+        fn(&'a std::sync::Arc<[Message]>) -> std::slice::Iter<'a, Message>,
+    >,
+    std::slice::Iter<'a, Message>,
+>;
+
+impl Transcript {
+    /// An empty transcript.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// How many messages it holds.
+    pub fn len(&self) -> usize {
+        self.sealed.len() * CHUNK + self.tail.len()
+    }
+
+    /// Whether it holds none.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The messages, oldest first.
+    pub fn iter(&self) -> TranscriptIter<'_> {
+        let chunk: fn(&std::sync::Arc<[Message]>) -> std::slice::Iter<'_, Message> =
+            |chunk| chunk.iter();
+        self.sealed.iter().flat_map(chunk).chain(self.tail.iter())
+    }
+
+    /// The message at `index`, if there is one.
+    pub fn get(&self, index: usize) -> Option<&Message> {
+        let sealed = self.sealed.len() * CHUNK;
+        if index < sealed {
+            self.sealed
+                .get(index / CHUNK)
+                .and_then(|chunk| chunk.get(index % CHUNK))
+        } else {
+            self.tail.get(index - sealed)
+        }
+    }
+
+    /// The first message.
+    pub fn first(&self) -> Option<&Message> {
+        self.get(0)
+    }
+
+    /// The newest message.
+    pub fn last(&self) -> Option<&Message> {
+        match self.tail.last() {
+            Some(last) => Some(last),
+            None => self.sealed.last().and_then(|chunk| chunk.last()),
+        }
+    }
+
+    /// A copy of every message, in order.
+    pub fn to_vec(&self) -> Vec<Message> {
+        self.iter().cloned().collect()
+    }
+
+    /// Append `message`. Copies nothing of the history; if a clone still
+    /// shares the unsealed tail, that tail (fewer than 64 messages) is
+    /// copied first.
+    pub fn push(&mut self, message: Message) {
+        if self.tail.len() >= CHUNK {
+            let full = std::mem::take(std::sync::Arc::make_mut(&mut self.tail));
+            std::sync::Arc::make_mut(&mut self.sealed).push(full.into());
+        }
+        std::sync::Arc::make_mut(&mut self.tail).push(message);
+    }
+
+    /// The newest message, to amend it (a tool call joining the assistant
+    /// message it belongs to). Copies at most one chunk, and only if a clone
+    /// still shares it.
+    pub fn last_mut(&mut self) -> Option<&mut Message> {
+        if self.tail.is_empty() {
+            let sealed = std::sync::Arc::make_mut(&mut self.sealed);
+            if let Some(chunk) = sealed.pop() {
+                self.tail = std::sync::Arc::new(chunk.to_vec());
+            }
+        }
+        std::sync::Arc::make_mut(&mut self.tail).last_mut()
+    }
+}
+
+impl std::fmt::Debug for Transcript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+impl PartialEq for Transcript {
+    fn eq(&self, other: &Self) -> bool {
+        self.len() == other.len() && self.iter().eq(other.iter())
+    }
+}
+
+impl std::ops::Index<usize> for Transcript {
+    type Output = Message;
+
+    /// # Panics
+    /// When `index` is out of bounds, like a slice.
+    fn index(&self, index: usize) -> &Message {
+        match self.get(index) {
+            Some(message) => message,
+            None => panic!(
+                "index {index} out of bounds for a transcript of {}",
+                self.len()
+            ),
+        }
+    }
+}
+
+impl<'a> IntoIterator for &'a Transcript {
+    type Item = &'a Message;
+    type IntoIter = TranscriptIter<'a>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        self.iter()
+    }
+}
+
+impl FromIterator<Message> for Transcript {
+    fn from_iter<I: IntoIterator<Item = Message>>(messages: I) -> Self {
+        let mut transcript = Self::new();
+        for message in messages {
+            transcript.push(message);
+        }
+        transcript
+    }
+}
+
+impl From<Vec<Message>> for Transcript {
+    fn from(messages: Vec<Message>) -> Self {
+        messages.into_iter().collect()
+    }
+}
+
+impl Serialize for Transcript {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_seq(self.iter())
+    }
+}
+
+impl<'de> Deserialize<'de> for Transcript {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        Vec::<Message>::deserialize(deserializer).map(Self::from)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -473,6 +646,61 @@ mod tests {
             serde_json::to_string(&other).unwrap(),
             r#"{"kind":"team-message","team":"t1"}"#
         );
+    }
+
+    fn said(n: usize) -> Message {
+        Message::User {
+            content: vec![ContentBlock::text(n.to_string())],
+            source: MessageSource::User,
+        }
+    }
+
+    /// A transcript reads like the `Vec` it was built from across chunk
+    /// boundaries, serialises the same, and a clone taken for a request
+    /// keeps what it saw while the original grows and amends its last
+    /// message.
+    #[test]
+    fn a_transcript_reads_like_a_vec_and_clones_are_snapshots() {
+        for n in [0, 1, CHUNK - 1, CHUNK, CHUNK + 1, 3 * CHUNK + 5] {
+            let all: Vec<Message> = (0..n).map(said).collect();
+            let transcript = Transcript::from(all.clone());
+            assert_eq!(transcript.len(), n);
+            assert_eq!(transcript.to_vec(), all);
+            assert!(transcript.iter().rev().eq(all.iter().rev()));
+            assert_eq!(transcript.last(), all.last());
+            assert_eq!(transcript.first(), all.first());
+            assert_eq!(transcript.get(n), None);
+            if n > 0 {
+                assert_eq!(transcript[n - 1], all[n - 1]);
+            }
+            assert_eq!(
+                serde_json::to_string(&transcript).unwrap(),
+                serde_json::to_string(&all).unwrap()
+            );
+            let back: Transcript =
+                serde_json::from_str(&serde_json::to_string(&all).unwrap()).unwrap();
+            assert_eq!(back, transcript);
+        }
+        let mut growing = Transcript::from((0..CHUNK).map(said).collect::<Vec<_>>());
+        let request = growing.clone();
+        growing.push(Message::Assistant {
+            content: Vec::new(),
+            tool_calls: Vec::new(),
+        });
+        if let Some(Message::Assistant { tool_calls, .. }) = growing.last_mut() {
+            tool_calls.push(ToolCall {
+                call_id: CallId::new("c1"),
+                name: "read".into(),
+                input: Value::Null,
+            });
+        }
+        assert_eq!(request.len(), CHUNK);
+        assert_eq!(request.to_vec(), (0..CHUNK).map(said).collect::<Vec<_>>());
+        assert_eq!(growing.len(), CHUNK + 1);
+        assert!(matches!(
+            growing.last(),
+            Some(Message::Assistant { tool_calls, .. }) if tool_calls.len() == 1
+        ));
     }
 
     #[test]

@@ -3,15 +3,13 @@
 //! real APIs and the scripted test model implement [`Model`]; nothing here
 //! performs I/O.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use futures::stream::BoxStream;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
-use crate::message::{Message, ToolCall, Usage};
+use crate::message::{ToolCall, Transcript, Usage};
 use crate::stop::StopReason;
 
 /// A tool as the model is shown it.
@@ -34,10 +32,10 @@ pub struct ModelRequest {
     /// The rendered system prompt.
     pub system: String,
     /// The conversation so far, shared with the loop that built the
-    /// request: a request costs no copy of the conversation. A model that
-    /// keeps the request after answering makes the loop copy it on its next
-    /// write (copy on write), so let go of it when done.
-    pub messages: Arc<Vec<Message>>,
+    /// request in chunks: a request costs no copy of the conversation, and
+    /// a model that keeps it makes the loop copy at most the newest partial
+    /// chunk on its next write, never the history.
+    pub messages: Transcript,
     /// The tools the model may call.
     pub tools: Vec<ToolSpec>,
     /// Output-token cap.

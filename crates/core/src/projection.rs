@@ -7,7 +7,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use crate::id::MessageId;
-use crate::message::{InboxTarget, Message, UserMessage};
+use crate::message::{InboxTarget, Message, Transcript, UserMessage};
 use crate::session::{EventPayload, SessionEvent, SessionHeader};
 
 /// A named fold over a session log.
@@ -44,14 +44,14 @@ pub fn replay<P: Projection>(
 pub struct TranscriptProjection;
 
 impl Projection for TranscriptProjection {
-    type State = Vec<Message>;
+    type State = Transcript;
 
     fn name(&self) -> &'static str {
         "transcript"
     }
 
     fn init(&self, _header: &SessionHeader) -> Self::State {
-        Vec::new()
+        Transcript::new()
     }
 
     fn apply(&self, messages: &mut Self::State, event: &SessionEvent) {
@@ -64,13 +64,20 @@ impl Projection for TranscriptProjection {
                 content: entry.content.clone(),
                 tool_calls: Vec::new(),
             }),
-            EventPayload::ToolCall(call) => match messages.last_mut() {
-                Some(Message::Assistant { tool_calls, .. }) => tool_calls.push(call.clone()),
-                _ => messages.push(Message::Assistant {
-                    content: Vec::new(),
-                    tool_calls: vec![call.clone()],
-                }),
-            },
+            EventPayload::ToolCall(call) => {
+                // Looked at before it is opened for change: amending is
+                // the rarer path, and opening a sealed chunk copies it.
+                if matches!(messages.last(), Some(Message::Assistant { .. })) {
+                    if let Some(Message::Assistant { tool_calls, .. }) = messages.last_mut() {
+                        tool_calls.push(call.clone());
+                    }
+                } else {
+                    messages.push(Message::Assistant {
+                        content: Vec::new(),
+                        tool_calls: vec![call.clone()],
+                    });
+                }
+            }
             EventPayload::ToolResult(result) => messages.push(Message::Tool {
                 call_id: result.call_id.clone(),
                 content: result.content.clone(),

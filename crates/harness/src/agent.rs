@@ -17,7 +17,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
-use dsh_core::message::Message;
+use dsh_core::message::Transcript;
 use dsh_core::projection::{PendingItem, Projection, TranscriptProjection, replay};
 use dsh_core::session::{
     AssistantEntry, InboxAccepted, InboxIds, StepStart, ToolResultEntry, TurnEnd, TurnStart,
@@ -50,11 +50,12 @@ pub(crate) struct Restored {
 struct State {
     /// The log: the one copy of it the agent keeps.
     events: Vec<SessionEvent>,
-    /// The model-visible conversation while a turn runs (projected from
-    /// `events` when the turn starts, then kept up to date by each write),
-    /// shared with each model request; `None` between turns, so an idle
-    /// agent holds its log once.
-    transcript: Option<Arc<Vec<Message>>>,
+    /// The model-visible conversation, projected from `events` when the
+    /// first turn of this activation starts and from then on kept up to
+    /// date by each write, so no step or turn replays the history; shared
+    /// in chunks with each model request. `None` until the first turn, so
+    /// an agent that never runs holds its log once.
+    transcript: Option<Transcript>,
     next_turn: VecDeque<PendingItem>,
     next_step: VecDeque<PendingItem>,
     /// A driver task exists (running turns or about to).
@@ -353,6 +354,27 @@ impl LoopAgent {
         }
     }
 
+    /// [`commit`](Self::commit) for the driver's own writes, without the
+    /// task hop: the driver is a task on the tracker that nothing drops
+    /// mid-turn (only a runtime shutting down drops it, which would drop a
+    /// spawned write just the same), so its write and application already
+    /// run as one step that no caller can split.
+    ///
+    /// # Cancel safety
+    /// Only the driver calls it; dropped while waiting for the ordering
+    /// lock, nothing happened, and after that the driver is not dropped.
+    async fn driver_commit<R>(
+        &self,
+        payloads: Vec<EventPayload>,
+        after: impl FnOnce(&LoopAgent, &mut State) -> R,
+    ) -> Result<R, AgentError> {
+        let guard = self.log.lock().await;
+        let Some(log) = guard.as_ref() else {
+            return Err(AgentError::Disposed(self.header.id.clone()));
+        };
+        self.write_and_apply(log.as_ref(), payloads, after).await
+    }
+
     /// The write-and-apply step; the caller holds the ordering lock.
     async fn write_and_apply<R>(
         &self,
@@ -393,8 +415,9 @@ impl LoopAgent {
             if let Some(transcript) = &mut state.transcript
                 && is_conversation(&event.payload)
             {
-                // Copies only if a model still holds the last request.
-                TranscriptProjection.apply(Arc::make_mut(transcript), &event);
+                // Copies at most the newest partial chunk, and only if a
+                // model still holds the last request.
+                TranscriptProjection.apply(transcript, &event);
             }
             state.events.push(event);
         }
@@ -456,23 +479,19 @@ impl LoopAgent {
     }
 
     async fn run_turn(&self, cancel: CancellationToken) -> Result<(), AgentError> {
-        let result = self.run_turn_steps(cancel).await;
-        self.state().transcript = None;
-        result
-    }
-
-    async fn run_turn_steps(&self, cancel: CancellationToken) -> Result<(), AgentError> {
         let (turn, batch) = {
             let mut state = self.state();
             let turn = state.turns;
             state.turns += 1;
-            let transcript = replay(&TranscriptProjection, &self.header, &state.events);
-            state.transcript = Some(Arc::new(transcript));
+            if state.transcript.is_none() {
+                let transcript = replay(&TranscriptProjection, &self.header, &state.events);
+                state.transcript = Some(transcript);
+            }
             (turn, state.claim(true))
         };
         let mut payloads = vec![EventPayload::TurnStart(TurnStart { turn })];
         payloads.extend(claim_payloads(batch));
-        if let Err(err) = self.commit(payloads, |_, _| ()).await {
+        if let Err(err) = self.driver_commit(payloads, |_, _| ()).await {
             self.end_turn_in_memory(turn, &err);
             return Err(err);
         }
@@ -510,7 +529,7 @@ impl LoopAgent {
             diagnostic,
         });
         if let Err(err) = self
-            .commit(vec![end], |_, state| state.turn_cancel = None)
+            .driver_commit(vec![end], |_, state| state.turn_cancel = None)
             .await
         {
             self.end_turn_in_memory(turn, &err);
@@ -562,7 +581,7 @@ impl LoopAgent {
         if cancel.is_cancelled() {
             return Ok(StepOutcome::End(StopReason::ABORTED, None));
         }
-        self.commit(
+        self.driver_commit(
             vec![EventPayload::StepStart(StepStart { turn, step })],
             |_, _| (),
         )
@@ -600,7 +619,7 @@ impl LoopAgent {
                 let text = EventPayload::AssistantMessage(AssistantEntry {
                     content: vec![ContentBlock::text(streamed)],
                 });
-                self.commit(vec![text], |_, _| ()).await?;
+                self.driver_commit(vec![text], |_, _| ()).await?;
             }
             return Ok(StepOutcome::End(reason, diagnostic));
         }
@@ -633,7 +652,7 @@ impl LoopAgent {
             payloads.push(EventPayload::Usage(reply.usage));
         }
         let usage = reply.usage;
-        self.commit(payloads, move |_, state| state.usage += usage)
+        self.driver_commit(payloads, move |_, state| state.usage += usage)
             .await?;
         if !finished_normally {
             let diagnostic = match &reply.finish {
@@ -676,7 +695,7 @@ impl LoopAgent {
                     })
                     .collect(),
             };
-            self.commit(results, |_, _| ()).await?;
+            self.driver_commit(results, |_, _| ()).await?;
             if aborted {
                 return Ok(StepOutcome::End(StopReason::ABORTED, None));
             }
@@ -702,7 +721,7 @@ impl LoopAgent {
             }
         };
         if !batch.is_empty() {
-            self.commit(claim_payloads(batch), |_, _| ()).await?;
+            self.driver_commit(claim_payloads(batch), |_, _| ()).await?;
             return Ok(StepOutcome::Continue);
         }
         if calls.is_empty() {

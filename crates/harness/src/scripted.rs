@@ -434,7 +434,7 @@ mod tests {
         ModelRequest {
             model: None,
             system: system.to_owned(),
-            messages: std::sync::Arc::new(vec![Message::User {
+            messages: dsh_core::Transcript::from(vec![Message::User {
                 content: vec![ContentBlock::text(user)],
                 source: MessageSource::User,
             }]),

@@ -188,7 +188,7 @@ fn request() -> ModelRequest {
     ModelRequest {
         model: None,
         system: "bench".into(),
-        messages: std::sync::Arc::new(vec![Message::User {
+        messages: dsh_core::Transcript::from(vec![Message::User {
             content: vec![ContentBlock::text("go")],
             source: MessageSource::User,
         }]),

@@ -47,7 +47,7 @@ fn request(text: &str) -> ModelRequest {
     ModelRequest {
         model: None,
         system: "You are terse.".into(),
-        messages: std::sync::Arc::new(vec![Message::User {
+        messages: dsh_core::Transcript::from(vec![Message::User {
             content: vec![ContentBlock::text(text)],
             source: MessageSource::User,
         }]),
@@ -725,7 +725,7 @@ fn full_request() -> ModelRequest {
     ModelRequest {
         model: Some("gpt-4o".into()),
         system: "You are a careful assistant.\nUse tools when they help.".into(),
-        messages: std::sync::Arc::new(vec![
+        messages: dsh_core::Transcript::from(vec![
             Message::User {
                 content: vec![
                     ContentBlock::text("What is in this picture?"),

@@ -10,6 +10,7 @@ mod drain;
 mod error;
 mod events;
 mod external;
+mod footprint;
 mod messaging;
 mod names;
 mod notice;
@@ -33,6 +34,7 @@ pub use external::{
     ExternalOutcome, FOREGROUND_EVENT, MAX_OUTCOME_OUTPUT_BYTES, OUTCOME_EVENT, RESUME_EVENT,
     heard_from,
 };
+pub use footprint::RuntimeFootprint;
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };

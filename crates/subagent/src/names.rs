@@ -144,8 +144,7 @@ impl NameReservations {
     }
 
     /// How many names are held.
-    #[cfg(test)]
-    fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.held().names.len()
     }
 
@@ -171,12 +170,19 @@ impl NameReservation {
         &self.key.1
     }
 
-    /// Keep the name held for as long as the runtime lives: the child is in
-    /// its parent's catalog now. Holding it here too closes the window in
-    /// which a concurrent start that read the catalog before this child's
-    /// entry was written could pick the same name.
+    /// Hand the name over to the parent's catalog, which holds the child's
+    /// entry now: the reservation is dropped (nothing is kept per child
+    /// once it is cataloged) without freeing the name for the next default.
+    /// The caller holds the runtime's catalog lock, under which every
+    /// reservation checks a catalog folded to the parent's current log, so
+    /// no check can have read the catalog before this entry and the
+    /// reservation after it is gone.
     pub fn commit(mut self) {
         self.released = true;
+        let mut held = self.owner.held();
+        if held.names.get(&self.key) == Some(&self.token) {
+            held.names.remove(&self.key);
+        }
     }
 
     /// Release the name. Only the reservation that owns the entry removes
@@ -254,13 +260,21 @@ mod tests {
         );
         drop(second);
         assert!(names.is_empty());
-        // A committed name stays held.
+        // A committed name leaves the reservations: the parent's catalog
+        // holds it from then on, and its check refuses it.
         names.reserve(&parent, "kept", &none).unwrap().commit();
+        assert!(names.is_empty());
+        let cataloged: HashSet<String> = ["kept".to_owned()].into();
         assert_eq!(
-            names.reserve(&parent, "kept", &none).unwrap_err().code(),
+            names
+                .reserve(&parent, "kept", &cataloged)
+                .unwrap_err()
+                .code(),
             "NAME_TAKEN"
         );
-        assert_eq!(names.len(), 1);
+        // A committed default does not free its number for the next one.
+        names.reserve_default(&parent, &none).commit();
+        assert_eq!(names.reserve_default(&parent, &none).name(), "agent-2");
         let mut stale = names.reserve(&parent, "tmp", &none).unwrap();
         stale.release();
         // Another parent has its own namespace.

@@ -183,13 +183,14 @@ impl SubagentRuntime {
         f: impl FnOnce(&CatalogFold) -> R,
     ) -> Result<R, SubagentError> {
         let reference = agent.reference();
-        let mut fold = lock(&self.inner.catalogs)
-            .remove(&reference)
-            .unwrap_or_default();
+        // Held throughout: a check made here sees the parent's log as it is
+        // now, which is what lets a committed name leave the reservations
+        // (`NameReservation::commit`, called under this lock too).
+        let mut catalogs = lock(&self.inner.catalogs);
+        let mut fold = catalogs.remove(&reference).unwrap_or_default();
         let fresh = agent.events_since(fold.next_seq());
         fold.apply(agent.header(), &fresh)?;
         let result = f(&fold);
-        let mut catalogs = lock(&self.inner.catalogs);
         // Forget agents that are no longer live, now and then, so the
         // cache stays small without a sweep on every call.
         if catalogs.len() >= CATALOG_SWEEP {
@@ -198,6 +199,14 @@ impl SubagentRuntime {
         }
         catalogs.insert(reference, fold);
         Ok(result)
+    }
+
+    /// Hand a reserved name over to the parent's catalog, whose entry for
+    /// the child is written: under the catalog lock, so no check is
+    /// between reading the catalog and the reservations.
+    fn commit_name(&self, reservation: NameReservation) {
+        let _catalogs = lock(&self.inner.catalogs);
+        reservation.commit();
     }
 
     /// The full model-facing name of a child `name` of `parent`.
@@ -305,7 +314,7 @@ impl SubagentRuntime {
             self.discard(&child_id, &handle).await;
             return Err(err.into());
         }
-        reservation.commit();
+        self.commit_name(reservation);
         drop(turn);
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
@@ -452,7 +461,7 @@ impl SubagentRuntime {
             }
             return Err(err);
         }
-        reservation.commit();
+        self.commit_name(reservation);
         drop(turn);
         let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(

@@ -1,12 +1,14 @@
-//! A counting global allocator for the memory benches: it forwards to the
-//! system allocator and keeps the number of live heap bytes.
+//! A counting global allocator for the memory benches and the tests that
+//! bound allocation: it forwards to the system allocator and keeps the
+//! number of live heap bytes and of allocations made.
 
 #![allow(unsafe_code)]
 
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicIsize, Ordering};
+use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
+static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
 
 /// Install with `#[global_allocator] static A: CountingAllocator =
 /// CountingAllocator;` and read [`live_bytes`] before and after.
@@ -16,6 +18,7 @@ pub struct CountingAllocator;
 unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
+        ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
         // SAFETY: same layout contract as the caller's.
         unsafe { System.alloc(layout) }
     }
@@ -30,4 +33,11 @@ unsafe impl GlobalAlloc for CountingAllocator {
 /// Heap bytes allocated through [`CountingAllocator`] and not yet freed.
 pub fn live_bytes() -> isize {
     LIVE.load(Ordering::Relaxed)
+}
+
+/// Allocations made through [`CountingAllocator`] so far (a count, not
+/// bytes: a growing `Vec`'s occasional doubling counts once, so the number
+/// follows work done per item rather than where the doublings fall).
+pub fn allocations() -> usize {
+    ALLOCATIONS.load(Ordering::Relaxed)
 }

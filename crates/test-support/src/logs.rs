@@ -2,14 +2,47 @@
 //! them after a reopen: the pending inbox the log implies, the messages it
 //! holds as conversation, and the tool calls it left without a result; and
 //! as the suites read a log: the stop reason of every turn, and the
-//! messages other agents relayed to it.
-//! Read-only helpers, so that suites stop carrying their own copies.
+//! messages other agents relayed to it. Read-only helpers, so that suites
+//! stop carrying their own copies; and one builder, [`conversation`], of a
+//! history to seed an agent with.
 
 use std::collections::BTreeSet;
 
 use dsh_core::content::joined_text;
-use dsh_core::session::{EventPayload, SessionEvent};
-use dsh_core::{MessageId, MessageSource};
+use dsh_core::session::{
+    AssistantEntry, EventPayload, SessionEvent, TurnEnd, TurnStart, UserEntry,
+};
+use dsh_core::{ContentBlock, MessageId, MessageSource, StopReason, UserMessage};
+
+/// A log of `messages` messages (rounded down to even) as completed turns
+/// of a short question and its answer, seqs from 0: the seed of an agent
+/// with a long history.
+pub fn conversation(messages: u64) -> Vec<SessionEvent> {
+    (0..messages / 2)
+        .flat_map(|turn| {
+            [
+                EventPayload::TurnStart(TurnStart { turn }),
+                EventPayload::UserMessage(UserEntry {
+                    message: UserMessage::user_text(format!("question {turn}")),
+                }),
+                EventPayload::AssistantMessage(AssistantEntry {
+                    content: vec![ContentBlock::text(format!("answer {turn}"))],
+                }),
+                EventPayload::TurnEnd(TurnEnd {
+                    turn,
+                    stop_reason: StopReason::COMPLETED,
+                    diagnostic: None,
+                }),
+            ]
+        })
+        .enumerate()
+        .map(|(seq, payload)| SessionEvent {
+            seq: seq as u64,
+            time: 0,
+            payload,
+        })
+        .collect()
+}
 
 /// Pending input as the log says: accepted − claimed − discarded, where a
 /// `user/message` claims its item too (the loop writes the message before

@@ -16,9 +16,9 @@ pub fn message_text(message: &Message) -> String {
 }
 
 /// The text of every user message of `messages`, in order.
-pub fn user_texts(messages: &[Message]) -> Vec<String> {
+pub fn user_texts<'a>(messages: impl IntoIterator<Item = &'a Message>) -> Vec<String> {
     messages
-        .iter()
+        .into_iter()
         .filter_map(|message| match message {
             Message::User { content, .. } => Some(joined_text(content)),
             _ => None,
@@ -54,8 +54,6 @@ pub fn saying<'a>(requests: &'a [ModelRequest], text: &str) -> Vec<&'a ModelRequ
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Arc;
-
     use dsh_core::{ContentBlock, MessageSource};
 
     use super::*;
@@ -64,7 +62,7 @@ mod tests {
         ModelRequest {
             model: None,
             system: String::new(),
-            messages: Arc::new(messages),
+            messages: messages.into(),
             tools: Vec::new(),
             max_output_tokens: None,
             reasoning_effort: None,

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use dsh_core::{Message, MessageSource, ModelRequest};
+use dsh_core::{Message, MessageSource, ModelRequest, Transcript};
 use dsh_harness::{Scripted, ScriptedModel};
 use tokio::sync::Semaphore;
 
@@ -71,7 +71,7 @@ impl Scripts {
 
 /// The script key of a request: the text of the last message the user
 /// wrote (a root's turn), else of the first user message (a child's prompt).
-pub fn script_key(messages: &[Message]) -> String {
+pub fn script_key(messages: &Transcript) -> String {
     fn text(message: &Message) -> Option<(&MessageSource, String)> {
         match message {
             Message::User { content, source } => {
