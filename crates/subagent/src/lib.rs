@@ -17,6 +17,7 @@ pub mod progress;
 mod provider;
 mod request;
 pub mod result;
+pub mod resume;
 mod runtime;
 mod start;
 mod tree;
@@ -42,5 +43,8 @@ pub use provider::{
 };
 pub use request::{ActivationSpec, DEFAULT_MAX_DEPTH, Delivery, MaxDepth, StartRequest};
 pub use result::SubagentResult;
+pub use resume::{
+    MemberResume, PARKED_EVENT, ResumeReason, ResumedMember, ResumedTree, TreeResume,
+};
 pub use runtime::{MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime};
 pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};

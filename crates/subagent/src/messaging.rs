@@ -410,8 +410,36 @@ impl SubagentRuntime {
             stop,
             ticket,
         } = work;
-        let (name, provider) = self.member_identity(&target, &root).await;
-        let Resumed { handle, slot } = self.resume_member(&target, &root, &stop).await?;
+        let (activation, handle) = self.install_resumed(&target, &root, &stop).await?;
+        let agent = handle.agent().clone();
+        match self
+            .deliver(sender.as_ref(), &root, &agent, message, into, &stop)
+            .await
+        {
+            Ok(id) => {
+                self.adopt_resumed(&activation, &agent, ticket).await;
+                Ok(id)
+            }
+            Err(err) => {
+                // Not delivered: the resume is undone, nobody is notified.
+                self.uninstall(&activation);
+                handle.dispose().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Resume a cold member as an installed (not yet launched) activation
+    /// whose delivery record is written; a member that never accepted its
+    /// task is refused (B54) and disposed.
+    pub(crate) async fn install_resumed(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        stop: &CancellationToken,
+    ) -> Result<(Arc<crate::activation::Activation>, dsh_core::AgentHandle), SubagentError> {
+        let (name, provider) = self.member_identity(target, root).await;
+        let Resumed { handle, slot } = self.resume_member(target, root, stop).await?;
         let agent = handle.agent().clone();
         // This activation's own events start here, whatever runs next.
         let start_seq = agent.events().len() as u64;
@@ -420,7 +448,7 @@ impl SubagentRuntime {
             // next message as one. Its creator gets the failure as a notice.
             handle.dispose().await;
             return Err(SubagentError::Delivery(DeliveryError::NotResumable {
-                id: target,
+                id: target.clone(),
                 reason: "it was created but never accepted its task".into(),
             }));
         }
@@ -452,32 +480,30 @@ impl SubagentRuntime {
             },
             slot,
         });
-        let delivered = match agent
+        if let Err(err) = agent
             .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
             .await
         {
-            Ok(_) => {
-                self.deliver(sender.as_ref(), &root, &agent, message, into, &stop)
-                    .await
-            }
-            Err(err) => Err(err.into()),
-        };
-        match delivered {
-            Ok(id) => {
-                self.launch(&activation);
-                drop(ticket);
-                // Its own tree is live again: notices its children owe it.
-                if let Err(err) = self.deliver_lost_notices(&agent).await {
-                    tracing::warn!(member = %target, "lost notices were not delivered: {err}");
-                }
-                Ok(id)
-            }
-            Err(err) => {
-                // Not delivered: the resume is undone, nobody is notified.
-                self.uninstall(&activation);
-                handle.dispose().await;
-                Err(err)
-            }
+            self.uninstall(&activation);
+            handle.dispose().await;
+            return Err(err.into());
+        }
+        Ok((activation, handle))
+    }
+
+    /// Announce and monitor an installed resumed activation, let its
+    /// admission go, and deliver the notices its own children owe it.
+    pub(crate) async fn adopt_resumed(
+        &self,
+        activation: &Arc<crate::activation::Activation>,
+        agent: &Arc<dyn Agent>,
+        ticket: AdmissionTicket,
+    ) {
+        self.launch(activation);
+        drop(ticket);
+        // Its own tree is live again: notices its children owe it.
+        if let Err(err) = self.deliver_lost_notices(agent).await {
+            tracing::warn!(member = %agent.id(), "lost notices were not delivered: {err}");
         }
     }
 
@@ -780,9 +806,15 @@ impl SubagentRuntime {
     /// ancestor of the target (checked even when the target is absent).
     ///
     /// # Cancel safety
-    /// The only awaits are the lineage reads of the authority check, before
-    /// any effect; a drop there interrupts nothing. The interrupt itself is
-    /// synchronous.
+    /// The lineage reads of the authority check come before any effect; a
+    /// drop there interrupts nothing. The interrupt itself is synchronous;
+    /// a drop during the [`crate::PARKED_EVENT`] record written after it
+    /// leaves the member interrupted and parked in this process, parked
+    /// across a restart only if the record landed.
+    ///
+    /// # Errors (the record)
+    /// The store error when the [`crate::PARKED_EVENT`] record cannot be
+    /// written (the interrupt took effect).
     pub async fn interrupt(
         &self,
         target: &SessionId,
@@ -804,6 +836,10 @@ impl SubagentRuntime {
         if let Some(agent) = self.registry().get(target) {
             self.park(target);
             agent.cancel(cause, CancelOptions { keep_inbox: true });
+            // Parked across a restart too (`resume_tree` leaves it parked).
+            agent
+                .record(crate::resume::PARKED_EVENT, serde_json::json!({}))
+                .await?;
         }
         Ok(())
     }
