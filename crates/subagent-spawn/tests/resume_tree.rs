@@ -154,9 +154,13 @@ async fn after_restart(dir: &Path) {
     // A host root of its own; the tree's root is resumed by the call.
     let world = bounded(world(dir, &model, "host").build()).await;
     let cancel = CancellationToken::new();
-    let tree = bounded(world.runtime.resume_tree(&sid(LEAD), &cancel))
-        .await
-        .unwrap();
+    let tree = bounded(
+        world
+            .runtime
+            .resume_tree(&sid(LEAD), Default::default(), &cancel),
+    )
+    .await
+    .unwrap();
     let lead = tree.root.agent().clone();
     assert!(
         world.runtime.registry().get(&sid(LEAD)).is_some(),

@@ -25,8 +25,8 @@ use std::sync::Arc;
 
 use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::{
-    Agent, AgentHandle, CancellationToken, EventPayload, ResumeAgent, SessionEvent, SessionHeader,
-    SessionId,
+    Agent, AgentHandle, AgentSetup, CancellationToken, EventPayload, ResumeAgent, SessionEvent,
+    SessionHeader, SessionId,
 };
 use serde::Serialize;
 
@@ -183,9 +183,9 @@ fn standing(header: &SessionHeader, events: &[SessionEvent]) -> Standing {
 
 impl SubagentRuntime {
     /// Bring the persisted tree of `root` back after a restart: resume the
-    /// root (its restored input wakes it), then its members as
-    /// [`SubagentRuntime::resume_members`] does. The caller owns the root's
-    /// handle.
+    /// root with the host's `setup` for it (its restored input wakes it),
+    /// then its members as [`SubagentRuntime::resume_members`] does. The
+    /// caller owns the root's handle.
     ///
     /// # Errors
     /// `ALREADY_LIVE` when the root is live in this process (use
@@ -201,6 +201,7 @@ impl SubagentRuntime {
     pub async fn resume_tree(
         &self,
         root: &SessionId,
+        setup: AgentSetup,
         cancel: &CancellationToken,
     ) -> Result<ResumedTree, SubagentError> {
         if self.registry().get(root).is_some() {
@@ -211,7 +212,7 @@ impl SubagentRuntime {
             .factory
             .resume(ResumeAgent {
                 id: root.clone(),
-                setup: Default::default(),
+                setup,
                 cancel: cancel.clone(),
             })
             .await?;
