@@ -94,6 +94,16 @@ pub(crate) struct NewActivation {
 }
 
 impl Activation {
+    /// A local activation's own events so far (`None` for an external run).
+    pub(crate) fn own_events(&self) -> Option<Vec<dsh_core::SessionEvent>> {
+        match &self.execution {
+            Execution::Local {
+                handle, start_seq, ..
+            } => Some(handle.agent().events_since(*start_seq)),
+            Execution::External { .. } => None,
+        }
+    }
+
     fn new(new: NewActivation) -> Self {
         let child_id = new.info.child_id.clone();
         Self {

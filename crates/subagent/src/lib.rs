@@ -33,8 +33,8 @@ pub use messaging::{
 };
 pub use names::{ROOT_NAME, validate_name};
 pub use progress::{
-    PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember, ProgressSink,
-    ProgressStream,
+    CurrentActivity, PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember,
+    ProgressSink, ProgressStream, ToolInProgress,
 };
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,

@@ -238,6 +238,69 @@ impl SubagentRuntime {
     }
 }
 
+/// What a live local child is doing at one moment, for the parent's model
+/// (`list_agents`): the tool call it is in, if any, and the tokens its
+/// activation used so far. Read from the activation's own log on demand, so
+/// it costs nothing while nobody asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentActivity {
+    /// The tool call in progress (the latest started without a result).
+    pub tool: Option<ToolInProgress>,
+    /// Input and output tokens this activation's model requests used.
+    pub tokens: u64,
+}
+
+/// A tool call in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolInProgress {
+    /// The tool's name.
+    pub name: String,
+    /// How long it has been running, in milliseconds (from its log record's
+    /// time to `now`).
+    pub for_ms: u64,
+}
+
+/// The activity a local activation's own `events` show at `now`
+/// (milliseconds since the Unix epoch).
+pub fn activity_of(events: &[dsh_core::SessionEvent], now_ms: u64) -> CurrentActivity {
+    use dsh_core::EventPayload;
+    let mut open: Vec<(&dsh_core::CallId, &str, u64)> = Vec::new();
+    let mut tokens = 0u64;
+    for event in events {
+        match &event.payload {
+            EventPayload::ToolCall(call) => open.push((&call.call_id, &call.name, event.time)),
+            EventPayload::ToolResult(result) => open.retain(|(id, ..)| **id != result.call_id),
+            EventPayload::Usage(usage) => {
+                tokens =
+                    tokens.saturating_add(usage.input_tokens.saturating_add(usage.output_tokens));
+            }
+            _ => {}
+        }
+    }
+    CurrentActivity {
+        tool: open.last().map(|(_, name, at)| ToolInProgress {
+            name: (*name).to_owned(),
+            for_ms: now_ms.saturating_sub(*at),
+        }),
+        tokens,
+    }
+}
+
+impl SubagentRuntime {
+    /// What the live local activation of `child` is doing now; `None` when
+    /// it has none (cold, settled, or an external run, whose activity is on
+    /// the progress bus only).
+    pub fn current_activity(&self, child: &SessionId) -> Option<CurrentActivity> {
+        let events = self.inner.activations.get(child)?.own_events()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
+        Some(activity_of(&events, now))
+    }
+}
+
 /// How often a local child's log is read for new progress while someone
 /// listens.
 pub(crate) const LOCAL_POLL: std::time::Duration = std::time::Duration::from_millis(20);
