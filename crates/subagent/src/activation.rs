@@ -343,7 +343,20 @@ fn vanished() -> Settled {
 impl SubagentRuntime {
     /// Make `new` a live activation (no event, no monitor yet).
     pub(crate) fn install(&self, new: NewActivation) -> Arc<Activation> {
-        self.inner.activations.insert(new)
+        let activation = self.inner.activations.insert(new);
+        if let Execution::Local {
+            handle, start_seq, ..
+        } = &activation.execution
+        {
+            // Its progress is heard from now on, before its monitor runs.
+            self.inner.progress.register(
+                self.progress_sink(&activation),
+                handle.agent().clone(),
+                *start_seq,
+                activation.serial,
+            );
+        }
+        activation
     }
 
     /// Announce and watch an installed activation.
@@ -362,6 +375,9 @@ impl SubagentRuntime {
     /// map and frees its slot; the caller disposes what it ran.
     pub(crate) fn uninstall(&self, activation: &Arc<Activation>) {
         drop(lock(&activation.slot).take());
+        self.inner
+            .progress
+            .unregister(&activation.child_id, activation.serial);
         self.inner.activations.remove(activation);
     }
 
@@ -378,10 +394,10 @@ impl SubagentRuntime {
             } => {
                 // Progress is read from the log while the child runs, and
                 // once more when it has gone quiet (never slowing it).
-                let mut reporter = crate::progress::LocalReporter::new(
-                    self.progress_sink(&activation),
-                    *start_seq,
-                );
+                let reporter = self
+                    .inner
+                    .progress
+                    .reporting(&activation.child_id, activation.serial);
                 let watched = async {
                     loop {
                         let seen = activation.delivered.load(Ordering::SeqCst);
@@ -398,14 +414,19 @@ impl SubagentRuntime {
                         }
                     }
                 };
-                let stopped = tokio::select! {
-                    stopped = watched => stopped,
-                    never = reporter.run(handle.agent().as_ref()) => match never {},
+                let stopped = match &reporter {
+                    Some(reporter) => tokio::select! {
+                        stopped = watched => stopped,
+                        never = reporter.run() => match never {},
+                    },
+                    None => watched.await,
                 };
                 if stopped {
                     self.stop_tree(&activation, handle.agent()).await;
                 }
-                reporter.report(handle.agent().as_ref());
+                if let Some(reporter) = &reporter {
+                    reporter.report();
+                }
                 Ok(local_result(
                     handle.agent().as_ref(),
                     *start_seq,

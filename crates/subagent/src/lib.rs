@@ -34,7 +34,7 @@ pub use messaging::{
 pub use names::{ROOT_NAME, validate_name};
 pub use progress::{
     CurrentActivity, PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember,
-    ProgressSink, ProgressStream, ToolInProgress,
+    ProgressSink, ProgressStream, TextFeed, ToolInProgress,
 };
 pub use provider::{
     AgentRoute, ContinuableCreateRequest, ContinuableCreateSpec, PrepareContinuable,
