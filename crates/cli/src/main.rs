@@ -33,6 +33,7 @@ mod json;
 mod model;
 mod observe;
 mod providers;
+mod resume;
 mod run;
 mod send;
 mod sessions;
@@ -242,6 +243,23 @@ enum Command {
         dir: DirArg,
         #[command(flatten)]
         root: RootArg,
+        #[command(flatten)]
+        model: ModelArg,
+        #[command(flatten)]
+        json: JsonArg,
+    },
+    /// Bring a tree back after a crash or a kill and run what it had left
+    /// to do, until the whole tree is done.
+    ///
+    /// The root is resumed; members with pending input or a turn the stop
+    /// cut off are resumed (a cut turn is closed as aborted and its creator
+    /// told); parked members stay parked and idle ones stay cold; notices
+    /// a crash kept from their creators are delivered. No prompt is sent.
+    Resume {
+        /// The tree's root session id (default: the most recent root).
+        tree: Option<String>,
+        #[command(flatten)]
+        dir: DirArg,
         #[command(flatten)]
         model: ModelArg,
         #[command(flatten)]
@@ -470,7 +488,9 @@ fn main() -> ExitCode {
     };
     quiet_panics();
     let log = match &cli.command {
-        Command::Run { dir, .. } | Command::Send { dir, .. } => Some(dir.dir.clone()),
+        Command::Run { dir, .. } | Command::Send { dir, .. } | Command::Resume { dir, .. } => {
+            Some(dir.dir.clone())
+        }
         Command::Agents { .. }
         | Command::Show { .. }
         | Command::Team { .. }
@@ -539,6 +559,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 dir: dir.dir,
                 settings,
                 resume: None,
+                whole_tree: false,
                 json: json.json,
                 ask,
             })
@@ -566,6 +587,23 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 message,
                 dir: dir.dir,
                 root: root.root,
+                settings,
+                json: json.json,
+                ask,
+            })
+            .await
+        }
+        Command::Resume {
+            tree,
+            dir,
+            model,
+            json,
+        } => {
+            let ask = model.ask_mode();
+            let settings = config::load(&model.overrides(config))?;
+            resume::resume(resume::ResumeArgs {
+                tree,
+                dir: dir.dir,
                 settings,
                 json: json.json,
                 ask,

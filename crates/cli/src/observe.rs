@@ -115,6 +115,9 @@ const FOCUS_KEEP: usize = 1024;
 pub struct Reporter {
     mode: Mode,
     runtime: OnceLock<SubagentRuntime>,
+    /// The runtime's text feed: local children's progress text, token by
+    /// token.
+    feed: OnceLock<dsh_subagent::TextFeed>,
     /// The model's price, for the cost column.
     price: OnceLock<Price>,
     /// The progress bus, read at each tick (live view only).
@@ -156,6 +159,9 @@ fn width() -> usize {
 /// The model's streamed text, as `text_delta` lines under `--json`.
 impl dsh_harness::TextObserver for Reporter {
     fn text_delta(&self, agent: &SessionId, delta: &str) {
+        if let Some(feed) = self.feed.get() {
+            feed.delta(agent, delta);
+        }
         self.streamed(agent, delta);
     }
 }
@@ -166,6 +172,7 @@ impl Reporter {
         Arc::new(Self {
             mode,
             runtime: OnceLock::new(),
+            feed: OnceLock::new(),
             price: OnceLock::new(),
             progress: Mutex::new(None),
             state: Mutex::new(State::default()),
@@ -176,6 +183,7 @@ impl Reporter {
     /// the live view, to its progress bus, read at each [`Reporter::tick`]).
     pub fn attach(self: &Arc<Self>, runtime: &SubagentRuntime) -> dsh_core::observe::Subscription {
         let _ = self.runtime.set(runtime.clone());
+        let _ = self.feed.set(runtime.text_feed());
         if self.mode == Mode::Live {
             *lock(&self.progress) = Some(runtime.progress());
         }

@@ -61,6 +61,9 @@ pub struct RunArgs {
     /// Continue this root's conversation (`dsh send lead`) instead of
     /// creating a new lead; the prompt is then the user's next message.
     pub resume: Option<SessionId>,
+    /// `dsh resume`: bring the resumed root's whole tree back with the
+    /// runtime's `resume_tree` and send no prompt.
+    pub whole_tree: bool,
     /// One JSON object per line on stdout for every event (`--json`).
     pub json: bool,
     /// Whether an action above the level asks the person (`--ask`).
@@ -207,6 +210,17 @@ async fn run_over(
     let prompt = args.prompt.unwrap_or_else(|| default_prompt.to_owned());
     let earlier_resumed = args.resume.is_some();
     let handle = match args.resume {
+        // The whole tree comes back as it was (`dsh resume`).
+        Some(id) if args.whole_tree => {
+            let tree = world
+                .runtime
+                .resume_tree(&id, world.lead_setup(&id), &CancellationToken::new())
+                .await?;
+            for line in crate::resume::render(&tree.members) {
+                reporter.line(&line);
+            }
+            tree.root
+        }
         // The lead's conversation goes on; its children stay cold until it
         // addresses them (the runtime resumes them on demand).
         Some(id) => {
@@ -273,7 +287,15 @@ async fn run_over(
         });
     }
 
-    let outcome = match lead.followup(UserMessage::user_text(prompt)).await {
+    // A resumed tree runs what it had left; anything else gets the prompt.
+    let sent = if args.whole_tree {
+        Ok(())
+    } else {
+        lead.followup(UserMessage::user_text(prompt))
+            .await
+            .map(drop)
+    };
+    let outcome = match sent {
         Err(err) => Err(err.into()),
         Ok(_) => {
             tokio::select! {
@@ -676,6 +698,7 @@ mod tests {
             )
             .unwrap(),
             resume: None,
+            whole_tree: false,
             json: false,
             ask: AskMode::Never,
         }

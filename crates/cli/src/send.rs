@@ -109,6 +109,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
             dir: args.dir,
             settings,
             resume: Some(root),
+            whole_tree: false,
             json: args.json,
             ask: args.ask,
         })

@@ -100,6 +100,16 @@ pub(crate) struct NewActivation {
 }
 
 impl Activation {
+    /// A local activation's own events so far (`None` for an external run).
+    pub(crate) fn own_events(&self) -> Option<Vec<dsh_core::SessionEvent>> {
+        match &self.execution {
+            Execution::Local {
+                handle, start_seq, ..
+            } => Some(handle.agent().events_since(*start_seq)),
+            Execution::External { .. } => None,
+        }
+    }
+
     fn new(new: NewActivation, limits: Limits, owner: Option<Arc<Ledger>>) -> Self {
         let child_id = new.info.child_id.clone();
         let stop = CancellationToken::new();
@@ -350,7 +360,20 @@ impl SubagentRuntime {
 
     /// Make `new` a live activation with a token budget and a time limit.
     pub(crate) fn install_limited(&self, new: NewActivation, limits: Limits) -> Arc<Activation> {
-        self.inner.activations.insert(new, limits)
+        let activation = self.inner.activations.insert(new, limits);
+        if let Execution::Local {
+            handle, start_seq, ..
+        } = &activation.execution
+        {
+            // Its progress is heard from now on, before its monitor runs.
+            self.inner.progress.register(
+                self.progress_sink(&activation),
+                handle.agent().clone(),
+                *start_seq,
+                activation.serial,
+            );
+        }
+        activation
     }
 
     /// Announce and watch an installed activation.
@@ -369,6 +392,9 @@ impl SubagentRuntime {
     /// map and frees its slot; the caller disposes what it ran.
     pub(crate) fn uninstall(&self, activation: &Arc<Activation>) {
         drop(lock(&activation.slot).take());
+        self.inner
+            .progress
+            .unregister(&activation.child_id, activation.serial);
         self.inner.activations.remove(activation);
     }
 
@@ -387,10 +413,10 @@ impl SubagentRuntime {
             } => {
                 // Progress is read from the log while the child runs, and
                 // once more when it has gone quiet (never slowing it).
-                let mut reporter = crate::progress::LocalReporter::new(
-                    self.progress_sink(&activation),
-                    *start_seq,
-                );
+                let reporter = self
+                    .inner
+                    .progress
+                    .reporting(&activation.child_id, activation.serial);
                 let watched = async {
                     loop {
                         let seen = activation.delivered.load(Ordering::SeqCst);
@@ -408,21 +434,30 @@ impl SubagentRuntime {
                     }
                 };
                 let mut meter = LocalMeter::new(*start_seq);
-                let stopped = tokio::select! {
-                    stopped = watched => stopped,
-                    never = reporter.run(handle.agent().as_ref()) => match never {},
-                    never = enforce(
-                        &activation.ledger,
-                        activation.time_limit,
-                        Some((&mut meter, handle.agent().as_ref())),
-                    ) => match never {},
+                let enforced = enforce(
+                    &activation.ledger,
+                    activation.time_limit,
+                    Some((&mut meter, handle.agent().as_ref())),
+                );
+                let stopped = match &reporter {
+                    Some(reporter) => tokio::select! {
+                        stopped = watched => stopped,
+                        never = reporter.run() => match never {},
+                        never = enforced => match never {},
+                    },
+                    None => tokio::select! {
+                        stopped = watched => stopped,
+                        never = enforced => match never {},
+                    },
                 };
                 // Only a stop the limits asked for ends with their reason.
                 tripped = activation.ledger.tripped().filter(|_| stopped).cloned();
                 if stopped {
                     self.stop_tree(&activation, handle.agent()).await;
                 }
-                reporter.report(handle.agent().as_ref());
+                if let Some(reporter) = &reporter {
+                    reporter.report();
+                }
                 meter.sync(handle.agent().as_ref(), &activation.ledger);
                 Ok(local_result(
                     handle.agent().as_ref(),

@@ -20,6 +20,7 @@ mod prompt;
 mod provider;
 mod request;
 pub mod result;
+pub mod resume;
 mod runtime;
 mod start;
 mod tree;
@@ -40,8 +41,8 @@ pub use messaging::{
 };
 pub use names::{ROOT_NAME, validate_name};
 pub use progress::{
-    PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember, ProgressSink,
-    ProgressStream,
+    CurrentActivity, PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember,
+    ProgressSink, ProgressStream, TextFeed, ToolInProgress,
 };
 pub use prompt::{PromptReceipt, canonical_time_zone};
 pub use provider::{
@@ -51,5 +52,8 @@ pub use provider::{
 };
 pub use request::{ActivationSpec, DEFAULT_MAX_DEPTH, Delivery, MaxDepth, StartRequest};
 pub use result::SubagentResult;
+pub use resume::{
+    MemberResume, PARKED_EVENT, ResumeReason, ResumedMember, ResumedTree, TreeResume,
+};
 pub use runtime::{MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime};
 pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};

@@ -478,37 +478,14 @@ impl SubagentRuntime {
             stop,
             ticket,
         } = work;
-        let resumed = self.resume_member(&target, &root, &stop).await?;
-        let handle = resumed.handle.clone();
+        let (activation, handle) = self.resume_installed(&target, &root, &stop).await?;
         let agent = handle.agent().clone();
-        if !has_taken_a_task(agent.as_ref()) {
-            // Cataloged, never given its task (B54): it must not take the
-            // next message as one. Its creator gets the failure as a notice.
-            handle.dispose().await;
-            return Err(SubagentError::Delivery(DeliveryError::NotResumable {
-                id: target,
-                reason: "it was created but never accepted its task".into(),
-            }));
-        }
-        let activation = self.install_resumed(&target, &root, resumed).await;
-        let delivered = match agent
-            .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
+        match self
+            .deliver(sender.as_ref(), &root, &agent, message, into, &stop)
             .await
         {
-            Ok(_) => {
-                self.deliver(sender.as_ref(), &root, &agent, message, into, &stop)
-                    .await
-            }
-            Err(err) => Err(err.into()),
-        };
-        match delivered {
             Ok(id) => {
-                self.launch(&activation);
-                drop(ticket);
-                // Its own tree is live again: notices its children owe it.
-                if let Err(err) = self.deliver_lost_notices(&agent).await {
-                    tracing::warn!(member = %target, "lost notices were not delivered: {err}");
-                }
+                self.adopt_resumed(&activation, &agent, ticket).await;
                 Ok(id)
             }
             Err(err) => {
@@ -517,6 +494,60 @@ impl SubagentRuntime {
                 handle.dispose().await;
                 Err(err)
             }
+        }
+    }
+
+    /// Resume a cold member as an installed (not yet launched) activation
+    /// whose delivery record is written; a member that never accepted its
+    /// task is refused (B54) and disposed.
+    ///
+    /// # Cancel safety
+    /// Meant to run as work the runtime owns (`Owned`), which a caller's
+    /// drop does not reach; `stop` cancels it, and every failure after the
+    /// resume disposes the resumed agent, so nothing is left installed.
+    pub(crate) async fn resume_installed(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        stop: &CancellationToken,
+    ) -> Result<(Arc<crate::activation::Activation>, dsh_core::AgentHandle), SubagentError> {
+        let resumed = self.resume_member(target, root, stop).await?;
+        let handle = resumed.handle.clone();
+        let agent = handle.agent().clone();
+        if !has_taken_a_task(agent.as_ref()) {
+            // Cataloged, never given its task (B54): it must not take the
+            // next message as one. Its creator gets the failure as a notice.
+            handle.dispose().await;
+            return Err(SubagentError::Delivery(DeliveryError::NotResumable {
+                id: target.clone(),
+                reason: "it was created but never accepted its task".into(),
+            }));
+        }
+        let activation = self.install_resumed(target, root, resumed).await;
+        if let Err(err) = agent
+            .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
+            .await
+        {
+            self.uninstall(&activation);
+            handle.dispose().await;
+            return Err(err.into());
+        }
+        Ok((activation, handle))
+    }
+
+    /// Announce and monitor an installed resumed activation, let its
+    /// admission go, and deliver the notices its own children owe it.
+    pub(crate) async fn adopt_resumed(
+        &self,
+        activation: &Arc<crate::activation::Activation>,
+        agent: &Arc<dyn Agent>,
+        ticket: AdmissionTicket,
+    ) {
+        self.launch(activation);
+        drop(ticket);
+        // Its own tree is live again: notices its children owe it.
+        if let Err(err) = self.deliver_lost_notices(agent).await {
+            tracing::warn!(member = %agent.id(), "lost notices were not delivered: {err}");
         }
     }
 
@@ -840,9 +871,15 @@ impl SubagentRuntime {
     /// ancestor of the target (checked even when the target is absent).
     ///
     /// # Cancel safety
-    /// The only awaits are the lineage reads of the authority check, before
-    /// any effect; a drop there interrupts nothing. The interrupt itself is
-    /// synchronous.
+    /// The lineage reads of the authority check come before any effect; a
+    /// drop there interrupts nothing. The interrupt itself is synchronous;
+    /// a drop during the [`crate::PARKED_EVENT`] record written after it
+    /// leaves the member interrupted and parked in this process, parked
+    /// across a restart only if the record landed.
+    ///
+    /// # Errors (the record)
+    /// The store error when the [`crate::PARKED_EVENT`] record cannot be
+    /// written (the interrupt took effect).
     pub async fn interrupt(
         &self,
         target: &SessionId,
@@ -864,6 +901,10 @@ impl SubagentRuntime {
         if let Some(agent) = self.registry().get(target) {
             self.park(target);
             agent.cancel(cause, CancelOptions { keep_inbox: true });
+            // Parked across a restart too (`resume_tree` leaves it parked).
+            agent
+                .record(crate::resume::PARKED_EVENT, serde_json::json!({}))
+                .await?;
         }
         Ok(())
     }

@@ -94,6 +94,11 @@ fn owed(header: &SessionHeader, events: &[SessionEvent]) -> Option<Owed> {
         return None;
     }
     let activation = &own[launched..];
+    if crate::resume::is_parked(activation, crate::resume::has_pending(header, events)) {
+        // Interrupted with its input kept: it has not settled (B54 waits
+        // for the turn that input runs).
+        return None;
+    }
     let ended = last_turn_end(activation)?;
     let open = activation
         .iter()
@@ -118,10 +123,27 @@ fn owed(header: &SessionHeader, events: &[SessionEvent]) -> Option<Owed> {
     Some(Owed::Settled(ended, result))
 }
 
+/// The id of the notice a cold child's log says its creator is owed (the
+/// creator's own log may hold it already).
+pub(crate) fn owed_notice_id(
+    child: &SessionId,
+    header: &SessionHeader,
+    events: &[SessionEvent],
+) -> Option<MessageId> {
+    match owed(header, events)? {
+        Owed::Settled(seq, _) => Some(notice_id(child, seq)),
+        Owed::Untasked => Some(untasked_id(child)),
+    }
+}
+
 /// The ids of the settlement notices a creator's log holds.
 fn notices_in(creator: &dyn Agent) -> HashSet<MessageId> {
-    creator
-        .events()
+    notice_ids(&creator.events())
+}
+
+/// The ids of the settlement notices among `events`.
+pub(crate) fn notice_ids(events: &[SessionEvent]) -> HashSet<MessageId> {
+    events
         .iter()
         .filter_map(|event| match &event.payload {
             EventPayload::InboxAccepted(accepted)

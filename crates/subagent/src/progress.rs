@@ -16,18 +16,23 @@
 //! it, and a result never does (usage reaches the result separately).
 //!
 //! Local children report from their session log, which the activation's
-//! monitor reads while the child runs: a step start, each tool call and
-//! its result, the text of each assistant message (one delta per message:
-//! the agent seam exposes the log, not the model's stream), and the usage
-//! of each model request. External providers report through the
+//! monitor reads every [`LOCAL_POLL`] while someone listens: a step start,
+//! each tool call and its result, and the usage of each model request.
+//! Their text comes token by token when the host hands its agent loop's
+//! streamed text to a [`TextFeed`] ([`SubagentRuntime::text_feed`]): each
+//! delta first reports what the log gained, so it follows its step's start;
+//! without a feed, each assistant message is one text delta, read from the
+//! log. A delta costs one check while nobody listens. External providers report through the
 //! [`ProgressSink`] their run is handed ([`crate::SubagentRun::observe`]).
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use dsh_core::{SessionId, Usage};
 use tokio::sync::broadcast;
 
-use crate::runtime::SubagentRuntime;
+use crate::runtime::{SubagentRuntime, lock};
 
 /// How many events the progress bus holds for its slowest listener before
 /// that listener starts losing the oldest ones.
@@ -142,16 +147,35 @@ pub enum ProgressItem {
     Missed(u64),
 }
 
+/// A live local activation's reporter, with the activation's serial.
+type Registered = (u64, Arc<Mutex<LocalReporter>>);
+
 /// The runtime's progress bus.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub(crate) struct ProgressHub {
     sender: broadcast::Sender<ProgressEvent>,
+    /// The reporters of the live local activations, by child, for the
+    /// streamed text of [`TextFeed`].
+    reporters: Arc<Mutex<HashMap<SessionId, Registered>>>,
+    /// Whether a host streams local text through a [`TextFeed`] (the log's
+    /// assistant messages then make no text event of their own).
+    streamed: Arc<AtomicBool>,
+}
+
+impl std::fmt::Debug for ProgressHub {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProgressHub")
+            .field("listeners", &self.sender.receiver_count())
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for ProgressHub {
     fn default() -> Self {
         Self {
             sender: broadcast::Sender::new(PROGRESS_BUFFER),
+            reporters: Arc::default(),
+            streamed: Arc::default(),
         }
     }
 }
@@ -249,6 +273,110 @@ impl SubagentRuntime {
             receiver: self.inner.progress.sender.subscribe(),
         }
     }
+
+    /// The feed a host hands its agent loop's streamed text to (the
+    /// harness's `TextObserver`), so that local children report their text
+    /// token by token. From the first call on, a local child's text events
+    /// come only from the feed, no longer one per assistant message.
+    pub fn text_feed(&self) -> TextFeed {
+        self.inner.progress.streamed.store(true, Ordering::SeqCst);
+        TextFeed {
+            hub: self.inner.progress.clone(),
+        }
+    }
+}
+
+/// Where a host's agent loop hands the model's streamed text
+/// ([`SubagentRuntime::text_feed`]). Cheap to clone; never waits on a
+/// listener.
+#[derive(Debug, Clone)]
+pub struct TextFeed {
+    hub: ProgressHub,
+}
+
+impl TextFeed {
+    /// `agent`'s model streamed `delta`. When `agent` is a live local
+    /// child and someone listens, what its log gained since the last report
+    /// is reported first (so the delta follows its step's start), then the
+    /// delta. Anything else (a root, nobody listening) costs one check.
+    pub fn delta(&self, agent: &SessionId, delta: &str) {
+        if self.hub.sender.receiver_count() == 0 || delta.is_empty() {
+            return;
+        }
+        let reporter = lock(&self.hub.reporters)
+            .get(agent)
+            .map(|(_, reporter)| reporter.clone());
+        if let Some(reporter) = reporter {
+            let mut reporter = lock(&reporter);
+            reporter.report();
+            reporter.sink.emit(ProgressKind::TextDelta {
+                text: delta.to_owned(),
+            });
+        }
+    }
+}
+
+/// What a live local child is doing at one moment, for the parent's model
+/// (`list_agents`): the tool call it is in, if any, and the tokens its
+/// activation used so far. Read from the activation's own log on demand, so
+/// it costs nothing while nobody asks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CurrentActivity {
+    /// The tool call in progress (the latest started without a result).
+    pub tool: Option<ToolInProgress>,
+    /// Input and output tokens this activation's model requests used.
+    pub tokens: u64,
+}
+
+/// A tool call in progress.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolInProgress {
+    /// The tool's name.
+    pub name: String,
+    /// How long it has been running, in milliseconds (from its log record's
+    /// time to `now`).
+    pub for_ms: u64,
+}
+
+/// The activity a local activation's own `events` show at `now`
+/// (milliseconds since the Unix epoch).
+pub fn activity_of(events: &[dsh_core::SessionEvent], now_ms: u64) -> CurrentActivity {
+    use dsh_core::EventPayload;
+    let mut open: Vec<(&dsh_core::CallId, &str, u64)> = Vec::new();
+    let mut tokens = 0u64;
+    for event in events {
+        match &event.payload {
+            EventPayload::ToolCall(call) => open.push((&call.call_id, &call.name, event.time)),
+            EventPayload::ToolResult(result) => open.retain(|(id, ..)| **id != result.call_id),
+            EventPayload::Usage(usage) => {
+                tokens =
+                    tokens.saturating_add(usage.input_tokens.saturating_add(usage.output_tokens));
+            }
+            _ => {}
+        }
+    }
+    CurrentActivity {
+        tool: open.last().map(|(_, name, at)| ToolInProgress {
+            name: (*name).to_owned(),
+            for_ms: now_ms.saturating_sub(*at),
+        }),
+        tokens,
+    }
+}
+
+impl SubagentRuntime {
+    /// What the live local activation of `child` is doing now; `None` when
+    /// it has none (cold, settled, or an external run, whose activity is on
+    /// the progress bus only).
+    pub fn current_activity(&self, child: &SessionId) -> Option<CurrentActivity> {
+        let events = self.inner.activations.get(child)?.own_events()?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| {
+                u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
+            });
+        Some(activity_of(&events, now))
+    }
 }
 
 /// How often a local child's log is read for new progress while someone
@@ -259,28 +387,65 @@ pub(crate) const LOCAL_POLL: std::time::Duration = std::time::Duration::from_mil
 pub(crate) struct LocalReporter {
     sink: ProgressSink,
     cursor: u64,
+    child: Arc<dyn dsh_core::Agent>,
+    /// Text comes from a [`TextFeed`], not from the log.
+    streamed: Arc<AtomicBool>,
 }
 
-impl LocalReporter {
-    pub(crate) fn new(sink: ProgressSink, start_seq: u64) -> Self {
-        Self {
+/// A local child's reporter, as its activation's monitor runs it.
+pub(crate) struct Reporting {
+    reporter: Arc<Mutex<LocalReporter>>,
+}
+
+impl ProgressHub {
+    /// Report `child`'s progress from its log from `start_seq` on, as
+    /// `sink` (activation `serial`): registered from the activation's
+    /// install, before its child runs anything, until
+    /// [`ProgressHub::unregister`].
+    pub(crate) fn register(
+        &self,
+        sink: ProgressSink,
+        child: Arc<dyn dsh_core::Agent>,
+        start_seq: u64,
+        serial: u64,
+    ) {
+        let id = child.id().clone();
+        let reporter = Arc::new(Mutex::new(LocalReporter {
             sink,
             cursor: start_seq,
-        }
+            child,
+            streamed: self.streamed.clone(),
+        }));
+        lock(&self.reporters).insert(id, (serial, reporter));
     }
 
-    /// Report what the log gained since the last call (nothing is read
-    /// while nobody listens; the cursor then waits).
-    pub(crate) fn report(&mut self, child: &dyn dsh_core::Agent) {
-        if !self.sink.observed() {
-            return;
+    /// The registered reporter of `child`'s activation `serial`.
+    pub(crate) fn reporting(&self, child: &SessionId, serial: u64) -> Option<Reporting> {
+        lock(&self.reporters)
+            .get(child)
+            .filter(|(held, _)| *held == serial)
+            .map(|(_, reporter)| Reporting {
+                reporter: reporter.clone(),
+            })
+    }
+
+    /// Forget the reporter of `child`'s activation `serial` (a later
+    /// activation's stays).
+    pub(crate) fn unregister(&self, child: &SessionId, serial: u64) {
+        let mut reporters = lock(&self.reporters);
+        if reporters
+            .get(child)
+            .is_some_and(|(held, _)| *held == serial)
+        {
+            reporters.remove(child);
         }
-        for event in child.events_since(self.cursor) {
-            self.cursor = event.seq + 1;
-            for kind in kinds_of(&event.payload) {
-                self.sink.emit(kind);
-            }
-        }
+    }
+}
+
+impl Reporting {
+    /// Report what the log gained since the last report.
+    pub(crate) fn report(&self) {
+        lock(&self.reporter).report();
     }
 
     /// Report forever, every [`LOCAL_POLL`].
@@ -288,18 +453,36 @@ impl LocalReporter {
     /// # Cancel safety
     /// Cancel safe: a drop between reads loses nothing; the next
     /// [`Self::report`] continues from the cursor.
-    pub(crate) async fn run(&mut self, child: &dyn dsh_core::Agent) -> std::convert::Infallible {
+    pub(crate) async fn run(&self) -> std::convert::Infallible {
         let mut tick = tokio::time::interval(LOCAL_POLL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
-            self.report(child);
+            self.report();
         }
     }
 }
 
-/// The progress one log event makes.
-fn kinds_of(payload: &dsh_core::EventPayload) -> Vec<ProgressKind> {
+impl LocalReporter {
+    /// Report what the log gained since the last call (nothing is read
+    /// while nobody listens; the cursor then waits).
+    fn report(&mut self) {
+        if !self.sink.observed() {
+            return;
+        }
+        let streamed = self.streamed.load(Ordering::SeqCst);
+        for event in self.child.events_since(self.cursor) {
+            self.cursor = event.seq + 1;
+            for kind in kinds_of(&event.payload, streamed) {
+                self.sink.emit(kind);
+            }
+        }
+    }
+}
+
+/// The progress one log event makes (an assistant message makes none when
+/// its text was `streamed`).
+fn kinds_of(payload: &dsh_core::EventPayload, streamed: bool) -> Vec<ProgressKind> {
     use dsh_core::EventPayload;
     match payload {
         EventPayload::StepStart(start) => vec![ProgressKind::StepStarted {
@@ -315,6 +498,7 @@ fn kinds_of(payload: &dsh_core::EventPayload) -> Vec<ProgressKind> {
             name: result.name.clone(),
             failed: result.is_error,
         }],
+        EventPayload::AssistantMessage(_) if streamed => Vec::new(),
         EventPayload::AssistantMessage(message) => {
             let text = dsh_core::content::joined_text(&message.content);
             if text.is_empty() {

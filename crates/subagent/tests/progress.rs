@@ -180,3 +180,118 @@ async fn a_listener_that_does_not_read_never_slows_a_child_and_learns_what_it_lo
         Some("text all done")
     );
 }
+
+/// Two members running at once with their text streamed token by token,
+/// and a listener that reads nothing until both have finished: neither
+/// child waits for it, and each member's events arrive in the order it
+/// made them, its text as several deltas right after its step's start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn streamed_text_arrives_token_by_token_in_order_per_member_past_a_slow_listener() {
+    use dsh_core::Message;
+    use dsh_test_support::requests::user_texts;
+    use dsh_test_support::world::{WorldBuilder, caller_spec};
+
+    let model = std::sync::Arc::new(dsh_harness::ScriptedModel::new().responder(|request| {
+        let key = user_texts(&request.messages)
+            .first()
+            .cloned()
+            .unwrap_or_default();
+        let done = request
+            .messages
+            .iter()
+            .filter(|message| matches!(message, Message::Assistant { .. }))
+            .count();
+        if done < 2 {
+            Scripted::ToolCalls {
+                text: Some(format!("{key} step {done}")),
+                calls: vec![("alpha".to_owned(), json!({}))],
+            }
+        } else {
+            Scripted::Text(format!("{key} is done"))
+        }
+    }));
+    let world = WorldBuilder::new()
+        .host_tools()
+        .local()
+        .model(model)
+        .stream_text()
+        .build()
+        .await;
+    // Subscribed, and not read until both children are done.
+    let mut slow = world.runtime.progress();
+    let lead = world.lead();
+    let mut children = Vec::new();
+    for prompt in ["one", "two"] {
+        children.push(
+            bounded(
+                world
+                    .runtime
+                    .start_activation(caller_spec(&lead, "local", prompt)),
+            )
+            .await
+            .unwrap(),
+        );
+    }
+    for child in &children {
+        let result = bounded(child.result()).await.unwrap();
+        assert!(result.stop_reason.is_completed(), "{result:?}");
+    }
+    world.quiesce().await;
+
+    let mut per_member: HashMap<String, Vec<String>> = HashMap::new();
+    let mut deltas: HashMap<String, usize> = HashMap::new();
+    while let Some(item) = slow.try_next() {
+        let ProgressItem::Event(event) = item else {
+            panic!("nothing may be lost under the buffer: {item:?}");
+        };
+        let lines = per_member
+            .entry(event.member.child_id.to_string())
+            .or_default();
+        match &event.kind {
+            // Consecutive deltas are joined to compare what was said.
+            ProgressKind::TextDelta { text } => {
+                *deltas.entry(event.member.child_id.to_string()).or_default() += 1;
+                match lines.last_mut() {
+                    Some(last) if last.starts_with("text ") => last.push_str(text),
+                    _ => lines.push(format!("text {text}")),
+                }
+            }
+            ProgressKind::Usage { .. } => lines.push("usage".to_owned()),
+            kind => lines.push(line(kind)),
+        }
+    }
+    assert_eq!(per_member.len(), 2, "{per_member:#?}");
+    for (child, prompt) in children.iter().zip(["one", "two"]) {
+        let id = child.child_id().to_string();
+        let lines = &per_member[&id];
+        let shape: Vec<String> = lines
+            .iter()
+            .map(|line| {
+                // Call ids are numbered across both children.
+                line.split(" call-").next().unwrap_or(line).to_owned()
+            })
+            .collect();
+        assert_eq!(
+            shape,
+            [
+                "step 0.0".to_owned(),
+                format!("text {prompt} step 0"),
+                "tool alpha".to_owned(),
+                "usage".to_owned(),
+                "done alpha".to_owned(),
+                "step 0.1".to_owned(),
+                format!("text {prompt} step 1"),
+                "tool alpha".to_owned(),
+                "usage".to_owned(),
+                "done alpha".to_owned(),
+                "step 0.2".to_owned(),
+                format!("text {prompt} is done"),
+                "usage".to_owned(),
+            ],
+            "{lines:#?}"
+        );
+        // Three messages, each streamed as three chunks: token by token,
+        // not one event per message.
+        assert_eq!(deltas[&id], 9, "{lines:#?}");
+    }
+}

@@ -3,11 +3,13 @@
 //! unknown kind or an unreadable log is explained, not counted away) with
 //! names, labels, activity and diagnostics,
 //! rendered as compact text. Activity comes from the live registry and says
-//! only whether an agent is working right now.
+//! whether an agent is working right now; a running local child's line adds
+//! what it is doing (the tool it is in and for how long, or thinking, and
+//! the tokens its activation used so far), read from its log on demand.
 
 use async_trait::async_trait;
 use dsh_core::{AgentStatus, SessionId, Tool, ToolContext, ToolError, ToolOutput};
-use dsh_subagent::{ChildActivity, ChildMode, RowDiagnostic, SubagentRuntime};
+use dsh_subagent::{ChildActivity, ChildMode, CurrentActivity, RowDiagnostic, SubagentRuntime};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -54,12 +56,26 @@ fn diagnostic_text(diagnostic: RowDiagnostic, mode: &ChildMode) -> String {
     }
 }
 
-/// The activity word of a listed child.
-fn row_activity(activity: ChildActivity) -> &'static str {
+/// The activity of a listed child: `running` with what a live local child
+/// is doing now (the tool it is in and for how long, tokens so far), else
+/// `inactive`.
+fn row_activity(runtime: &SubagentRuntime, id: &SessionId, activity: ChildActivity) -> String {
     match activity {
-        ChildActivity::Running => "running",
-        ChildActivity::Idle | ChildActivity::Inactive => "inactive",
+        ChildActivity::Running => match runtime.current_activity(id) {
+            Some(now) => format!("running ({})", activity_detail(&now)),
+            None => "running".to_owned(),
+        },
+        ChildActivity::Idle | ChildActivity::Inactive => "inactive".to_owned(),
     }
+}
+
+/// What a running child is doing, in a few words.
+fn activity_detail(now: &CurrentActivity) -> String {
+    let doing = match &now.tool {
+        Some(tool) => format!("in `{}` for {}s", tool.name, tool.for_ms / 1000),
+        None => "thinking".to_owned(),
+    };
+    format!("{doing}, {} tokens so far", now.tokens)
 }
 
 #[async_trait]
@@ -71,7 +87,8 @@ impl Tool for ListAgentsTool {
     fn description(&self) -> String {
         "List the agents in your tree: `lead` (the root), every subagent that can be messaged \
          and any child with a problem to explain (marked on its line), each by the name to use \
-         with send_message and interrupt_agent, with its task label and its activity. Activity is `running` when the agent is working right now and `inactive` \
+         with send_message and interrupt_agent, with its task label and its activity. Activity is `running` when the agent is working right now (with what \
+         it is doing: the tool it is in and for how long, or thinking, and the tokens it used so far) and `inactive` \
          otherwise; it is not task completion (you are told when a subagent finishes), and an \
          inactive agent can still be messaged. Use it to recall names, not to poll: call wait to \
          block until something arrives."
@@ -137,7 +154,7 @@ fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> Str
             "- {}{}: {} — {}",
             view.name_of(id),
             you(id),
-            row_activity(row.activity),
+            row_activity(runtime, id, row.activity),
             row.entry.label
         );
         if !row.usage.is_empty() {
@@ -171,4 +188,31 @@ fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> Str
         )),
     }
     lines.join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_subagent::ToolInProgress;
+
+    #[test]
+    fn a_running_childs_detail_names_its_tool_time_and_tokens() {
+        let lines = [
+            CurrentActivity {
+                tool: Some(ToolInProgress {
+                    name: "read_file".to_owned(),
+                    for_ms: 12_345,
+                }),
+                tokens: 4_200,
+            },
+            CurrentActivity {
+                tool: None,
+                tokens: 0,
+            },
+        ]
+        .iter()
+        .map(activity_detail)
+        .collect::<Vec<_>>();
+        insta::assert_snapshot!(lines.join("\n"));
+    }
 }

@@ -13,7 +13,8 @@ use dsh_harness::{Harness, HarnessBuilder, JsonlStore, MemoryStore, Scripted, Sc
 use dsh_subagent::{RuntimeConfig, SubagentProvider, SubagentRuntime};
 
 use super::{
-    Backing, HOST_TOOLS, LocalProvider, NamedTool, World, WorldStore, fresh, resuming, sid,
+    Backing, HOST_TOOLS, LocalProvider, NamedTool, StreamedText, World, WorldStore, fresh,
+    resuming, sid,
 };
 use crate::store::{FaultStore, GatedStore, SharedStore};
 
@@ -224,6 +225,34 @@ impl<S: SessionStore + ?Sized> WorldBuilder<S> {
         setup: impl FnOnce(&Harness, &SubagentRuntime) + Send + 'static,
     ) -> Self {
         self.setup = Some(Box::new(setup));
+        self
+    }
+
+    /// Stream every agent's model text to the runtime's progress bus token
+    /// by token (the harness's text observer feeds
+    /// [`SubagentRuntime::text_feed`]), after any [`Self::harness`] and
+    /// [`Self::setup`] given before or after.
+    #[must_use]
+    pub fn stream_text(mut self) -> Self {
+        let streamed = Arc::new(StreamedText::default());
+        let observer: Arc<dyn dsh_harness::TextObserver> = streamed.clone();
+        let configure = self.configure.take();
+        self.configure = Some(Box::new(move |builder: HarnessBuilder| {
+            let builder = builder.text_observer(observer);
+            match configure {
+                Some(configure) => configure(builder),
+                None => builder,
+            }
+        }));
+        let setup = self.setup.take();
+        self.setup = Some(Box::new(
+            move |harness: &Harness, runtime: &SubagentRuntime| {
+                streamed.attach(runtime);
+                if let Some(setup) = setup {
+                    setup(harness, runtime);
+                }
+            },
+        ));
         self
     }
 

@@ -94,6 +94,26 @@ impl Tool for NamedTool {
     }
 }
 
+/// The harness's streamed text handed to a runtime's
+/// [`dsh_subagent::TextFeed`] once attached ([`WorldBuilder::stream_text`]).
+#[derive(Debug, Default)]
+pub struct StreamedText(std::sync::OnceLock<dsh_subagent::TextFeed>);
+
+impl StreamedText {
+    /// Feed `runtime` from now on (the first attach wins).
+    pub fn attach(&self, runtime: &SubagentRuntime) {
+        let _first = self.0.set(runtime.text_feed());
+    }
+}
+
+impl dsh_harness::TextObserver for StreamedText {
+    fn text_delta(&self, agent: &SessionId, delta: &str) {
+        if let Some(feed) = self.0.get() {
+            feed.delta(agent, delta);
+        }
+    }
+}
+
 /// A harness, a live root and a subagent runtime over one store, built by a
 /// [`WorldBuilder`]. `S` is the store's type as the test sees it (the
 /// wrapper it chose, or `dyn SessionStore`); by default it is the holding

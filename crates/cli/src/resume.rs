@@ -1,0 +1,158 @@
+//! `dsh resume [tree]`: bring a tree back after a crash or a kill with the
+//! runtime's `resume_tree`, then run it as `dsh run` does until the whole
+//! tree is done. The root is resumed (input it had accepted runs), every
+//! member with pending input or a turn the kill cut off is resumed, parked
+//! members stay parked and members with nothing to do stay cold; notices a
+//! crash kept from their creators are delivered (B54). No prompt is sent:
+//! what runs is what the tree had left to do, and a tree with nothing left
+//! ends at once. What became of each member is printed first, one line
+//! each ([`render`]).
+
+use std::path::PathBuf;
+
+use dsh_subagent::{MemberResume, ResumeReason, TreeResume};
+
+use crate::config::Settings;
+use crate::error::CliError;
+use crate::sessions;
+
+/// What `dsh resume` was asked.
+#[derive(Debug)]
+pub struct ResumeArgs {
+    /// The tree's root session id (default: the most recent root).
+    pub tree: Option<String>,
+    /// The session directory.
+    pub dir: PathBuf,
+    /// The model and limits (`dsh.toml` and the flags).
+    pub settings: Settings,
+    /// One JSON object per line on stdout for every event (`--json`).
+    pub json: bool,
+    /// Whether an action above the level asks the person (`--ask`).
+    pub ask: crate::ask::AskMode,
+}
+
+/// Run the command.
+///
+/// # Cancel safety
+/// The whole command, not meant to be dropped (Ctrl-C goes through
+/// [`crate::run::stop`]), as [`crate::run::run`].
+pub async fn resume(args: ResumeArgs) -> Result<(), CliError> {
+    let store = sessions::existing_store(&args.dir)?;
+    let scan = sessions::scan(store.as_ref()).await?;
+    scan.warn();
+    let root = scan.pick_root(&args.dir, args.tree.as_deref())?;
+    // The model the tree was built with, unless `--model` says otherwise.
+    let recorded = scan
+        .headers
+        .iter()
+        .find(|header| header.id == root)
+        .and_then(crate::model::recorded);
+    let mut settings = args.settings;
+    settings.model = settings.for_tree(recorded);
+    drop(store);
+    crate::run::run(crate::run::RunArgs {
+        prompt: None,
+        dir: args.dir,
+        settings,
+        resume: Some(root),
+        whole_tree: true,
+        json: args.json,
+        ask: args.ask,
+    })
+    .await
+}
+
+/// One line per member of a resumed tree: its name (path or id) and what
+/// was done with it; external and one-shot children are not listed.
+pub fn render(tree: &TreeResume) -> Vec<String> {
+    let mut lines = Vec::new();
+    if tree.root_notices > 0 {
+        lines.push(format!(
+            "resume: lead: {} notice(s) a crash kept from it delivered",
+            tree.root_notices
+        ));
+    }
+    for member in &tree.members {
+        let name = member
+            .path
+            .clone()
+            .unwrap_or_else(|| member.child_id.to_string());
+        let what = match &member.outcome {
+            MemberResume::Resumed(ResumeReason::PendingInput) => {
+                "resumed: it continues with the input it had queued".to_owned()
+            }
+            MemberResume::Resumed(ResumeReason::InterruptedTurn) => {
+                "resumed: its turn cut off by the stop is closed as aborted and its creator is told"
+                    .to_owned()
+            }
+            MemberResume::Resumed(ResumeReason::OwedNotices) => {
+                "resumed: to take the notices its children owed it".to_owned()
+            }
+            MemberResume::Parked => "parked: its input waits for a message to wake it".to_owned(),
+            MemberResume::Cold => "idle: nothing to do".to_owned(),
+            MemberResume::Live => "already running".to_owned(),
+            MemberResume::NotContinuable => continue,
+            MemberResume::Failed(reason) => {
+                format!("not resumed: {}", crate::observe::compact(reason, 200))
+            }
+        };
+        lines.push(format!("resume: {name}: {what}"));
+    }
+    if lines.is_empty() {
+        lines.push("resume: the tree has no members".to_owned());
+    }
+    lines
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::SessionId;
+    use dsh_subagent::ResumedMember;
+
+    fn member(id: &str, path: Option<&str>, outcome: MemberResume) -> ResumedMember {
+        ResumedMember {
+            child_id: SessionId::new(id).unwrap(),
+            path: path.map(str::to_owned),
+            outcome,
+        }
+    }
+
+    #[test]
+    fn every_outcome_is_one_line_naming_the_member() {
+        let tree = TreeResume {
+            members: vec![
+                member(
+                    "s-a",
+                    Some("a"),
+                    MemberResume::Resumed(ResumeReason::PendingInput),
+                ),
+                member(
+                    "s-b",
+                    Some("a/b"),
+                    MemberResume::Resumed(ResumeReason::InterruptedTurn),
+                ),
+                member(
+                    "s-c",
+                    Some("c"),
+                    MemberResume::Resumed(ResumeReason::OwedNotices),
+                ),
+                member("s-d", Some("d"), MemberResume::Parked),
+                member("s-e", None, MemberResume::Cold),
+                member("s-f", Some("f"), MemberResume::Live),
+                member("s-g", Some("g"), MemberResume::NotContinuable),
+                member(
+                    "s-h",
+                    Some("h"),
+                    MemberResume::Failed("its log is\ncorrupt".to_owned()),
+                ),
+            ],
+            root_notices: 2,
+        };
+        insta::assert_snapshot!(render(&tree).join("\n"));
+        assert_eq!(
+            render(&TreeResume::default()),
+            ["resume: the tree has no members"]
+        );
+    }
+}

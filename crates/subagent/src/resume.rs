@@ -1,0 +1,358 @@
+//! Tree resume in one call: after a restart, [`SubagentRuntime::resume_tree`]
+//! brings a persisted tree back as it was, reading only logs to decide. The
+//! root is resumed (its own restored input wakes it); every cold continuable
+//! member is then judged from its log, in the listing's pre-order so that a
+//! creator is live before its children are looked at:
+//!
+//! - **pending**: it holds waking input nobody claimed (queued behind a turn
+//!   the kill cut off, or sent just before it): resumed as an activation of
+//!   its creator, and the restored input runs a turn at once;
+//! - **interrupted by the kill**: a turn was open; resumed too, so the turn
+//!   is closed as `aborted` and the member settles, and its creator gets
+//!   the notice (B54) and can ask it to go on;
+//! - **owed notices**: a child's notice was lost to the kill; the member is
+//!   resumed so it gets them ([`SubagentRuntime::deliver_lost_notices`]);
+//! - **parked**: it was interrupted with its input kept (`interrupt`
+//!   records a [`PARKED_EVENT`]) and nothing woke it since: left cold with
+//!   its input, which the next message to it wakes, as a resident parked
+//!   member would be;
+//! - **nothing to do**: left cold.
+//!
+//! A member that cannot be resumed is reported in its row, never skipped
+//! silently; the walk goes on with the others.
+
+use std::sync::Arc;
+
+use dsh_core::projection::{PendingInboxProjection, replay};
+use dsh_core::{
+    Agent, AgentHandle, AgentSetup, CancellationToken, EventPayload, ResumeAgent, SessionEvent,
+    SessionHeader, SessionId,
+};
+use serde::Serialize;
+
+use crate::catalog::ChildMode;
+use crate::error::SubagentError;
+use crate::owned::Owned;
+use crate::runtime::SubagentRuntime;
+
+/// The extension event `interrupt` writes into a member's log when it
+/// parks it: until a waking message is accepted after it, the member's
+/// pending input stays parked, across a restart too.
+pub const PARKED_EVENT: &str = "subagent/parked";
+
+/// What [`SubagentRuntime::resume_tree`] did with one member.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case", tag = "outcome", content = "reason")]
+pub enum MemberResume {
+    /// Resumed as a monitored activation, for the reason given.
+    Resumed(ResumeReason),
+    /// Left cold with its parked input: the next message wakes it.
+    Parked,
+    /// Left cold: it had nothing to do.
+    Cold,
+    /// Already live in this process: left as it is.
+    Live,
+    /// Not a member this call resumes (external, one-shot or unknown
+    /// mode): left as it is.
+    NotContinuable,
+    /// It had something to do but could not be resumed: why.
+    Failed(String),
+}
+
+/// Why a member was resumed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ResumeReason {
+    /// It held waking input nobody had claimed; it continues with it.
+    PendingInput,
+    /// A turn was open when the process died; it is closed as `aborted`
+    /// and the member settles, telling its creator.
+    InterruptedTurn,
+    /// A child of it owed it a settlement notice.
+    OwedNotices,
+}
+
+/// One member of a resumed tree.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ResumedMember {
+    /// The member.
+    pub child_id: SessionId,
+    /// Its slash path of names from the root, when every level is named.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub path: Option<String>,
+    /// What was done with it.
+    #[serde(flatten)]
+    pub outcome: MemberResume,
+}
+
+/// What [`SubagentRuntime::resume_members`] did.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+pub struct TreeResume {
+    /// Every listed member, in the listing's pre-order.
+    pub members: Vec<ResumedMember>,
+    /// Settlement notices lost to the kill that were delivered to the root
+    /// (the members resumed receive theirs as they resume).
+    pub root_notices: usize,
+}
+
+impl TreeResume {
+    /// The members resumed.
+    pub fn resumed(&self) -> impl Iterator<Item = &ResumedMember> {
+        self.members
+            .iter()
+            .filter(|member| matches!(member.outcome, MemberResume::Resumed(_)))
+    }
+
+    /// The outcome for `child`, when it is listed.
+    pub fn outcome(&self, child: &SessionId) -> Option<&MemberResume> {
+        self.members
+            .iter()
+            .find(|member| &member.child_id == child)
+            .map(|member| &member.outcome)
+    }
+}
+
+/// A tree brought back by [`SubagentRuntime::resume_tree`].
+#[derive(Debug)]
+pub struct ResumedTree {
+    /// The root, live: the caller owns it (and disposes it).
+    pub root: AgentHandle,
+    /// What became of its members.
+    pub members: TreeResume,
+}
+
+/// What a cold member's log says it has to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Standing {
+    Pending,
+    OpenTurn,
+    Parked,
+    Nothing,
+}
+
+/// Whether a member's own events leave its input parked: a
+/// [`PARKED_EVENT`] with pending input, and no turn and no waking input
+/// accepted since.
+pub(crate) fn is_parked(own: &[SessionEvent], has_pending: bool) -> bool {
+    let Some(parked) = own.iter().rposition(|event| {
+        matches!(&event.payload, EventPayload::Extension { kind, .. } if kind == PARKED_EVENT)
+    }) else {
+        return false;
+    };
+    has_pending
+        && !own[parked..].iter().any(|event| match &event.payload {
+            EventPayload::TurnStart(_) => true,
+            EventPayload::InboxAccepted(accepted) => accepted.wake,
+            _ => false,
+        })
+}
+
+/// A member's own events (after any fork seed).
+pub(crate) fn own_events<'a>(
+    header: &SessionHeader,
+    events: &'a [SessionEvent],
+) -> &'a [SessionEvent] {
+    let seed = usize::try_from(header.seed_len).unwrap_or(usize::MAX);
+    events.get(seed..).unwrap_or_default()
+}
+
+/// Whether a member's log holds any pending input.
+pub(crate) fn has_pending(header: &SessionHeader, events: &[SessionEvent]) -> bool {
+    !replay(&PendingInboxProjection, header, events).is_empty()
+}
+
+/// Judge a cold member from its log.
+fn standing(header: &SessionHeader, events: &[SessionEvent]) -> Standing {
+    let pending = replay(&PendingInboxProjection, header, events);
+    let own = own_events(header, events);
+    if is_parked(own, !pending.is_empty()) {
+        return Standing::Parked;
+    }
+    if pending.items().any(|item| item.wake) {
+        return Standing::Pending;
+    }
+    let last = |wanted: fn(&EventPayload) -> bool| own.iter().rposition(|e| wanted(&e.payload));
+    let started = last(|payload| matches!(payload, EventPayload::TurnStart(_)));
+    let ended = last(|payload| matches!(payload, EventPayload::TurnEnd(_)));
+    match (started, ended) {
+        (Some(started), Some(ended)) if started > ended => Standing::OpenTurn,
+        (Some(_), None) => Standing::OpenTurn,
+        _ => Standing::Nothing,
+    }
+}
+
+impl SubagentRuntime {
+    /// Bring the persisted tree of `root` back after a restart: resume the
+    /// root with the host's `setup` for it (its restored input wakes it),
+    /// then its members as [`SubagentRuntime::resume_members`] does. The
+    /// caller owns the root's handle.
+    ///
+    /// # Errors
+    /// `ALREADY_LIVE` when the root is live in this process (use
+    /// [`SubagentRuntime::resume_members`]); the factory's resume error;
+    /// the listing's errors (the root is disposed again then).
+    ///
+    /// # Cancel safety
+    /// A drop during the root's resume leaves it as the factory says (a
+    /// cancelled resume publishes nothing); a drop during the members'
+    /// walk leaves the root live but unowned by anyone (its handle is
+    /// lost; dispose it through the registry), every member already handed
+    /// to the runtime resumed and monitored, and the rest cold.
+    pub async fn resume_tree(
+        &self,
+        root: &SessionId,
+        setup: AgentSetup,
+        cancel: &CancellationToken,
+    ) -> Result<ResumedTree, SubagentError> {
+        if self.registry().get(root).is_some() {
+            return Err(dsh_core::AgentError::AlreadyLive(root.clone()).into());
+        }
+        let handle = self
+            .inner
+            .factory
+            .resume(ResumeAgent {
+                id: root.clone(),
+                setup,
+                cancel: cancel.clone(),
+            })
+            .await?;
+        match self.resume_members(handle.agent(), cancel).await {
+            Ok(members) => Ok(ResumedTree {
+                root: handle,
+                members,
+            }),
+            Err(err) => {
+                handle.dispose().await;
+                Err(err)
+            }
+        }
+    }
+
+    /// Resume what the live `root`'s cold members have to do (see the
+    /// module documentation): deliver the notices the root is owed, then,
+    /// in pre-order, resume each member with pending input, a turn the kill
+    /// left open, or owed notices, and leave parked and idle ones cold.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` unless `root` is the exact live agent; the listing's
+    /// errors (an unreadable root catalog); `CANCELLED`.
+    ///
+    /// # Cancel safety
+    /// Each member's resume is work the runtime owns: a drop during one
+    /// finishes it (the member ends resumed and monitored, or cold); the
+    /// members not reached yet stay cold for the next call.
+    pub async fn resume_members(
+        &self,
+        root: &Arc<dyn Agent>,
+        cancel: &CancellationToken,
+    ) -> Result<TreeResume, SubagentError> {
+        let root_notices = self.deliver_lost_notices(root).await?;
+        let rows = self.list_descendants(root.id(), cancel).await?;
+        let mut members = Vec::with_capacity(rows.len());
+        for row in &rows {
+            if cancel.is_cancelled() {
+                return Err(SubagentError::Cancelled);
+            }
+            let id = &row.entry.child_id;
+            let outcome = if row.entry.mode != ChildMode::CONTINUABLE {
+                MemberResume::NotContinuable
+            } else if self.registry().get(id).is_some() {
+                MemberResume::Live
+            } else {
+                self.resume_cold(root.id(), id, &rows, cancel).await
+            };
+            members.push(ResumedMember {
+                child_id: id.clone(),
+                path: row.path.clone(),
+                outcome,
+            });
+        }
+        Ok(TreeResume {
+            members,
+            root_notices,
+        })
+    }
+
+    /// Judge one cold member and resume it when it has something to do.
+    async fn resume_cold(
+        &self,
+        root: &SessionId,
+        member: &SessionId,
+        rows: &[crate::tree::DescendantRow],
+        cancel: &CancellationToken,
+    ) -> MemberResume {
+        let loaded = match self.inner.store.load(member).await {
+            Ok(loaded) => loaded,
+            Err(err) => return MemberResume::Failed(err.to_string()),
+        };
+        let reason = match standing(&loaded.header, &loaded.events) {
+            Standing::Parked => return MemberResume::Parked,
+            Standing::Pending => ResumeReason::PendingInput,
+            Standing::OpenTurn => ResumeReason::InterruptedTurn,
+            Standing::Nothing => {
+                if self.owed_by_children(member, &loaded.events, rows).await {
+                    ResumeReason::OwedNotices
+                } else {
+                    return MemberResume::Cold;
+                }
+            }
+        };
+        match self.resume_owned(root, member, cancel).await {
+            Ok(()) => MemberResume::Resumed(reason),
+            Err(err) => MemberResume::Failed(err.to_string()),
+        }
+    }
+
+    /// Whether a cold child of `member` owes it a settlement notice that
+    /// `member`'s log (`events`) does not hold yet.
+    async fn owed_by_children(
+        &self,
+        member: &SessionId,
+        events: &[SessionEvent],
+        rows: &[crate::tree::DescendantRow],
+    ) -> bool {
+        let held = crate::notice::notice_ids(events);
+        for row in rows.iter().filter(|row| &row.parent_id == member) {
+            let child = &row.entry.child_id;
+            if row.entry.mode != ChildMode::CONTINUABLE || self.registry().get(child).is_some() {
+                continue;
+            }
+            if let Ok(loaded) = self.inner.store.load(child).await
+                && crate::notice::owed_notice_id(child, &loaded.header, &loaded.events)
+                    .is_some_and(|id| !held.contains(&id))
+            {
+                return true;
+            }
+        }
+        false
+    }
+
+    /// Resume `member` as an activation under `root`, as work the runtime
+    /// owns.
+    async fn resume_owned(
+        &self,
+        root: &SessionId,
+        member: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<(), SubagentError> {
+        let stop = cancel.child_token();
+        let ticket = self
+            .inner
+            .admissions
+            .admit(self.registry(), root, stop.clone())?;
+        let runtime = self.clone();
+        let (root, member, owned) = (root.clone(), member.clone(), stop.clone());
+        Owned::new(
+            async move {
+                let (activation, handle) = runtime.resume_installed(&member, &root, &stop).await?;
+                runtime
+                    .adopt_resumed(&activation, handle.agent(), ticket)
+                    .await;
+                Ok(())
+            },
+            &self.inner.tasks,
+            owned,
+        )
+        .await
+    }
+}
