@@ -1,7 +1,10 @@
 //! The embedded default session store: one JSON-lines file per session,
 //! `<dir>/<session-id>.jsonl`, whose first line is the header and every later
-//! line one event. A log is published whole (written to a hidden temporary
-//! file, then hard-linked into place so an existing log is never clobbered),
+//! line one event. A log is published whole: a header-only log is created
+//! exclusively in place (one metadata operation; until its one write lands
+//! the file holds a torn header, which reading recognises and the next
+//! create replaces), a seeded one is written to a hidden temporary file,
+//! then hard-linked into place so an existing log is never clobbered. It
 //! has exactly one writer at a time (an in-process registry plus an exclusive
 //! OS file lock, both held by one owner, in `handle`), and only ever
 //! grows by whole lines. Reading never skips a line: the one thing repaired
@@ -10,7 +13,9 @@
 //! never rewrite, reorder or drop a complete line, and never write to a log
 //! it does not hold the lock for.
 
+mod group;
 mod handle;
+mod limits;
 mod parse;
 
 use std::collections::HashSet;
@@ -26,12 +31,15 @@ use dsh_core::{
     StoreError,
 };
 
+pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
+use group::GroupCommit;
 pub use handle::JsonlLog;
 use handle::{
-    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_log, open_log, still_linked,
-    sync_dir,
+    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_in_place, create_log, open_log,
+    still_linked, sync_dir,
 };
-use parse::{parse_header, parse_log};
+pub use limits::{OpenFileLimit, raise_open_file_limit};
+use parse::{parse_header, parse_lone_header, parse_log};
 
 use super::check_contiguous;
 
@@ -53,6 +61,8 @@ struct Shared {
     writers: Mutex<HashSet<SessionId>>,
     /// The leftovers the opening sweep could not remove.
     sweep_failures: Vec<StoreError>,
+    /// The committer, under [`Durability::Grouped`].
+    group: Option<GroupCommit>,
 }
 
 impl Shared {
@@ -85,18 +95,53 @@ impl JsonlStore {
     ///
     /// # Errors
     /// [`StoreError::Io`] when the directory cannot be created or read.
+    ///
+    /// Every live log holds one open descriptor, so the first store of a
+    /// process raises its soft `RLIMIT_NOFILE` to the hard limit (see
+    /// [`raise_open_file_limit`]), logging the change; 10,000 resident
+    /// agents then fit wherever the hard limit allows them.
+    ///
+    /// Under [`Durability::Grouped`] the store's committer lingers at most
+    /// [`DEFAULT_GROUP_WINDOW`]; [`JsonlStore::with_group_window`] sets
+    /// another window.
     pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Result<Self, StoreError> {
+        Self::with_group_window(dir, durability, DEFAULT_GROUP_WINDOW)
+    }
+
+    /// [`JsonlStore::new`], with the longest time a group-commit round
+    /// under [`Durability::Grouped`] may linger for more logs after its
+    /// first request (ignored by the other modes). A round lingers only
+    /// while several logs are asking, and closes early once none arrives
+    /// for a moment; `Duration::ZERO` never lingers (rounds then batch only
+    /// what arrives while the previous sync runs).
+    ///
+    /// # Errors
+    /// As [`JsonlStore::new`].
+    pub fn with_group_window(
+        dir: impl Into<PathBuf>,
+        durability: Durability,
+        window: Duration,
+    ) -> Result<Self, StoreError> {
         let dir = dir.into();
+        limits::raise_once();
         fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
         let sweep_failures = sweep_temps(&dir)?;
+        let group = (durability == Durability::Grouped)
+            .then(|| GroupCommit::new(dir.clone(), window));
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
                 sweep_failures,
                 durability,
                 writers: Mutex::new(HashSet::new()),
+                group,
             }),
         })
+    }
+
+    /// The group-commit window, under [`Durability::Grouped`].
+    pub fn group_window(&self) -> Option<Duration> {
+        self.shared.group.as_ref().map(GroupCommit::window)
     }
 
     /// The crash leftovers that opening this store found but could not
@@ -161,13 +206,19 @@ impl SessionStore for JsonlStore {
         let durability = self.shared.durability;
         let task_path = path.clone();
         let len = buf.len() as u64;
+        let in_place = seed.is_empty();
         let published = blocking(&path, move || {
-            create_log(&dir, slot, &task_path, &buf, durability)
+            if in_place {
+                create_in_place(&dir, slot, &task_path, &buf, durability)
+            } else {
+                create_log(&dir, slot, &task_path, &buf, durability)
+            }
         })
         .await?;
+        let held = published.keep(&path).await?;
         let next_seq = seed.len() as u64;
         Ok(Arc::new(Log::new(
-            published.keep(),
+            held,
             path,
             durability,
             next_seq,
@@ -189,7 +240,7 @@ impl SessionStore for JsonlStore {
         let task_path = path.clone();
         let opened = blocking(&path, move || open_log(slot, &task_path, durability)).await?;
         let next_seq = opened.loaded.events.len() as u64;
-        let log = Log::new(opened.held, path, durability, next_seq, opened.len);
+        let log = Log::new(Arc::new(opened.held), path, durability, next_seq, opened.len);
         Ok((opened.loaded, Arc::new(log)))
     }
 
@@ -328,8 +379,10 @@ fn read_header(id: &SessionId, path: &Path) -> Result<SessionHeader, StoreError>
         .map_err(|source| io_error(path, source))?;
     if line.last() == Some(&b'\n') {
         line.pop();
+        parse_header(id, path, &line)
+    } else {
+        parse_lone_header(id, path, &line)
     }
-    parse_header(id, path, &line)
 }
 
 /// The ids of every log in `dir`, sorted. Reads no file: a stray that is not
@@ -369,7 +422,7 @@ fn remove_log(
     still_linked(&file, id, path)?;
     fs::remove_file(path).map_err(|source| open_error(id, path, source))?;
     drop(file);
-    if durability != Durability::None {
+    if durability.syncs() {
         sync_dir(dir)?;
     }
     Ok(())
