@@ -190,7 +190,11 @@ async fn b57_strays_are_not_sessions_and_touch_nothing_else() {
     // corruption, not a stray.
     let text = fs::read_to_string(store.log_path(&sid("good"))).unwrap();
     let rest = &text[text.find('\n').unwrap()..];
-    fs::write(store.log_path(&sid("good")), format!("{}{rest}", &text[..20])).unwrap();
+    fs::write(
+        store.log_path(&sid("good")),
+        format!("{}{rest}", &text[..20]),
+    )
+    .unwrap();
     assert_eq!(
         store.load(&sid("good")).await.unwrap_err().code(),
         "SESSION_CORRUPT"
@@ -206,7 +210,10 @@ async fn b57_strays_are_not_sessions_and_touch_nothing_else() {
     assert_eq!(err.code(), "NOT_A_SESSION", "{err}");
     let opened = store.open(&sid("good")).await.err().unwrap();
     assert_eq!(opened.code(), "NOT_A_SESSION", "{opened}");
-    assert!(opened.to_string().contains("torn session header"), "{opened}");
+    assert!(
+        opened.to_string().contains("torn session header"),
+        "{opened}"
+    );
 }
 
 /// The test binary, re-run for one test without the capabilities that let

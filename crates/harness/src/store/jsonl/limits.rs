@@ -32,9 +32,17 @@ fn raise() -> std::io::Result<OpenFileLimit> {
     let limit = getrlimit(Resource::Nofile);
     let before = limit.current;
     let wanted = match (limit.current, limit.maximum) {
-        (None, _) => return Ok(OpenFileLimit { before, after: before }),
+        (None, _) => {
+            return Ok(OpenFileLimit {
+                before,
+                after: before,
+            });
+        }
         (Some(current), Some(maximum)) if current >= maximum => {
-            return Ok(OpenFileLimit { before, after: before });
+            return Ok(OpenFileLimit {
+                before,
+                after: before,
+            });
         }
         (Some(_), maximum) => maximum,
     };

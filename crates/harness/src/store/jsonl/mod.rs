@@ -39,7 +39,7 @@ use handle::{
     still_linked, sync_dir,
 };
 pub use limits::{OpenFileLimit, raise_open_file_limit};
-use parse::{parse_header, parse_lone_header, parse_log};
+use parse::{parse_header, parse_log, parse_lone_header};
 
 use super::check_contiguous;
 
@@ -126,8 +126,8 @@ impl JsonlStore {
         limits::raise_once();
         fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
         let sweep_failures = sweep_temps(&dir)?;
-        let group = (durability == Durability::Grouped)
-            .then(|| GroupCommit::new(dir.clone(), window));
+        let group =
+            (durability == Durability::Grouped).then(|| GroupCommit::new(dir.clone(), window));
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
@@ -217,13 +217,7 @@ impl SessionStore for JsonlStore {
         .await?;
         let held = published.keep(&path).await?;
         let next_seq = seed.len() as u64;
-        Ok(Arc::new(Log::new(
-            held,
-            path,
-            durability,
-            next_seq,
-            len,
-        )))
+        Ok(Arc::new(Log::new(held, path, durability, next_seq, len)))
     }
 
     /// # Cancel safety
@@ -240,7 +234,13 @@ impl SessionStore for JsonlStore {
         let task_path = path.clone();
         let opened = blocking(&path, move || open_log(slot, &task_path, durability)).await?;
         let next_seq = opened.loaded.events.len() as u64;
-        let log = Log::new(Arc::new(opened.held), path, durability, next_seq, opened.len);
+        let log = Log::new(
+            Arc::new(opened.held),
+            path,
+            durability,
+            next_seq,
+            opened.len,
+        );
         Ok((opened.loaded, Arc::new(log)))
     }
 
