@@ -2,7 +2,9 @@
 //! durability setting and of the memory store, replay (load) throughput of a
 //! 100,000-event JSONL log, and durable log creation: the fsync floor (a bare
 //! exclusive create, one write and `fdatasync`, in a loop), the store's
-//! create under `TurnBoundary` (which syncs the file and its directory), and
+//! create under `TurnBoundary` (which syncs the file and its directory; and
+//! the temporary-file-and-link path a seeded create takes, every create's
+//! path before), and
 //! a durable child's log (create, a turn's events, checkpoint, close) under
 //! `TurnBoundary` and `Grouped`, one after another and many at once. They
 //! write only under a fresh directory in the system temporary directory;
@@ -231,6 +233,21 @@ fn create(c: &mut Criterion) {
             for n in 0..iters {
                 let id = SessionId::new(format!("c-{n}")).unwrap();
                 let log = rt.block_on(store.create(&header(&id), &[])).unwrap();
+                drop(log);
+            }
+            start.elapsed()
+        });
+    });
+    // The path every create took before in-place creation (a seeded create
+    // still takes it): temporary file, fsync, link, unlink, directory fsync.
+    group.bench_function("store/turn-boundary-temp-link", |b| {
+        b.iter_custom(|iters| {
+            let store = JsonlStore::new(fresh("link"), Durability::TurnBoundary).unwrap();
+            let seed = [mixed(0)];
+            let start = Instant::now();
+            for n in 0..iters {
+                let id = SessionId::new(format!("c-{n}")).unwrap();
+                let log = rt.block_on(store.create(&header(&id), &seed)).unwrap();
                 drop(log);
             }
             start.elapsed()
