@@ -179,7 +179,10 @@ impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: a dropped create leaves no log. If the detached work has
     /// already published it, it withdraws it while still holding it; until
-    /// then an open of the id is `Busy` and a create `Exists`.
+    /// then an open of the id is `Busy` and a create `Exists`. Under
+    /// [`Durability::Grouped`], a create dropped while it waits for its
+    /// committer round withdraws the log on the spot (the round still
+    /// syncs the removed file, holding the id until then).
     async fn create(
         &self,
         header: &SessionHeader,
