@@ -6,9 +6,10 @@
 //! asking (the last round, or this one, had more than one request) it
 //! lingers for late arrivals, closing when none came for a short gap or the
 //! configured window has passed since its first request, so a lone writer
-//! never waits and a crowd shares its flushes. Every request owns a share
-//! of its log's owner, so a log whose caller dropped the future stays held
-//! until its sync has run. This module must never answer a request before
+//! never waits and a crowd shares its flushes (a round forces its files from
+//! several threads at once, which the file system commits together). Every
+//! request owns a share of its log's owner, so a log whose caller dropped
+//! the future stays held until its sync has run. This module must never answer a request before
 //! the sync that covers it has returned, and never answer one twice.
 
 use std::collections::HashMap;
@@ -174,25 +175,63 @@ fn run(receiver: &Receiver<Request>, dir: &Path, window: Duration) {
     }
 }
 
+/// The most threads one round forces its files on.
+const SYNC_THREADS: usize = 16;
+
+/// `fdatasync` every file of `requests`, results in order. Several files are
+/// forced from several threads at once: the file system then commits them
+/// in one journal transaction, where one after another would pay a commit
+/// each.
+fn sync_all_of(requests: &[(&Held, &Path)]) -> Vec<Result<(), StoreError>> {
+    let sync =
+        |(held, path): &(&Held, &Path)| held.sync_data().map_err(|source| io_error(path, source));
+    if requests.len() <= 1 {
+        return requests.iter().map(sync).collect();
+    }
+    let per_thread = requests.len().div_ceil(SYNC_THREADS);
+    std::thread::scope(|scope| {
+        let chunks: Vec<_> = requests
+            .chunks(per_thread)
+            .map(|chunk| {
+                let spawned = std::thread::Builder::new()
+                    .name("dsh-group-sync".into())
+                    .spawn_scoped(scope, move || chunk.iter().map(sync).collect::<Vec<_>>());
+                (chunk, spawned)
+            })
+            .collect();
+        chunks
+            .into_iter()
+            .flat_map(|(chunk, spawned)| match spawned {
+                Ok(thread) => thread
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to spare: force this chunk here.
+                Err(_) => chunk.iter().map(sync).collect(),
+            })
+            .collect()
+    })
+}
+
 /// Force every file of `round` (each once) and the directory once if any
 /// asked for it, then answer every request.
 fn commit(round: Vec<Request>, dir: &Path) {
-    let mut results: Vec<Result<(), StoreError>> = Vec::with_capacity(round.len());
-    // The first request of each log in this round, by its owner's address.
+    // The first request of each log in this round, by its owner's address;
+    // later ones of the same log share its result.
     let mut first: HashMap<*const Held, usize> = HashMap::with_capacity(round.len());
-    for (index, request) in round.iter().enumerate() {
-        let result = match first.entry(Arc::as_ptr(&request.held)) {
-            Entry::Occupied(earlier) => results[*earlier.get()].clone(),
+    let mut of: Vec<usize> = Vec::with_capacity(round.len());
+    let mut distinct: Vec<(&Held, &Path)> = Vec::new();
+    for request in &round {
+        let at = match first.entry(Arc::as_ptr(&request.held)) {
+            Entry::Occupied(earlier) => *earlier.get(),
             Entry::Vacant(slot) => {
-                slot.insert(index);
-                request
-                    .held
-                    .sync_data()
-                    .map_err(|source| io_error(&request.path, source))
+                distinct.push((&request.held, &request.path));
+                *slot.insert(distinct.len() - 1)
             }
         };
-        results.push(result);
+        of.push(at);
     }
+    let synced = sync_all_of(&distinct);
+    let results: Vec<Result<(), StoreError>> = of.iter().map(|&at| synced[at].clone()).collect();
     let dir_result = if round.iter().any(|request| request.dir) {
         sync_dir(dir)
     } else {
