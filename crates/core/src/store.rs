@@ -29,6 +29,26 @@ pub enum Durability {
     TurnBoundary,
     /// Fsync after every append. Slowest: one disk flush per append.
     EveryEvent,
+    /// Group commit: the same promise as [`Durability::TurnBoundary`] (a
+    /// create and a checkpoint return only once what they cover is on
+    /// stable storage, appends in between are written but not forced), but
+    /// the fsyncs of every log of one store, and of its directory, are
+    /// batched: one committer forces whatever logs asked for a sync since
+    /// its last round, lingering for more within a bounded window the store
+    /// configures while several logs are asking. A single writer is synced
+    /// at once; many concurrent writers share their flushes. A crash or
+    /// power loss loses only writes whose future had not yet returned.
+    /// `TurnBoundary` stays the stricter choice for latency: each of its
+    /// syncs is its own and never waits for another log's.
+    Grouped,
+}
+
+impl Durability {
+    /// Whether creates and checkpoints are forced to stable storage (every
+    /// mode but [`Durability::None`]).
+    pub fn syncs(self) -> bool {
+        self != Self::None
+    }
 }
 
 /// A torn last line found and cut off when a log was opened.
@@ -169,7 +189,9 @@ pub trait SessionLog: Send + Sync {
     /// that must keep memory and log in step must not drop it.
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError>;
 
-    /// A turn boundary: under [`Durability::TurnBoundary`], sync to stable storage.
+    /// A turn boundary: under [`Durability::TurnBoundary`] (and
+    /// [`Durability::Grouped`], batched with other logs), sync to stable
+    /// storage; returns once synced.
     ///
     /// # Errors
     /// [`StoreError::Closed`] or an I/O failure.

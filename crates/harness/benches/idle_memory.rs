@@ -18,6 +18,7 @@ use dsh_core::{
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel, SystemPrompt};
 use dsh_test_support::alloc::{CountingAllocator, live_bytes};
+use dsh_test_support::bench::{Measurement, record};
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
@@ -104,6 +105,13 @@ fn history_memory(runtime: &tokio::runtime::Runtime, dir: &std::path::Path) {
         handles
     });
     let per_agent = (live_bytes() - before) as f64 / HISTORY_AGENTS as f64;
+    record(&Measurement {
+        workload: "idle agent, 20-turn 40 KiB history, heap, jsonl store",
+        n: Some(HISTORY_AGENTS as u64),
+        value: per_agent,
+        unit: "B/agent",
+    })
+    .unwrap();
     println!(
         "agents with a 20-turn history (40 KiB of text): {per_agent:.0} bytes each ({:.1} KiB)",
         per_agent / 1024.0
@@ -205,6 +213,13 @@ fn main() {
             "idle agents ({name}): {AGENTS} agents, {per_agent:.0} bytes each ({:.2} KiB)",
             per_agent / 1024.0
         );
+        record(&Measurement {
+            workload: &format!("idle agent, empty history, heap, {name}"),
+            n: Some(AGENTS as u64),
+            value: per_agent,
+            unit: "B/agent",
+        })
+        .unwrap();
         runtime.block_on(async {
             for handle in &handles {
                 handle.dispose().await;

@@ -1,7 +1,14 @@
 //! Session store benchmarks: append throughput of the JSONL store under each
-//! durability setting and of the memory store (replay is in `replay.rs`).
-//! They write only under a fresh directory in the system temporary
-//! directory, which they remove when done.
+//! durability setting and of the memory store, and durable log creation:
+//! the fsync floor (a bare exclusive create, one write and `fdatasync`, in
+//! a loop), the store's create under `TurnBoundary` (which syncs the file
+//! and its directory; and the temporary-file-and-link path a seeded create
+//! takes, every create's path before), and a durable child's log (create, a
+//! turn's events, checkpoint, close) under `TurnBoundary` and `Grouped`,
+//! one after another and many at once. Replay is in `replay.rs`. They
+//! write only under a fresh directory in the system temporary directory;
+//! nothing is deleted before the end (creating files soon after deleting
+//! many would measure the file system's allocator), when it all is.
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark code")]
 
@@ -13,7 +20,7 @@ use dsh_core::content::ContentBlock;
 use dsh_core::session::{AssistantEntry, EventPayload, SessionEvent, SessionHeader};
 use dsh_core::{Durability, SessionId, SessionStore};
 use dsh_harness::store::{JsonlStore, MemoryStore};
-use dsh_test_support::bench::ASSISTANT_TEXT;
+use dsh_test_support::bench::{ASSISTANT_TEXT, mixed_event as mixed};
 use tokio::runtime::Runtime;
 
 /// Events per turn in the append benchmarks: a checkpoint follows each turn.
@@ -84,10 +91,137 @@ fn append(c: &mut Criterion) {
                 }
                 let elapsed = start.elapsed();
                 drop(log);
-                rt.block_on(store.remove(&id)).unwrap();
                 elapsed
             });
         });
+    }
+    group.finish();
+    let _ = std::fs::remove_dir_all(&root);
+}
+
+/// The events of one short turn of a child, after its create: what a
+/// one-shot child writes before its turn-end checkpoint.
+fn child_turn() -> Vec<SessionEvent> {
+    (0..13).map(mixed).collect()
+}
+
+/// One durable child's log: create, a turn, the turn-end checkpoint, close.
+async fn durable_child(store: &JsonlStore, id: SessionId, turn: &[SessionEvent]) {
+    let log = store.create(&header(&id), &[]).await.unwrap();
+    log.append(turn).await.unwrap();
+    log.checkpoint().await.unwrap();
+    log.close().await;
+}
+
+fn create(c: &mut Criterion) {
+    const CHILDREN: u64 = 1_000;
+    let root = scratch_dir("create");
+    let mut group = c.benchmark_group("create");
+    group.sample_size(10);
+    let header_line = {
+        let mut line = serde_json::to_vec(&header(&SessionId::new("floor-0").unwrap())).unwrap();
+        line.push(b'\n');
+        line
+    };
+    let mut round = 0u64;
+    let mut fresh = |name: &str| {
+        round += 1;
+        let dir = root.join(format!("{name}-{round}"));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    };
+
+    // The floor: what any durable create costs on this disk.
+    group.throughput(Throughput::Elements(1));
+    group.bench_function("floor/create-fdatasync", |b| {
+        b.iter_custom(|iters| {
+            let dir = fresh("floor");
+            let start = Instant::now();
+            for n in 0..iters {
+                let mut file = std::fs::OpenOptions::new()
+                    .append(true)
+                    .create_new(true)
+                    .open(dir.join(format!("floor-{n}.jsonl")))
+                    .unwrap();
+                std::io::Write::write_all(&mut file, &header_line).unwrap();
+                file.sync_data().unwrap();
+            }
+            start.elapsed()
+        });
+    });
+    let rt = runtime();
+    group.bench_function("store/turn-boundary", |b| {
+        b.iter_custom(|iters| {
+            let store = JsonlStore::new(fresh("store"), Durability::TurnBoundary).unwrap();
+            let start = Instant::now();
+            for n in 0..iters {
+                let id = SessionId::new(format!("c-{n}")).unwrap();
+                let log = rt.block_on(store.create(&header(&id), &[])).unwrap();
+                drop(log);
+            }
+            start.elapsed()
+        });
+    });
+    // The path every create took before in-place creation (a seeded create
+    // still takes it): temporary file, fsync, link, unlink, directory fsync.
+    group.bench_function("store/turn-boundary-temp-link", |b| {
+        b.iter_custom(|iters| {
+            let store = JsonlStore::new(fresh("link"), Durability::TurnBoundary).unwrap();
+            let seed = [mixed(0)];
+            let start = Instant::now();
+            for n in 0..iters {
+                let id = SessionId::new(format!("c-{n}")).unwrap();
+                let log = rt.block_on(store.create(&header(&id), &seed)).unwrap();
+                drop(log);
+            }
+            start.elapsed()
+        });
+    });
+
+    // A durable child's log, one after another and all at once.
+    let turn = child_turn();
+    let threads = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    group.throughput(Throughput::Elements(CHILDREN));
+    for (name, durability) in [
+        ("turn-boundary", Durability::TurnBoundary),
+        ("grouped", Durability::Grouped),
+    ] {
+        for mode in ["sequential", "concurrent"] {
+            group.bench_function(format!("child/{name}-{mode}/{CHILDREN}"), |b| {
+                b.iter_custom(|iters| {
+                    let mut spent = Duration::ZERO;
+                    for _ in 0..iters {
+                        let store = JsonlStore::new(fresh(name), durability).unwrap();
+                        let ids =
+                            (0..CHILDREN).map(|n| SessionId::new(format!("child-{n}")).unwrap());
+                        let start = Instant::now();
+                        threads.block_on(async {
+                            if mode == "sequential" {
+                                for id in ids {
+                                    durable_child(&store, id, &turn).await;
+                                }
+                            } else {
+                                let children = ids.map(|id| {
+                                    let (store, turn) = (store.clone(), turn.clone());
+                                    tokio::spawn(
+                                        async move { durable_child(&store, id, &turn).await },
+                                    )
+                                });
+                                for child in futures::future::join_all(children).await {
+                                    child.unwrap();
+                                }
+                            }
+                        });
+                        spent += start.elapsed();
+                    }
+                    spent
+                });
+            });
+        }
     }
     group.finish();
     let _ = std::fs::remove_dir_all(&root);
@@ -119,5 +253,5 @@ fn memory(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, append, memory);
+criterion_group!(benches, append, memory, create);
 criterion_main!(benches);

@@ -186,12 +186,33 @@ async fn b57_strays_are_not_sessions_and_touch_nothing_else() {
         assert_eq!(opened.code(), "NOT_A_SESSION", "{id}: {opened}");
         assert_eq!(store.header(id).await.unwrap_err().code(), "NOT_A_SESSION");
     }
-    // A damaged header that still opens as one is corruption, not a stray.
+    // A damaged header that still opens as one, with lines after it, is
+    // corruption, not a stray.
     let text = fs::read_to_string(store.log_path(&sid("good"))).unwrap();
-    fs::write(store.log_path(&sid("good")), &text[..20]).unwrap();
+    let rest = &text[text.find('\n').unwrap()..];
+    fs::write(
+        store.log_path(&sid("good")),
+        format!("{}{rest}", &text[..20]),
+    )
+    .unwrap();
     assert_eq!(
         store.load(&sid("good")).await.unwrap_err().code(),
         "SESSION_CORRUPT"
+    );
+    // Alone, without its newline, it is what a create that crashed before
+    // it was acknowledged leaves (a header written in place): a torn
+    // header, not a session, for load, header and open alike.
+    fs::write(store.log_path(&sid("good")), &text[..20]).unwrap();
+    let err = store.load(&sid("good")).await.unwrap_err();
+    assert_eq!(err.code(), "NOT_A_SESSION", "{err}");
+    assert!(err.to_string().contains("torn session header"), "{err}");
+    let err = store.header(&sid("good")).await.unwrap_err();
+    assert_eq!(err.code(), "NOT_A_SESSION", "{err}");
+    let opened = store.open(&sid("good")).await.err().unwrap();
+    assert_eq!(opened.code(), "NOT_A_SESSION", "{opened}");
+    assert!(
+        opened.to_string().contains("torn session header"),
+        "{opened}"
     );
 }
 

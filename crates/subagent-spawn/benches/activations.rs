@@ -1,12 +1,18 @@
 //! Start-and-settle throughput of spawn children with the scripted model:
 //! N children started one after another and all at once (N = 100, 1,000,
-//! 10,000), on the in-memory store and the JSONL store without fsync, plus
-//! fork seeding cost against the parent log's length. Criterion reports
-//! children per second (elements/s).
+//! 10,000), on the in-memory store and the JSONL store without fsync
+//! (`jsonl`), durable under `TurnBoundary` (`jsonl-turn-boundary`) and
+//! durable with group commit (`jsonl-grouped`), plus fork seeding cost
+//! against the parent log's length. Criterion reports children per second
+//! (elements/s). Every iteration gets a fresh store directory, and none is
+//! deleted before the bench ends: creating files soon after deleting many
+//! costs this ext4 ten times more, which would measure the allocator.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
+use std::path::Path;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
@@ -24,18 +30,37 @@ use dsh_subagent_spawn::SpawnProvider;
 struct World {
     runtime: SubagentRuntime,
     parent: Arc<dyn Agent>,
-    _dir: Option<tempfile::TempDir>,
 }
 
-async fn world(jsonl: bool, provider: Arc<dyn SubagentProvider>) -> World {
-    let (store, dir): (Arc<dyn SessionStore>, _) = if jsonl {
-        let dir = tempfile::tempdir().unwrap();
-        (
-            Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap()),
-            Some(dir),
-        )
-    } else {
-        (Arc::new(MemoryStore::new()), None)
+/// Where a world keeps its logs: in memory, or in a fresh directory under
+/// `root` (kept until the bench ends) with this durability.
+#[derive(Clone, Copy)]
+enum Backing<'a> {
+    Memory,
+    Jsonl(&'a Path, Durability),
+}
+
+impl Backing<'_> {
+    /// The backing a row of the table names.
+    fn of<'a>(store: &str, root: &'a Path) -> Backing<'a> {
+        match store {
+            "memory" => Backing::Memory,
+            "jsonl" => Backing::Jsonl(root, Durability::None),
+            "jsonl-turn-boundary" => Backing::Jsonl(root, Durability::TurnBoundary),
+            "jsonl-grouped" => Backing::Jsonl(root, Durability::Grouped),
+            other => panic!("no store {other}"),
+        }
+    }
+}
+
+async fn world(backing: Backing<'_>, provider: Arc<dyn SubagentProvider>) -> World {
+    static FRESH: AtomicU64 = AtomicU64::new(0);
+    let store: Arc<dyn SessionStore> = match backing {
+        Backing::Memory => Arc::new(MemoryStore::new()),
+        Backing::Jsonl(root, durability) => {
+            let dir = root.join(FRESH.fetch_add(1, Ordering::Relaxed).to_string());
+            Arc::new(JsonlStore::new(dir, durability).unwrap())
+        }
     };
     let model = Arc::new(
         ScriptedModel::new()
@@ -65,11 +90,7 @@ async fn world(jsonl: bool, provider: Arc<dyn SubagentProvider>) -> World {
         },
     );
     runtime.register(provider).unwrap();
-    World {
-        runtime,
-        parent,
-        _dir: dir,
-    }
+    World { runtime, parent }
 }
 
 fn spec(world: &World, provider: &str) -> ActivationSpec {
@@ -113,13 +134,16 @@ fn start_and_settle(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    let root = tempfile::tempdir().unwrap();
     let mut group = c.benchmark_group("spawn");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(5));
-    for store in ["memory", "jsonl"] {
+    for store in ["memory", "jsonl", "jsonl-turn-boundary", "jsonl-grouped"] {
         for mode in ["sequential", "concurrent"] {
             for n in [100usize, 1_000, 10_000] {
-                if store == "jsonl" && n == 10_000 && mode == "sequential" {
+                let skip = (store.starts_with("jsonl") && n == 10_000 && mode == "sequential")
+                    || (store == "jsonl-turn-boundary" && n == 10_000);
+                if skip {
                     // Same per-child cost as 1,000; skip to keep the run short.
                     continue;
                 }
@@ -133,9 +157,11 @@ fn start_and_settle(c: &mut Criterion) {
                                 let mut spent = Duration::ZERO;
                                 for _ in 0..iters {
                                     // A fresh parent each time: its catalog grows with every child.
-                                    let world =
-                                        world(store == "jsonl", Arc::new(SpawnProvider::new()))
-                                            .await;
+                                    let world = world(
+                                        Backing::of(store, root.path()),
+                                        Arc::new(SpawnProvider::new()),
+                                    )
+                                    .await;
                                     let start = Instant::now();
                                     run_children(&world, n, mode == "concurrent").await;
                                     spent += start.elapsed();
@@ -162,7 +188,7 @@ fn fork_seeding(c: &mut Criterion) {
     group.sample_size(10);
     for turns in [10usize, 100, 1_000] {
         let world = runtime.block_on(async {
-            let world = world(false, Arc::new(ForkProvider::new())).await;
+            let world = world(Backing::Memory, Arc::new(ForkProvider::new())).await;
             for _ in 0..turns {
                 world
                     .parent

@@ -1,42 +1,67 @@
-//! Memory per resident child: start 1,000 spawn children whose model holds
-//! them mid-turn (a gate), and report the heap each live activation holds:
-//! the child agent, its log so far, its activation record, its catalog entry
-//! in the parent and the parent's share of names. Prints bytes; not a
-//! criterion bench.
+//! Memory per resident child: start spawn children whose model holds them
+//! mid-turn (a gate), and report the heap each live activation holds: the
+//! child agent, its log so far, its activation record, its catalog entry in
+//! the parent and the parent's share of names. On the memory store (1,000
+//! children; the figure includes the store's copy of each log) and on the
+//! JSONL store (10,000 children, each holding its open log: the process
+//! must not run out of descriptors). Prints and records the bytes
+//! (`bench::record`, B/child); not a criterion bench.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
 use std::sync::Arc;
 
+use dsh_core::Durability;
 use dsh_core::{
     AgentFactory, CancellationToken, ContentBlock, CreateAgent, SessionHeader, SessionId,
     SessionStore,
 };
-use dsh_harness::{Harness, MemoryStore, Scripted, ScriptedModel};
+use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::{ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime};
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::alloc::{CountingAllocator, live_bytes};
+use dsh_test_support::bench::{Measurement, record};
 use tokio::sync::Semaphore;
 
 #[global_allocator]
 static ALLOCATOR: CountingAllocator = CountingAllocator;
-
-const CHILDREN: usize = 1_000;
 
 fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let memory: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
+    resident(&runtime, "memory", memory, 1_000);
+    let jsonl: Arc<dyn SessionStore> =
+        Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
+    resident(&runtime, "jsonl", jsonl, 10_000);
+}
+
+/// Hold `children` spawn children mid-turn over `store` and report the heap
+/// each holds.
+fn resident(
+    runtime: &tokio::runtime::Runtime,
+    name: &str,
+    store: Arc<dyn SessionStore>,
+    children: usize,
+) {
     runtime.block_on(async {
         let gate = Arc::new(Semaphore::new(0));
         let held = gate.clone();
-        let store: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-        let model = Arc::new(ScriptedModel::new().without_recording().responder(move |_| Scripted::Gated {
-            gate: held.clone(),
-            then: Box::new(Scripted::Text("done".into())),
-        }));
-        let harness = Harness::builder(store.clone()).model(model).build().unwrap();
+        let model = Arc::new(
+            ScriptedModel::new()
+                .without_recording()
+                .responder(move |_| Scripted::Gated {
+                    gate: held.clone(),
+                    then: Box::new(Scripted::Text("done".into())),
+                }),
+        );
+        let harness = Harness::builder(store.clone())
+            .model(model)
+            .build()
+            .unwrap();
         let parent = harness
             .create(CreateAgent {
                 header: SessionHeader::new(SessionId::generate(), std::env::temp_dir()),
@@ -57,8 +82,8 @@ fn main() {
         );
         subagents.register(Arc::new(SpawnProvider::new())).unwrap();
         let before = live_bytes();
-        let mut activations = Vec::with_capacity(CHILDREN);
-        for _ in 0..CHILDREN {
+        let mut activations = Vec::with_capacity(children);
+        for _ in 0..children {
             activations.push(
                 subagents
                     .start_activation(ActivationSpec {
@@ -68,7 +93,10 @@ fn main() {
                         child_id: None,
                         cancel: CancellationToken::new(),
                         delivery: Delivery::Caller,
-                        request: StartRequest::new(parent.clone(), vec![ContentBlock::text("work")]),
+                        request: StartRequest::new(
+                            parent.clone(),
+                            vec![ContentBlock::text("work")],
+                        ),
                     })
                     .await
                     .unwrap(),
@@ -79,13 +107,20 @@ fn main() {
             tokio::task::yield_now().await;
         }
         let after = live_bytes();
-        let per_child = (after - before) as f64 / CHILDREN as f64;
+        let per_child = (after - before) as f64 / children as f64;
         println!(
-            "resident children: {CHILDREN} live activations, {per_child:.0} bytes each ({:.2} KiB), \
-             including the store's copy of each child's log",
+            "resident children ({name} store): {children} live activations, {per_child:.0} bytes \
+             each ({:.2} KiB), with each child's log so far (and, in memory, the store's copy)",
             per_child / 1024.0
         );
-        gate.add_permits(CHILDREN);
+        record(&Measurement {
+            workload: &format!("resident child mid-turn, heap, {name} store"),
+            n: Some(children as u64),
+            value: per_child,
+            unit: "B/child",
+        })
+        .unwrap();
+        gate.add_permits(children);
         for activation in &activations {
             activation.result().await.unwrap();
         }

@@ -798,6 +798,42 @@ impl Write {
     }
 }
 
+impl Write {
+    /// Lay out in `dir` what this create, interrupted after `bytes` of its
+    /// write, leaves in a JSONL store: a header-only create writes its log
+    /// in place, so the log's file holds those bytes (a torn header, which
+    /// the store reports as not a session and the next create of the id
+    /// replaces); a seeded one writes a hidden temporary file of the writer
+    /// `pid` (swept when a store next opens the directory), and the log is
+    /// absent.
+    ///
+    /// # Errors
+    /// The file cannot be written.
+    pub fn lay_out_torn_create(
+        &self,
+        dir: &std::path::Path,
+        bytes: &[u8],
+        pid: u32,
+    ) -> io::Result<PathBuf> {
+        let path = if self.events.is_empty() {
+            let name = self.path.file_name().ok_or_else(|| {
+                io::Error::new(io::ErrorKind::InvalidInput, "a log path without a name")
+            })?;
+            dir.join(name)
+        } else {
+            dir.join(format!(".{}.{pid}-0-0.tmp", self.id))
+        };
+        std::fs::write(&path, bytes)?;
+        Ok(path)
+    }
+
+    /// Whether this create writes its log in place (it has no seed), so an
+    /// interrupted one leaves a torn header rather than a temporary file.
+    pub fn creates_in_place(&self) -> bool {
+        self.op == Op::Create && self.events.is_empty()
+    }
+}
+
 /// Where a crash happens in a recorded run: during write `write` (an index
 /// into [`RecordingStore::writes`]), after `bytes` of it reached the file.
 /// Every earlier write is whole, no later one happened.

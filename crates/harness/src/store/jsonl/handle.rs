@@ -18,7 +18,8 @@ use async_trait::async_trait;
 use dsh_core::{Durability, LoadedSession, SessionEvent, SessionId, SessionLog, StoreError};
 use tokio::sync::watch;
 
-use super::parse::parse_log;
+use super::group::GroupCommit;
+use super::parse::{parse_log, torn_header};
 use super::{Shared, blocking, io_error, open_error};
 use crate::store::check_contiguous;
 
@@ -65,21 +66,53 @@ pub(super) struct Held {
     slot: WriterSlot,
 }
 
+impl Held {
+    /// Force the file's data (and the metadata needed to read it back).
+    pub(super) fn sync_data(&self) -> io::Result<()> {
+        self.file.sync_data()
+    }
+
+    /// The store's committer, under [`Durability::Grouped`].
+    fn group(&self) -> Option<&GroupCommit> {
+        self.slot.shared.group.as_ref()
+    }
+}
+
 /// A freshly published log not yet handed to its caller. If it is dropped
 /// instead (the create's future was dropped), it withdraws the log while
 /// still holding it: a cancelled create leaves no log behind.
 pub(super) struct Published {
     // Declared first: the log is withdrawn while `held` still locks it.
     withdraw: Withdraw,
-    held: Held,
+    held: Arc<Held>,
+    /// Whether the log still has to be forced to stable storage (under
+    /// [`Durability::Grouped`], by the store's committer) before it counts.
+    unsynced: bool,
 }
 
 impl Published {
-    /// Hand the log to its caller: it is no longer withdrawn on drop.
-    pub(super) fn keep(self) -> Held {
-        let Self { mut withdraw, held } = self;
+    /// Hand the log to its caller once it is durable: under
+    /// [`Durability::Grouped`] this waits for the committer round that
+    /// forces the file and its directory entry. A failed sync withdraws the
+    /// log and is returned.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: dropped while waiting, the log is withdrawn (the
+    /// committer's sync of the removed file still runs, holding the id).
+    pub(super) async fn keep(self, path: &Path) -> Result<Arc<Held>, StoreError> {
+        if self.unsynced
+            && let Some(group) = self.held.group()
+        {
+            // On failure, `self` is dropped here and withdraws the log.
+            group
+                .sync(Arc::clone(&self.held), path, true, |_| {})
+                .await?;
+        }
+        let Self {
+            mut withdraw, held, ..
+        } = self;
         withdraw.armed = false;
-        held
+        Ok(held)
     }
 }
 
@@ -101,7 +134,7 @@ impl Drop for Withdraw {
         // No caller is left to tell of a failure: the future was dropped.
         match fs::remove_file(&self.path) {
             Ok(()) => {
-                if self.durability != Durability::None
+                if self.durability.syncs()
                     && let Err(err) = sync_dir(&self.dir)
                 {
                     tracing::warn!(dir = %self.dir.display(), error = %err, "could not sync the withdrawal of an abandoned session log");
@@ -159,7 +192,7 @@ impl JsonlLog {
     /// A handle over `held`, whose file is `len` bytes long and whose next
     /// event is `next_seq`.
     pub(super) fn new(
-        held: Held,
+        held: Arc<Held>,
         path: PathBuf,
         durability: Durability,
         next_seq: u64,
@@ -173,7 +206,7 @@ impl JsonlLog {
                 id,
                 durability,
                 state: Mutex::new(WriterState {
-                    held: Some(Arc::new(held)),
+                    held: Some(held),
                     next_seq,
                     len,
                     poisoned: None,
@@ -329,11 +362,23 @@ impl SessionLog for JsonlLog {
                 return Err(StoreError::Closed(self.log.id.clone()));
             };
             match self.log.durability {
-                Durability::TurnBoundary => Arc::clone(held),
+                Durability::TurnBoundary | Durability::Grouped => Arc::clone(held),
                 // Nothing to force, or every append already forced itself.
                 Durability::None | Durability::EveryEvent => return Ok(()),
             }
         };
+        if let Some(group) = held.group() {
+            let log = Arc::clone(&self.log);
+            // Poisoned on the committer, whether or not this future is
+            // still there to hear the failure.
+            return group
+                .sync(Arc::clone(&held), &self.log.path, false, move |result| {
+                    if let Err(err) = result {
+                        log.state().poisoned.get_or_insert_with(|| err.clone());
+                    }
+                })
+                .await;
+        }
         self.sync(held, None).await
     }
 
@@ -486,7 +531,7 @@ pub(super) fn create_log(
     (&*file)
         .write_all(contents)
         .map_err(|source| io_error(&temp.path, source))?;
-    if durability != Durability::None {
+    if durability.syncs() {
         file.sync_all()
             .map_err(|source| io_error(&temp.path, source))?;
     }
@@ -504,10 +549,11 @@ pub(super) fn create_log(
             dir: dir.to_path_buf(),
             durability,
         },
-        held: Held { file, slot },
+        held: Arc::new(Held { file, slot }),
+        unsynced: false,
     };
     drop(temp);
-    if durability != Durability::None
+    if durability.syncs()
         && let Err(err) = sync_dir(dir)
     {
         // All or nothing: dropping `published` withdraws a log whose
@@ -516,6 +562,121 @@ pub(super) fn create_log(
         return Err(err);
     }
     Ok(published)
+}
+
+/// Create the log of a header-only `contents` in place: one exclusive
+/// create of `path` (the only metadata operation), lock, one write. Runs on
+/// the blocking pool and owns `slot`, so the id stays claimed until the
+/// result is dropped or handed on.
+///
+/// Atomicity comes from the header instead of a rename: until the write
+/// lands, the file holds nothing or part of a header line, which no log
+/// ever does. Reading reports such a file as [`StoreError::NotASession`]
+/// (a torn header), and the next create of the id replaces it. Under
+/// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`] the file and
+/// the directory are forced here; under [`Durability::Grouped`] the result
+/// is marked unsynced and [`Published::keep`] waits for the committer.
+pub(super) fn create_in_place(
+    dir: &Path,
+    slot: WriterSlot,
+    path: &Path,
+    contents: &[u8],
+    durability: Durability,
+) -> Result<Published, StoreError> {
+    let id = slot.id.clone();
+    let mut reclaimed = false;
+    let file = loop {
+        match OpenOptions::new()
+            .read(true)
+            .append(true)
+            .create_new(true)
+            .open(path)
+        {
+            Ok(file) => break file,
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists && !reclaimed => {
+                reclaimed = true;
+                if !reclaim_torn(&id, path)? {
+                    return Err(StoreError::Exists(id));
+                }
+            }
+            Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
+                return Err(StoreError::Exists(id));
+            }
+            Err(source) => return Err(io_error(path, source)),
+        }
+    };
+    // Between the create and the lock, another process's create may have
+    // found the empty file, taken it for a crashed create and replaced it:
+    // then the name is theirs, and nothing here may touch it.
+    let file = match LockedFile::lock(file, &id, path) {
+        Ok(file) => file,
+        Err(StoreError::Locked(_)) => return Err(StoreError::Exists(id)),
+        Err(err) => return Err(err),
+    };
+    match still_linked(&file, &id, path) {
+        Ok(()) => {}
+        Err(StoreError::NotFound(_)) => return Err(StoreError::Exists(id)),
+        Err(err) => return Err(err),
+    }
+    let published = Published {
+        withdraw: Withdraw {
+            armed: true,
+            path: path.to_path_buf(),
+            dir: dir.to_path_buf(),
+            durability,
+        },
+        held: Arc::new(Held { file, slot }),
+        unsynced: durability == Durability::Grouped,
+    };
+    // On any failure below, dropping `published` withdraws the file.
+    (&*published.held.file)
+        .write_all(contents)
+        .map_err(|source| io_error(path, source))?;
+    if matches!(
+        durability,
+        Durability::TurnBoundary | Durability::EveryEvent
+    ) {
+        published
+            .held
+            .sync_data()
+            .map_err(|source| io_error(path, source))?;
+        sync_dir(dir)?;
+    }
+    Ok(published)
+}
+
+/// After a create of `path` found it taken: remove it if it is what a
+/// crashed create leaves (see [`torn_header`]) and nobody holds it. `true`
+/// when the name is free again.
+fn reclaim_torn(id: &SessionId, path: &Path) -> Result<bool, StoreError> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(true),
+        Err(source) => return Err(io_error(path, source)),
+    };
+    let Some(file) = LockedFile::try_new(file) else {
+        return Ok(false);
+    };
+    let mut bytes = Vec::new();
+    (&*file)
+        .read_to_end(&mut bytes)
+        .map_err(|source| io_error(path, source))?;
+    if !torn_header(&bytes) {
+        return Ok(false);
+    }
+    match still_linked(&file, id, path) {
+        Ok(()) => {}
+        Err(StoreError::NotFound(_)) => return Ok(true),
+        Err(err) => return Err(err),
+    }
+    match fs::remove_file(path) {
+        Ok(()) => {
+            tracing::info!(path = %path.display(), "replaced the torn header of a create that crashed");
+            Ok(true)
+        }
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(true),
+        Err(source) => Err(io_error(path, source)),
+    }
 }
 
 /// A log opened for appending: what it holds, its owner and its length.
@@ -573,7 +734,7 @@ pub(super) fn open_log(
         len += 1;
         tracing::warn!(path = %path.display(), "restored the missing newline after the last line of a session log");
     }
-    if durability != Durability::None && (parsed.torn_tail.is_some() || parsed.missing_newline) {
+    if durability.syncs() && (parsed.torn_tail.is_some() || parsed.missing_newline) {
         file.sync_data().map_err(|source| io_error(path, source))?;
     }
     Ok(Opened {
@@ -601,16 +762,17 @@ mod tests {
             durability: Durability::EveryEvent,
             writers: Mutex::new(HashSet::new()),
             sweep_failures: Vec::new(),
+            group: None,
         })
     }
 
     fn log_over(file: File, shared: &Arc<Shared>, path: &Path, len: u64) -> JsonlLog {
         let id = SessionId::new("a").unwrap();
         let slot = WriterSlot::claim(shared, &id).unwrap();
-        let held = Held {
+        let held = Arc::new(Held {
             file: LockedFile::try_new(file).unwrap(),
             slot,
-        };
+        });
         JsonlLog::new(held, path.to_path_buf(), Durability::EveryEvent, 0, len)
     }
 

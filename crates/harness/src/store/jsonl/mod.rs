@@ -1,7 +1,10 @@
 //! The embedded default session store: one JSON-lines file per session,
 //! `<dir>/<session-id>.jsonl`, whose first line is the header and every later
-//! line one event. A log is published whole (written to a hidden temporary
-//! file, then hard-linked into place so an existing log is never clobbered),
+//! line one event. A log is published whole: a header-only log is created
+//! exclusively in place (one metadata operation; until its one write lands
+//! the file holds a torn header, which reading recognises and the next
+//! create replaces), a seeded one is written to a hidden temporary file,
+//! then hard-linked into place so an existing log is never clobbered. It
 //! has exactly one writer at a time (an in-process registry plus an exclusive
 //! OS file lock, both held by one owner, in `handle`), and only ever
 //! grows by whole lines. Reading never skips a line: the one thing repaired
@@ -10,7 +13,9 @@
 //! never rewrite, reorder or drop a complete line, and never write to a log
 //! it does not hold the lock for.
 
+mod group;
 mod handle;
+mod limits;
 mod parse;
 mod sealed;
 
@@ -27,12 +32,15 @@ use dsh_core::{
     StoreError,
 };
 
+pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
+use group::GroupCommit;
 pub use handle::JsonlLog;
 use handle::{
-    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_log, open_log, still_linked,
-    sync_dir,
+    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_in_place, create_log, open_log,
+    still_linked, sync_dir,
 };
-use parse::{parse_header, parse_log};
+pub use limits::{OpenFileLimit, raise_open_file_limit};
+use parse::{parse_header, parse_log, parse_lone_header};
 pub use sealed::Sealed;
 use sealed::{SEALED_EXTENSION, seal_log, sealed_path, unseal_for_open};
 
@@ -56,6 +64,8 @@ struct Shared {
     writers: Mutex<HashSet<SessionId>>,
     /// The leftovers the opening sweep could not remove.
     sweep_failures: Vec<StoreError>,
+    /// The committer, under [`Durability::Grouped`].
+    group: Option<GroupCommit>,
 }
 
 impl Shared {
@@ -88,18 +98,53 @@ impl JsonlStore {
     ///
     /// # Errors
     /// [`StoreError::Io`] when the directory cannot be created or read.
+    ///
+    /// Every live log holds one open descriptor, so the first store of a
+    /// process raises its soft `RLIMIT_NOFILE` to the hard limit (see
+    /// [`raise_open_file_limit`]), logging the change; 10,000 resident
+    /// agents then fit wherever the hard limit allows them.
+    ///
+    /// Under [`Durability::Grouped`] the store's committer lingers at most
+    /// [`DEFAULT_GROUP_WINDOW`]; [`JsonlStore::with_group_window`] sets
+    /// another window.
     pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Result<Self, StoreError> {
+        Self::with_group_window(dir, durability, DEFAULT_GROUP_WINDOW)
+    }
+
+    /// [`JsonlStore::new`], with the longest time a group-commit round
+    /// under [`Durability::Grouped`] may linger for more logs after its
+    /// first request (ignored by the other modes). A round lingers only
+    /// while several logs are asking, and closes early once none arrives
+    /// for a moment; `Duration::ZERO` never lingers (rounds then batch only
+    /// what arrives while the previous sync runs).
+    ///
+    /// # Errors
+    /// As [`JsonlStore::new`].
+    pub fn with_group_window(
+        dir: impl Into<PathBuf>,
+        durability: Durability,
+        window: Duration,
+    ) -> Result<Self, StoreError> {
         let dir = dir.into();
+        limits::raise_once();
         fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
         let sweep_failures = sweep_temps(&dir)?;
+        let group =
+            (durability == Durability::Grouped).then(|| GroupCommit::new(dir.clone(), window));
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
                 sweep_failures,
                 durability,
                 writers: Mutex::new(HashSet::new()),
+                group,
             }),
         })
+    }
+
+    /// The group-commit window, under [`Durability::Grouped`].
+    pub fn group_window(&self) -> Option<Duration> {
+        self.shared.group.as_ref().map(GroupCommit::window)
     }
 
     /// The crash leftovers that opening this store found but could not
@@ -183,7 +228,10 @@ impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: a dropped create leaves no log. If the detached work has
     /// already published it, it withdraws it while still holding it; until
-    /// then an open of the id is `Busy` and a create `Exists`.
+    /// then an open of the id is `Busy` and a create `Exists`. Under
+    /// [`Durability::Grouped`], a create dropped while it waits for its
+    /// committer round withdraws the log on the spot (the round still
+    /// syncs the removed file, holding the id until then).
     async fn create(
         &self,
         header: &SessionHeader,
@@ -214,18 +262,18 @@ impl SessionStore for JsonlStore {
         let durability = self.shared.durability;
         let task_path = path.clone();
         let len = buf.len() as u64;
+        let in_place = seed.is_empty();
         let published = blocking(&path, move || {
-            create_log(&dir, slot, &task_path, &buf, durability)
+            if in_place {
+                create_in_place(&dir, slot, &task_path, &buf, durability)
+            } else {
+                create_log(&dir, slot, &task_path, &buf, durability)
+            }
         })
         .await?;
+        let held = published.keep(&path).await?;
         let next_seq = seed.len() as u64;
-        Ok(Arc::new(Log::new(
-            published.keep(),
-            path,
-            durability,
-            next_seq,
-            len,
-        )))
+        Ok(Arc::new(Log::new(held, path, durability, next_seq, len)))
     }
 
     /// # Cancel safety
@@ -249,7 +297,13 @@ impl SessionStore for JsonlStore {
         })
         .await?;
         let next_seq = opened.loaded.events.len() as u64;
-        let log = Log::new(opened.held, path, durability, next_seq, opened.len);
+        let log = Log::new(
+            Arc::new(opened.held),
+            path,
+            durability,
+            next_seq,
+            opened.len,
+        );
         Ok((opened.loaded, Arc::new(log)))
     }
 
@@ -385,8 +439,13 @@ fn load_log(id: &SessionId, path: &Path) -> Result<LoadedSession, StoreError> {
 
 /// Read and check only the first line of the log of `id`.
 fn read_header(id: &SessionId, path: &Path) -> Result<SessionHeader, StoreError> {
-    let (path, line) = sealed::first_line(id, path)?;
-    parse_header(id, &path, &line)
+    let (path, mut line) = sealed::first_line(id, path)?;
+    if line.last() == Some(&b'\n') {
+        line.pop();
+        parse_header(id, &path, &line)
+    } else {
+        parse_lone_header(id, &path, &line)
+    }
 }
 
 /// The ids of every log in `dir`, sorted. Reads no file: a stray that is not
@@ -431,7 +490,7 @@ fn remove_log(
     still_linked(&file, id, path)?;
     fs::remove_file(path).map_err(|source| open_error(id, path, source))?;
     drop(file);
-    if durability != Durability::None {
+    if durability.syncs() {
         sync_dir(dir)?;
     }
     Ok(())

@@ -116,14 +116,44 @@ fn classify_header(path: &Path, line: &[u8], err: &serde_json::Error) -> StoreEr
     }
 }
 
+/// Why a file holding only part of a header is not a session log.
+const TORN_HEADER: &str = "its only line is a torn session header: a create that \
+     crashed before it was acknowledged";
+
+/// Whether `bytes`, a whole file, is what a create that crashed before it was
+/// acknowledged leaves: nothing, or a first line without its `\n` that is not
+/// a whole header. Such a file never held an acknowledged log, so the next
+/// create of its id may replace it.
+pub(super) fn torn_header(bytes: &[u8]) -> bool {
+    !bytes.contains(&b'\n') && serde_json::from_slice::<SessionHeader>(bytes).is_err()
+}
+
+/// Parse a file's only line, which has no `\n`: a header whose newline was
+/// lost, or (see [`torn_header`]) the torn header of a crashed create,
+/// [`StoreError::NotASession`].
+pub(super) fn parse_lone_header(
+    id: &SessionId,
+    path: &Path,
+    bytes: &[u8],
+) -> Result<SessionHeader, StoreError> {
+    parse_header(id, path, bytes).map_err(|err| match err {
+        StoreError::Corrupt { .. } if torn_header(bytes) => StoreError::NotASession {
+            path: path.to_path_buf(),
+            reason: TORN_HEADER.to_owned(),
+        },
+        other => other,
+    })
+}
+
 /// Parse a whole log. The only line that may fail without failing the log is
 /// a last one with no `\n` (a torn append), which is reported, not kept.
 pub(super) fn parse_log(id: &SessionId, path: &Path, bytes: Vec<u8>) -> Result<Parsed, StoreError> {
     let total = bytes.len() as u64;
     let Some(last_newline) = bytes.iter().rposition(|&byte| byte == b'\n') else {
-        // No complete line: at most a header whose newline was lost. A header
-        // is published whole, so it is never treated as torn.
-        let header = parse_header(id, path, &bytes)?;
+        // No complete line: at most a header whose newline was lost, or the
+        // torn header of a create that crashed before it was acknowledged
+        // (a create writes its header in place, see `torn_header`).
+        let header = parse_lone_header(id, path, &bytes)?;
         return Ok(Parsed {
             header,
             events: Vec::new(),

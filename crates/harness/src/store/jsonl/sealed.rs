@@ -109,7 +109,7 @@ fn decompress(path: &Path, compressed: &[u8]) -> Result<Vec<u8>, StoreError> {
     Ok(bytes)
 }
 
-/// The first line of the log of `id` (without its `\n`), from whichever
+/// The first line of the log of `id` (with its `\n`, when it has one), from whichever
 /// form it is in, and the path it was read from.
 ///
 /// # Errors
@@ -141,7 +141,8 @@ pub(super) fn first_line(id: &SessionId, plain: &Path) -> Result<(PathBuf, Vec<u
     Err(StoreError::NotFound(id.clone()))
 }
 
-/// Read the first line of `file` through `reader`.
+/// Read the first line of `file` through `reader`, its newline kept (a
+/// line without one is a torn header or a log of a header only).
 fn read_line<R: Read>(
     path: &Path,
     file: File,
@@ -152,9 +153,6 @@ fn read_line<R: Read>(
     io::BufReader::new(reader(file)?)
         .read_until(b'\n', &mut line)
         .map_err(|source| io_error(path, source))?;
-    if line.last() == Some(&b'\n') {
-        line.pop();
-    }
     Ok((path.to_path_buf(), line))
 }
 
