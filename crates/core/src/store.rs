@@ -53,6 +53,36 @@ pub struct LoadedSession {
     pub torn_tail: Option<TornTail>,
 }
 
+/// A log's header and, of its events, only the extension events of one
+/// type, as [`SessionStore::load_kind_many`] reads them: what a fold that
+/// needs only those (a subagent catalog, say) has to see.
+#[derive(Debug, Clone)]
+pub struct KindEvents {
+    /// The header.
+    pub header: SessionHeader,
+    /// The [`crate::EventPayload::Extension`] events of the asked type, in
+    /// log order, each with its own seq (so not contiguous).
+    pub events: Vec<SessionEvent>,
+}
+
+impl KindEvents {
+    /// Keep of a whole log only its header and its extension events of
+    /// type `kind`.
+    pub fn of_kind(loaded: LoadedSession, kind: &str) -> Self {
+        let events = loaded
+            .events
+            .into_iter()
+            .filter(|event| {
+                matches!(&event.payload, crate::EventPayload::Extension { kind: found, .. } if found == kind)
+            })
+            .collect();
+        Self {
+            header: loaded.header,
+            events,
+        }
+    }
+}
+
 /// Why a store operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -252,6 +282,29 @@ pub trait SessionStore: Send + Sync + 'static {
             loaded.push(self.load(id).await);
         }
         loaded
+    }
+
+    /// Read several logs as [`SessionStore::load_many`] does, keeping only
+    /// their header and their extension events of type `kind`, results in
+    /// the order of `ids`; one bad log fails only its own entry. A store
+    /// may check the other events only for being well-formed event lines
+    /// in sequence, without parsing their payloads: a log whose lines are
+    /// not whole JSON events fails as `load` would, but a known event type
+    /// with a payload of the wrong shape may pass here. The default loads
+    /// the logs whole and filters them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kind: &str,
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        self.load_many(ids)
+            .await
+            .into_iter()
+            .map(|loaded| loaded.map(|loaded| KindEvents::of_kind(loaded, kind)))
+            .collect()
     }
 
     /// Read only the header.

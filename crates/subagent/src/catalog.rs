@@ -6,7 +6,7 @@
 //! the seed: a fork child never lists its parent's children as its own.
 
 use crate::InfraError;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId};
@@ -118,7 +118,8 @@ impl Catalog {
 #[derive(Debug, Clone, Default)]
 pub struct CatalogFold {
     catalog: Catalog,
-    ids: HashSet<SessionId>,
+    /// Each child's place in the catalog.
+    ids: HashMap<SessionId, usize>,
     names: HashSet<String>,
     next_seq: u64,
 }
@@ -127,6 +128,13 @@ impl CatalogFold {
     /// The catalog folded so far.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    /// The entry for a child id, found without scanning the catalog.
+    pub fn entry(&self, child: &SessionId) -> Option<&CatalogEntry> {
+        self.ids
+            .get(child)
+            .and_then(|&at| self.catalog.entries.get(at))
     }
 
     /// The seq of the next event the fold expects.
@@ -165,7 +173,7 @@ impl CatalogFold {
                     })
                 })?;
                 // A repeated child id adds nothing: the first record stands.
-                if !self.ids.contains(&entry.child_id) {
+                if !self.ids.contains_key(&entry.child_id) {
                     if let Some(name) = &entry.name
                         && self.names.contains(name)
                     {
@@ -174,7 +182,8 @@ impl CatalogFold {
                             name: name.clone(),
                         }));
                     }
-                    self.ids.insert(entry.child_id.clone());
+                    self.ids
+                        .insert(entry.child_id.clone(), self.catalog.entries.len());
                     if let Some(name) = &entry.name {
                         self.names.insert(name.clone());
                     }

@@ -4,6 +4,7 @@ mod activation;
 mod admission;
 mod capture;
 pub mod catalog;
+mod cold;
 mod compose;
 mod drain;
 mod error;

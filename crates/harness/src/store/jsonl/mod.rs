@@ -12,6 +12,7 @@
 
 mod handle;
 mod parse;
+mod skim;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -22,8 +23,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::{
-    Durability, LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
-    StoreError,
+    Durability, KindEvents, LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog,
+    SessionStore, StoreError,
 };
 
 pub use handle::JsonlLog;
@@ -125,6 +126,35 @@ impl JsonlStore {
     }
 }
 
+impl JsonlStore {
+    /// Read each of `ids` with `read` in one trip to the blocking pool:
+    /// per-file task hand-offs dominate the cost of reading many small logs.
+    /// Results are in the order of `ids`; a failed trip fails every entry.
+    async fn read_batch<T, F>(&self, ids: &[SessionId], read: F) -> Vec<Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: Fn(&SessionId, &Path) -> Result<T, StoreError> + Send + 'static,
+    {
+        let paths: Vec<(SessionId, PathBuf)> = ids
+            .iter()
+            .map(|id| (id.clone(), self.log_path(id)))
+            .collect();
+        let dir = self.dir().to_path_buf();
+        let count = ids.len();
+        let batch = blocking(&dir, move || {
+            Ok(paths
+                .iter()
+                .map(|(id, path)| read(id, path))
+                .collect::<Vec<_>>())
+        })
+        .await;
+        match batch {
+            Ok(read) => read,
+            Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
+        }
+    }
+}
+
 /// Every public async method below runs its file work on the blocking pool.
 /// A dropped future detaches that work, which finishes on its own; the
 /// writer claim travels with it, so the id stays [`StoreError::Busy`] in
@@ -204,25 +234,19 @@ impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
-        // One trip to the blocking pool for the whole batch: per-file task
-        // hand-offs dominate the cost of reading many small logs.
-        let paths: Vec<(SessionId, PathBuf)> = ids
-            .iter()
-            .map(|id| (id.clone(), self.log_path(id)))
-            .collect();
-        let dir = self.dir().to_path_buf();
-        let count = ids.len();
-        let batch = blocking(&dir, move || {
-            Ok(paths
-                .iter()
-                .map(|(id, path)| load_log(id, path))
-                .collect::<Vec<_>>())
-        })
-        .await;
-        match batch {
-            Ok(loaded) => loaded,
-            Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
-        }
+        self.read_batch(ids, load_log).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kind: &str,
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        let kind = kind.to_owned();
+        self.read_batch(ids, move |id, path| skim::skim_log(id, path, &kind))
+            .await
     }
 
     /// # Cancel safety
