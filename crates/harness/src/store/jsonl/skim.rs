@@ -166,6 +166,16 @@ mod tests {
             let loaded = store.load(&id).await.unwrap_err();
             assert_eq!(skimmed.to_string(), loaded.to_string());
         }
+        // A known type whose payload has the wrong shape fails the full
+        // load, but a skim never builds that payload: it is not parsed.
+        let mut unbuilt = bytes.clone();
+        unbuilt.extend_from_slice(
+            b"{\"seq\":1,\"time\":1,\"type\":\"turn/start\",\"payload\":{\"turn\":\"x\"}}\n",
+        );
+        std::fs::write(&path, &unbuilt).unwrap();
+        assert_eq!(store.load(&id).await.unwrap_err().code(), "SESSION_CORRUPT");
+        let skimmed = skim_log(&id, &path, "subagent/child").unwrap();
+        assert_eq!(skimmed.events.len(), 1);
         // A torn last line is ignored by both.
         bytes.extend_from_slice(b"{\"seq\":1,\"ti");
         std::fs::write(&path, &bytes).unwrap();
