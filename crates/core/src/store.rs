@@ -318,6 +318,21 @@ pub trait SessionStore: Send + Sync + 'static {
         Ok(self.load(id).await?.header)
     }
 
+    /// Read only the headers of several logs, as [`SessionStore::header`]
+    /// does, results in the order of `ids`; one bad log fails only its own
+    /// entry. The default reads them one by one; a store can batch them
+    /// (one trip to a blocking pool) for a scan of a whole directory.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        let mut headers = Vec::with_capacity(ids.len());
+        for id in ids {
+            headers.push(self.header(id).await);
+        }
+        headers
+    }
+
     /// Whether a log exists.
     ///
     /// # Errors

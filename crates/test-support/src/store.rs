@@ -782,6 +782,10 @@ impl SessionStore for SharedStore {
         self.0.header(id).await
     }
 
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        self.0.header_many(ids).await
+    }
+
     async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
         self.0.exists(id).await
     }

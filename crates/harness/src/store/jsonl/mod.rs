@@ -259,6 +259,12 @@ impl SessionStore for JsonlStore {
 
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        self.read_batch(ids, read_header).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
     async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
         let path = self.log_path(id);
         path.try_exists().map_err(|source| io_error(&path, source))
@@ -490,5 +496,34 @@ mod tests {
         assert_eq!(temp_writer(".a.x-0-0.tmp"), None);
         assert_eq!(temp_writer(".notes.tmp"), None);
         assert_eq!(temp_writer(".vim.1234.tmp"), None);
+    }
+
+    #[tokio::test]
+    async fn header_many_reads_each_header_as_header_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JsonlStore::new(dir.path(), Durability::None).unwrap();
+        let ids: Vec<SessionId> = ["h-a", "h-b", "h-missing", "h-foreign"]
+            .into_iter()
+            .map(|id| SessionId::new(id).unwrap())
+            .collect();
+        for id in &ids[..2] {
+            drop(
+                store
+                    .create(&SessionHeader::new(id.clone(), "/"), &[])
+                    .await
+                    .unwrap(),
+            );
+        }
+        fs::write(store.log_path(&ids[3]), "not a header\n").unwrap();
+        let many = store.header_many(&ids).await;
+        assert_eq!(many.len(), ids.len());
+        for (id, batched) in ids.iter().zip(many) {
+            let one = store.header(id).await;
+            match (batched, one) {
+                (Ok(batched), Ok(one)) => assert_eq!(batched.id, one.id),
+                (Err(batched), Err(one)) => assert_eq!(batched.to_string(), one.to_string()),
+                (batched, one) => panic!("{id}: {batched:?} against {one:?}"),
+            }
+        }
     }
 }
