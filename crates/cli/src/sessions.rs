@@ -7,7 +7,9 @@
 //! kept aside as unreadable; only a directory that cannot be listed at all
 //! fails a command here. Everything here only reads.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+
+use futures::StreamExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -91,17 +93,32 @@ fn not_a_session(err: &StoreError) -> Option<Foreign> {
 /// was.
 pub async fn scan(store: &dyn SessionStore) -> Result<Scan, CliError> {
     let mut scan = Scan::default();
-    for id in store.list().await? {
-        match store.header(&id).await {
-            Ok(header) => scan.headers.push(header),
-            Err(err) => match not_a_session(&err) {
-                Some(foreign) => scan.foreign.push(foreign),
-                None => scan.unreadable.push(Unreadable { id, error: err }),
-            },
+    let ids = store.list().await?;
+    // Headers are read in batches (one blocking trip each for the JSONL
+    // store), a few at once, and sorted in id order as they arrive.
+    let parallel = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
+    let mut batches = futures::stream::iter(ids.chunks(SCAN_BATCH))
+        .map(|chunk| async move { (chunk, store.header_many(chunk).await) })
+        .buffered(parallel);
+    while let Some((chunk, headers)) = batches.next().await {
+        for (id, header) in chunk.iter().zip(headers) {
+            match header {
+                Ok(header) => scan.headers.push(header),
+                Err(err) => match not_a_session(&err) {
+                    Some(foreign) => scan.foreign.push(foreign),
+                    None => scan.unreadable.push(Unreadable {
+                        id: id.clone(),
+                        error: err,
+                    }),
+                },
+            }
         }
     }
     Ok(scan)
 }
+
+/// How many headers a scan reads per batch.
+const SCAN_BATCH: usize = 512;
 
 /// The one-line warning `dsh` prints for a file every command skips.
 pub fn foreign_warning(foreign: &Foreign) -> String {
@@ -179,20 +196,29 @@ pub struct Orphan {
 /// # Cancel safety
 /// Cancel safe: it only reads logs; a drop leaves the directory as it was.
 pub async fn orphans(scan: &Scan, store: &dyn SessionStore) -> Vec<Orphan> {
-    let present = |id: &SessionId| {
-        scan.headers.iter().any(|h| &h.id == id) || scan.unreadable.iter().any(|u| &u.id == id)
-    };
+    let present: HashSet<&SessionId> = scan
+        .headers
+        .iter()
+        .map(|header| &header.id)
+        .chain(scan.unreadable.iter().map(|unreadable| &unreadable.id))
+        .collect();
     // The catalog of each parent, folded once: `None` when unreadable.
-    let mut catalogs: HashMap<SessionId, Option<Vec<SessionId>>> = HashMap::new();
+    let mut catalogs: HashMap<SessionId, Option<HashSet<SessionId>>> = HashMap::new();
     let mut found = Vec::new();
     for header in &scan.headers {
         let Some(parent) = &header.parent_session else {
             continue;
         };
-        let parent_exists = present(parent);
+        let parent_exists = present.contains(parent);
         if parent_exists {
             if !catalogs.contains_key(parent) {
-                let named = match store.load(parent).await {
+                // Only the catalog events are parsed (a skim of the log).
+                let read = store
+                    .load_kind_many(std::slice::from_ref(parent), dsh_subagent::CATALOG_KINDS)
+                    .await
+                    .pop()
+                    .unwrap_or_else(|| Err(StoreError::NotFound(parent.clone())));
+                let named = match read {
                     Ok(log) => fold_catalog(&log.header, &log.events).ok().map(|catalog| {
                         catalog
                             .entries()

@@ -39,7 +39,9 @@ pub use options::{AgentOptions, Composition, Preset, PresetCatalog, ToolRestrict
 pub use registry::{AgentRegistry, EpochClaim, Publication, RegistryEvent};
 pub use session::{EventPayload, ExtensionPayload, SessionEvent, SessionHeader};
 pub use stop::StopReason;
-pub use store::{Durability, LoadedSession, SessionLog, SessionStore, StoreError, TornTail};
+pub use store::{
+    Durability, KindEvents, LoadedSession, SessionLog, SessionStore, StoreError, TornTail,
+};
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
 
 /// The cancellation token used across the workspace.

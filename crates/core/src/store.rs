@@ -73,6 +73,36 @@ pub struct LoadedSession {
     pub torn_tail: Option<TornTail>,
 }
 
+/// A log's header and, of its events, only the extension events of some
+/// types, as [`SessionStore::load_kind_many`] reads them: what a fold that
+/// needs only those (a subagent catalog, say) has to see.
+#[derive(Debug, Clone)]
+pub struct KindEvents {
+    /// The header.
+    pub header: SessionHeader,
+    /// The [`crate::EventPayload::Extension`] events of the asked types, in
+    /// log order, each with its own seq (so not contiguous).
+    pub events: Vec<SessionEvent>,
+}
+
+impl KindEvents {
+    /// Keep of a whole log only its header and its extension events of
+    /// the types in `kinds`.
+    pub fn of_kinds(loaded: LoadedSession, kinds: &[&str]) -> Self {
+        let events = loaded
+            .events
+            .into_iter()
+            .filter(|event| {
+                matches!(&event.payload, crate::EventPayload::Extension { kind: found, .. } if kinds.contains(&found.as_str()))
+            })
+            .collect();
+        Self {
+            header: loaded.header,
+            events,
+        }
+    }
+}
+
 /// Why a store operation failed.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {
@@ -276,6 +306,29 @@ pub trait SessionStore: Send + Sync + 'static {
         loaded
     }
 
+    /// Read several logs as [`SessionStore::load_many`] does, keeping only
+    /// their header and their extension events of the types in `kinds`, results in
+    /// the order of `ids`; one bad log fails only its own entry. A store
+    /// may check the other events only for being well-formed event lines
+    /// in sequence, without parsing their payloads: a log whose lines are
+    /// not whole JSON events fails as `load` would, but a known event type
+    /// with a payload of the wrong shape may pass here. The default loads
+    /// the logs whole and filters them.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kinds: &[&str],
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        self.load_many(ids)
+            .await
+            .into_iter()
+            .map(|loaded| loaded.map(|loaded| KindEvents::of_kinds(loaded, kinds)))
+            .collect()
+    }
+
     /// Read only the header.
     ///
     /// # Errors
@@ -285,6 +338,21 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Cancel safe: it changes nothing.
     async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
         Ok(self.load(id).await?.header)
+    }
+
+    /// Read only the headers of several logs, as [`SessionStore::header`]
+    /// does, results in the order of `ids`; one bad log fails only its own
+    /// entry. The default reads them one by one; a store can batch them
+    /// (one trip to a blocking pool) for a scan of a whole directory.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        let mut headers = Vec::with_capacity(ids.len());
+        for id in ids {
+            headers.push(self.header(id).await);
+        }
+        headers
     }
 
     /// Whether a log exists.

@@ -1,5 +1,5 @@
 //! Tree-scale costs on the JSONL store without fsync: listing a root's
-//! 10,000 cold children (each child's catalog read from its log), resuming a
+//! 10,000 and 100,000 cold children (each child's catalog read from its log), resuming a
 //! child whose log holds 100,000 events, and sending one message from the
 //! root to each of 1,000 children, cold (each send resumes the child) and
 //! live (each child kept resident by an interrupt). Criterion reports
@@ -29,6 +29,8 @@ use dsh_subagent::{
 use dsh_subagent_spawn::SpawnProvider;
 
 const LISTED: usize = 10_000;
+/// The listing aim's size: 100,000 cold children in at most 0.5 s.
+const LISTED_LARGE: usize = 100_000;
 const EVENTS: u64 = 100_000;
 const MESSAGED: usize = 1_000;
 
@@ -150,6 +152,42 @@ fn list(c: &mut Criterion) {
         world.runtime.shutdown().await;
         world.harness.shutdown().await;
     });
+}
+
+/// 100,000 cold children of a cold root. Built only when the filter picks
+/// the benchmark (it takes seconds), and kept for all its samples.
+fn list_large(c: &mut Criterion) {
+    let rt = tokio_runtime();
+    let mut group = c.benchmark_group("list");
+    group.sample_size(10);
+    group.measurement_time(Duration::from_secs(5));
+    group.throughput(Throughput::Elements(LISTED_LARGE as u64));
+    let mut built: Option<(World, SessionId)> = None;
+    let cancel = CancellationToken::new();
+    group.bench_function("100000-cold", |b| {
+        let (world, root_id) = built.get_or_insert_with(|| {
+            rt.block_on(async {
+                let world = make_world().await;
+                catalog_cold_children(&world, LISTED_LARGE).await;
+                world.root.dispose().await;
+                let root_id = world.root.agent().id().clone();
+                (world, root_id)
+            })
+        });
+        b.iter(|| {
+            let rows = rt
+                .block_on(world.runtime.list_descendants(root_id, &cancel))
+                .unwrap();
+            assert_eq!(rows.len(), LISTED_LARGE);
+        });
+    });
+    group.finish();
+    if let Some((world, _)) = built {
+        rt.block_on(async {
+            world.runtime.shutdown().await;
+            world.harness.shutdown().await;
+        });
+    }
 }
 
 fn event(seq: u64, payload: EventPayload) -> SessionEvent {
@@ -436,5 +474,5 @@ fn message(c: &mut Criterion) {
     group.finish();
 }
 
-criterion_group!(benches, list, resume, message);
+criterion_group!(benches, list, list_large, resume, message);
 criterion_main!(benches);

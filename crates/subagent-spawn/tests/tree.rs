@@ -9,13 +9,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use dsh_test_support::wait::bounded;
+use dsh_test_support::wait::{bounded, until};
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use dsh_core::{
-    Agent, AgentHandle, CancellationToken, ContentBlock, RegistryEvent, SessionHeader,
+    Agent, AgentHandle, CancellationToken, ContentBlock, RegistryEvent, SessionHeader, SessionId,
     SessionStore, StopReason,
 };
 use dsh_harness::ScriptedModel;
@@ -26,7 +26,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::store::{FaultStore, Op, SharedStore};
-use dsh_test_support::world::{WorldBuilder, models, sid};
+use dsh_test_support::world::{WorldBuilder, models, named_spec, sid};
 use serde_json::json;
 use tokio::sync::Semaphore;
 
@@ -592,4 +592,106 @@ async fn b34_a_cancelled_listing_fails_and_reads_nothing() {
     let rows = list(&world, LEAD).await.unwrap();
     assert_eq!(rows.len(), 1);
     assert_eq!(rows[0].diagnostic, Some(RowDiagnostic::Unavailable));
+}
+
+// ---------------------------------------------------------------------------
+// Cold messages: what a message to a cold member reads
+// ---------------------------------------------------------------------------
+
+/// Send `text` from `sender` to `target` under a token nobody cancels, and
+/// wait until every activation it started has settled again.
+async fn message_and_settle(world: &World, sender: &Arc<dyn Agent>, target: &str) {
+    world
+        .runtime
+        .send_message(
+            sender,
+            &sid(target),
+            vec![ContentBlock::text("more")],
+            &CancellationToken::new(),
+        )
+        .await
+        .unwrap();
+    until(|| world.runtime.live_activations() == 0).await;
+}
+
+/// Start a spawn child `name` (id `s-<name>`) of `parent`; its prompt holds
+/// its turns behind the world's gate when `hold`.
+async fn start_named(world: &World, parent: &Arc<dyn Agent>, name: &str, hold: bool) -> SessionId {
+    let prompt = if hold {
+        format!("hold {name}")
+    } else {
+        format!("work {name}")
+    };
+    world
+        .start(named_spec(parent, "spawn", name, &prompt))
+        .await
+        .child_id()
+        .clone()
+}
+
+#[tokio::test]
+async fn a_cold_lineage_is_read_once_however_often_its_deepest_member_is_messaged() {
+    let gate = Arc::new(Semaphore::new(0));
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let lead = world.lead();
+    // lead → a → b → c → d, each held live until the next one is started.
+    let mut parent = lead.clone();
+    for name in ["a", "b", "c", "d"] {
+        let id = start_named(&world, &parent, name, true).await;
+        parent = world.live(&id);
+    }
+    gate.add_permits(1_000);
+    until(|| world.runtime.live_activations() == 0).await;
+
+    world.store.reset_calls();
+    message_and_settle(&world, &lead, "s-d").await;
+    let first = loads(&world);
+    // Each level's header and catalog, each read at most once.
+    for id in ["s-a", "s-b", "s-c", "s-d"] {
+        assert!(first.get(id).copied().unwrap_or(0) <= 2, "{first:?}");
+    }
+    assert_eq!(opens(&world), 1, "only the target is resumed");
+
+    for round in 0..3 {
+        world.store.reset_calls();
+        message_and_settle(&world, &lead, "s-d").await;
+        assert_eq!(
+            loads(&world),
+            BTreeMap::new(),
+            "round {round}: headers and catalog entries are not read again"
+        );
+        assert_eq!(opens(&world), 1);
+    }
+}
+
+#[tokio::test]
+async fn messaging_every_cold_child_of_a_cold_parent_reads_its_catalog_once() {
+    let gate = Arc::new(Semaphore::new(0));
+    let model = models::holding(&gate);
+    let world = world(&model).await;
+    let lead = world.lead();
+    let p = start_named(&world, &lead, "p", true).await;
+    let p_agent = world.live(&p);
+    let mut children = Vec::new();
+    for n in 0..6 {
+        children.push(start_named(&world, &p_agent, &format!("c{n}"), false).await);
+    }
+    gate.add_permits(1_000);
+    until(|| world.runtime.live_activations() == 0).await;
+
+    world.store.reset_calls();
+    for child in &children {
+        message_and_settle(&world, &lead, child.as_str()).await;
+    }
+    let read = loads(&world);
+    // The parent's header once and its catalog once, not once per message.
+    assert!(read.get("s-p").copied().unwrap_or(0) <= 2, "{read:?}");
+    for child in &children {
+        assert!(
+            read.get(child.as_str()).copied().unwrap_or(0) <= 1,
+            "{read:?}"
+        );
+    }
+    assert_eq!(opens(&world), children.len() as u64);
 }

@@ -6,7 +6,7 @@
 //! the seed: a fork child never lists its parent's children as its own.
 
 use crate::InfraError;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId};
@@ -18,6 +18,16 @@ use crate::error::SubagentError;
 /// The event type of a catalog entry; its payload is the serialised
 /// [`CatalogEntry`].
 pub const CATALOG_EVENT: &str = "subagent/child";
+
+/// Every extension event type the catalog fold reads: a background child's
+/// entry, a foreground external child's entry, and a settled child's
+/// usage. A reader that skims a parent's log for its catalog (through
+/// `SessionStore::load_kind_many`) must ask for all of them.
+pub const CATALOG_KINDS: &[&str] = &[
+    CATALOG_EVENT,
+    crate::external::FOREGROUND_EVENT,
+    crate::budget::USAGE_EVENT,
+];
 
 /// How a cataloged child can be used. An open set: unknown modes are kept
 /// and reported as unsupported by listings.
@@ -127,7 +137,8 @@ impl Catalog {
 #[derive(Debug, Clone, Default)]
 pub struct CatalogFold {
     catalog: Catalog,
-    ids: HashSet<SessionId>,
+    /// Each child's place in the catalog.
+    ids: HashMap<SessionId, usize>,
     names: HashSet<String>,
     next_seq: u64,
 }
@@ -136,6 +147,13 @@ impl CatalogFold {
     /// The catalog folded so far.
     pub fn catalog(&self) -> &Catalog {
         &self.catalog
+    }
+
+    /// The entry for a child id, found without scanning the catalog.
+    pub fn entry(&self, child: &SessionId) -> Option<&CatalogEntry> {
+        self.ids
+            .get(child)
+            .and_then(|&at| self.catalog.entries.get(at))
     }
 
     /// The seq of the next event the fold expects.
@@ -164,9 +182,7 @@ impl CatalogFold {
             }
             if event.seq >= header.seed_len
                 && let EventPayload::Extension { kind, payload } = &event.payload
-                && (kind == CATALOG_EVENT
-                    || kind == crate::external::FOREGROUND_EVENT
-                    || kind == USAGE_EVENT)
+                && CATALOG_KINDS.contains(&kind.as_str())
             {
                 let corrupt = |err: serde_json::Error| {
                     SubagentError::Infra(InfraError::CorruptCatalog {
@@ -197,7 +213,7 @@ impl CatalogFold {
     /// Add one child's entry; a repeated child id adds nothing (the first
     /// record stands).
     fn add(&mut self, header: &SessionHeader, entry: CatalogEntry) -> Result<(), SubagentError> {
-        if self.ids.contains(&entry.child_id) {
+        if self.ids.contains_key(&entry.child_id) {
             return Ok(());
         }
         if let Some(name) = &entry.name
@@ -208,7 +224,8 @@ impl CatalogFold {
                 name: name.clone(),
             }));
         }
-        self.ids.insert(entry.child_id.clone());
+        self.ids
+            .insert(entry.child_id.clone(), self.catalog.entries.len());
         if let Some(name) = &entry.name {
             self.names.insert(name.clone());
         }

@@ -5,6 +5,7 @@ mod admission;
 pub mod budget;
 mod capture;
 pub mod catalog;
+mod cold;
 mod compose;
 mod drain;
 mod error;
@@ -28,7 +29,9 @@ mod tree;
 pub use activation::SubagentActivation;
 pub use budget::{BudgetPolicy, ChildUsage, Limits, USAGE_EVENT, UsageRecord};
 pub use capture::CAPTURE_TOOL;
-pub use catalog::{CATALOG_EVENT, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog};
+pub use catalog::{
+    CATALOG_EVENT, CATALOG_KINDS, Catalog, CatalogEntry, ChildMode, catalog_payload, fold_catalog,
+};
 pub use error::{AdmissionError, DeliveryError, InfraError, RegistryError, SubagentError};
 pub use events::{RunInfo, RunOutcome, SubagentEvent};
 pub use external::{

@@ -189,7 +189,13 @@ impl SubagentRuntime {
         if let Some(agent) = self.registry().get(id) {
             return Ok(agent.header().parent_session.clone());
         }
-        Ok(self.inner.store.header(id).await?.parent_session)
+        // A header never changes once written: each is read once.
+        if let Some(parent) = self.inner.cold.parent(id) {
+            return Ok(parent);
+        }
+        let parent = self.inner.store.header(id).await?.parent_session;
+        self.inner.cold.learn_parent(id, parent.clone());
+        Ok(parent)
     }
 
     /// Whether `ancestor` is in `target`'s creation lineage (not `target` itself).

@@ -341,6 +341,7 @@ impl SubagentRuntime {
             if listed {
                 continue;
             }
+            self.inner.cold.forget(&id);
             match self.inner.store.remove(&id).await {
                 Ok(()) => removed.push(id),
                 Err(

@@ -71,6 +71,8 @@ pub(crate) struct Inner {
     /// Catalog folds of live parents, by exact reference, advanced with
     /// only the events each start has not seen yet.
     pub(crate) catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
+    /// Immutable facts read from cold logs (`crate::cold`).
+    pub(crate) cold: crate::cold::ColdFacts,
     pub(crate) capacity: Capacity,
     pub(crate) tasks: TaskTracker,
     /// The progress bus (`crate::progress`).
@@ -203,6 +205,7 @@ impl SubagentRuntime {
                 admissions: Arc::default(),
                 publications: Arc::default(),
                 catalogs: Mutex::new(HashMap::new()),
+                cold: crate::cold::ColdFacts::default(),
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),
                 progress: crate::progress::ProgressHub::default(),

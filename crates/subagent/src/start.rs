@@ -491,6 +491,7 @@ impl SubagentRuntime {
     /// delete its log (never a log it did not create).
     async fn discard(&self, child: &SessionId, handle: &AgentHandle) {
         handle.dispose().await;
+        self.inner.cold.forget(child);
         match self.inner.store.remove(child).await {
             Ok(()) | Err(dsh_core::StoreError::NotFound(_)) => {}
             Err(err) => {

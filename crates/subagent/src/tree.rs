@@ -16,7 +16,7 @@ use dsh_core::{Agent, AgentStatus, CancellationToken, SessionId, StoreError};
 use futures::StreamExt as _;
 use serde::Serialize;
 
-use crate::catalog::{Catalog, CatalogEntry, ChildMode, fold_catalog};
+use crate::catalog::{CATALOG_KINDS, Catalog, CatalogEntry, ChildMode, fold_catalog};
 use crate::error::SubagentError;
 use crate::names::ROOT_NAME;
 use crate::runtime::SubagentRuntime;
@@ -176,8 +176,21 @@ impl SubagentRuntime {
                 .with_live_catalog(&agent, |fold| fold.catalog().clone())
                 .map_err(Unreadable::fold);
         }
-        let loaded = self.inner.store.load(id).await.map_err(Unreadable::store)?;
-        fold_catalog(&loaded.header, &loaded.events).map_err(Unreadable::fold)
+        let skimmed = self
+            .inner
+            .store
+            .load_kind_many(std::slice::from_ref(id), CATALOG_KINDS)
+            .await
+            .into_iter()
+            .next()
+            .unwrap_or_else(|| Err(StoreError::NotFound(id.clone())))
+            .map_err(Unreadable::store)?;
+        let catalog = fold_catalog(&skimmed.header, &skimmed.events).map_err(Unreadable::fold)?;
+        // Both are facts that never change: the next read of them is free.
+        let cold = &self.inner.cold;
+        cold.learn_parent(id, skimmed.header.parent_session);
+        cold.learn_catalog(id, &catalog);
+        Ok(catalog)
     }
 
     /// The entry `parent`'s catalog holds for `child`: from the live
@@ -189,8 +202,11 @@ impl SubagentRuntime {
     ) -> Result<Option<CatalogEntry>, Unreadable> {
         if let Some(agent) = self.registry().get(parent) {
             return self
-                .with_live_catalog(&agent, |fold| fold.catalog().get(child).cloned())
+                .with_live_catalog(&agent, |fold| fold.entry(child).cloned())
                 .map_err(Unreadable::fold);
+        }
+        if let Some(entry) = self.inner.cold.entry(parent, child) {
+            return Ok(Some(entry));
         }
         Ok(self.read_catalog(parent).await?.get(child).cloned())
     }
@@ -413,7 +429,8 @@ const LIST_BATCH: usize = 256;
 impl SubagentRuntime {
     /// Read the catalogs of `catalog`'s traversable children ahead of the
     /// pre-order walk that consumes them, the cold ones in batches of
-    /// [`LIST_BATCH`] through `SessionStore::load_many`; the walk's output
+    /// [`LIST_BATCH`] through `SessionStore::load_kind_many` (catalog events
+    /// only: message content is not parsed); the walk's output
     /// order does not depend on it, and each catalog is still read once.
     async fn prefetch(
         &self,
@@ -463,7 +480,7 @@ impl SubagentRuntime {
         let chunks: Vec<Vec<SessionId>> = cold.chunks(LIST_BATCH).map(<[_]>::to_vec).collect();
         let mut batches = futures::stream::iter(chunks)
             .map(|chunk| async move {
-                let loaded = store.load_many(&chunk).await;
+                let loaded = store.load_kind_many(&chunk, CATALOG_KINDS).await;
                 (chunk, loaded)
             })
             .buffered(read_ahead);

@@ -30,7 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
 use dsh_core::{
-    LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
+    KindEvents, LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
+    StoreError,
 };
 use tokio::sync::watch;
 
@@ -427,6 +428,32 @@ impl<S: SessionStore> SessionStore for FaultStore<S> {
         self.inner.header(id).await
     }
 
+    /// Each id is counted (and may be failed) as a `Load`; the ids let
+    /// through are skimmed by the inner store in one call.
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kinds: &[&str],
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        let admitted: Vec<Result<(), StoreError>> =
+            ids.iter().map(|id| self.enter(Op::Load, id)).collect();
+        let through: Vec<SessionId> = ids
+            .iter()
+            .zip(&admitted)
+            .filter(|(_, admitted)| admitted.is_ok())
+            .map(|(id, _)| id.clone())
+            .collect();
+        let mut read = self.inner.load_kind_many(&through, kinds).await.into_iter();
+        ids.iter()
+            .zip(admitted)
+            .map(|(id, admitted)| {
+                admitted?;
+                read.next()
+                    .unwrap_or_else(|| Err(StoreError::NotFound(id.clone())))
+            })
+            .collect()
+    }
+
     async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
         self.inner.exists(id).await
     }
@@ -743,8 +770,20 @@ impl SessionStore for SharedStore {
         self.0.load_many(ids).await
     }
 
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kinds: &[&str],
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        self.0.load_kind_many(ids, kinds).await
+    }
+
     async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
         self.0.header(id).await
+    }
+
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        self.0.header_many(ids).await
     }
 
     async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {

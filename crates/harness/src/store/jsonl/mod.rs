@@ -18,6 +18,7 @@ mod handle;
 mod limits;
 mod parse;
 mod sealed;
+mod skim;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -28,8 +29,8 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use dsh_core::{
-    Durability, LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
-    StoreError,
+    Durability, KindEvents, LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog,
+    SessionStore, StoreError,
 };
 
 pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
@@ -219,6 +220,35 @@ impl JsonlStore {
     }
 }
 
+impl JsonlStore {
+    /// Read each of `ids` with `read` in one trip to the blocking pool:
+    /// per-file task hand-offs dominate the cost of reading many small logs.
+    /// Results are in the order of `ids`; a failed trip fails every entry.
+    async fn read_batch<T, F>(&self, ids: &[SessionId], read: F) -> Vec<Result<T, StoreError>>
+    where
+        T: Send + 'static,
+        F: Fn(&SessionId, &Path) -> Result<T, StoreError> + Send + 'static,
+    {
+        let paths: Vec<(SessionId, PathBuf)> = ids
+            .iter()
+            .map(|id| (id.clone(), self.log_path(id)))
+            .collect();
+        let dir = self.dir().to_path_buf();
+        let count = ids.len();
+        let batch = blocking(&dir, move || {
+            Ok(paths
+                .iter()
+                .map(|(id, path)| read(id, path))
+                .collect::<Vec<_>>())
+        })
+        .await;
+        match batch {
+            Ok(read) => read,
+            Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
+        }
+    }
+}
+
 /// Every public async method below runs its file work on the blocking pool.
 /// A dropped future detaches that work, which finishes on its own; the
 /// writer claim travels with it, so the id stays [`StoreError::Busy`] in
@@ -318,25 +348,22 @@ impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
-        // One trip to the blocking pool for the whole batch: per-file task
-        // hand-offs dominate the cost of reading many small logs.
-        let paths: Vec<(SessionId, PathBuf)> = ids
-            .iter()
-            .map(|id| (id.clone(), self.log_path(id)))
-            .collect();
-        let dir = self.dir().to_path_buf();
-        let count = ids.len();
-        let batch = blocking(&dir, move || {
-            Ok(paths
-                .iter()
-                .map(|(id, path)| load_log(id, path))
-                .collect::<Vec<_>>())
+        self.read_batch(ids, load_log).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kinds: &[&str],
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        let kinds: Vec<String> = kinds.iter().map(|&kind| kind.to_owned()).collect();
+        self.read_batch(ids, move |id, path| {
+            let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
+            skim::skim_log(id, path, &kinds)
         })
-        .await;
-        match batch {
-            Ok(loaded) => loaded,
-            Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
-        }
+        .await
     }
 
     /// # Cancel safety
@@ -345,6 +372,12 @@ impl SessionStore for JsonlStore {
         let path = self.log_path(id);
         let (task_id, task_path) = (id.clone(), path.clone());
         blocking(&path, move || read_header(&task_id, &task_path)).await
+    }
+
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        self.read_batch(ids, read_header).await
     }
 
     /// # Cancel safety
@@ -587,5 +620,34 @@ mod tests {
         assert_eq!(temp_writer(".a.x-0-0.tmp"), None);
         assert_eq!(temp_writer(".notes.tmp"), None);
         assert_eq!(temp_writer(".vim.1234.tmp"), None);
+    }
+
+    #[tokio::test]
+    async fn header_many_reads_each_header_as_header_does() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JsonlStore::new(dir.path(), Durability::None).unwrap();
+        let ids: Vec<SessionId> = ["h-a", "h-b", "h-missing", "h-foreign"]
+            .into_iter()
+            .map(|id| SessionId::new(id).unwrap())
+            .collect();
+        for id in &ids[..2] {
+            drop(
+                store
+                    .create(&SessionHeader::new(id.clone(), "/"), &[])
+                    .await
+                    .unwrap(),
+            );
+        }
+        fs::write(store.log_path(&ids[3]), "not a header\n").unwrap();
+        let many = store.header_many(&ids).await;
+        assert_eq!(many.len(), ids.len());
+        for (id, batched) in ids.iter().zip(many) {
+            let one = store.header(id).await;
+            match (batched, one) {
+                (Ok(batched), Ok(one)) => assert_eq!(batched.id, one.id),
+                (Err(batched), Err(one)) => assert_eq!(batched.to_string(), one.to_string()),
+                (batched, one) => panic!("{id}: {batched:?} against {one:?}"),
+            }
+        }
     }
 }
