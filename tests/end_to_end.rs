@@ -246,7 +246,12 @@ fn transcript(messages: &dsh_core::Transcript, answer: &str) -> String {
             } => {
                 let mut text = format!("[assistant]\n{}", joined_text(content));
                 for call in tool_calls {
-                    text.push_str(&format!("\n-> {}({})", call.name, call.input));
+                    text.push_str(&format!(
+                        "\n-> {}({})",
+                        call.name,
+                        // Sorted keys, under either serde_json map.
+                        dsh_test_support::specs::canonical(call.input.clone())
+                    ));
                 }
                 text
             }

@@ -364,6 +364,12 @@ pub fn redacted(scratch: &Scratch) -> insta::Settings {
         r#""${1}_tokens":[n]"#,
     );
     settings.add_filter(r#""call-\d+""#, r#""[call]""#);
+    // A settlement notice's usage line counts the tokens of every request,
+    // which any change to a tool's wording moves.
+    settings.add_filter(
+        r"Usage: \d+ tokens \([^)]*\)(; \d+ of them its own)?",
+        "Usage: [usage]",
+    );
     // What a running child is doing when `list_agents` looks (its tool, for
     // how long, tokens so far) depends on timing.
     settings.add_filter(r"running \([^)]*\)", "running ([activity])");
