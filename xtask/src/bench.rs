@@ -140,8 +140,154 @@ pub struct Aim {
     pub unit: &'static str,
 }
 
-/// The aims of the performance issues, in the order the table prints them.
-pub const AIMS: &[Aim] = &[];
+/// The aims of the performance issues (18: the persisted path; 16 and 19:
+/// ACP teardown and progress), in the order the table prints them. Each
+/// names the criterion id or recorded workload it reads; a bench renamed
+/// without this table shows up as "not run".
+pub const AIMS: &[Aim] = &[
+    Aim {
+        workload: "durable spawn children, grouped commit, sequential",
+        n: "1,000",
+        reading: Reading::Rate("spawn/jsonl-grouped/sequential/1000"),
+        bound: Bound::AtLeast(12_000.0),
+        unit: "children/s",
+    },
+    Aim {
+        workload: "durable spawn children, grouped commit, concurrent",
+        n: "1,000",
+        reading: Reading::Rate("spawn/jsonl-grouped/concurrent/1000"),
+        bound: Bound::AtLeast(12_000.0),
+        unit: "children/s",
+    },
+    Aim {
+        workload: "durable child logs (create, turn, checkpoint), grouped, concurrent",
+        n: "1,000",
+        reading: Reading::Rate("create/child/grouped-concurrent/1000"),
+        bound: Bound::AtLeast(12_000.0),
+        unit: "logs/s",
+    },
+    Aim {
+        workload: "TurnBoundary create over the disk's fsync floor",
+        n: "1",
+        reading: Reading::Ratio(
+            "create/store/turn-boundary",
+            "create/floor/create-fdatasync",
+        ),
+        bound: Bound::AtMost(1.5),
+        unit: "×",
+    },
+    Aim {
+        workload: "sequential in-memory spawn child (hand-offs)",
+        n: "100",
+        reading: Reading::Micros("handoff/memory/sequential/100"),
+        bound: Bound::AtMost(25.0),
+        unit: "µs/child",
+    },
+    Aim {
+        workload: "sequential in-memory spawn child (hand-offs)",
+        n: "10,000",
+        reading: Reading::Micros("handoff/memory/sequential/10000"),
+        bound: Bound::AtMost(25.0),
+        unit: "µs/child",
+    },
+    Aim {
+        workload: "hand-off cost at 10,000 children over 100 (flat)",
+        n: "10,000 / 100",
+        reading: Reading::Ratio(
+            "handoff/memory/sequential/10000",
+            "handoff/memory/sequential/100",
+        ),
+        bound: Bound::AtMost(1.1),
+        unit: "×",
+    },
+    Aim {
+        workload: "model step at 10,000 prior messages over 10",
+        n: "10,000 / 10",
+        reading: Reading::Ratio("step/history/10000", "step/history/10"),
+        bound: Bound::AtMost(1.5),
+        unit: "×",
+    },
+    Aim {
+        workload: "replay (load) of a plain JSONL log",
+        n: "100,000 events",
+        reading: Reading::Bandwidth("replay/load/100000"),
+        bound: Bound::AtLeast(600.0),
+        unit: "MB/s",
+    },
+    Aim {
+        workload: "cold resume until a follow-up is accepted",
+        n: "100,000 events",
+        reading: Reading::Millis("replay/cold-resume/100000"),
+        bound: Bound::AtMost(20.0),
+        unit: "ms",
+    },
+    Aim {
+        workload: "replay of a sealed (zstd) log, decompressed bytes",
+        n: "100,000 events",
+        reading: Reading::Bandwidth("replay/load-sealed/100000"),
+        bound: Bound::AtLeast(300.0),
+        unit: "MB/s",
+    },
+    Aim {
+        workload: "message to a cold child (resume, turn, settle)",
+        n: "1,000",
+        reading: Reading::Rate("message/1000-cold"),
+        bound: Bound::AtLeast(2_000.0),
+        unit: "messages/s",
+    },
+    Aim {
+        workload: "list cold children",
+        n: "100,000",
+        reading: Reading::Millis("list/100000-cold"),
+        bound: Bound::AtMost(500.0),
+        unit: "ms",
+    },
+    Aim {
+        workload: "idle agent, empty history, JSONL store, heap",
+        n: "10,000",
+        reading: Reading::Recorded("idle agent, empty history, heap, jsonl store/10000"),
+        bound: Bound::AtMost(8_192.0),
+        unit: "B/agent",
+    },
+    Aim {
+        workload: "resident child mid-turn, JSONL store, heap (with its log)",
+        n: "10,000",
+        reading: Reading::Recorded("resident child mid-turn, heap, jsonl store/10000"),
+        bound: Bound::Report,
+        unit: "B/child",
+    },
+    Aim {
+        workload: "disk bytes per event, plain JSONL",
+        n: "100,000 events",
+        reading: Reading::Recorded("replay log on disk, plain JSONL/100000"),
+        bound: Bound::Report,
+        unit: "B/event",
+    },
+    Aim {
+        workload: "disk bytes per event, sealed (zstd)",
+        n: "100,000 events",
+        reading: Reading::Recorded("replay log on disk, sealed (zstd)/100000"),
+        bound: Bound::Report,
+        unit: "B/event",
+    },
+    Aim {
+        workload: "step cost with a progress listener over without",
+        n: "51 steps",
+        reading: Reading::Ratio(
+            "progress/steps/listener/50",
+            "progress/steps/no_listener/50",
+        ),
+        bound: Bound::Report,
+        unit: "×",
+    },
+    Aim {
+        workload: "ACP teardown after a reply, agent ignores EOF",
+        n: "1",
+        reading: Reading::Millis("dispose/after_reply_ignoring_eof"),
+        bound: Bound::AtMost(200.0),
+        unit: "ms",
+    },
+];
 
 /// Reads every criterion estimate under `target/criterion` and every
 /// recorded measurement under `target/bench-results` of `target`.

@@ -214,3 +214,78 @@ async fn after_restart(dir: &Path) {
     world.runtime.shutdown().await;
     tree.root.dispose().await;
 }
+
+/// A `resume_tree` dropped while it walks the members leaves no live root
+/// behind: the root it resumed is disposed, and the tree can be resumed
+/// again afterwards.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_resume_tree_dropped_during_the_walk_leaves_no_live_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("ok".into())));
+    let world = bounded(world(dir.path(), &model, "host").holding().build()).await;
+    // A second tree in the same directory: its root and one settled child,
+    // then the root disposed, so the tree is cold.
+    let root = bounded(world.session(dsh_core::SessionHeader::new(
+        sid(LEAD),
+        dir.path().to_path_buf(),
+    )))
+    .await;
+    let idle = bounded(world.runtime.start_activation(named_spec(
+        root.agent(),
+        "spawn",
+        "idle",
+        "quick",
+    )))
+    .await
+    .unwrap();
+    bounded(idle.result()).await.unwrap();
+    bounded(world.quiesce()).await;
+    bounded(root.dispose()).await;
+    bounded(dsh_test_support::wait::until(|| {
+        world.runtime.registry().get(&sid(LEAD)).is_none()
+    }))
+    .await;
+
+    // Held where the walk reads the member's log, and dropped there.
+    let gate = world.hold(&dsh_test_support::world::Point {
+        op: dsh_test_support::world::Op::Load,
+        id: sid("s-idle"),
+        when: dsh_test_support::world::When::Before,
+    });
+    let cancel = CancellationToken::new();
+    let lead = sid(LEAD);
+    let mut walk = Box::pin(
+        world
+            .runtime
+            .resume_tree(&lead, Default::default(), &cancel),
+    );
+    tokio::select! {
+        biased;
+        () = bounded(gate.reached()) => {}
+        _ = &mut walk => panic!("the walk finished before it read the member"),
+    }
+    assert!(
+        world.runtime.registry().get(&sid(LEAD)).is_some(),
+        "the root is live while the walk runs"
+    );
+    drop(walk);
+    gate.release();
+    bounded(dsh_test_support::wait::until(|| {
+        world.runtime.registry().get(&sid(LEAD)).is_none()
+    }))
+    .await;
+
+    // Nothing is left half-done: the next call resumes the tree.
+    let tree = bounded(
+        world
+            .runtime
+            .resume_tree(&sid(LEAD), Default::default(), &cancel),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        tree.members.outcome(&sid("s-idle")),
+        Some(&MemberResume::Cold)
+    );
+    bounded(tree.root.dispose()).await;
+}

@@ -195,9 +195,9 @@ impl SubagentRuntime {
     /// # Cancel safety
     /// A drop during the root's resume leaves it as the factory says (a
     /// cancelled resume publishes nothing); a drop during the members'
-    /// walk leaves the root live but unowned by anyone (its handle is
-    /// lost; dispose it through the registry), every member already handed
-    /// to the runtime resumed and monitored, and the rest cold.
+    /// walk disposes the root (on the runtime's tasks, so it is gone
+    /// shortly after the drop), leaves every member already handed to the
+    /// runtime resumed and monitored by it, and the rest cold.
     pub async fn resume_tree(
         &self,
         root: &SessionId,
@@ -216,7 +216,15 @@ impl SubagentRuntime {
                 cancel: cancel.clone(),
             })
             .await?;
-        match self.resume_members(handle.agent(), cancel).await {
+        // Until the walk returns, the root is this call's: a drop disposes
+        // it (on the runtime's tasks), so no live root is left unowned.
+        let mut guard = RootGuard {
+            runtime: self,
+            handle: Some(handle.clone()),
+        };
+        let walked = self.resume_members(handle.agent(), cancel).await;
+        guard.handle = None;
+        match walked {
             Ok(members) => Ok(ResumedTree {
                 root: handle,
                 members,
@@ -354,5 +362,22 @@ impl SubagentRuntime {
             owned,
         )
         .await
+    }
+}
+
+/// Disposes a resumed root whose `resume_tree` call was dropped before it
+/// could hand the root's handle over.
+struct RootGuard<'a> {
+    runtime: &'a SubagentRuntime,
+    handle: Option<dsh_core::AgentHandle>,
+}
+
+impl Drop for RootGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(handle) = self.handle.take() {
+            self.runtime.inner.tasks.spawn(async move {
+                handle.dispose().await;
+            });
+        }
     }
 }

@@ -37,17 +37,20 @@ impl ProviderDirectory for SubagentRuntime {
     }
 }
 
-/// The names of the start-time capabilities a provider declares, in the
-/// order of [`SubagentCapabilities`]' fields.
+/// The names of the start-time capabilities a provider declares, sorted
+/// (the same whether or not the build turned on `serde_json`'s
+/// `preserve_order`, which would otherwise decide the order).
 pub fn capability_names(capabilities: SubagentCapabilities) -> Vec<String> {
-    match serde_json::to_value(capabilities) {
+    let mut names: Vec<String> = match serde_json::to_value(capabilities) {
         Ok(Value::Object(flags)) => flags
             .into_iter()
             .filter(|(_, on)| on.as_bool() == Some(true))
             .map(|(name, _)| name)
             .collect(),
         _ => Vec::new(),
-    }
+    };
+    names.sort();
+    names
 }
 
 /// One provider's entry: its name, then one line each for its start-time

@@ -165,11 +165,7 @@ fn provider_named(provider: &str) -> Arc<dyn SubagentProvider> {
 }
 
 fn spec_json(tool: &dyn Tool) -> Value {
-    json!({
-        "name": tool.name(),
-        "description": tool.description(),
-        "input_schema": tool.input_schema(),
-    })
+    dsh_test_support::specs::spec(tool)
 }
 
 // ---------------------------------------------------------------------------
