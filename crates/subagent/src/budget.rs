@@ -1,4 +1,4 @@
-//! Usage roll-up and budgets. Every activation has a [`Ledger`] linked to
+//! Usage roll-up and budgets. Every activation has a `Ledger` linked to
 //! the ledger of the activation that created it: the tokens the activation
 //! uses are charged to its own ledger and to every ledger above it, so a
 //! ledger's total is the usage of its whole subtree. A start request may

@@ -16,7 +16,7 @@
 //! it, and a result never does (usage reaches the result separately).
 //!
 //! Local children report from their session log, which the activation's
-//! monitor reads every [`LOCAL_POLL`] while someone listens: a step start,
+//! monitor reads every `LOCAL_POLL` while someone listens: a step start,
 //! each tool call and its result, and the usage of each model request.
 //! Their text comes token by token when the host hands its agent loop's
 //! streamed text to a [`TextFeed`] ([`SubagentRuntime::text_feed`]): each

@@ -9,7 +9,7 @@
 //! (`world::WorldBuilder`), its scripted models and providers, and killing
 //! a re-executed test process (`world::process`); a counting allocator for
 //! the memory benches ([`alloc`]); and the measurements benches record for
-//! `cargo xtask bench` ([`bench`]). Used only as a dev-dependency; it must
+//! `cargo xtask bench` ([`bench`](mod@bench)). Used only as a dev-dependency; it must
 //! never become a dependency of a library crate.
 
 pub mod alloc;
