@@ -172,6 +172,10 @@ impl SessionStore for Watched {
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         self.inner.remove(id).await
     }
+
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.inner.remove_torn(id).await
+    }
 }
 
 /// One open log, reporting its failed writes (and, streaming, what it

@@ -383,4 +383,21 @@ pub trait SessionStore: Send + Sync + 'static {
     /// Not cancel safe: dropped at an await, the log may or may not be gone
     /// (the removal finishes detached, holding the id until it ends).
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError>;
+
+    /// Delete the log of `id` if it is what a create that crashed before
+    /// its header was written leaves (a torn, header-only file: `load`
+    /// says [`StoreError::NotASession`]) and no writer holds it; `true`
+    /// when it was removed or was already gone. Such a file is nobody's
+    /// session, so recovery may remove it. The default (a store whose
+    /// creates are atomic) removes nothing.
+    ///
+    /// # Errors
+    /// [`StoreError::Busy`] when this process holds the id, or I/O.
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::remove`].
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let _ = id;
+        Ok(false)
+    }
 }

@@ -283,8 +283,12 @@ impl SubagentRuntime {
     /// Remove the logs a crash left between a child's creation and its
     /// catalog entry (B9 after a kill): stored sessions whose header names
     /// `creator` as their parent, that `creator`'s catalog does not list,
-    /// that never accepted input of their own and that no writer holds. Returns the ids removed. A host calls it
-    /// when it resumes a root, with [`SubagentRuntime::deliver_lost_notices`].
+    /// that never accepted input of their own and that no writer holds;
+    /// and any log a create that crashed before writing its header left
+    /// (torn, header-only: nobody's session, see
+    /// `SessionStore::remove_torn`). Returns the ids removed. A host calls
+    /// it when it resumes a root, with
+    /// [`SubagentRuntime::deliver_lost_notices`].
     ///
     /// # Errors
     /// `NOT_LIVE` unless `creator` is the exact live agent; a corrupt
@@ -317,6 +321,17 @@ impl SubagentRuntime {
             }
             let loaded = match self.inner.store.load(&id).await {
                 Ok(loaded) => loaded,
+                // A create that crashed before its header: nobody's session.
+                // The store removes it only if it is still torn and unheld.
+                Err(dsh_core::StoreError::NotASession { .. }) => {
+                    match self.inner.store.remove_torn(&id).await {
+                        Ok(true) => removed.push(id),
+                        Ok(false)
+                        | Err(dsh_core::StoreError::Busy(_) | dsh_core::StoreError::Locked(_)) => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                    continue;
+                }
                 // Being created or removed right now, or unreadable: not ours to judge.
                 Err(_) => continue,
             };

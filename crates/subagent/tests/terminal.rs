@@ -283,16 +283,27 @@ async fn b9_orphan_logs_a_kill_left_are_removed_and_nothing_else() {
     worked.dispose().await;
     let live = world.session(stray("live")).await;
     world.cold_child("child").await;
+    // What a create killed before its header landed leaves (a torn
+    // header-only file), and a file in the directory that is no log at all.
+    std::fs::write(world.jsonl().log_path(&sid("torn")), br#"{"id":"to"#).unwrap();
+    std::fs::write(world.jsonl().log_path(&sid("foreign")), b"not a log\n").unwrap();
 
-    let removed = world
+    let mut removed = world
         .runtime
         .remove_orphans(world.root.agent())
         .await
         .unwrap();
-    assert_eq!(removed, [sid("orphan")]);
+    removed.sort();
+    assert_eq!(removed, [sid("orphan"), sid("torn")]);
     assert_eq!(
         world.sessions().await,
-        [sid("child"), sid("lead"), sid("live"), sid("worked")]
+        [
+            sid("child"),
+            sid("foreign"),
+            sid("lead"),
+            sid("live"),
+            sid("worked")
+        ]
     );
     drop(live);
 }

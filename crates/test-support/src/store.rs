@@ -468,6 +468,14 @@ impl<S: SessionStore> SessionStore for FaultStore<S> {
         self.done(Op::Remove, &result);
         result
     }
+
+    /// Counted (and may be failed) as a `Remove`.
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.enter(Op::Remove, id)?;
+        let result = self.inner.remove_torn(id).await;
+        self.done(Op::Remove, &result);
+        result
+    }
 }
 
 /// Where a [`GatedStore`] holds a call: before it reaches the inner store,
@@ -731,6 +739,11 @@ impl<S: SessionStore> SessionStore for GatedStore<S> {
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         self.around(Op::Remove, id, self.inner.remove(id)).await
     }
+
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.around(Op::Remove, id, self.inner.remove_torn(id))
+            .await
+    }
 }
 
 /// A shared store as a store value: every call goes to the `Arc` it holds,
@@ -796,6 +809,10 @@ impl SessionStore for SharedStore {
 
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         self.0.remove(id).await
+    }
+
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.0.remove_torn(id).await
     }
 }
 
@@ -1163,5 +1180,22 @@ impl<S: SessionStore> SessionStore for RecordingStore<S> {
             events: Vec::new(),
         });
         Ok(())
+    }
+
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        let path = (self.locate)(id);
+        let len_before = file_len(&path);
+        let removed = self.inner.remove_torn(id).await?;
+        if removed {
+            self.record(Write {
+                op: Op::Remove,
+                id: id.clone(),
+                path,
+                len_before,
+                len_after: len_before,
+                events: Vec::new(),
+            });
+        }
+        Ok(removed)
     }
 }

@@ -648,7 +648,7 @@ pub(super) fn create_in_place(
 /// After a create of `path` found it taken: remove it if it is what a
 /// crashed create leaves (see [`torn_header`]) and nobody holds it. `true`
 /// when the name is free again.
-fn reclaim_torn(id: &SessionId, path: &Path) -> Result<bool, StoreError> {
+pub(super) fn reclaim_torn(id: &SessionId, path: &Path) -> Result<bool, StoreError> {
     let file = match File::open(path) {
         Ok(file) => file,
         Err(err) if err.kind() == io::ErrorKind::NotFound => return Ok(true),

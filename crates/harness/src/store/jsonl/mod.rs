@@ -394,6 +394,13 @@ impl SessionStore for JsonlStore {
     }
 
     /// # Cancel safety
+    /// As `remove`: a dropped call finishes detached, holding the id.
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.while_held(id, |_, id, path, _| handle::reclaim_torn(id, path))
+            .await
+    }
+
+    /// # Cancel safety
     /// Not cancel safe: a dropped remove finishes detached (the log is then
     /// gone unless another process held it); the id is `Busy` until then.
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
