@@ -1249,7 +1249,7 @@ mod tests {
             tokens: dsh_core::Usage {
                 input_tokens: input,
                 output_tokens: output,
-                cached_input_tokens: 0,
+                ..Default::default()
             },
             context: None,
         };

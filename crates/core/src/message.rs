@@ -304,6 +304,13 @@ pub struct Usage {
     /// 0) and not written when 0, so such a log reads back unchanged.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub cached_input_tokens: u64,
+    /// Of the output tokens, those the model spent reasoning before it
+    /// answered (OpenAI's `completion_tokens_details.reasoning_tokens`, an
+    /// ACP agent's `thought_tokens`); 0 when it reports none. Like
+    /// `cached_input_tokens`: absent in an older log (read as 0) and not
+    /// written when 0.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub reasoning_tokens: u64,
 }
 
 fn is_zero(n: &u64) -> bool {
@@ -315,6 +322,7 @@ impl std::ops::AddAssign for Usage {
         self.input_tokens += other.input_tokens;
         self.output_tokens += other.output_tokens;
         self.cached_input_tokens += other.cached_input_tokens;
+        self.reasoning_tokens += other.reasoning_tokens;
     }
 }
 

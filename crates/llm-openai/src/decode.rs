@@ -100,6 +100,15 @@ struct WireUsage {
     /// Absent (or `null`) on servers without a prompt cache.
     #[serde(default)]
     prompt_tokens_details: Option<WirePromptDetails>,
+    /// Absent (or `null`) on servers that report no reasoning.
+    #[serde(default)]
+    completion_tokens_details: Option<WireCompletionDetails>,
+}
+
+#[derive(Deserialize)]
+struct WireCompletionDetails {
+    #[serde(default)]
+    reasoning_tokens: Option<u64>,
 }
 
 #[derive(Deserialize)]
@@ -257,6 +266,10 @@ impl StreamDecoder {
                 cached_input_tokens: usage
                     .prompt_tokens_details
                     .and_then(|details| details.cached_tokens)
+                    .unwrap_or(0),
+                reasoning_tokens: usage
+                    .completion_tokens_details
+                    .and_then(|details| details.reasoning_tokens)
                     .unwrap_or(0),
             });
         }
@@ -537,7 +550,7 @@ mod tests {
     }
 
     #[test]
-    fn cached_prompt_tokens_are_read_from_the_prompt_details_and_default_to_zero() {
+    fn cached_and_reasoning_tokens_are_read_from_the_details_and_default_to_zero() {
         let usage_of = |usage: serde_json::Value| {
             let body = sse(&[
                 json!({"choices": [{"index": 0, "delta": {"content": "a"}, "finish_reason": "stop"}]}),
@@ -557,7 +570,8 @@ mod tests {
             Some(Usage {
                 input_tokens: 100,
                 output_tokens: 3,
-                cached_input_tokens: 64
+                cached_input_tokens: 64,
+                reasoning_tokens: 0,
             })
         );
         // A server without a prompt cache: no details, or null ones.
@@ -567,6 +581,16 @@ mod tests {
             json!({"prompt_tokens": 100, "completion_tokens": 3, "prompt_tokens_details": {"cached_tokens": null}}),
         ] {
             assert_eq!(usage_of(usage).map(|u| u.cached_input_tokens), Some(0));
+        }
+        // A reasoning model reports the reasoning part of its output.
+        let reasoned = usage_of(json!({"prompt_tokens": 100, "completion_tokens": 90,
+            "completion_tokens_details": {"reasoning_tokens": 64}}));
+        assert_eq!(reasoned.map(|u| u.reasoning_tokens), Some(64));
+        for usage in [
+            json!({"prompt_tokens": 100, "completion_tokens": 3, "completion_tokens_details": null}),
+            json!({"prompt_tokens": 100, "completion_tokens": 3, "completion_tokens_details": {}}),
+        ] {
+            assert_eq!(usage_of(usage).map(|u| u.reasoning_tokens), Some(0));
         }
     }
 }

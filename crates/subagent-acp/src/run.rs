@@ -346,6 +346,8 @@ impl Shared {
         let tokens = Usage {
             input_tokens: reported.input_tokens,
             output_tokens: reported.output_tokens,
+            cached_input_tokens: reported.cached_read_tokens.unwrap_or(0),
+            reasoning_tokens: reported.thought_tokens.unwrap_or(0),
             ..Usage::default()
         };
         *self.usage.lock().unwrap_or_else(PoisonError::into_inner) += tokens;

@@ -90,6 +90,7 @@ async fn usage_rolls_up_a_tree_of_spawn_fork_and_external_children() {
         input_tokens: 100,
         output_tokens: 20,
         cached_input_tokens: 10,
+        reasoning_tokens: 7,
     };
     ext.run(0).settle(SubagentResult {
         output: vec![ContentBlock::text("external done")],

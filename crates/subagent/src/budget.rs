@@ -73,15 +73,21 @@ pub fn budget_tokens(usage: &Usage) -> u64 {
 }
 
 /// One short account of a usage: `1234 tokens (1000 in, 200 cached, 234
-/// out)`, the cached part only when there is one.
+/// out, 80 reasoning)`, the cached and reasoning parts only when there are
+/// some (reasoning tokens are part of the output).
 pub fn usage_line(usage: &Usage) -> String {
     let cached = if usage.cached_input_tokens > 0 {
         format!(", {} cached", usage.cached_input_tokens)
     } else {
         String::new()
     };
+    let reasoning = if usage.reasoning_tokens > 0 {
+        format!(", {} reasoning", usage.reasoning_tokens)
+    } else {
+        String::new()
+    };
     format!(
-        "{} tokens ({} in{cached}, {} out)",
+        "{} tokens ({} in{cached}, {} out{reasoning})",
         budget_tokens(usage),
         usage.input_tokens,
         usage.output_tokens
@@ -272,6 +278,7 @@ impl Ledger {
             cached_input_tokens: total
                 .cached_input_tokens
                 .saturating_sub(own.cached_input_tokens),
+            reasoning_tokens: total.reasoning_tokens.saturating_sub(own.reasoning_tokens),
         });
     }
 
@@ -443,7 +450,7 @@ mod tests {
         Usage {
             input_tokens: input,
             output_tokens: output,
-            cached_input_tokens: 0,
+            ..Usage::default()
         }
     }
 
@@ -553,5 +560,16 @@ mod tests {
             usage_line(&cached),
             "1234 tokens (1000 in, 200 cached, 234 out)"
         );
+        let reasoned = Usage {
+            reasoning_tokens: 80,
+            ..cached
+        };
+        assert_eq!(
+            usage_line(&reasoned),
+            "1234 tokens (1000 in, 200 cached, 234 out, 80 reasoning)"
+        );
+        let mut sum = reasoned;
+        sum += reasoned;
+        assert_eq!(sum.reasoning_tokens, 160, "reasoning adds up the tree");
     }
 }

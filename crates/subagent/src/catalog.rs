@@ -323,7 +323,7 @@ mod tests {
         let used = |input: u64| dsh_core::Usage {
             input_tokens: input,
             output_tokens: 1,
-            cached_input_tokens: 0,
+            ..Default::default()
         };
         for (seq, input) in [(1, 10), (2, 5)] {
             let record = UsageRecord {

@@ -788,6 +788,7 @@ mod tests {
                     input_tokens: 100,
                     output_tokens: 20,
                     cached_input_tokens: 40,
+                    reasoning_tokens: 0,
                 };
             }
             let out = render_result("scout", &result);
