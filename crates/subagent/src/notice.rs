@@ -61,7 +61,7 @@ pub(crate) fn last_turn_end(events: &[SessionEvent]) -> Option<u64> {
 /// What a cold child's log says its creator is owed.
 enum Owed {
     /// The last activation ended a turn at this seq, with this result.
-    Settled(u64, SubagentResult),
+    Settled(u64, Box<SubagentResult>),
     /// The child was cataloged but never accepted its task.
     Untasked,
 }
@@ -120,7 +120,7 @@ fn owed(header: &SessionHeader, events: &[SessionEvent]) -> Option<Owed> {
     {
         result = result.with_diagnostic(diagnostic);
     }
-    Some(Owed::Settled(ended, result))
+    Some(Owed::Settled(ended, Box::new(result)))
 }
 
 /// The id of the notice a cold child's log says its creator is owed (the
@@ -248,7 +248,7 @@ impl SubagentRuntime {
             };
             let (id, result) = match owed(&loaded.header, &loaded.events) {
                 None => continue,
-                Some(Owed::Settled(seq, result)) => (notice_id(&entry.child_id, seq), result),
+                Some(Owed::Settled(seq, result)) => (notice_id(&entry.child_id, seq), *result),
                 Some(Owed::Untasked) => (
                     untasked_id(&entry.child_id),
                     SubagentResult::stopped(StopReason::ERROR).with_diagnostic(
