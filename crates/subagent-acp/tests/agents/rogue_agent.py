@@ -27,12 +27,13 @@ Start-up behaviour comes from the arguments:
 The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
-  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT | model |
+  close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT [THOUGHT] | model |
   recall | message
 (`ask` requests permission to run COMMAND; refused, the turn stops
 `cancelled`, granted it says `granted OPTION_ID`. `usage` reports a
 context-window update of IN+OUT tokens used of 200000 and adds IN input and
-OUT output tokens to the turn's usage in the prompt response. `model` says
+OUT output tokens (and THOUGHT thought tokens) to the turn's usage in the
+prompt response. `model` says
 the current model; `recall` says what the session said in earlier turns; after `message`,
 every `say` carries a new messageId, one per `message`.)
 """
@@ -149,10 +150,13 @@ def run_prompt(request_id, params):
         elif verb == "sleep":
             time.sleep(float(arg))
         elif verb == "usage":
-            tokens_in, tokens_out = (int(n) for n in arg.split())
+            numbers = [int(n) for n in arg.split()]
+            tokens_in, tokens_out = numbers[0], numbers[1]
             usage = usage or {"inputTokens": 0, "outputTokens": 0}
             usage["inputTokens"] += tokens_in
             usage["outputTokens"] += tokens_out
+            if len(numbers) > 2:
+                usage["thoughtTokens"] = usage.get("thoughtTokens", 0) + numbers[2]
             update(session_id, {"sessionUpdate": "usage_update",
                                 "used": tokens_in + tokens_out, "size": 200000})
         elif verb == "recall":
