@@ -108,3 +108,45 @@ async fn bounded_dispose(activation: &dsh_subagent::SubagentActivation) {
         .await
         .unwrap();
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_running_acp_childs_activity_is_the_tool_call_it_left_open() {
+    let peers = peers();
+    let world = world(vec![quick(peers.rogue(&[]))]).await;
+    let mut progress = world.runtime.progress();
+    let activation = world
+        .start(world.spec("acp", "tool_open Reading notes; wait_cancel"))
+        .await;
+    // The activity is kept before the event is sent: once the listener has
+    // it, the runtime answers with it.
+    loop {
+        match support::bounded("the tool call", progress.next()).await {
+            Some(ProgressItem::Event(event))
+                if matches!(event.kind, ProgressKind::ToolCallStarted { .. }) =>
+            {
+                break;
+            }
+            Some(_) => {}
+            None => panic!("the runtime went away"),
+        }
+    }
+    let activity = world
+        .runtime
+        .current_activity(activation.child_id())
+        .expect("a live external run has an activity");
+    assert_eq!(
+        activity.tool.map(|tool| tool.name).as_deref(),
+        Some("Reading notes")
+    );
+    assert_eq!(activity.tokens, 0, "nothing reported yet");
+    support::bounded("dispose", activation.dispose())
+        .await
+        .unwrap();
+    assert!(
+        world
+            .runtime
+            .current_activity(activation.child_id())
+            .is_none(),
+        "a settled run has none"
+    );
+}

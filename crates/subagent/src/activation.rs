@@ -84,6 +84,9 @@ pub(crate) struct Activation {
     /// The usage of its subtree so far and its budget, linked to its
     /// owner's (see [`crate::budget`]).
     pub(crate) ledger: Arc<Ledger>,
+    /// What an external run reported so far (unused for a local child,
+    /// whose log says it).
+    pub(crate) external_activity: Arc<Mutex<crate::progress::ExternalActivity>>,
     /// The longest it may run.
     time_limit: Option<std::time::Duration>,
 }
@@ -116,6 +119,7 @@ impl Activation {
         Self {
             ledger: Arc::new(Ledger::new(owner, limits.tokens, stop.clone())),
             time_limit: limits.time,
+            external_activity: Arc::default(),
             serial: NEXT_SERIAL.fetch_add(1, Ordering::Relaxed),
             name: new.path.clone().unwrap_or_else(|| child_id.to_string()),
             child_id,
@@ -469,7 +473,8 @@ impl SubagentRuntime {
             Execution::External { run } => {
                 run.observe(
                     self.progress_sink(&activation)
-                        .metered(activation.ledger.clone()),
+                        .metered(activation.ledger.clone())
+                        .tracking(activation.external_activity.clone()),
                 );
                 let result = tokio::select! {
                     result = run.result() => result,

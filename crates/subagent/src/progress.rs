@@ -187,6 +187,7 @@ impl ProgressHub {
             member: Arc::new(member),
             sender: self.sender.clone(),
             meter: None,
+            activity: None,
         }
     }
 }
@@ -199,6 +200,50 @@ pub struct ProgressSink {
     sender: broadcast::Sender<ProgressEvent>,
     /// Where usage reports are charged, listened to or not (budgets).
     meter: Option<Arc<crate::budget::Ledger>>,
+    /// Where an external run's activity is kept for `current_activity`,
+    /// listened to or not.
+    activity: Option<Arc<Mutex<ExternalActivity>>>,
+}
+
+/// What an external run has reported so far, kept from its progress so
+/// that [`SubagentRuntime::current_activity`] can answer for it as it does
+/// for a local child from its log.
+#[derive(Debug, Default)]
+pub(crate) struct ExternalActivity {
+    /// Tool calls started and not finished: id, name, since when.
+    open: Vec<(String, String, std::time::Instant)>,
+    /// Input and output tokens reported so far.
+    tokens: u64,
+}
+
+impl ExternalActivity {
+    fn note(&mut self, kind: &ProgressKind) {
+        match kind {
+            ProgressKind::ToolCallStarted { id, name } => {
+                self.open
+                    .push((id.clone(), name.clone(), std::time::Instant::now()));
+            }
+            ProgressKind::ToolCallFinished { id, .. } => {
+                self.open.retain(|(open, ..)| open != id);
+            }
+            ProgressKind::Usage { tokens, .. } => {
+                self.tokens = self
+                    .tokens
+                    .saturating_add(tokens.input_tokens.saturating_add(tokens.output_tokens));
+            }
+            _ => {}
+        }
+    }
+
+    fn now(&self) -> CurrentActivity {
+        CurrentActivity {
+            tool: self.open.last().map(|(_, name, since)| ToolInProgress {
+                name: name.clone(),
+                for_ms: u64::try_from(since.elapsed().as_millis()).unwrap_or(u64::MAX),
+            }),
+            tokens: self.tokens,
+        }
+    }
 }
 
 impl ProgressSink {
@@ -219,11 +264,20 @@ impl ProgressSink {
         self
     }
 
+    /// This sink, keeping what it reports in `activity` (an external run's).
+    pub(crate) fn tracking(mut self, activity: Arc<Mutex<ExternalActivity>>) -> Self {
+        self.activity = Some(activity);
+        self
+    }
+
     /// Report `kind`. Never waits; with no listener the event is dropped
     /// (usage still counts against the member's budgets).
     pub fn emit(&self, kind: ProgressKind) {
         if let (Some(ledger), ProgressKind::Usage { tokens, .. }) = (&self.meter, &kind) {
             ledger.charge(*tokens);
+        }
+        if let Some(activity) = &self.activity {
+            lock(activity).note(&kind);
         }
         // No receiver is the only failure, and it means nobody listens.
         let _unheard = self.sender.send(ProgressEvent {
@@ -365,11 +419,15 @@ pub fn activity_of(events: &[dsh_core::SessionEvent], now_ms: u64) -> CurrentAct
 }
 
 impl SubagentRuntime {
-    /// What the live local activation of `child` is doing now; `None` when
-    /// it has none (cold, settled, or an external run, whose activity is on
-    /// the progress bus only).
+    /// What the live activation of `child` is doing now; `None` when it
+    /// has none (cold or settled). A local child's is read from its own
+    /// log; an external run's from what it reported on the progress bus
+    /// (its tool calls by the agent's titles, its usage as reported).
     pub fn current_activity(&self, child: &SessionId) -> Option<CurrentActivity> {
-        let events = self.inner.activations.get(child)?.own_events()?;
+        let activation = self.inner.activations.get(child)?;
+        let Some(events) = activation.own_events() else {
+            return Some(lock(&activation.external_activity).now());
+        };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |since| {

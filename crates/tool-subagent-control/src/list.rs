@@ -56,8 +56,9 @@ fn diagnostic_text(diagnostic: RowDiagnostic, mode: &ChildMode) -> String {
     }
 }
 
-/// The activity of a listed child: `running` with what a live local child
-/// is doing now (the tool it is in and for how long, tokens so far), else
+/// The activity of a listed child: `running` with what a live child is
+/// doing now (the tool it is in and for how long, tokens so far: a local
+/// child's from its log, an external run's from what it reported), else
 /// `inactive`.
 fn row_activity(runtime: &SubagentRuntime, id: &SessionId, activity: ChildActivity) -> String {
     match activity {

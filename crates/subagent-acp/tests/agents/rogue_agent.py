@@ -28,14 +28,15 @@ The prompt's text is a script of `;`-separated commands, run in order:
   say TEXT | think TEXT | plan | tool | env | cwd | images | garbage |
   exit N | hang | wait_cancel | stop REASON | error | grandchild |
   close_stdout | sleep SECONDS | ask COMMAND | usage IN OUT [THOUGHT] | model |
-  recall | message
+  recall | message | tool_open TITLE
 (`ask` requests permission to run COMMAND; refused, the turn stops
 `cancelled`, granted it says `granted OPTION_ID`. `usage` reports a
 context-window update of IN+OUT tokens used of 200000 and adds IN input and
 OUT output tokens (and THOUGHT thought tokens) to the turn's usage in the
 prompt response. `model` says
 the current model; `recall` says what the session said in earlier turns; after `message`,
-every `say` carries a new messageId, one per `message`.)
+every `say` carries a new messageId, one per `message`; `tool_open` starts a
+tool call titled TITLE and never finishes it.)
 """
 
 import json
@@ -112,6 +113,10 @@ def run_prompt(request_id, params):
                                 "status": "in_progress"})
             update(session_id, {"sessionUpdate": "tool_call_update", "toolCallId": "t1",
                                 "status": "completed"})
+        elif verb == "tool_open":
+            update(session_id, {"sessionUpdate": "tool_call", "toolCallId": "t-open",
+                                "title": arg, "kind": "read",
+                                "status": "in_progress"})
         elif verb == "env":
             say(session_id, ",".join(sorted(os.environ)))
         elif verb == "cwd":
