@@ -231,7 +231,13 @@ async fn deepseek_reasoning_is_not_shown_as_text_and_keep_alives_are_skipped() {
         [
             Ok(ModelEvent::TextDelta("The answer".into())),
             Ok(ModelEvent::TextDelta(" is 42.".into())),
-            usage(13, 42),
+            // The reasoning is not text, but its tokens are counted.
+            Ok(ModelEvent::Usage(Usage {
+                input_tokens: 13,
+                output_tokens: 42,
+                reasoning_tokens: 30,
+                ..Usage::default()
+            })),
             finish(FinishReason::EndTurn),
         ]
     );
