@@ -482,18 +482,26 @@ impl Drop for TempFile {
 /// The suffix of every temporary file: `.<id>.<pid>-<nanos>-<n>.tmp`.
 pub(super) const TEMP_SUFFIX: &str = ".tmp";
 
-/// Create a fresh hidden temporary file next to the log of `id`, named so
-/// that a sweep can tell which process wrote it.
-fn create_temp(dir: &Path, id: &SessionId) -> Result<(TempFile, File), StoreError> {
+/// A fresh name for a hidden temporary file next to the log of `id`,
+/// `.<id>.<pid>-<nanos>-<n>.tmp`, so that a sweep can tell which process
+/// wrote it; every temporary file of the store (creates, seals) is named
+/// here.
+pub(super) fn next_temp_path(dir: &Path, id: &SessionId) -> std::path::PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let pid = std::process::id();
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |elapsed| elapsed.subsec_nanos());
+    let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    dir.join(format!(".{id}.{pid}-{nanos}-{n}{TEMP_SUFFIX}"))
+}
+
+/// Create a fresh hidden temporary file next to the log of `id`, named so
+/// that a sweep can tell which process wrote it.
+fn create_temp(dir: &Path, id: &SessionId) -> Result<(TempFile, File), StoreError> {
     let mut attempts = 0;
     loop {
-        let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-        let path = dir.join(format!(".{id}.{pid}-{nanos}-{n}{TEMP_SUFFIX}"));
+        let path = next_temp_path(dir, id);
         match OpenOptions::new()
             .read(true)
             .append(true)

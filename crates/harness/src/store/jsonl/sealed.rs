@@ -21,11 +21,10 @@
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicU64, Ordering};
 
 use dsh_core::{Durability, SessionId, StoreError};
 
-use super::handle::{LockedFile, TEMP_SUFFIX, still_linked, sync_dir};
+use super::handle::{LockedFile, still_linked, sync_dir};
 use super::parse::{corrupt, parse_log};
 use super::{io_error, open_error};
 
@@ -181,15 +180,9 @@ struct Temp {
 
 impl Temp {
     fn create(dir: &Path, id: &SessionId) -> Result<Self, StoreError> {
-        static COUNTER: AtomicU64 = AtomicU64::new(0);
-        let pid = std::process::id();
-        let nanos = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |elapsed| elapsed.subsec_nanos());
         let mut attempts = 0;
         loop {
-            let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-            let path = dir.join(format!(".{id}.{pid}-{nanos}-{n}{TEMP_SUFFIX}"));
+            let path = super::handle::next_temp_path(dir, id);
             match OpenOptions::new()
                 .read(true)
                 .write(true)
