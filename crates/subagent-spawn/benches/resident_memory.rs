@@ -4,8 +4,11 @@
 //! the parent and the parent's share of names. On the memory store (1,000
 //! children; the figure includes the store's copy of each log) and on the
 //! JSONL store (10,000 children, each holding its open log: the process
-//! must not run out of descriptors). Prints and records the bytes
-//! (`bench::record`, B/child); not a criterion bench.
+//! must not run out of descriptors). Then the same children parked: each
+//! mid-turn child interrupted, so that it stays resident and idle with the
+//! short history of its aborted turn (the issue's "resident idle child");
+//! its history's size on disk is printed beside it. Prints and records the
+//! bytes (`bench::record`, B/child); not a criterion bench.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,7 +20,9 @@ use dsh_core::{
     SessionStore,
 };
 use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel};
-use dsh_subagent::{ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime};
+use dsh_subagent::{
+    ActivationSpec, Delivery, InterruptAuthority, RuntimeConfig, StartRequest, SubagentRuntime,
+};
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_test_support::alloc::{CountingAllocator, live_bytes};
 use dsh_test_support::bench::{Measurement, record};
@@ -33,10 +38,9 @@ fn main() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let memory: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
-    resident(&runtime, "memory", memory, 1_000);
-    let jsonl: Arc<dyn SessionStore> =
-        Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
-    resident(&runtime, "jsonl", jsonl, 10_000);
+    resident(&runtime, "memory", memory, 1_000, None);
+    let jsonl = Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
+    resident(&runtime, "jsonl", jsonl.clone(), 10_000, Some(&jsonl));
 }
 
 /// Hold `children` spawn children mid-turn over `store` and report the heap
@@ -46,6 +50,7 @@ fn resident(
     name: &str,
     store: Arc<dyn SessionStore>,
     children: usize,
+    park_on: Option<&JsonlStore>,
 ) {
     runtime.block_on(async {
         let gate = Arc::new(Semaphore::new(0));
@@ -120,9 +125,80 @@ fn resident(
             unit: "B/child",
         })
         .unwrap();
+        if let Some(jsonl) = park_on {
+            let log_bytes =
+                |id: &SessionId| std::fs::metadata(jsonl.log_path(id)).map_or(0, |meta| meta.len());
+            let load = async |id: &SessionId| jsonl.load(id).await.unwrap().events;
+            park(&subagents, &activations, before, children, log_bytes, load).await;
+            return;
+        }
         gate.add_permits(children);
         for activation in &activations {
             activation.result().await.unwrap();
         }
     });
+}
+
+/// Interrupt every mid-turn child so that it stays resident and idle, then
+/// report the heap each parked child holds, history included; `log_bytes`
+/// tells the size of a child's history on disk.
+async fn park(
+    subagents: &SubagentRuntime,
+    activations: &[dsh_subagent::SubagentActivation],
+    before: isize,
+    children: usize,
+    log_bytes: impl Fn(&SessionId) -> u64,
+    load: impl AsyncFn(&SessionId) -> Vec<dsh_core::SessionEvent>,
+) {
+    for activation in activations {
+        subagents
+            .interrupt(activation.child_id(), &InterruptAuthority::User)
+            .await
+            .unwrap();
+    }
+    let mut history = 0;
+    for activation in activations {
+        let agent = subagents
+            .registry()
+            .get(activation.child_id())
+            .expect("an interrupted child stays resident");
+        agent.wait_idle().await;
+        history += log_bytes(activation.child_id());
+    }
+    for _ in 0..100 {
+        tokio::task::yield_now().await;
+    }
+    let per_child = (live_bytes() - before) as f64 / children as f64;
+    let history = history as f64 / children as f64;
+    // The heap one child's history takes as loaded events, from a sample.
+    let sample: Vec<_> = activations.iter().take(100).collect();
+    let loaded_before = live_bytes();
+    let mut loaded = Vec::with_capacity(sample.len());
+    for activation in &sample {
+        loaded.push(load(activation.child_id()).await);
+    }
+    let history_heap = (live_bytes() - loaded_before) as f64 / sample.len() as f64;
+    drop(loaded);
+    println!(
+        "parked children (jsonl store): {children} resident idle children, {per_child:.0} bytes \
+         each ({:.2} KiB) with a history of {history:.0} bytes on disk each ({history_heap:.0} \
+         bytes of heap as loaded events): {:.0} bytes besides it",
+        per_child / 1024.0,
+        per_child - history_heap
+    );
+    record(&Measurement {
+        workload: "resident idle child (parked), heap with its history, jsonl store",
+        n: Some(children as u64),
+        value: per_child,
+        unit: "B/child",
+    })
+    .unwrap();
+    record(&Measurement {
+        workload: "resident idle child (parked), heap besides its history, jsonl store",
+        n: Some(children as u64),
+        value: per_child - history_heap,
+        unit: "B/child",
+    })
+    .unwrap();
+    subagents.shutdown().await;
 }
