@@ -119,6 +119,8 @@ pub enum Line<'a> {
         output_tokens: u64,
         /// Of the prompt tokens, those served from the backend's cache.
         cached_input_tokens: u64,
+        /// Of the completion tokens, those the model spent reasoning.
+        reasoning_tokens: u64,
     },
     /// A turn of an agent ended.
     TurnEnded {
@@ -217,6 +219,7 @@ pub fn event_line<'a>(
             input_tokens: usage.input_tokens,
             output_tokens: usage.output_tokens,
             cached_input_tokens: usage.cached_input_tokens,
+            reasoning_tokens: usage.reasoning_tokens,
         }),
         EventPayload::TurnEnd(end) => Some(Line::TurnEnded {
             agent,

@@ -193,6 +193,12 @@ fn a_lead_and_two_children_fix_a_failing_test_against_an_api_that_checks_every_r
                 && line["cached_input_tokens"].as_u64() > Some(0)),
             "no cached tokens for {agent}"
         );
+        assert!(
+            lines.iter().any(|line| line["type"] == "usage"
+                && line["agent"] == agent
+                && line["reasoning_tokens"].as_u64() > Some(0)),
+            "no reasoning tokens for {agent}"
+        );
     }
     snapshot!(&scratch, "e2e_run_json", json_by_agent(&run.stdout));
     for name in ["lead", "finder", "fixer"] {

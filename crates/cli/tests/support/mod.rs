@@ -360,7 +360,7 @@ pub fn redacted(scratch: &Scratch) -> insta::Settings {
     // Token counts in `--json` lines, and the scripted model's call ids
     // (numbered across concurrent agents).
     settings.add_filter(
-        r#""(input|output|cached_input)_tokens":\d+"#,
+        r#""(input|output|cached_input|reasoning)_tokens":\d+"#,
         r#""${1}_tokens":[n]"#,
     );
     settings.add_filter(r#""call-\d+""#, r#""[call]""#);

@@ -546,6 +546,8 @@ fn events(answer: &Answer, request: &Request) -> String {
         "usage": {
             "prompt_tokens": prompt, "completion_tokens": completion, "total_tokens": prompt + completion,
             "prompt_tokens_details": {"cached_tokens": cached},
+            // As a reasoning model reports it: part of the completion.
+            "completion_tokens_details": {"reasoning_tokens": completion / 2},
         },
     });
     out.push_str(&format!("data: {usage}\n\n"));
