@@ -17,6 +17,7 @@ mod group;
 mod handle;
 mod limits;
 mod parse;
+mod read;
 mod sealed;
 mod skim;
 
