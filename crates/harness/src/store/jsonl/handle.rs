@@ -20,7 +20,6 @@ use tokio::sync::watch;
 
 use super::group::GroupCommit;
 use super::parse::{parse_log, torn_header};
-use super::read::read_whole;
 use super::{Shared, blocking, io_error, open_error};
 use crate::store::check_contiguous;
 
@@ -719,7 +718,11 @@ pub(super) fn open_log(
             Err(err) => return Err(err),
         }
     };
-    let bytes = read_whole(&file).map_err(|source| io_error(path, source))?;
+    let size = file.metadata().map_or(0, |meta| meta.len());
+    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
+    (&*file)
+        .read_to_end(&mut bytes)
+        .map_err(|source| io_error(path, source))?;
     let parsed = parse_log(&id, path, bytes)?;
     let mut len = parsed.keep;
     if let Some(torn) = &parsed.torn_tail {

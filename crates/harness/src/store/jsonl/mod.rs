@@ -17,7 +17,6 @@ mod group;
 mod handle;
 mod limits;
 mod parse;
-mod read;
 mod sealed;
 mod skim;
 

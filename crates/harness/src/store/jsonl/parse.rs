@@ -223,8 +223,8 @@ pub(super) fn parse_log(id: &SessionId, path: &Path, bytes: Vec<u8>) -> Result<P
 /// Logs at least this large are parsed on several threads.
 const PARALLEL_PARSE_BYTES: usize = 1 << 20;
 
-/// How many threads parse (and read) a large log.
-pub(super) fn parse_threads() -> usize {
+/// How many threads parse a large log.
+fn parse_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
         std::thread::available_parallelism()

@@ -26,7 +26,6 @@ use dsh_core::{Durability, SessionId, StoreError};
 
 use super::handle::{LockedFile, still_linked, sync_dir};
 use super::parse::{corrupt, parse_log};
-use super::read::read_whole;
 use super::{io_error, open_error};
 
 /// The file extension of a sealed (compressed) session log.
@@ -66,7 +65,7 @@ pub struct Sealed {
 pub(super) fn read_either(id: &SessionId, plain: &Path) -> Result<(PathBuf, Vec<u8>), StoreError> {
     let sealed = sealed_path(plain);
     for _ in 0..ATTEMPTS {
-        match File::open(plain).and_then(|file| read_whole(&file)) {
+        match fs::read(plain) {
             Ok(bytes) => return Ok((plain.to_path_buf(), bytes)),
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(source) => return Err(io_error(plain, source)),
