@@ -190,6 +190,9 @@ pub fn pending_items(events: &[SessionEvent]) -> Vec<PendingItem> {
                 index.insert(&accepted.message.id, event.seq);
                 pending.insert(event.seq, accepted);
             }
+            // Nothing pending (the usual state between turns): no id to
+            // hash.
+            _ if index.is_empty() => {}
             EventPayload::UserMessage(entry) => {
                 if let Some(seq) = index.remove(&entry.message.id) {
                     pending.remove(&seq);
