@@ -109,5 +109,21 @@ mod tests {
         assert!(serde_json::from_str::<ContentBlock>(r#"{"type":"audio"}"#).is_err());
         let missing = serde_json::from_str::<ContentBlock>(r#"{"type":"text"}"#).unwrap_err();
         assert!(missing.to_string().contains("text"), "{missing}");
+        for bad in [
+            r#"{"text":"x"}"#,
+            r#"{"type":"text","text":"x","text":"y"}"#,
+            r#"{"type":"text","type":"text","text":"x"}"#,
+            r#"{"type":"text","text":null}"#,
+            r#"{"type":"image","data":"AAAA"}"#,
+            r#"["text","x"]"#,
+        ] {
+            assert!(serde_json::from_str::<ContentBlock>(bad).is_err(), "{bad}");
+        }
+        let extra: ContentBlock =
+            serde_json::from_str(r#"{"type":"text","text":"x","cache":true}"#).unwrap();
+        assert_eq!(extra, ContentBlock::text("x"));
+        let escaped: ContentBlock =
+            serde_json::from_str(r#"{"type":"text","text":"a\nb\u00e9"}"#).unwrap();
+        assert_eq!(escaped, ContentBlock::text("a\nbé"));
     }
 }

@@ -120,9 +120,27 @@ impl<'de> Deserialize<'de> for SessionId {
 macro_rules! opaque_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
         $(#[$doc])*
-        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+        #[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
         #[serde(transparent)]
         pub struct $name(Arc<str>);
+
+        // Straight from the input text into the shared form: serde's own
+        // `Arc<str>` goes through a `String` and copies it again.
+        impl<'de> Deserialize<'de> for $name {
+            fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+                struct Visitor;
+                impl serde::de::Visitor<'_> for Visitor {
+                    type Value = $name;
+                    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                        f.write_str(concat!("a ", stringify!($name), " string"))
+                    }
+                    fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<$name, E> {
+                        Ok($name(Arc::from(text)))
+                    }
+                }
+                deserializer.deserialize_str(Visitor)
+            }
+        }
 
         impl $name {
             /// Wrap an existing id (any non-empty text; ids minted elsewhere are kept as they are).

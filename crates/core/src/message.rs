@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::attachment::AttachmentRef;
 use crate::content::ContentBlock;
 use crate::id::{CallId, MessageId, SessionId};
+use crate::session::BorrowedStr;
 use crate::stop::StopReason;
 
 /// Who or what supplied an inbox message. Durable: it is written with the
@@ -172,13 +173,15 @@ impl<'de> serde::de::Visitor<'de> for SourceVisitor {
         self,
         mut map: A,
     ) -> Result<MessageSource, A::Error> {
-        let mut kind: Option<String> = None;
+        // Keys and the kind are borrowed from the input: the common source
+        // (`{"kind":"user"}`) then allocates nothing.
+        let mut kind: Option<std::borrow::Cow<'de, str>> = None;
         let mut fields = Map::new();
-        while let Some(key) = map.next_key::<String>()? {
+        while let Some(BorrowedStr(key)) = map.next_key::<BorrowedStr<'de>>()? {
             if key == "kind" {
-                kind = Some(map.next_value()?);
+                kind = Some(map.next_value::<BorrowedStr<'de>>()?.0);
             } else {
-                fields.insert(key, map.next_value()?);
+                fields.insert(key.into_owned(), map.next_value()?);
             }
         }
         let kind = kind.ok_or_else(|| A::Error::missing_field("kind"))?;
@@ -191,7 +194,7 @@ impl<'de> serde::de::Visitor<'de> for SourceVisitor {
                 _ => Err(A::Error::custom("`sender_session_id` must be a string")),
             }
         };
-        Ok(match kind.as_str() {
+        Ok(match &*kind {
             "user" => {
                 let client_time_zone = match fields.remove("client_time_zone") {
                     None | Some(Value::Null) => None,
@@ -227,7 +230,10 @@ impl<'de> serde::de::Visitor<'de> for SourceVisitor {
                 },
                 sender_session_id: sender(&mut fields)?,
             },
-            _ => MessageSource::Other { kind, fields },
+            _ => MessageSource::Other {
+                kind: kind.into_owned(),
+                fields,
+            },
         })
     }
 }

@@ -177,6 +177,47 @@ impl Projection for PendingInboxProjection {
     }
 }
 
+/// The pending inbox of a whole log, as [`PendingInboxProjection`] folds
+/// it, in one borrowed pass: only the items still pending at the end are
+/// cloned, where the fold clones every accepted message and drops most of
+/// them again. For a resume, which needs the end state only.
+pub fn pending_items(events: &[SessionEvent]) -> Vec<PendingItem> {
+    let mut pending: BTreeMap<u64, &crate::session::InboxAccepted> = BTreeMap::new();
+    let mut index: HashMap<&MessageId, u64> = HashMap::new();
+    for event in events {
+        match &event.payload {
+            EventPayload::InboxAccepted(accepted) => {
+                index.insert(&accepted.message.id, event.seq);
+                pending.insert(event.seq, accepted);
+            }
+            // Nothing pending (the usual state between turns): no id to
+            // hash.
+            _ if index.is_empty() => {}
+            EventPayload::UserMessage(entry) => {
+                if let Some(seq) = index.remove(&entry.message.id) {
+                    pending.remove(&seq);
+                }
+            }
+            EventPayload::InboxClaimed(ids) | EventPayload::InboxDiscarded(ids) => {
+                for id in &ids.message_ids {
+                    if let Some(seq) = index.remove(id) {
+                        pending.remove(&seq);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    pending
+        .into_values()
+        .map(|accepted| PendingItem {
+            message: accepted.message.clone(),
+            target: accepted.target,
+            wake: accepted.wake,
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,6 +271,7 @@ mod tests {
             .map(|item| item.message.id.as_str())
             .collect();
         assert_eq!(ids, ["b", "d"]);
+        assert_eq!(pending_items(&events), pending.into_items());
     }
 
     // A batch torn after the message and before its claim: the message is
@@ -253,6 +295,7 @@ mod tests {
             .map(|item| item.message.id.as_str())
             .collect();
         assert_eq!(ids, ["b"]);
+        assert_eq!(pending_items(&events), pending.into_items());
     }
 
     #[test]

@@ -355,10 +355,47 @@ impl SessionEvent {
     /// # Errors
     /// The line is not a well-formed event.
     pub fn from_json_line(line: &str) -> serde_json::Result<Self> {
+        match Self::from_written_line(line) {
+            Some(event) => Ok(event),
+            None => Self::from_any_line(line),
+        }
+    }
+
+    /// The general path of [`from_json_line`](Self::from_json_line): any key
+    /// order, whitespace and unknown keys.
+    fn from_any_line(line: &str) -> serde_json::Result<Self> {
         let mut deserializer = serde_json::Deserializer::from_str(line);
         let event = serde::Deserializer::deserialize_map(&mut deserializer, LineVisitor)?;
         deserializer.end()?;
         Ok(event)
+    }
+
+    /// The fast path of [`from_json_line`](Self::from_json_line), for a
+    /// line exactly as [`to_json_line`](Self::to_json_line) writes it:
+    /// `{"seq":N,"time":N,"type":"..","payload":..}` with no whitespace, the
+    /// numbers in their shortest form and the type without escapes. The
+    /// envelope is read by hand and only the payload goes through serde.
+    /// `None` for any other line (another key order, whitespace, a bad
+    /// payload), which the general path then reads or refuses, so both
+    /// accept exactly the same lines.
+    fn from_written_line(line: &str) -> Option<Self> {
+        let rest = line.strip_prefix(r#"{"seq":"#)?;
+        let (seq, rest) = leading_u64(rest)?;
+        let rest = rest.strip_prefix(r#","time":"#)?;
+        let (time, rest) = leading_u64(rest)?;
+        let rest = rest.strip_prefix(r#","type":""#)?;
+        // The type is short: a plain loop beats a `memchr` call's set-up.
+        let end = rest
+            .bytes()
+            .position(|byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
+        let (kind, rest) = rest.split_at(end);
+        let payload = rest.strip_prefix(r#"","payload":"#)?;
+        let payload = payload.strip_suffix('}')?;
+        let mut deserializer = serde_json::Deserializer::from_str(payload);
+        let payload =
+            serde::de::DeserializeSeed::deserialize(PayloadSeed(kind), &mut deserializer).ok()?;
+        deserializer.end().ok()?;
+        Some(Self { seq, time, payload })
     }
 
     /// Serialise as one log line (no trailing newline).
@@ -371,6 +408,33 @@ impl SessionEvent {
     pub fn is_turn_end(&self) -> bool {
         matches!(self.payload, EventPayload::TurnEnd(_))
     }
+}
+
+/// A JSON unsigned integer at the start of `text` in its only valid form
+/// (no leading zero, no sign, no fraction or exponent after it) and the
+/// text after it; `None` otherwise, or when it does not fit a `u64`.
+fn leading_u64(text: &str) -> Option<(u64, &str)> {
+    let bytes = text.as_bytes();
+    let digits = bytes
+        .iter()
+        .position(|byte| !byte.is_ascii_digit())
+        .unwrap_or(bytes.len());
+    let (number, rest) = bytes.split_at(digits);
+    if number.is_empty()
+        || number.len() > 20
+        || (number.len() > 1 && number.first() == Some(&b'0'))
+        || matches!(rest.first(), Some(b'.' | b'e' | b'E'))
+    {
+        return None;
+    }
+    let mut value: u64 = 0;
+    for &digit in number {
+        value = value
+            .checked_mul(10)?
+            .checked_add(u64::from(digit - b'0'))?;
+    }
+    // Digits are ASCII, so `digits` is a character boundary.
+    Some((value, text.get(digits..)?))
 }
 
 /// Parses a payload straight into the type its `type` tag names.
@@ -463,7 +527,7 @@ impl<'de> serde::de::Visitor<'de> for LineVisitor {
 }
 
 /// A string borrowed from the input when it has no escapes.
-struct BorrowedStr<'de>(Cow<'de, str>);
+pub(crate) struct BorrowedStr<'de>(pub(crate) Cow<'de, str>);
 
 impl<'de> Deserialize<'de> for BorrowedStr<'de> {
     fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
@@ -611,6 +675,43 @@ mod tests {
         ] {
             assert!(SessionEvent::from_json_line(bad).is_err(), "{bad}");
         }
+    }
+
+    /// The hand-read envelope accepts exactly what the general path does,
+    /// with the same result: written lines take it, anything unusual falls
+    /// through to the general path, which reads or refuses it.
+    #[test]
+    fn the_fast_path_agrees_with_the_general_one() {
+        let lines = [
+            r#"{"seq":0,"time":0,"type":"turn/start","payload":{"turn":0}}"#,
+            r#"{"seq":18446744073709551615,"time":1,"type":"usage","payload":{"input_tokens":1,"output_tokens":2}}"#,
+            r#"{"seq":18446744073709551616,"time":1,"type":"turn/start","payload":{"turn":0}}"#,
+            r#"{"seq":01,"time":1,"type":"turn/start","payload":{"turn":0}}"#,
+            r#"{"seq":1.0,"time":1,"type":"turn/start","payload":{"turn":0}}"#,
+            r#"{"seq":1e2,"time":1,"type":"turn/start","payload":{"turn":0}}"#,
+            r#"{"seq":-1,"time":1,"type":"turn/start","payload":{"turn":0}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":0} }"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":0},"seq":2}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":0}} "#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":"x"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn\/start","payload":{"turn":0}}"#,
+            "{\"seq\":1,\"time\":1,\"type\":\"a\tb\",\"payload\":{}}",
+            r#"{"seq":1,"time":1,"type":"x/y","payload":{"a":[1,{"b":"}"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"x/y","payload":{"a":1}}}"#,
+            r#"{"seq":1,"time":1,"type":"x/y","payload":}"#,
+            r#"{"seq":1,"time":1,"type":"x/y","payload":{}"#,
+            r#"{"seq": 1,"time":1,"type":"turn/start","payload":{"turn":0}}"#,
+        ];
+        for line in lines {
+            let fast = SessionEvent::from_written_line(line);
+            let general = SessionEvent::from_any_line(line).ok();
+            if fast.is_some() {
+                assert_eq!(fast, general, "{line}");
+            }
+            assert_eq!(SessionEvent::from_json_line(line).ok(), general, "{line}");
+        }
+        let written = event(3, EventPayload::TurnStart(TurnStart { turn: 1 })).to_json_line();
+        assert!(SessionEvent::from_written_line(&written).is_some());
     }
 
     #[test]

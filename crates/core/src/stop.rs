@@ -6,11 +6,11 @@
 use std::borrow::Cow;
 use std::fmt;
 
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 
 /// Why a turn or a run ended. Compare with the constants; an unknown value is
 /// a failure for every consumer that does not know it.
-#[derive(Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, PartialEq, Eq, Hash, Serialize)]
 #[serde(transparent)]
 pub struct StopReason(Cow<'static, str>);
 
@@ -53,17 +53,41 @@ impl StopReason {
 
     /// Whether this is one of the eight reasons this crate defines.
     pub fn is_known(&self) -> bool {
-        [
-            Self::COMPLETED,
-            Self::ABORTED,
-            Self::ERROR,
-            Self::MAX_TOKENS,
-            Self::REFUSAL,
-            Self::STEP_LIMIT,
-            Self::BUDGET_EXHAUSTED,
-            Self::TIMED_OUT,
-        ]
-        .contains(self)
+        KNOWN.contains(self)
+    }
+}
+
+/// The reasons this crate defines.
+const KNOWN: [StopReason; 8] = [
+    StopReason::COMPLETED,
+    StopReason::ABORTED,
+    StopReason::ERROR,
+    StopReason::MAX_TOKENS,
+    StopReason::REFUSAL,
+    StopReason::STEP_LIMIT,
+    StopReason::BUDGET_EXHAUSTED,
+    StopReason::TIMED_OUT,
+];
+
+// A known reason reads back as its constant, borrowing the static text: a
+// log holds one on every turn end, and none of them needs an allocation.
+impl<'de> Deserialize<'de> for StopReason {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl serde::de::Visitor<'_> for Visitor {
+            type Value = StopReason;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a stop reason string")
+            }
+            fn visit_str<E: serde::de::Error>(self, text: &str) -> Result<StopReason, E> {
+                Ok(KNOWN
+                    .iter()
+                    .find(|known| known.as_str() == text)
+                    .cloned()
+                    .unwrap_or_else(|| StopReason(Cow::Owned(text.to_owned()))))
+            }
+        }
+        deserializer.deserialize_str(Visitor)
     }
 }
 
@@ -88,6 +112,8 @@ mod tests {
         let parsed: StopReason = serde_json::from_str("\"max-tokens\"").unwrap();
         assert_eq!(parsed, StopReason::MAX_TOKENS);
         assert!(parsed.is_known());
+        // A known reason read from a log borrows the constant's text.
+        assert!(matches!(parsed.0, Cow::Borrowed(_)), "{parsed:?}");
         let limit: StopReason = serde_json::from_str("\"step-limit\"").unwrap();
         assert_eq!(limit, StopReason::STEP_LIMIT);
         assert!(limit.is_known() && !limit.is_completed());

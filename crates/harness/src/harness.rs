@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use dsh_core::projection::{PendingInboxProjection, replay};
+use dsh_core::projection::pending_items;
 use dsh_core::session::{ToolResultEntry, TurnEnd, completed_turn_prefix};
 use dsh_core::{
     AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, CallId,
@@ -425,12 +425,7 @@ impl AgentFactory for Harness {
         let restored = Restored {
             turns: count_turns(&events),
             // Input pending in a seed belongs to the log it was copied from.
-            pending: replay(
-                &PendingInboxProjection,
-                &header,
-                own_events(&header, &events),
-            )
-            .into_items(),
+            pending: pending_items(own_events(&header, &events)),
             events,
         };
         let agent = LoopAgent::new(self.shared.clone(), header, composed, log, restored);

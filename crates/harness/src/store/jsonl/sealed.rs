@@ -100,6 +100,18 @@ fn decompress(path: &Path, compressed: &[u8]) -> Result<Vec<u8>, StoreError> {
         .unwrap_or(0);
     let bound = (compressed.len() as u64).saturating_mul(64);
     let capacity = usize::try_from(declared.min(bound)).unwrap_or(0);
+    // One call straight into the buffer when the frame says how large it
+    // is (a seal's does): the streaming decoder copies every byte once more
+    // through its window. Anything else (no size, a size past the bound,
+    // more than one frame) takes the streaming path, which reads or refuses
+    // it as before.
+    if declared > 0
+        && declared <= bound
+        && let Ok(bytes) = zstd::bulk::decompress(compressed, capacity)
+        && bytes.len() == capacity
+    {
+        return Ok(bytes);
+    }
     let mut bytes = Vec::with_capacity(capacity.saturating_add(1));
     zstd::stream::read::Decoder::with_buffer(compressed)
         .map_err(fault)?
