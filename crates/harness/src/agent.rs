@@ -499,7 +499,13 @@ impl LoopAgent {
         let limit = u64::from(self.options.turn_step_limit());
         let mut step = 0;
         let outcome = loop {
-            match self.run_step(turn, step, &cancel).await {
+            // Boxed, so that the driver task (spawned once per turn) stays
+            // small: a task of 1 KiB or more is a large-bin request for
+            // glibc's allocator, which then consolidates every free chunk
+            // a long history left behind, a cost that grows with the heap.
+            // A step's box is small enough to be recycled from the
+            // allocator's per-thread cache.
+            match Box::pin(self.run_step(turn, step, &cancel)).await {
                 Ok(StepOutcome::Continue) => {
                     step += 1;
                     if step >= limit {
@@ -671,7 +677,9 @@ impl LoopAgent {
             let outputs = tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,
-                outputs = self.tools.call_all(&calls, agent, cancel.clone()) => Some(outputs),
+                // Boxed: only a step that calls tools pays for the tools'
+                // futures, and the step's own box stays small.
+                outputs = Box::pin(self.tools.call_all(&calls, agent, cancel.clone())) => Some(outputs),
             };
             let aborted = outputs.is_none();
             let results = match outputs {
