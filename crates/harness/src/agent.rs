@@ -272,9 +272,8 @@ impl LoopAgent {
     /// discards is kept as the agent's [`fault`](Agent::fault).
     ///
     /// # Cancel safety
-    /// The work runs in this future and, if it is dropped, on the
-    /// harness's task tracker: dropping the future at any await leaves the
-    /// disposal going on to its end, so the agent is
+    /// The work runs on the harness's task tracker: dropping the future at
+    /// any await leaves the disposal going on to its end, so the agent is
     /// then gone (or about to be) exactly as if this had returned; calling
     /// `dispose` again waits for it.
     pub async fn dispose(&self) {
@@ -288,7 +287,14 @@ impl LoopAgent {
         self.lifetime.cancel();
         match self.this.upgrade() {
             // In place, and finished on the tracker if this is dropped.
-            Some(this) => Finish::new(this.finish_disposal(), &self.shared.tasks).await,
+            Some(this) => {
+                let task = self.shared.tasks.spawn(this.finish_disposal());
+                if let Err(err) = task.await
+                    && err.is_panic()
+                {
+                    std::panic::resume_unwind(err.into_panic());
+                }
+            }
             // Only while the last reference is being dropped; nothing else
             // can observe the agent then.
             None => self.finish_disposal_inline().await,
