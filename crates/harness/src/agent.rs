@@ -6,8 +6,9 @@
 //! model stops; steering joins at the next step boundary. The agent never
 //! acknowledges input before its `inbox/accepted` event is written, and no
 //! driver outlives [`LoopAgent::dispose`]. Once begun, a write and its
-//! application to memory finish together on the agent's task tracker, so a
-//! dropped caller can never leave memory and the log disagreeing; a failed
+//! application to memory finish together (in the caller's future, and on
+//! the agent's task tracker if that is dropped), so a dropped caller can
+//! never leave memory and the log disagreeing; a failed
 //! write ends the turn as `error` and is kept as the agent's
 //! [`fault`](Agent::fault), never only logged.
 
@@ -34,6 +35,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
+use crate::finish::Finish;
 use crate::harness::{Composed, Shared};
 use crate::tools::ScopedTools;
 
@@ -284,6 +286,7 @@ impl LoopAgent {
         }
         self.lifetime.cancel();
         match self.this.upgrade() {
+            // In place, and finished on the tracker if this is dropped.
             Some(this) => {
                 let task = self.shared.tasks.spawn(this.finish_disposal());
                 if let Err(err) = task.await
@@ -328,9 +331,10 @@ impl LoopAgent {
     ///
     /// # Cancel safety
     /// Dropped while waiting for the ordering lock, nothing happened. Once
-    /// the lock is held the write and its application run on the tracker
-    /// as one step that a drop cannot split: the events and `after` are
-    /// then applied (or the agent is broken) as if the call had returned.
+    /// the lock is held the write and its application run as one step that
+    /// a drop cannot split (in this future, without a task hop, and on the
+    /// tracker from the drop on): the events and `after` are then applied
+    /// (or the agent is broken) as if the call had returned.
     async fn commit<R: Send + 'static>(
         &self,
         payloads: Vec<EventPayload>,
@@ -340,18 +344,18 @@ impl LoopAgent {
         let Some(this) = self.this.upgrade() else {
             return Err(AgentError::Disposed(self.header.id.clone()));
         };
-        let task = self.shared.tasks.spawn(async move {
-            let Some(log) = guard.as_ref() else {
-                return Err(AgentError::Disposed(this.header.id.clone()));
-            };
-            this.write_and_apply(log.as_ref(), payloads, after).await
-        });
-        match task.await {
-            Ok(result) => result,
-            Err(err) if err.is_panic() => std::panic::resume_unwind(err.into_panic()),
-            // The runtime is shutting down under us.
-            Err(_) => Err(AgentError::Disposed(self.header.id.clone())),
-        }
+        // Polled in place (no task hop when the write completes at once);
+        // a drop hands the rest to the tracker.
+        Finish::new(
+            async move {
+                let Some(log) = guard.as_ref() else {
+                    return Err(AgentError::Disposed(this.header.id.clone()));
+                };
+                this.write_and_apply(log.as_ref(), payloads, after).await
+            },
+            &self.shared.tasks,
+        )
+        .await
     }
 
     /// [`commit`](Self::commit) for the driver's own writes, without the
@@ -499,7 +503,13 @@ impl LoopAgent {
         let limit = u64::from(self.options.turn_step_limit());
         let mut step = 0;
         let outcome = loop {
-            match self.run_step(turn, step, &cancel).await {
+            // Boxed, so that the driver task (spawned once per turn) stays
+            // small: a task of 1 KiB or more is a large-bin request for
+            // glibc's allocator, which then consolidates every free chunk
+            // a long history left behind, a cost that grows with the heap.
+            // A step's box is small enough to be recycled from the
+            // allocator's per-thread cache.
+            match Box::pin(self.run_step(turn, step, &cancel)).await {
                 Ok(StepOutcome::Continue) => {
                     step += 1;
                     if step >= limit {
@@ -671,7 +681,9 @@ impl LoopAgent {
             let outputs = tokio::select! {
                 biased;
                 () = cancel.cancelled() => None,
-                outputs = self.tools.call_all(&calls, agent, cancel.clone()) => Some(outputs),
+                // Boxed: only a step that calls tools pays for the tools'
+                // futures, and the step's own box stays small.
+                outputs = Box::pin(self.tools.call_all(&calls, agent, cancel.clone())) => Some(outputs),
             };
             let aborted = outputs.is_none();
             let results = match outputs {

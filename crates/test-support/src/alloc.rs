@@ -9,6 +9,13 @@ use std::sync::atomic::{AtomicIsize, AtomicUsize, Ordering};
 
 static LIVE: AtomicIsize = AtomicIsize::new(0);
 static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+static LARGE: AtomicUsize = AtomicUsize::new(0);
+
+/// The size from which [`large_allocations`] counts an allocation: glibc's
+/// allocator serves smaller requests from its per-thread cache, and from
+/// this size on takes its large-bin path, which first consolidates every
+/// free small chunk (a cost that grows with a fragmented heap).
+pub const LARGE_ALLOCATION: usize = 1024;
 
 /// Install with `#[global_allocator] static A: CountingAllocator =
 /// CountingAllocator;` and read [`live_bytes`] before and after.
@@ -19,6 +26,9 @@ unsafe impl GlobalAlloc for CountingAllocator {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
         LIVE.fetch_add(layout.size() as isize, Ordering::Relaxed);
         ALLOCATIONS.fetch_add(1, Ordering::Relaxed);
+        if layout.size() >= LARGE_ALLOCATION {
+            LARGE.fetch_add(1, Ordering::Relaxed);
+        }
         // SAFETY: same layout contract as the caller's.
         unsafe { System.alloc(layout) }
     }
@@ -40,4 +50,10 @@ pub fn live_bytes() -> isize {
 /// follows work done per item rather than where the doublings fall).
 pub fn allocations() -> usize {
     ALLOCATIONS.load(Ordering::Relaxed)
+}
+
+/// Allocations of at least [`LARGE_ALLOCATION`] bytes made through
+/// [`CountingAllocator`] so far.
+pub fn large_allocations() -> usize {
+    LARGE.load(Ordering::Relaxed)
 }
