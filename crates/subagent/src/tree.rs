@@ -467,15 +467,16 @@ impl SubagentRuntime {
         prefetched: &mut Prefetched,
         cancel: &CancellationToken,
     ) -> Result<(), SubagentError> {
-        let mut wanted = HashSet::with_hasher(RandomState::default());
+        // A catalog lists each child once (its fold skips repeated ids).
         let ids: Vec<SessionId> = catalog
             .entries()
             .iter()
-            .filter(|entry| traversal(&entry.mode) != Traversal::Leaf)
-            .map(|entry| entry.child_id.clone())
-            .filter(|id| {
-                !seen.contains(id) && !prefetched.contains_key(id) && wanted.insert(id.clone())
+            .filter(|entry| {
+                traversal(&entry.mode) != Traversal::Leaf
+                    && !seen.contains(&entry.child_id)
+                    && !prefetched.contains_key(&entry.child_id)
             })
+            .map(|entry| entry.child_id.clone())
             .collect();
         if ids.len() < 2 {
             return Ok(());
@@ -505,7 +506,15 @@ impl SubagentRuntime {
         // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
         // makes this future impossible to prove `Send` (higher-ranked
         // closure lifetimes), and tools run it inside `Send` futures.
-        let chunks: Vec<Vec<SessionId>> = cold.chunks(LIST_BATCH).map(<[_]>::to_vec).collect();
+        let mut chunks: Vec<Vec<SessionId>> = Vec::with_capacity(cold.len().div_ceil(LIST_BATCH));
+        let mut cold = cold.into_iter();
+        loop {
+            let chunk: Vec<SessionId> = cold.by_ref().take(LIST_BATCH).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            chunks.push(chunk);
+        }
         let mut batches = futures::stream::iter(chunks)
             .map(|chunk| async move {
                 let loaded = store.load_kind_many(&chunk, CATALOG_KINDS).await;
@@ -519,11 +528,11 @@ impl SubagentRuntime {
                 next = batches.next() => next,
             };
             let Some((chunk, loaded)) = next else { break };
-            for (id, loaded) in chunk.iter().zip(loaded) {
+            for (id, loaded) in chunk.into_iter().zip(loaded) {
                 let read = loaded.map_err(Unreadable::store).and_then(|log| {
                     fold_catalog(&log.header, &log.events).map_err(Unreadable::fold)
                 });
-                prefetched.insert(id.clone(), read);
+                prefetched.insert(id, read);
             }
         }
         Ok(())
