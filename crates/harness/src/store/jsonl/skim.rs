@@ -36,11 +36,11 @@ pub(super) fn skim_log(
 ) -> Result<KindEvents, StoreError> {
     let read = BUFFER.with_borrow_mut(|buffer| {
         let read = match read_plain(path, buffer) {
-            Ok(()) => Some(skim_bytes(id, path, buffer.as_slice(), kinds)),
+            Ok(filled) => Some(skim_bytes(id, path, &buffer[..filled], kinds)),
             Err(err) if err.kind() == io::ErrorKind::NotFound => None,
             Err(source) => Some(Err(super::io_error(path, source))),
         };
-        if buffer.capacity() > KEPT_BUFFER {
+        if buffer.len() > KEPT_BUFFER {
             *buffer = Vec::new();
         }
         read
@@ -61,28 +61,26 @@ thread_local! {
 /// A read buffer larger than this is not kept for the next read.
 const KEPT_BUFFER: usize = 1 << 20;
 
-/// How much a read asks for at a time.
+/// The first size of a thread's read buffer.
 const READ_CHUNK: usize = 8 << 10;
 
-/// Read the whole file at `path` into `buffer` (emptied first): an open,
-/// reads until end of file, a close.
-fn read_plain(path: &Path, buffer: &mut Vec<u8>) -> io::Result<()> {
-    buffer.clear();
+/// Read the whole file at `path` into the front of `buffer` (an open,
+/// reads until end of file, a close) and return how many bytes it holds.
+/// The buffer's length is its zeroed capacity: it grows (doubling) when a
+/// file fills it, and is never zeroed again.
+fn read_plain(path: &Path, buffer: &mut Vec<u8>) -> io::Result<usize> {
     let mut file = File::open(path)?;
+    let mut filled = 0;
     loop {
-        let filled = buffer.len();
-        buffer.resize(filled + READ_CHUNK, 0);
+        if filled == buffer.len() {
+            let grow = buffer.len().max(READ_CHUNK);
+            buffer.resize(buffer.len() + grow, 0);
+        }
         match file.read(&mut buffer[filled..]) {
-            Ok(0) => {
-                buffer.truncate(filled);
-                return Ok(());
-            }
-            Ok(read) => buffer.truncate(filled + read),
-            Err(err) if err.kind() == io::ErrorKind::Interrupted => buffer.truncate(filled),
-            Err(err) => {
-                buffer.truncate(filled);
-                return Err(err);
-            }
+            Ok(0) => return Ok(filled),
+            Ok(read) => filled += read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
         }
     }
 }
