@@ -1,8 +1,9 @@
 //! Tree-scale costs on the JSONL store without fsync: listing a root's
 //! 10,000 and 100,000 cold children (each child's catalog read from its log), resuming a
 //! child whose log holds 100,000 events, and sending one message from the
-//! root to each of 1,000 children, cold (each send resumes the child) and
-//! live (each child kept resident by an interrupt). Criterion reports
+//! root to each of 1,000 children, cold (each send resumes the child; timed
+//! until every child has run its turn and settled again) and live (each
+//! child kept resident by an interrupt). Criterion reports
 //! children per second (elements/s) or replayed bytes per second; the
 //! resume is timed with and without the dispose that follows it.
 
@@ -405,44 +406,32 @@ fn message(c: &mut Criterion) {
     group.measurement_time(Duration::from_secs(3));
     group.throughput(Throughput::Elements(MESSAGED as u64));
 
-    // Cold: every child settled and left; each send resumes its target.
-    let world = rt.block_on(async {
-        let world = make_world().await;
-        start_children(&world, MESSAGED, false).await;
-        quiesce(&world).await;
-        world
-    });
-    let ids: Vec<SessionId> = rt
-        .block_on(
-            world
-                .runtime
-                .list_descendants(world.root.agent().id(), &CancellationToken::new()),
-        )
-        .unwrap()
-        .into_iter()
-        .map(|row| row.entry.child_id)
-        .collect();
-    assert_eq!(ids.len(), MESSAGED);
+    // Cold: every child settled and left; each send resumes its target,
+    // which runs a turn and settles again (its notice reaches the root).
+    // Timed: the sends and that settling, until every child is cold again
+    // and the root idle ("resume, turn, settle"). Each iteration builds a
+    // fresh tree (untimed), so no iteration finds what an earlier one
+    // learned or a root history grown by earlier notices.
     group.bench_function("1000-cold", |b| {
         b.iter_custom(|iters| {
             rt.block_on(async {
                 let mut spent = Duration::ZERO;
                 for _ in 0..iters {
+                    let world = make_world().await;
+                    let ids = start_children(&world, MESSAGED, false).await;
+                    quiesce(&world).await;
                     let start = Instant::now();
                     send_all(&world, &ids).await;
-                    spent += start.elapsed();
                     quiesce(&world).await;
+                    spent += start.elapsed();
+                    world.runtime.shutdown().await;
+                    world.root.dispose().await;
+                    world.harness.shutdown().await;
                 }
                 spent
             })
         });
     });
-    rt.block_on(async {
-        world.runtime.shutdown().await;
-        world.root.dispose().await;
-        world.harness.shutdown().await;
-    });
-    drop(world);
 
     // Live: every child resident and idle (parked by an interrupt). A send
     // wakes it, so each iteration parks a fresh set.

@@ -695,3 +695,24 @@ async fn messaging_every_cold_child_of_a_cold_parent_reads_its_catalog_once() {
     }
     assert_eq!(opens(&world), children.len() as u64);
 }
+
+#[tokio::test]
+async fn a_message_to_a_cold_child_of_the_live_root_reads_nothing_of_it_but_its_resume() {
+    let model = models::echo();
+    let world = world(&model).await;
+    let lead = world.lead();
+    let children = [
+        start_named(&world, &lead, "a", false).await,
+        start_named(&world, &lead, "b", false).await,
+    ];
+    until(|| world.runtime.live_activations() == 0).await;
+
+    world.store.reset_calls();
+    for child in &children {
+        message_and_settle(&world, &lead, child.as_str()).await;
+    }
+    // Membership and mode come from the live root's catalog: no header of
+    // the child is read before the open that resumes it.
+    assert_eq!(loads(&world), BTreeMap::new());
+    assert_eq!(opens(&world), children.len() as u64);
+}

@@ -10,6 +10,7 @@ use std::collections::{HashMap, HashSet};
 use std::fmt;
 
 use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId};
+use foldhash::fast::RandomState;
 use serde::{Deserialize, Serialize};
 
 use crate::budget::{ChildUsage, USAGE_EVENT, UsageRecord};
@@ -84,7 +85,7 @@ pub struct CatalogEntry {
 pub struct Catalog {
     entries: Vec<CatalogEntry>,
     /// What each child's settled activations used (`subagent/usage`).
-    usage: std::collections::HashMap<SessionId, ChildUsage>,
+    usage: HashMap<SessionId, ChildUsage, RandomState>,
 }
 
 impl Catalog {
@@ -138,7 +139,7 @@ impl Catalog {
 pub struct CatalogFold {
     catalog: Catalog,
     /// Each child's place in the catalog.
-    ids: HashMap<SessionId, usize>,
+    ids: HashMap<SessionId, usize, RandomState>,
     names: HashSet<String>,
     next_seq: u64,
 }
@@ -176,36 +177,109 @@ impl CatalogFold {
         header: &SessionHeader,
         events: &[SessionEvent],
     ) -> Result<(), SubagentError> {
-        for event in events {
-            if event.seq < self.next_seq {
-                continue;
-            }
-            if event.seq >= header.seed_len
-                && let EventPayload::Extension { kind, payload } = &event.payload
-                && CATALOG_KINDS.contains(&kind.as_str())
-            {
-                let corrupt = |err: serde_json::Error| {
-                    SubagentError::Infra(InfraError::CorruptCatalog {
-                        parent: header.id.clone(),
-                        seq: event.seq,
-                        message: err.to_string(),
+        let start = events.partition_point(|event| event.seq < self.next_seq);
+        let events = &events[start..];
+        // Large catalogs (a cold parent of thousands of children) have their
+        // payloads parsed on several threads; they are added in log order.
+        let threads = if events.len() >= PARALLEL_FOLD_EVENTS {
+            fold_threads()
+        } else {
+            1
+        };
+        let size = events.len().div_ceil(threads).max(1);
+        let parsed: Vec<Vec<Result<Read, SubagentError>>> = if threads > 1 {
+            std::thread::scope(|scope| {
+                let pending: Vec<_> = events
+                    .chunks(size)
+                    .map(|run| {
+                        let spawned = std::thread::Builder::new()
+                            .name("dsh-catalog-fold".into())
+                            .spawn_scoped(scope, move || read_run(header, run));
+                        (run, spawned.ok())
                     })
-                };
-                if kind == USAGE_EVENT {
-                    let record = payload.parse::<UsageRecord>().map_err(corrupt)?;
-                    self.catalog
-                        .usage
-                        .entry(record.child_id.clone())
-                        .or_default()
-                        .add(&record);
-                } else {
-                    let entry = payload.parse::<CatalogEntry>().map_err(corrupt)?;
-                    self.add(header, entry)?;
-                }
+                    .collect();
+                pending
+                    .into_iter()
+                    .map(|(run, handle)| match handle {
+                        Some(handle) => handle
+                            .join()
+                            .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                        // No thread to spare: read it here.
+                        None => read_run(header, run),
+                    })
+                    .collect()
+            })
+        } else {
+            vec![read_run(header, events)]
+        };
+        for (event, read) in events.iter().zip(parsed.into_iter().flatten()) {
+            match read? {
+                Read::Entry(entry) => self.add(header, entry)?,
+                Read::Usage(record) => self
+                    .catalog
+                    .usage
+                    .entry(record.child_id.clone())
+                    .or_default()
+                    .add(&record),
+                Read::Other => {}
             }
             self.next_seq = event.seq + 1;
         }
         Ok(())
+    }
+}
+
+/// Folds of at least this many events parse their payloads on several threads.
+const PARALLEL_FOLD_EVENTS: usize = 8_192;
+
+/// How many threads parse a large fold's payloads.
+fn fold_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().clamp(1, 8))
+}
+
+/// What one event means to the catalog.
+enum Read {
+    /// A child's entry.
+    Entry(CatalogEntry),
+    /// A settled activation's usage.
+    Usage(UsageRecord),
+    /// Nothing: another type, or an event of the seed.
+    Other,
+}
+
+/// Parse the catalog payloads of `run`, one result per event, in order.
+fn read_run(header: &SessionHeader, run: &[SessionEvent]) -> Vec<Result<Read, SubagentError>> {
+    run.iter().map(|event| read_event(header, event)).collect()
+}
+
+/// Parse one event's catalog payload.
+fn read_event(header: &SessionHeader, event: &SessionEvent) -> Result<Read, SubagentError> {
+    if event.seq < header.seed_len {
+        return Ok(Read::Other);
+    }
+    let EventPayload::Extension { kind, payload } = &event.payload else {
+        return Ok(Read::Other);
+    };
+    if !CATALOG_KINDS.contains(&kind.as_str()) {
+        return Ok(Read::Other);
+    }
+    let corrupt = |err: serde_json::Error| {
+        SubagentError::Infra(InfraError::CorruptCatalog {
+            parent: header.id.clone(),
+            seq: event.seq,
+            message: err.to_string(),
+        })
+    };
+    if kind == USAGE_EVENT {
+        payload
+            .parse::<UsageRecord>()
+            .map(Read::Usage)
+            .map_err(corrupt)
+    } else {
+        payload
+            .parse::<CatalogEntry>()
+            .map(Read::Entry)
+            .map_err(corrupt)
     }
 }
 
@@ -358,5 +432,55 @@ mod tests {
         e.mode = serde_json::from_str("\"quantum\"").unwrap();
         let catalog = fold_catalog(&header, &events(&[e])).unwrap();
         assert_eq!(catalog.entries()[0].mode.as_str(), "quantum");
+    }
+
+    #[test]
+    fn a_large_catalog_folds_in_log_order_and_fails_at_its_first_bad_event() {
+        let mut header = SessionHeader::new(SessionId::new("p").unwrap(), "/");
+        let count = PARALLEL_FOLD_EVENTS + 2_000;
+        let entries: Vec<CatalogEntry> = (0..count)
+            .map(|i| entry(&format!("c{i}"), Some(&format!("n{i}"))))
+            .collect();
+        let mut log = events(&entries);
+        // A late repeat of an early child is skipped (the first record stands).
+        log[count - 10].payload = EventPayload::Extension {
+            kind: CATALOG_EVENT.into(),
+            payload: catalog_payload(&entry("c3", Some("elsewhere"))).into(),
+        };
+        let catalog = fold_catalog(&header, &log).unwrap();
+        assert_eq!(catalog.len(), count - 1);
+        let ids: Vec<&str> = catalog
+            .entries()
+            .iter()
+            .map(|e| e.child_id.as_str())
+            .collect();
+        let expected: Vec<String> = (0..count)
+            .filter(|&i| i != count - 10)
+            .map(|i| format!("c{i}"))
+            .collect();
+        assert_eq!(ids, expected);
+        header.seed_len = 100;
+        // The seeded first record of `c3` is the ancestor's: the late one stands.
+        assert_eq!(fold_catalog(&header, &log).unwrap().len(), count - 100);
+        header.seed_len = 0;
+        // Two bad events in different runs: the earlier one is the error.
+        let bad = |seq: usize| SessionEvent {
+            seq: seq as u64,
+            time: 0,
+            payload: EventPayload::Extension {
+                kind: CATALOG_EVENT.into(),
+                payload: serde_json::json!({ "child_id": 7 }).into(),
+            },
+        };
+        log[count - 5] = bad(count - 5);
+        log[200] = bad(200);
+        let err = fold_catalog(&header, &log).unwrap_err();
+        assert_eq!(err.code(), "CORRUPT_CATALOG");
+        assert!(err.to_string().contains("200"), "{err}");
+        // An incremental fold stops before the bad event and keeps what came before.
+        let mut fold = CatalogFold::default();
+        assert!(fold.apply(&header, &log).is_err());
+        assert_eq!(fold.catalog().len(), 200);
+        assert_eq!(fold.next_seq(), 200);
     }
 }

@@ -329,26 +329,16 @@ impl SubagentRuntime {
         let root = self.root_id(sender.id());
         self.check_admission(&root)?;
         if target != &root {
-            let member = match self.is_ancestor(&root, target).await {
-                Ok(member) => member,
-                Err(SubagentError::Agent(dsh_core::AgentError::Store(StoreError::NotFound(_)))) => {
-                    // An external child has no session of its own: only its
-                    // creator's catalog knows it, so the lineage walk cannot.
-                    if self.is_external_member(&root, target, cancel).await {
-                        return self
-                            .continue_external(&sender_ref, &root, target, content, cancel)
-                            .await;
-                    }
-                    false
-                }
-                Err(err) => return Err(err),
+            // A direct child of the root is known, with its mode, from the
+            // root's own catalog (in memory while the root is live): its
+            // header need not be read.
+            let mode = match self.child_entry(&root, target).await? {
+                Some(entry) => entry.mode,
+                None => self.deeper_member_mode(&root, target, cancel).await?,
             };
-            if !member {
-                return Err(DeliveryError::NotInTree(target.clone()).into());
-            }
-            match self.mode_of(target).await?.as_ref().map(ChildMode::as_str) {
-                Some("continuable") => {}
-                Some("external") => {
+            match mode.as_str() {
+                "continuable" => {}
+                "external" => {
                     return self
                         .continue_external(&sender_ref, &root, target, content, cancel)
                         .await;
@@ -369,6 +359,41 @@ impl SubagentRuntime {
         );
         self.deliver_with_resume(target, &root, message, None, Some(&sender_ref), cancel)
             .await
+    }
+
+    /// The mode of `target`, a member of `root`'s tree below the root's
+    /// direct children: its lineage (stored headers) must reach `root`, and
+    /// its creator's catalog gives the mode. An external child has no
+    /// session, so only a listing of the tree finds it (`external`).
+    ///
+    /// # Errors
+    /// `NOT_IN_TREE` when the lineage ends elsewhere; `NOT_MESSAGEABLE`
+    /// when the creator's catalog does not list it; a store or catalog
+    /// error along the way.
+    async fn deeper_member_mode(
+        &self,
+        root: &SessionId,
+        target: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<ChildMode, SubagentError> {
+        let member = match self.is_ancestor(root, target).await {
+            Ok(member) => member,
+            Err(SubagentError::Agent(dsh_core::AgentError::Store(StoreError::NotFound(_)))) => {
+                // An external child has no session of its own: only its
+                // creator's catalog knows it, so the lineage walk cannot.
+                if self.is_external_member(root, target, cancel).await {
+                    return Ok(ChildMode::EXTERNAL);
+                }
+                false
+            }
+            Err(err) => return Err(err),
+        };
+        if !member {
+            return Err(DeliveryError::NotInTree(target.clone()).into());
+        }
+        self.mode_of(target)
+            .await?
+            .ok_or_else(|| DeliveryError::NotMessageable(target.clone()).into())
     }
 
     /// Hand `message` to `target`, resuming it under `root` when it is cold.

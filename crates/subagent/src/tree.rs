@@ -155,6 +155,15 @@ fn join_path(parent: Option<&str>, name: Option<&str>) -> Option<String> {
     }
 }
 
+/// Whether a cold catalog read is remembered in the runtime's cold facts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Learn {
+    /// Remember the log's parent and catalog entries.
+    Facts,
+    /// Remember nothing.
+    Nothing,
+}
+
 /// A child still to be listed.
 struct Pending {
     entry: CatalogEntry,
@@ -171,6 +180,13 @@ impl SubagentRuntime {
     /// holds one (whatever the epoch), else from its log in the store.
     /// Nothing is loaded as an agent or resumed.
     pub(crate) async fn read_catalog(&self, id: &SessionId) -> Result<Catalog, Unreadable> {
+        self.catalog_of(id, Learn::Facts).await
+    }
+
+    /// [`SubagentRuntime::read_catalog`], remembering what a cold log held
+    /// only with [`Learn::Facts`]: a listing reads each catalog once and
+    /// has no use for the copy.
+    async fn catalog_of(&self, id: &SessionId, learn: Learn) -> Result<Catalog, Unreadable> {
         if let Some(agent) = self.registry().get(id) {
             return self
                 .with_live_catalog(&agent, |fold| fold.catalog().clone())
@@ -186,10 +202,12 @@ impl SubagentRuntime {
             .unwrap_or_else(|| Err(StoreError::NotFound(id.clone())))
             .map_err(Unreadable::store)?;
         let catalog = fold_catalog(&skimmed.header, &skimmed.events).map_err(Unreadable::fold)?;
-        // Both are facts that never change: the next read of them is free.
-        let cold = &self.inner.cold;
-        cold.learn_parent(id, skimmed.header.parent_session);
-        cold.learn_catalog(id, &catalog);
+        if learn == Learn::Facts {
+            // Both are facts that never change: the next read of them is free.
+            let cold = &self.inner.cold;
+            cold.learn_parent(id, skimmed.header.parent_session);
+            cold.learn_catalog(id, &catalog);
+        }
         Ok(catalog)
     }
 
@@ -237,13 +255,23 @@ impl SubagentRuntime {
         id: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<Result<Catalog, Unreadable>, SubagentError> {
+        self.observe_catalog_of(id, Learn::Facts, cancel).await
+    }
+
+    /// [`SubagentRuntime::catalog_of`] unless `cancel` fires first.
+    async fn observe_catalog_of(
+        &self,
+        id: &SessionId,
+        learn: Learn,
+        cancel: &CancellationToken,
+    ) -> Result<Result<Catalog, Unreadable>, SubagentError> {
         if cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
         tokio::select! {
             biased;
             () = cancel.cancelled() => Err(SubagentError::Cancelled),
-            read = self.read_catalog(id) => Ok(read),
+            read = self.catalog_of(id, learn) => Ok(read),
         }
     }
 
@@ -336,7 +364,7 @@ impl SubagentRuntime {
         cancel: &CancellationToken,
     ) -> Result<Vec<DescendantRow>, SubagentError> {
         let catalog = self
-            .observe_catalog(root, cancel)
+            .observe_catalog_of(root, Learn::Nothing, cancel)
             .await?
             .map_err(|unreadable| unreadable.error)?;
         // Sized for the root's children; deeper levels grow them.
@@ -439,15 +467,16 @@ impl SubagentRuntime {
         prefetched: &mut Prefetched,
         cancel: &CancellationToken,
     ) -> Result<(), SubagentError> {
-        let mut wanted = HashSet::with_hasher(RandomState::default());
+        // A catalog lists each child once (its fold skips repeated ids).
         let ids: Vec<SessionId> = catalog
             .entries()
             .iter()
-            .filter(|entry| traversal(&entry.mode) != Traversal::Leaf)
-            .map(|entry| entry.child_id.clone())
-            .filter(|id| {
-                !seen.contains(id) && !prefetched.contains_key(id) && wanted.insert(id.clone())
+            .filter(|entry| {
+                traversal(&entry.mode) != Traversal::Leaf
+                    && !seen.contains(&entry.child_id)
+                    && !prefetched.contains_key(&entry.child_id)
             })
+            .map(|entry| entry.child_id.clone())
             .collect();
         if ids.len() < 2 {
             return Ok(());
@@ -477,7 +506,15 @@ impl SubagentRuntime {
         // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
         // makes this future impossible to prove `Send` (higher-ranked
         // closure lifetimes), and tools run it inside `Send` futures.
-        let chunks: Vec<Vec<SessionId>> = cold.chunks(LIST_BATCH).map(<[_]>::to_vec).collect();
+        let mut chunks: Vec<Vec<SessionId>> = Vec::with_capacity(cold.len().div_ceil(LIST_BATCH));
+        let mut cold = cold.into_iter();
+        loop {
+            let chunk: Vec<SessionId> = cold.by_ref().take(LIST_BATCH).collect();
+            if chunk.is_empty() {
+                break;
+            }
+            chunks.push(chunk);
+        }
         let mut batches = futures::stream::iter(chunks)
             .map(|chunk| async move {
                 let loaded = store.load_kind_many(&chunk, CATALOG_KINDS).await;
@@ -491,11 +528,11 @@ impl SubagentRuntime {
                 next = batches.next() => next,
             };
             let Some((chunk, loaded)) = next else { break };
-            for (id, loaded) in chunk.iter().zip(loaded) {
+            for (id, loaded) in chunk.into_iter().zip(loaded) {
                 let read = loaded.map_err(Unreadable::store).and_then(|log| {
                     fold_catalog(&log.header, &log.events).map_err(Unreadable::fold)
                 });
-                prefetched.insert(id.clone(), read);
+                prefetched.insert(id, read);
             }
         }
         Ok(())

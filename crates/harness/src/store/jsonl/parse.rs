@@ -221,10 +221,10 @@ pub(super) fn parse_log(id: &SessionId, path: &Path, bytes: Vec<u8>) -> Result<P
 }
 
 /// Logs at least this large are parsed on several threads.
-const PARALLEL_PARSE_BYTES: usize = 1 << 20;
+pub(super) const PARALLEL_PARSE_BYTES: usize = 1 << 20;
 
 /// How many threads parse a large log.
-fn parse_threads() -> usize {
+pub(super) fn parse_threads() -> usize {
     static THREADS: OnceLock<usize> = OnceLock::new();
     *THREADS.get_or_init(|| {
         std::thread::available_parallelism()
@@ -235,7 +235,7 @@ fn parse_threads() -> usize {
 
 /// Split `region` (event lines without the final `\n`) into up to `parts`
 /// runs of whole lines of about equal size, dropping the `\n` between runs.
-fn split_lines(region: &[u8], parts: usize) -> Vec<&[u8]> {
+pub(super) fn split_lines(region: &[u8], parts: usize) -> Vec<&[u8]> {
     let target = region.len() / parts.max(1);
     let mut chunks = Vec::with_capacity(parts);
     let mut start = 0;

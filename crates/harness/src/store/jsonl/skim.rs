@@ -1,48 +1,101 @@
-//! Skimming a log for one extension event type: the header is parsed in
-//! full, every other line only as an event skeleton (its seq, time and type,
-//! with the payload checked to be JSON and borrowed, never built), and only
-//! the lines of the wanted type are parsed whole. A listing folds catalogs
-//! this way without parsing message content. Anything unusual (bytes that
-//! are not UTF-8, a line that is not a well-formed event, a seq out of
+//! Skimming a log for some extension event types: the header is parsed in
+//! full, every other line in one pass as an event skeleton (its seq, time
+//! and type, with the payload checked to be JSON and borrowed, never built)
+//! whose payload is built only when its type is wanted. A log of a
+//! megabyte or more is skimmed in runs of whole lines on several threads,
+//! as the full parse does. A listing folds catalogs this way without
+//! parsing message content. Anything unusual (bytes that are not UTF-8, a
+//! line that is not a well-formed event, a repeated key, a seq out of
 //! place, a last line without its `\n`) falls back to the full parse, so a
 //! skimmed log fails exactly where and how [`super::load_log`] would.
 
 use std::borrow::Cow;
+use std::cell::RefCell;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, Read as _};
 use std::path::Path;
 
-use dsh_core::{KindEvents, SessionEvent, SessionId, StoreError};
-use serde::Deserialize;
+use dsh_core::session::ExtensionPayload;
+use dsh_core::{EventPayload, KindEvents, SessionEvent, SessionId, StoreError};
+use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::parse::{parse_header, parse_log};
-
-/// What an event line must hold, read without building its payload.
-#[derive(Deserialize)]
-struct Skeleton<'a> {
-    seq: u64,
-    #[allow(dead_code, reason = "checked to be a number, as the full parse does")]
-    time: u64,
-    #[serde(rename = "type", borrow)]
-    kind: Cow<'a, str>,
-    #[allow(dead_code, reason = "checked to be JSON, never built")]
-    #[serde(borrow)]
-    payload: &'a RawValue,
-}
+use super::parse::{PARALLEL_PARSE_BYTES, parse_header, parse_log, parse_threads, split_lines};
 
 /// Read the log of `id` at `path` keeping its header and its extension
-/// events of the types in `kinds`.
+/// events of the types in `kinds`. A plain log is read into this thread's
+/// reused buffer with no `stat` (a listing reads thousands of small logs
+/// one after another); a sealed one, or one that races a seal, as `load`
+/// reads it.
 pub(super) fn skim_log(
     id: &SessionId,
     path: &Path,
     kinds: &[&str],
 ) -> Result<KindEvents, StoreError> {
+    let read = BUFFER.with_borrow_mut(|buffer| {
+        let read = match read_plain(path, buffer) {
+            Ok(filled) => Some(skim_bytes(id, path, &buffer[..filled], kinds)),
+            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
+            Err(source) => Some(Err(super::io_error(path, source))),
+        };
+        if buffer.len() > KEPT_BUFFER {
+            *buffer = Vec::new();
+        }
+        read
+    });
+    if let Some(read) = read {
+        return read;
+    }
     // Plain or sealed, as `load` reads it.
     let (path, bytes) = super::sealed::read_either(id, path)?;
-    let path = path.as_path();
-    if let Some(skimmed) = skim(id, path, &bytes, kinds)? {
+    skim_bytes(id, &path, &bytes, kinds)
+}
+
+thread_local! {
+    /// The buffer this thread reads plain logs into.
+    static BUFFER: RefCell<Vec<u8>> = const { RefCell::new(Vec::new()) };
+}
+
+/// A read buffer larger than this is not kept for the next read.
+const KEPT_BUFFER: usize = 1 << 20;
+
+/// The first size of a thread's read buffer.
+const READ_CHUNK: usize = 8 << 10;
+
+/// Read the whole file at `path` into the front of `buffer` (an open,
+/// reads until end of file, a close) and return how many bytes it holds.
+/// The buffer's length is its zeroed capacity: it grows (doubling) when a
+/// file fills it, and is never zeroed again.
+fn read_plain(path: &Path, buffer: &mut Vec<u8>) -> io::Result<usize> {
+    let mut file = File::open(path)?;
+    let mut filled = 0;
+    loop {
+        if filled == buffer.len() {
+            let grow = buffer.len().max(READ_CHUNK);
+            buffer.resize(buffer.len() + grow, 0);
+        }
+        match file.read(&mut buffer[filled..]) {
+            Ok(0) => return Ok(filled),
+            Ok(read) => filled += read,
+            Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+}
+
+/// Skim `bytes`, read from `path`, falling back to the full parse.
+fn skim_bytes(
+    id: &SessionId,
+    path: &Path,
+    bytes: &[u8],
+    kinds: &[&str],
+) -> Result<KindEvents, StoreError> {
+    if let Some(skimmed) = skim(id, path, bytes, kinds)? {
         return Ok(skimmed);
     }
-    let parsed = parse_log(id, path, bytes)?;
+    let parsed = parse_log(id, path, bytes.to_vec())?;
     Ok(KindEvents::of_kinds(
         dsh_core::LoadedSession {
             header: parsed.header,
@@ -70,24 +123,209 @@ fn skim(
     let body = &text[..text.len() - 1];
     let (header_line, rest) = body.split_once('\n').unwrap_or((body, ""));
     let header = parse_header(id, path, header_line.as_bytes())?;
+    if body.len() == header_line.len() {
+        return Ok(Some(KindEvents {
+            header,
+            events: Vec::new(),
+        }));
+    }
+    // Only extension types are kept (as `KindEvents::of_kinds` keeps them).
+    let wanted: Vec<&str> = kinds
+        .iter()
+        .copied()
+        .filter(|kind| !EventPayload::is_builtin_kind(kind))
+        .collect();
+    let threads = if rest.len() >= PARALLEL_PARSE_BYTES {
+        parse_threads()
+    } else {
+        1
+    };
+    let chunks = split_lines(rest.as_bytes(), threads);
+    // Each run's first seq: the lines before it.
+    let mut first = 0_u64;
+    let mut runs: Vec<(u64, &str)> = Vec::with_capacity(chunks.len());
+    for chunk in chunks {
+        // Runs are cut at `\n`, so each is a slice of the text as it is.
+        let start = chunk.as_ptr() as usize - rest.as_ptr() as usize;
+        let Some(run) = rest.get(start..start + chunk.len()) else {
+            return Ok(None);
+        };
+        runs.push((first, run));
+        first += chunk.iter().filter(|&&byte| byte == b'\n').count() as u64 + 1;
+    }
+    let outcomes: Vec<Option<Vec<SessionEvent>>> = match runs.as_slice() {
+        [(at, only)] => vec![skim_run(*at, only, &wanted)],
+        [(at, head), rest @ ..] => std::thread::scope(|scope| {
+            let wanted = &wanted;
+            let pending: Vec<_> = rest
+                .iter()
+                .map(|&(at, run)| {
+                    let spawned = std::thread::Builder::new()
+                        .name("dsh-store-skim".into())
+                        .spawn_scoped(scope, move || skim_run(at, run, wanted));
+                    (at, run, spawned.ok())
+                })
+                .collect();
+            let mut outcomes = vec![skim_run(*at, head, wanted)];
+            for (at, run, handle) in pending {
+                outcomes.push(match handle {
+                    Some(handle) => handle
+                        .join()
+                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                    // No thread to spare: skim it here.
+                    None => skim_run(at, run, wanted),
+                });
+            }
+            outcomes
+        }),
+        [] => Vec::new(),
+    };
     let mut events = Vec::new();
-    if body.len() > header_line.len() {
-        for (index, line) in (0_u64..).zip(rest.split('\n')) {
-            let Ok(skeleton) = serde_json::from_str::<Skeleton<'_>>(line) else {
-                return Ok(None);
-            };
-            if skeleton.seq != index {
-                return Ok(None);
-            }
-            if kinds.contains(&skeleton.kind.as_ref()) {
-                let Ok(event) = SessionEvent::from_json_line(line) else {
-                    return Ok(None);
-                };
-                events.push(event);
-            }
-        }
+    for outcome in outcomes {
+        let Some(run) = outcome else {
+            return Ok(None);
+        };
+        events.extend(run);
     }
     Ok(Some(KindEvents { header, events }))
+}
+
+/// Skim one run of `\n`-separated event lines whose first seq is `first`:
+/// the wanted events, or `None` at the first line that is not a
+/// well-formed event in sequence.
+fn skim_run(first: u64, run: &str, wanted: &[&str]) -> Option<Vec<SessionEvent>> {
+    let mut events = Vec::new();
+    for (index, line) in (first..).zip(run.split('\n')) {
+        let mut deserializer = serde_json::Deserializer::from_str(line);
+        let skimmed = SkimLine { wanted }
+            .deserialize(&mut deserializer)
+            .and_then(|skimmed| deserializer.end().map(|()| skimmed))
+            .ok()?;
+        if skimmed.seq != index {
+            return None;
+        }
+        if let Some(event) = skimmed.event {
+            events.push(event);
+        }
+    }
+    Some(events)
+}
+
+/// One event line read in one pass: its seq and time, its type, and its
+/// payload built only when the type is wanted (otherwise only checked to
+/// be JSON, borrowed, never built).
+struct SkimLine<'k> {
+    wanted: &'k [&'k str],
+}
+
+/// What [`SkimLine`] read of a line.
+struct Skimmed {
+    seq: u64,
+    /// The event, when its type is wanted.
+    event: Option<SessionEvent>,
+}
+
+impl<'de> DeserializeSeed<'de> for SkimLine<'_> {
+    type Value = Skimmed;
+
+    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Skimmed, D::Error> {
+        deserializer.deserialize_map(self)
+    }
+}
+
+/// A payload as it was met: built (its type was known and wanted) or
+/// borrowed (not wanted, or met before the type).
+enum Met<'de> {
+    Built(ExtensionPayload),
+    Borrowed(&'de RawValue),
+}
+
+impl<'de> Visitor<'de> for SkimLine<'_> {
+    type Value = Skimmed;
+
+    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("a session event")
+    }
+
+    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skimmed, A::Error> {
+        let mut seq: Option<u64> = None;
+        let mut time: Option<u64> = None;
+        let mut kind: Option<Cow<'de, str>> = None;
+        let mut payload: Option<Met<'de>> = None;
+        while let Some(Borrowed(key)) = map.next_key::<Borrowed<'de>>()? {
+            let fresh = match key.as_ref() {
+                "seq" => seq.replace(map.next_value()?).is_none(),
+                "time" => time.replace(map.next_value()?).is_none(),
+                "type" => {
+                    let found: Cow<'de, str> = map.next_value::<Borrowed<'de>>()?.0;
+                    kind.replace(found).is_none()
+                }
+                "payload" => {
+                    let wanted = kind
+                        .as_deref()
+                        .is_some_and(|kind| self.wanted.contains(&kind));
+                    let met = if wanted {
+                        Met::Built(map.next_value()?)
+                    } else {
+                        Met::Borrowed(map.next_value()?)
+                    };
+                    payload.replace(met).is_none()
+                }
+                _ => {
+                    map.next_value::<de::IgnoredAny>()?;
+                    true
+                }
+            };
+            // A repeated key is the full parse's call.
+            if !fresh {
+                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
+            }
+        }
+        let seq = seq.ok_or_else(|| de::Error::missing_field("seq"))?;
+        let time = time.ok_or_else(|| de::Error::missing_field("time"))?;
+        let kind = kind.ok_or_else(|| de::Error::missing_field("type"))?;
+        let payload = payload.ok_or_else(|| de::Error::missing_field("payload"))?;
+        let event = if self.wanted.contains(&kind.as_ref()) {
+            let payload = match payload {
+                Met::Built(payload) => payload,
+                // The payload came before the type.
+                Met::Borrowed(raw) => serde_json::from_str(raw.get()).map_err(de::Error::custom)?,
+            };
+            Some(SessionEvent {
+                seq,
+                time,
+                payload: EventPayload::Extension {
+                    kind: kind.into_owned(),
+                    payload,
+                },
+            })
+        } else {
+            None
+        };
+        Ok(Skimmed { seq, event })
+    }
+}
+
+/// A string borrowed from the line when it has no escapes.
+struct Borrowed<'de>(Cow<'de, str>);
+
+impl<'de> Deserialize<'de> for Borrowed<'de> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Text;
+        impl<'de> Visitor<'de> for Text {
+            type Value = Cow<'de, str>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
+                Ok(Cow::Borrowed(text))
+            }
+            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
+                Ok(Cow::Owned(text.to_owned()))
+            }
+        }
+        deserializer.deserialize_str(Text).map(Self)
+    }
 }
 
 #[cfg(test)]
@@ -190,5 +428,62 @@ mod tests {
         let missing = SessionId::new("missing").unwrap();
         let err = skim_log(&missing, &store.log_path(&missing), &["x"]).unwrap_err();
         assert_eq!(err.code(), "SESSION_NOT_FOUND");
+    }
+
+    #[tokio::test]
+    async fn a_large_log_skims_on_several_runs_as_the_full_load_reads_it() {
+        const KINDS: &[&str] = &["subagent/child"];
+        // Past the parallel threshold, with wanted events in every run.
+        let filler = "x".repeat(200);
+        let events: Vec<SessionEvent> = (0..8_000)
+            .map(|seq| {
+                let kind = if seq % 3 == 0 {
+                    "subagent/child"
+                } else {
+                    "other/kind"
+                };
+                event(
+                    seq,
+                    EventPayload::Extension {
+                        kind: kind.into(),
+                        payload: serde_json::json!({ "n": seq, "pad": filler }).into(),
+                    },
+                )
+            })
+            .collect();
+        let (_dir, store, id) = store_with(&events).await;
+        let path = store.log_path(&id);
+        assert!(std::fs::metadata(&path).unwrap().len() as usize > PARALLEL_PARSE_BYTES);
+        let skimmed = skim_log(&id, &path, KINDS).unwrap();
+        let whole = KindEvents::of_kinds(store.load(&id).await.unwrap(), KINDS);
+        assert_eq!(skimmed.events.len(), whole.events.len());
+        assert_eq!(skimmed.events, whole.events);
+        // A seq out of place near the end (in the last run) fails both alike.
+        let mut bytes = std::fs::read(&path).unwrap();
+        bytes.extend_from_slice(b"{\"seq\":9000,\"time\":1,\"type\":\"x\",\"payload\":{}}\n");
+        std::fs::write(&path, &bytes).unwrap();
+        let skimmed = skim_log(&id, &path, KINDS).unwrap_err();
+        let loaded = store.load(&id).await.unwrap_err();
+        assert_eq!(skimmed.to_string(), loaded.to_string());
+    }
+
+    #[test]
+    fn a_line_is_read_whatever_its_key_order_and_a_repeated_key_is_refused() {
+        let wanted = ["subagent/child"];
+        let read = |line: &str| {
+            let mut deserializer = serde_json::Deserializer::from_str(line);
+            SkimLine { wanted: &wanted }
+                .deserialize(&mut deserializer)
+                .map(|skimmed| (skimmed.seq, skimmed.event))
+        };
+        let ordered = r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":1}}"#;
+        let reversed = r#"{"payload":{"a":1},"type":"subagent\/child","time":9,"seq":4}"#;
+        let expected = SessionEvent::from_json_line(ordered).unwrap();
+        assert_eq!(read(ordered).unwrap(), (4, Some(expected.clone())));
+        assert_eq!(read(reversed).unwrap(), (4, Some(expected)));
+        let unwanted = r#"{"seq":4,"time":9,"type":"turn/start","payload":{"turn":"x"}}"#;
+        assert_eq!(read(unwanted).unwrap(), (4, None));
+        assert!(read(r#"{"seq":4,"seq":5,"time":9,"type":"x","payload":{}}"#).is_err());
+        assert!(read(r#"{"seq":4,"type":"x","payload":{}}"#).is_err());
     }
 }
