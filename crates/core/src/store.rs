@@ -280,7 +280,11 @@ pub trait SessionLog: Send + Sync {
     /// flight anywhere (a detached fsync included), then let go of the
     /// writer lock. Afterwards every append and checkpoint fails, and the
     /// store may open the log again at once. Idempotent. The default does
-    /// nothing, for stores whose handle holds nothing beyond itself.
+    /// nothing, for stores whose handle holds nothing beyond itself. Under
+    /// [`Durability::Batched`] close does not wait for the log's background
+    /// sync: the store holds the log until that has run, and an open (or
+    /// remove) of it meanwhile asks for the sync at once and waits for it
+    /// instead of refusing.
     ///
     /// # Cancel safety
     /// Dropping the future leaves the log closed for appends; the lock is
