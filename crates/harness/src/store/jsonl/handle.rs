@@ -180,6 +180,10 @@ impl Drop for Withdraw {
 /// poisons the handle: that call and every later append or checkpoint return
 /// the same error, and the log must be reopened. A failed append first cuts
 /// the file back to where its batch began, so nothing of it stays on disk.
+/// Under [`Durability::Batched`] a failed background sync of the log
+/// poisons it the same way (its next append, checkpoint and sync return
+/// that error), and [`SessionLog::close`] returns without waiting for the
+/// committer, which holds the log until its round has run.
 #[derive(Debug)]
 pub struct JsonlLog {
     log: Arc<LogState>,
