@@ -17,6 +17,7 @@ use std::path::{Path, PathBuf};
 use dsh_subagent_acp::AcpConfig;
 
 use crate::acp::PermissionPolicy;
+use dsh_core::Durability;
 use dsh_tool_workspace::Level;
 use serde::Deserialize;
 
@@ -49,6 +50,10 @@ pub struct ConfigFile {
     /// Give the lead a team (the ten team tools, in place of the control
     /// tools' `send_message`, `list_agents` and `interrupt_agent`).
     pub team: Option<bool>,
+    /// When the session logs are forced to stable storage: `none`,
+    /// `turn-boundary` (the default), `every-event`, `grouped` or
+    /// `batched` (write-behind; flushed before a successful exit).
+    pub durability: Option<String>,
 }
 
 /// One OpenAI-compatible API.
@@ -182,6 +187,8 @@ pub struct Overrides {
     pub sandbox: Option<Level>,
     /// `--team` (only ever turns it on).
     pub team: bool,
+    /// `--durability`.
+    pub durability: Option<Durability>,
 }
 
 /// The tree's limits, resolved.
@@ -225,6 +232,9 @@ pub struct Settings {
     pub prices: BTreeMap<String, Price>,
     /// Whether the lead leads a team (`--team`, dsh.toml `team`).
     pub team: bool,
+    /// When the session logs are forced to stable storage
+    /// (`--durability`, dsh.toml `durability`; `turn-boundary` unless set).
+    pub durability: Durability,
     /// The flags, for a command that resolves a model again (`send` over a
     /// tree that recorded its own).
     pub overrides: Overrides,
@@ -263,6 +273,13 @@ impl Settings {
 }
 
 /// A bad key of `file`.
+/// The durability mode of a name as dsh.toml and `--durability` spell it
+/// (kebab-case: `none`, `turn-boundary`, `every-event`, `grouped`,
+/// `batched`).
+pub fn durability(name: &str) -> Option<Durability> {
+    serde_json::from_value(serde_json::Value::String(name.to_owned())).ok()
+}
+
 fn bad(file: &Path, key: &str, reason: impl Into<String>) -> CliError {
     CliError::Config {
         file: file.to_owned(),
@@ -434,6 +451,19 @@ pub fn resolve(
             .map_err(|err| bad(source, "sandbox", err.to_string()))?,
         (None, None) => Level::default(),
     };
+    let durability = match (overrides.durability, &parsed.durability) {
+        (Some(mode), _) => mode,
+        (None, Some(name)) => durability(name).ok_or_else(|| {
+            bad(
+                source,
+                "durability",
+                format!(
+                    "`{name}` is not one of none, turn-boundary, every-event, grouped, batched"
+                ),
+            )
+        })?,
+        (None, None) => Durability::default(),
+    };
     Ok(Settings {
         file: file.map(Path::to_owned),
         model,
@@ -447,6 +477,7 @@ pub fn resolve(
         sandbox,
         prices: parsed.prices,
         team: overrides.team || parsed.team.unwrap_or(false),
+        durability,
         overrides: overrides.clone(),
     })
 }
@@ -775,13 +806,14 @@ mod tests {
         assert_eq!(claude.term_grace, std::time::Duration::from_secs(1));
         assert_eq!(settings.sandbox, Level::WorkspaceWrite);
         assert!(settings.team);
+        assert_eq!(settings.durability, Durability::Batched);
         let cost = settings.prices["deepseek-chat"].cost(1_000_000, 500_000);
         assert!((cost - (0.27 + 0.55)).abs() < 1e-9, "{cost}");
     }
 
     #[test]
     fn flags_win_over_the_file() {
-        let text = "model = \"openai:gpt-4o\"\n[limits]\nmax_depth = 2\n[acp]\ncommand = \"a\"\nargs = [\"x\"]\npass_env = [\"CODEX_HOME\"]\n";
+        let text = "model = \"openai:gpt-4o\"\ndurability = \"grouped\"\n[limits]\nmax_depth = 2\n[acp]\ncommand = \"a\"\nargs = [\"x\"]\npass_env = [\"CODEX_HOME\"]\n";
         let overrides = Overrides {
             model: Some("openai:gpt-4o-mini".into()),
             base_url: Some("http://127.0.0.1:9/v1".into()),
@@ -795,8 +827,11 @@ mod tests {
             acp_permission: Some(PermissionPolicy::Allow),
             sandbox: Some(Level::Full),
             team: true,
+            durability: Some(Durability::Batched),
             config: None,
         };
+        let from_file = settings(text, &Overrides::default()).unwrap();
+        assert_eq!(from_file.durability, Durability::Grouped);
         let settings = settings(text, &overrides).unwrap();
         assert_eq!(
             settings.model,
@@ -824,6 +859,7 @@ mod tests {
         assert_eq!(acp.permission, PermissionPolicy::Allow);
         assert_eq!(settings.sandbox, Level::Full);
         assert!(settings.team);
+        assert_eq!(settings.durability, Durability::Batched);
     }
 
     #[test]
@@ -833,6 +869,7 @@ mod tests {
         assert_eq!(settings.limits, Limits::default());
         assert!(settings.acp.is_none());
         assert!(!settings.team);
+        assert_eq!(settings.durability, Durability::TurnBoundary);
     }
 
     #[test]
@@ -861,6 +898,7 @@ mod tests {
             "[prices.gpt-4o]\ninput = 1.0",
             "model = \"demo",
             "sandbox = \"yolo\"",
+            "durability = \"fast\"",
         ];
         let lines: Vec<String> = cases
             .iter()

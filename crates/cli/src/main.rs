@@ -112,6 +112,15 @@ struct ModelArg {
     /// it is refused with a sentence the model can act on.
     #[arg(long, value_name = "LEVEL", value_parser = ["read-only", "workspace-write", "full"])]
     sandbox: Option<String>,
+    /// When the session logs are forced to stable storage (dsh.toml
+    /// `durability`): `turn-boundary` (the default: each create and turn
+    /// end waits for its sync), `grouped` (the same promise, syncs shared
+    /// across logs), `batched` (write-behind: nothing waits, a committer
+    /// forces what was written at least every 200 ms, and dsh flushes
+    /// before it exits successfully; a power loss can lose the last
+    /// window), `every-event` or `none`.
+    #[arg(long, value_name = "MODE", value_parser = ["none", "turn-boundary", "every-event", "grouped", "batched"])]
+    durability: Option<String>,
     /// Ask on the terminal (stdin, stderr) before an action above the
     /// `--sandbox` level, one question at a time, naming the agent, the
     /// tool and the exact command or path; the default when stdin is a
@@ -146,6 +155,7 @@ impl ModelArg {
             max_depth: self.max_depth,
             max_turn_steps: self.max_turn_steps,
             sandbox: self.sandbox.and_then(|level| level.parse().ok()),
+            durability: self.durability.and_then(|mode| config::durability(&mode)),
             ..config::Overrides::default()
         }
     }

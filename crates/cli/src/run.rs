@@ -79,11 +79,12 @@ pub struct RunArgs {
 /// whatever was pending.
 pub async fn run(args: RunArgs) -> Result<(), CliError> {
     let resuming = args.resume.is_some();
+    let durability = args.settings.durability;
     run_over(args, move |dir| {
         let store: Arc<dyn SessionStore> = if resuming {
-            sessions::existing_store(dir)?
+            sessions::existing_store_with(dir, durability)?
         } else {
-            sessions::open_store(dir)?
+            sessions::open_store(dir, durability)?
         };
         Ok(store)
     })
@@ -358,6 +359,19 @@ async fn run_over(
         });
     }
     shutdown(&world, Some(&*reporter)).await;
+    // Under `--durability batched` the last writes may still wait for the
+    // committer: nothing counts as done until they are on stable storage.
+    let outcome = match (world.store.flush().await, outcome) {
+        (Err(err), Ok(())) => Err(CliError::WriteFailed(err)),
+        (Err(err), Err(failed)) => {
+            eprintln!(
+                "dsh: warning: the session logs could not be synced: {}",
+                crate::one_line(&err.to_string())
+            );
+            Err(failed)
+        }
+        (Ok(()), outcome) => outcome,
+    };
     match &outcome {
         Ok(()) => tracing::info!(lead = %lead.id(), "run ended"),
         Err(err) => tracing::warn!(lead = %lead.id(), "run failed: {err}"),

@@ -22,17 +22,27 @@ use crate::error::CliError;
 /// The store over an existing session directory (refused when it is
 /// missing, so a read never creates it).
 pub fn existing_store(dir: &Path) -> Result<Arc<JsonlStore>, CliError> {
+    existing_store_with(dir, Durability::TurnBoundary)
+}
+
+/// [`existing_store`], writing with `durability`.
+pub fn existing_store_with(
+    dir: &Path,
+    durability: Durability,
+) -> Result<Arc<JsonlStore>, CliError> {
     if !dir.is_dir() {
         return Err(CliError::NoSessionDir(dir.to_path_buf()));
     }
-    open_store(dir)
+    open_store(dir, durability)
 }
 
-/// The store over `dir` (created if missing). Opening it sweeps the
-/// temporary files a crashed writer left; one it could not remove is named
-/// in a warning line on stderr, never only in a log.
-pub fn open_store(dir: &Path) -> Result<Arc<JsonlStore>, CliError> {
-    let store = JsonlStore::new(dir, Durability::TurnBoundary)?;
+/// The store over `dir` (created if missing), writing with `durability`
+/// (the `--durability` setting). Opening it sweeps the temporary files a
+/// crashed writer left; one it could not remove is named in a warning line
+/// on stderr, never only in a log. Under [`Durability::Batched`] a command
+/// that wrote must [`SessionStore::flush`] it before it reports success.
+pub fn open_store(dir: &Path, durability: Durability) -> Result<Arc<JsonlStore>, CliError> {
+    let store = JsonlStore::new(dir, durability)?;
     for failure in store.sweep_failures() {
         eprintln!(
             "dsh: warning: cannot remove a crash leftover: {}",

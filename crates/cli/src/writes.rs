@@ -176,6 +176,14 @@ impl SessionStore for Watched {
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
         self.inner.remove_torn(id).await
     }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        let result = self.inner.flush().await;
+        if let Err(err) = &result {
+            self.faults.record(err);
+        }
+        result
+    }
 }
 
 /// One open log, reporting its failed writes (and, streaming, what it
@@ -201,6 +209,14 @@ impl SessionLog for WatchedLog {
 
     async fn checkpoint(&self) -> Result<(), StoreError> {
         let result = self.inner.checkpoint().await;
+        if let Err(err) = &result {
+            self.faults.record(err);
+        }
+        result
+    }
+
+    async fn sync(&self) -> Result<(), StoreError> {
+        let result = self.inner.sync().await;
         if let Err(err) = &result {
             self.faults.record(err);
         }

@@ -40,7 +40,32 @@ pub enum Durability {
     /// power loss loses only writes whose future had not yet returned.
     /// `TurnBoundary` stays the stricter choice for latency: each of its
     /// syncs is its own and never waits for another log's.
+    ///
+    /// The physics: a create or checkpoint waits for at least one sync
+    /// round trip of the disk (a journal commit and a cache flush, about
+    /// 0.1 to 1 ms on common SSDs), so children that each wait for their
+    /// own create and turn-end sync, one after another, run no faster than
+    /// one per two round trips, however the rounds are batched; only
+    /// concurrent writers share them.
     Grouped,
+    /// Write-behind group commit, the reference's 200 ms batching made
+    /// honest: a create, append or checkpoint returns once its bytes are
+    /// handed to the operating system (so a crashed process loses nothing
+    /// it acknowledged, as under every mode), and the store's committer
+    /// forces every log written since its last round, and the directory,
+    /// at least once per window the store configures (by default 200 ms).
+    /// A power loss can lose what was written in the last window; only
+    /// [`SessionLog::sync`] and the store's [`SessionStore::flush`]
+    /// acknowledge durability, resolving once everything written before
+    /// them is on stable storage (a lone caller is synced at once, never
+    /// held for the window). Within a round the committer forces newly
+    /// created logs and the directory before any other log, so a parent's
+    /// catalog entry naming a child never reaches stable storage through
+    /// the committer before the child's log does. A failed background
+    /// sync is never swallowed: it poisons the log (its next write, sync
+    /// and checkpoint fail with it) and every later flush of the store
+    /// returns it.
+    Batched,
 }
 
 impl Durability {
@@ -221,7 +246,10 @@ pub trait SessionLog: Send + Sync {
 
     /// A turn boundary: under [`Durability::TurnBoundary`] (and
     /// [`Durability::Grouped`], batched with other logs), sync to stable
-    /// storage; returns once synced.
+    /// storage; returns once synced. Under [`Durability::Batched`] it only
+    /// reports a failure of an earlier background sync: the committer
+    /// forces the log within its window, and [`SessionLog::sync`] waits
+    /// for that.
     ///
     /// # Errors
     /// [`StoreError::Closed`] or an I/O failure.
@@ -231,11 +259,32 @@ pub trait SessionLog: Send + Sync {
     /// a sync already started finishes detached, holding the log until then.
     async fn checkpoint(&self) -> Result<(), StoreError>;
 
+    /// Acknowledge durability: resolve once everything written to this log
+    /// before the call is on stable storage, whatever the store's
+    /// [`Durability`] (a store that never syncs by itself syncs here). The
+    /// default is [`SessionLog::checkpoint`], right for stores whose
+    /// checkpoint forces the log or that hold nothing on a medium.
+    ///
+    /// # Errors
+    /// [`StoreError::Closed`], the failure that poisoned the log, or an
+    /// I/O failure of this sync.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped sync changes nothing that was written; a sync
+    /// already asked for still runs.
+    async fn sync(&self) -> Result<(), StoreError> {
+        self.checkpoint().await
+    }
+
     /// Release the log: wait until no operation of this handle is still in
     /// flight anywhere (a detached fsync included), then let go of the
     /// writer lock. Afterwards every append and checkpoint fails, and the
     /// store may open the log again at once. Idempotent. The default does
-    /// nothing, for stores whose handle holds nothing beyond itself.
+    /// nothing, for stores whose handle holds nothing beyond itself. Under
+    /// [`Durability::Batched`] close does not wait for the log's background
+    /// sync: the store holds the log until that has run, and an open (or
+    /// remove) of it meanwhile asks for the sync at once and waits for it
+    /// instead of refusing.
     ///
     /// # Cancel safety
     /// Dropping the future leaves the log closed for appends; the lock is
@@ -373,6 +422,24 @@ pub trait SessionStore: Send + Sync + 'static {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     async fn list(&self) -> Result<Vec<SessionId>, StoreError>;
+
+    /// Acknowledge durability for the whole store: resolve once everything
+    /// written to any of its logs (and its directory) before the call is on
+    /// stable storage. Under [`Durability::Batched`] a host calls it before
+    /// it reports success and exits. The default does nothing, for stores
+    /// that sync every write they acknowledge or hold nothing on a medium.
+    ///
+    /// # Errors
+    /// An I/O failure of this or of any earlier background sync of the
+    /// store: once a sync failed, what it covered may be lost, and every
+    /// later flush says so.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped flush changes nothing that was written; a
+    /// sync already asked for still runs.
+    async fn flush(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
 
     /// Delete a log that no writer holds.
     ///

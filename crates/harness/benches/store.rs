@@ -1,11 +1,14 @@
 //! Session store benchmarks: append throughput of the JSONL store under each
 //! durability setting and of the memory store, and durable log creation:
-//! the fsync floor (a bare exclusive create, one write and `fdatasync`, in
-//! a loop), the store's create under `TurnBoundary` (which syncs the file
+//! the fsync floors (a bare exclusive create, one write and `fdatasync`, in
+//! a loop; and the same plus the directory's `fsync`, the least any store
+//! pays for a create that survives a power loss, what `TurnBoundary`
+//! promises), the store's create under `TurnBoundary` (which syncs the file
 //! and its directory; and the temporary-file-and-link path a seeded create
 //! takes, every create's path before), and a durable child's log (create, a
-//! turn's events, checkpoint, close) under `TurnBoundary` and `Grouped`,
-//! one after another and many at once. Replay is in `replay.rs`. They
+//! turn's events, checkpoint, close) under `TurnBoundary`, `Grouped` and
+//! `Batched`, one after another and many at once; a `Batched` row ends
+//! with the store's `flush`, so it counts children on stable storage. Replay is in `replay.rs`. They
 //! write only under a fresh directory in the system temporary directory;
 //! nothing is deleted before the end (creating files soon after deleting
 //! many would measure the file system's allocator), when it all is.
@@ -107,6 +110,7 @@ fn child_turn() -> Vec<SessionEvent> {
 
 /// One durable child's log: create, a turn, the turn-end checkpoint, close.
 async fn durable_child(store: &JsonlStore, id: SessionId, turn: &[SessionEvent]) {
+    // Under `Batched` none of these waits for a sync; the row's flush does.
     let log = store.create(&header(&id), &[]).await.unwrap();
     log.append(turn).await.unwrap();
     log.checkpoint().await.unwrap();
@@ -131,24 +135,34 @@ fn create(c: &mut Criterion) {
         dir
     };
 
-    // The floor: what any durable create costs on this disk.
+    // The floors: what any durable create costs on this disk, with the
+    // file alone forced, and (the honest floor of `TurnBoundary`'s
+    // promise) with its directory entry forced after it.
     group.throughput(Throughput::Elements(1));
-    group.bench_function("floor/create-fdatasync", |b| {
-        b.iter_custom(|iters| {
-            let dir = fresh("floor");
-            let start = Instant::now();
-            for n in 0..iters {
-                let mut file = std::fs::OpenOptions::new()
-                    .append(true)
-                    .create_new(true)
-                    .open(dir.join(format!("floor-{n}.jsonl")))
-                    .unwrap();
-                std::io::Write::write_all(&mut file, &header_line).unwrap();
-                file.sync_data().unwrap();
-            }
-            start.elapsed()
+    for (name, dir_sync) in [
+        ("floor/create-fdatasync", false),
+        ("floor/create-fdatasync-dirsync", true),
+    ] {
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| {
+                let dir = fresh("floor");
+                let start = Instant::now();
+                for n in 0..iters {
+                    let mut file = std::fs::OpenOptions::new()
+                        .append(true)
+                        .create_new(true)
+                        .open(dir.join(format!("floor-{n}.jsonl")))
+                        .unwrap();
+                    std::io::Write::write_all(&mut file, &header_line).unwrap();
+                    file.sync_data().unwrap();
+                    if dir_sync {
+                        std::fs::File::open(&dir).unwrap().sync_all().unwrap();
+                    }
+                }
+                start.elapsed()
+            });
         });
-    });
+    }
     let rt = runtime();
     group.bench_function("store/turn-boundary", |b| {
         b.iter_custom(|iters| {
@@ -189,6 +203,7 @@ fn create(c: &mut Criterion) {
     for (name, durability) in [
         ("turn-boundary", Durability::TurnBoundary),
         ("grouped", Durability::Grouped),
+        ("batched", Durability::Batched),
     ] {
         for mode in ["sequential", "concurrent"] {
             group.bench_function(format!("child/{name}-{mode}/{CHILDREN}"), |b| {
@@ -215,6 +230,8 @@ fn create(c: &mut Criterion) {
                                     child.unwrap();
                                 }
                             }
+                            // Every child durable before the clock stops.
+                            store.flush().await.unwrap();
                         });
                         spent += start.elapsed();
                     }

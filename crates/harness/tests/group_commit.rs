@@ -11,8 +11,7 @@
 
 mod store_support;
 
-use std::io::{BufRead, BufReader};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::Arc;
 use std::task::Poll;
 use std::time::Duration;
@@ -23,13 +22,10 @@ use dsh_harness::store::jsonl::DEFAULT_GROUP_WINDOW;
 use dsh_test_support::wait::{bounded, until};
 use futures::FutureExt;
 
-use store_support::{header, sid, turn};
-
-/// A window no test could wait out: a request held for it fails `bounded`.
-const FOREVER: Duration = Duration::from_secs(3_600);
+use store_support::{FOREVER, header, sid, spawn_self, turn, windowed};
 
 fn grouped(dir: &std::path::Path, window: Duration) -> JsonlStore {
-    JsonlStore::with_group_window(dir, Durability::Grouped, window).unwrap()
+    windowed(dir, Durability::Grouped, window)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -172,16 +168,8 @@ async fn grouped_writer_until_killed() {
 #[test]
 fn a_kill_between_write_and_sync_loses_only_unacknowledged_writes() {
     let dir = tempfile::tempdir().unwrap();
-    let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "grouped_writer_until_killed", "--nocapture"])
-        .args(["--test-threads", "1"])
-        .env(WRITER, dir.path())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let (mut child, mut lines) = spawn_self("grouped_writer_until_killed", WRITER, dir.path());
     let mut acked: std::collections::HashMap<String, usize> = Default::default();
-    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
     let mut seen = 0;
     // Kill it mid-flight, once it has acknowledged a few hundred writes.
     while seen < 400 {

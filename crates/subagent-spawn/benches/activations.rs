@@ -2,7 +2,9 @@
 //! N children started one after another and all at once (N = 100, 1,000,
 //! 10,000), on the in-memory store and the JSONL store without fsync
 //! (`jsonl`), durable under `TurnBoundary` (`jsonl-turn-boundary`) and
-//! durable with group commit (`jsonl-grouped`), plus fork seeding cost
+//! durable with group commit (`jsonl-grouped`) and with write-behind group
+//! commit (`jsonl-batched`, whose rows end with the store's `flush`, so
+//! that every child counted is on stable storage), plus fork seeding cost
 //! against the parent log's length. Criterion reports children per second
 //! (elements/s). Every iteration gets a fresh store directory, and none is
 //! deleted before the bench ends: creating files soon after deleting many
@@ -30,6 +32,7 @@ use dsh_subagent_spawn::SpawnProvider;
 struct World {
     runtime: SubagentRuntime,
     parent: Arc<dyn Agent>,
+    store: Arc<dyn SessionStore>,
 }
 
 /// Where a world keeps its logs: in memory, or in a fresh directory under
@@ -48,6 +51,7 @@ impl Backing<'_> {
             "jsonl" => Backing::Jsonl(root, Durability::None),
             "jsonl-turn-boundary" => Backing::Jsonl(root, Durability::TurnBoundary),
             "jsonl-grouped" => Backing::Jsonl(root, Durability::Grouped),
+            "jsonl-batched" => Backing::Jsonl(root, Durability::Batched),
             other => panic!("no store {other}"),
         }
     }
@@ -84,13 +88,17 @@ async fn world(backing: Backing<'_>, provider: Arc<dyn SubagentProvider>) -> Wor
         .clone();
     let runtime = SubagentRuntime::new(
         Arc::new(harness),
-        store,
+        store.clone(),
         RuntimeConfig {
             max_live_children_per_tree: usize::MAX,
         },
     );
     runtime.register(provider).unwrap();
-    World { runtime, parent }
+    World {
+        runtime,
+        parent,
+        store,
+    }
 }
 
 fn spec(world: &World, provider: &str) -> ActivationSpec {
@@ -138,7 +146,13 @@ fn start_and_settle(c: &mut Criterion) {
     let mut group = c.benchmark_group("spawn");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(5));
-    for store in ["memory", "jsonl", "jsonl-turn-boundary", "jsonl-grouped"] {
+    for store in [
+        "memory",
+        "jsonl",
+        "jsonl-turn-boundary",
+        "jsonl-grouped",
+        "jsonl-batched",
+    ] {
         for mode in ["sequential", "concurrent"] {
             for n in [100usize, 1_000, 10_000] {
                 let skip = (store.starts_with("jsonl") && n == 10_000 && mode == "sequential")
@@ -164,6 +178,9 @@ fn start_and_settle(c: &mut Criterion) {
                                     .await;
                                     let start = Instant::now();
                                     run_children(&world, n, mode == "concurrent").await;
+                                    // Under `Batched`, every child durable
+                                    // before the clock stops.
+                                    world.store.flush().await.unwrap();
                                     spent += start.elapsed();
                                     world.runtime.shutdown().await;
                                 }

@@ -389,6 +389,12 @@ impl SessionLog for FaultLog {
         self.inner.checkpoint().await
     }
 
+    async fn sync(&self) -> Result<(), StoreError> {
+        // Failed and counted as a checkpoint: both force the log.
+        lock(&self.plan).enter(Op::Checkpoint, &self.id)?;
+        self.inner.sync().await
+    }
+
     async fn close(&self) {
         // Counted, never failed; the inner log is always released.
         let _ = lock(&self.plan).enter(Op::Close, &self.id);
@@ -470,6 +476,10 @@ impl<S: SessionStore> SessionStore for FaultStore<S> {
     }
 
     /// Counted (and may be failed) as a `Remove`.
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush().await
+    }
+
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
         self.enter(Op::Remove, id)?;
         let result = self.inner.remove_torn(id).await;
@@ -694,6 +704,11 @@ impl SessionLog for GatedLog {
         .await
     }
 
+    async fn sync(&self) -> Result<(), StoreError> {
+        // Gated as a checkpoint: both force the log.
+        around(&self.gates, Op::Checkpoint, &self.id, self.inner.sync()).await
+    }
+
     async fn close(&self) {
         around(&self.gates, Op::Close, &self.id, self.inner.close()).await;
     }
@@ -738,6 +753,10 @@ impl<S: SessionStore> SessionStore for GatedStore<S> {
 
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         self.around(Op::Remove, id, self.inner.remove(id)).await
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush().await
     }
 
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
@@ -809,6 +828,10 @@ impl SessionStore for SharedStore {
 
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
         self.0.remove(id).await
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.0.flush().await
     }
 
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
@@ -1114,6 +1137,10 @@ impl SessionLog for RecordingLog {
         self.inner.checkpoint().await
     }
 
+    async fn sync(&self) -> Result<(), StoreError> {
+        self.inner.sync().await
+    }
+
     async fn close(&self) {
         self.inner.close().await;
     }
@@ -1180,6 +1207,10 @@ impl<S: SessionStore> SessionStore for RecordingStore<S> {
             events: Vec::new(),
         });
         Ok(())
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.inner.flush().await
     }
 
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {

@@ -182,7 +182,7 @@ const SYNC_THREADS: usize = 16;
 /// forced from several threads at once: the file system then commits them
 /// in one journal transaction, where one after another would pay a commit
 /// each.
-fn sync_all_of(requests: &[(&Held, &Path)]) -> Vec<Result<(), StoreError>> {
+pub(super) fn sync_all_of(requests: &[(&Held, &Path)]) -> Vec<Result<(), StoreError>> {
     let sync =
         |(held, path): &(&Held, &Path)| held.sync_data().map_err(|source| io_error(path, source));
     if requests.len() <= 1 {

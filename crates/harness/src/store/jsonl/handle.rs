@@ -18,6 +18,7 @@ use async_trait::async_trait;
 use dsh_core::{Durability, LoadedSession, SessionEvent, SessionId, SessionLog, StoreError};
 use tokio::sync::watch;
 
+use super::batched::{Mark, WriteBehind};
 use super::group::GroupCommit;
 use super::parse::{parse_log, torn_header};
 use super::{Shared, blocking, io_error, open_error};
@@ -64,17 +65,39 @@ pub(super) struct Held {
     // released, so an in-process opener never meets a lock still held.
     file: LockedFile,
     slot: WriterSlot,
+    /// What the write-behind committer knows of it (under
+    /// [`Durability::Batched`]; idle otherwise).
+    mark: Arc<Mark>,
 }
 
 impl Held {
+    /// The owner of `file`, claimed by `slot`.
+    pub(super) fn new(file: LockedFile, slot: WriterSlot) -> Self {
+        Self {
+            file,
+            slot,
+            mark: Arc::default(),
+        }
+    }
+
     /// Force the file's data (and the metadata needed to read it back).
     pub(super) fn sync_data(&self) -> io::Result<()> {
         self.file.sync_data()
     }
 
+    /// What the write-behind committer knows of this log.
+    pub(super) fn mark(&self) -> &Arc<Mark> {
+        &self.mark
+    }
+
     /// The store's committer, under [`Durability::Grouped`].
     fn group(&self) -> Option<&GroupCommit> {
         self.slot.shared.group.as_ref()
+    }
+
+    /// The store's write-behind committer, under [`Durability::Batched`].
+    fn batched(&self) -> Option<&WriteBehind> {
+        self.slot.shared.batched.as_ref()
     }
 }
 
@@ -157,6 +180,10 @@ impl Drop for Withdraw {
 /// poisons the handle: that call and every later append or checkpoint return
 /// the same error, and the log must be reopened. A failed append first cuts
 /// the file back to where its batch began, so nothing of it stays on disk.
+/// Under [`Durability::Batched`] a failed background sync of the log
+/// poisons it the same way (its next append, checkpoint and sync return
+/// that error), and [`SessionLog::close`] returns without waiting for the
+/// committer, which holds the log until its round has run.
 #[derive(Debug)]
 pub struct JsonlLog {
     log: Arc<LogState>,
@@ -248,6 +275,24 @@ impl LogState {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
+    /// A share of the owner of a log that is open and not poisoned (by a
+    /// write of its own or by a background sync).
+    fn live(&self) -> Result<Arc<Held>, StoreError> {
+        let mut state = self.state();
+        if let Some(err) = &state.poisoned {
+            return Err(err.clone());
+        }
+        let Some(held) = &state.held else {
+            return Err(StoreError::Closed(self.id.clone()));
+        };
+        let held = Arc::clone(held);
+        if let Some(err) = held.mark.failed() {
+            state.poisoned = Some(err.clone());
+            return Err(err.clone());
+        }
+        Ok(held)
+    }
+
     /// The blocking half of [`JsonlLog::sync`].
     fn sync(&self, held: &Held, batch: Option<(u64, u64)>) -> Result<(), StoreError> {
         let synced = held.file.sync_data();
@@ -311,6 +356,11 @@ impl SessionLog for JsonlLog {
             let Some(held) = held else {
                 return Err(StoreError::Closed(self.log.id.clone()));
             };
+            if let Some(err) = held.mark.failed() {
+                // A background sync of this log failed.
+                *poisoned = Some(err.clone());
+                return Err(err.clone());
+            }
             if events.is_empty() {
                 return Ok(());
             }
@@ -344,6 +394,9 @@ impl SessionLog for JsonlLog {
             if buf.capacity() > KEEP_BUFFER {
                 *buf = Vec::new();
             }
+            if let Some(batched) = held.batched() {
+                batched.wrote(held, &self.log.path);
+            }
             (self.log.durability == Durability::EveryEvent).then(|| (Arc::clone(held), start, end))
         };
         if let Some((held, start, end)) = to_sync {
@@ -354,19 +407,71 @@ impl SessionLog for JsonlLog {
 
     async fn checkpoint(&self) -> Result<(), StoreError> {
         let held = {
-            let state = self.log.state();
-            if let Some(err) = &state.poisoned {
-                return Err(err.clone());
-            }
-            let Some(held) = &state.held else {
-                return Err(StoreError::Closed(self.log.id.clone()));
-            };
+            let held = self.log.live()?;
             match self.log.durability {
-                Durability::TurnBoundary | Durability::Grouped => Arc::clone(held),
-                // Nothing to force, or every append already forced itself.
-                Durability::None | Durability::EveryEvent => return Ok(()),
+                Durability::TurnBoundary | Durability::Grouped => held,
+                // Nothing to force, every append already forced itself, or
+                // the committer forces it within its window.
+                Durability::None | Durability::EveryEvent | Durability::Batched => return Ok(()),
             }
         };
+        self.force(held).await
+    }
+
+    async fn sync(&self) -> Result<(), StoreError> {
+        let held = self.log.live()?;
+        match self.log.durability {
+            Durability::Batched => match held.batched() {
+                Some(batched) => {
+                    let result = batched.sync_log(&held.mark).await;
+                    if let Err(err) = &result {
+                        self.log.state().poisoned.get_or_insert_with(|| err.clone());
+                    }
+                    result
+                }
+                None => self.sync(held, None).await,
+            },
+            Durability::TurnBoundary | Durability::Grouped | Durability::EveryEvent => {
+                self.force(held).await
+            }
+            // Nothing was forced, the directory entry of a create neither.
+            Durability::None => {
+                self.sync(held, None).await?;
+                let dir = self.log.path.parent().map(Path::to_path_buf);
+                match dir {
+                    Some(dir) => blocking(&dir.clone(), move || sync_dir(&dir)).await,
+                    None => Ok(()),
+                }
+            }
+        }
+    }
+
+    async fn close(&self) {
+        let share = self.log.state().held.take();
+        let detached = share
+            .as_ref()
+            .is_some_and(|held| held.batched().is_some() && !held.mark.is_synced());
+        drop(share);
+        if detached {
+            // Under `Batched` the committer holds the log until its round;
+            // an open meanwhile asks for that round at once.
+            return;
+        }
+        let mut released = self.released.clone();
+        // The claim is released once the last share (a detached fsync,
+        // say) is gone; a closed channel means the same.
+        let _ = released.wait_for(|released| *released).await;
+    }
+}
+
+impl JsonlLog {
+    /// Force the log as a checkpoint does: by the store's committer under
+    /// [`Durability::Grouped`], else on the blocking pool.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a sync already started finishes detached, holding the
+    /// log until then.
+    async fn force(&self, held: Arc<Held>) -> Result<(), StoreError> {
         if let Some(group) = held.group() {
             let log = Arc::clone(&self.log);
             // Poisoned on the committer, whether or not this future is
@@ -380,15 +485,6 @@ impl SessionLog for JsonlLog {
                 .await;
         }
         self.sync(held, None).await
-    }
-
-    async fn close(&self) {
-        let share = self.log.state().held.take();
-        drop(share);
-        let mut released = self.released.clone();
-        // The claim is released once the last share (a detached fsync,
-        // say) is gone; a closed channel means the same.
-        let _ = released.wait_for(|released| *released).await;
     }
 }
 
@@ -532,6 +628,12 @@ pub(super) fn create_log(
     durability: Durability,
 ) -> Result<Published, StoreError> {
     let id = slot.id.clone();
+    // Under `Batched` the committer forces the new log (file, then
+    // directory) in its next round; no round runs until it is marked.
+    let shared = Arc::clone(&slot.shared);
+    let batched = shared.batched.as_ref();
+    let _creating = batched.map(WriteBehind::creating);
+    let inline = durability.syncs() && batched.is_none();
     let (temp, file) = create_temp(dir, &id)?;
     // Locked before it is visible under its real name, so no other writer
     // can slip in between publication and this handle.
@@ -539,7 +641,7 @@ pub(super) fn create_log(
     (&*file)
         .write_all(contents)
         .map_err(|source| io_error(&temp.path, source))?;
-    if durability.syncs() {
+    if inline {
         file.sync_all()
             .map_err(|source| io_error(&temp.path, source))?;
     }
@@ -557,17 +659,18 @@ pub(super) fn create_log(
             dir: dir.to_path_buf(),
             durability,
         },
-        held: Arc::new(Held { file, slot }),
+        held: Arc::new(Held::new(file, slot)),
         unsynced: false,
     };
     drop(temp);
-    if durability.syncs()
-        && let Err(err) = sync_dir(dir)
-    {
+    if inline && let Err(err) = sync_dir(dir) {
         // All or nothing: dropping `published` withdraws a log whose
         // publication may not last.
         drop(published);
         return Err(err);
+    }
+    if let Some(batched) = batched {
+        batched.created(&published.held, path);
     }
     Ok(published)
 }
@@ -583,7 +686,9 @@ pub(super) fn create_log(
 /// (a torn header), and the next create of the id replaces it. Under
 /// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`] the file and
 /// the directory are forced here; under [`Durability::Grouped`] the result
-/// is marked unsynced and [`Published::keep`] waits for the committer.
+/// is marked unsynced and [`Published::keep`] waits for the committer;
+/// under [`Durability::Batched`] the log is handed to the write-behind
+/// committer, which forces it (file, then directory) in its next round.
 pub(super) fn create_in_place(
     dir: &Path,
     slot: WriterSlot,
@@ -592,6 +697,10 @@ pub(super) fn create_in_place(
     durability: Durability,
 ) -> Result<Published, StoreError> {
     let id = slot.id.clone();
+    // See `create_log`: no round runs until this log is marked.
+    let shared = Arc::clone(&slot.shared);
+    let batched = shared.batched.as_ref();
+    let _creating = batched.map(WriteBehind::creating);
     let mut reclaimed = false;
     let file = loop {
         match OpenOptions::new()
@@ -633,7 +742,7 @@ pub(super) fn create_in_place(
             dir: dir.to_path_buf(),
             durability,
         },
-        held: Arc::new(Held { file, slot }),
+        held: Arc::new(Held::new(file, slot)),
         unsynced: durability == Durability::Grouped,
     };
     // On any failure below, dropping `published` withdraws the file.
@@ -649,6 +758,9 @@ pub(super) fn create_in_place(
             .sync_data()
             .map_err(|source| io_error(path, source))?;
         sync_dir(dir)?;
+    }
+    if let Some(batched) = batched {
+        batched.created(&published.held, path);
     }
     Ok(published)
 }
@@ -751,7 +863,7 @@ pub(super) fn open_log(
             events: parsed.events,
             torn_tail: parsed.torn_tail,
         },
-        held: Held { file, slot },
+        held: Held::new(file, slot),
         len,
     })
 }
@@ -771,16 +883,14 @@ mod tests {
             writers: Mutex::new(HashSet::new()),
             sweep_failures: Vec::new(),
             group: None,
+            batched: None,
         })
     }
 
     fn log_over(file: File, shared: &Arc<Shared>, path: &Path, len: u64) -> JsonlLog {
         let id = SessionId::new("a").unwrap();
         let slot = WriterSlot::claim(shared, &id).unwrap();
-        let held = Arc::new(Held {
-            file: LockedFile::try_new(file).unwrap(),
-            slot,
-        });
+        let held = Arc::new(Held::new(LockedFile::try_new(file).unwrap(), slot));
         JsonlLog::new(held, path.to_path_buf(), Durability::EveryEvent, 0, len)
     }
 

@@ -13,6 +13,7 @@
 //! never rewrite, reorder or drop a complete line, and never write to a log
 //! it does not hold the lock for.
 
+mod batched;
 mod group;
 mod handle;
 mod limits;
@@ -33,6 +34,7 @@ use dsh_core::{
     SessionStore, StoreError,
 };
 
+use batched::WriteBehind;
 pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
 use group::GroupCommit;
 pub use handle::JsonlLog;
@@ -67,6 +69,8 @@ struct Shared {
     sweep_failures: Vec<StoreError>,
     /// The committer, under [`Durability::Grouped`].
     group: Option<GroupCommit>,
+    /// The write-behind committer, under [`Durability::Batched`].
+    batched: Option<WriteBehind>,
 }
 
 impl Shared {
@@ -106,21 +110,27 @@ impl JsonlStore {
     /// agents then fit wherever the hard limit allows them.
     ///
     /// Under [`Durability::Grouped`] the store's committer lingers at most
-    /// [`DEFAULT_GROUP_WINDOW`]; [`JsonlStore::with_group_window`] sets
-    /// another window.
+    /// [`DEFAULT_GROUP_WINDOW`], and under [`Durability::Batched`] it forces
+    /// what was written at least once per [`DEFAULT_GROUP_WINDOW`];
+    /// [`JsonlStore::with_group_window`] sets another window.
     pub fn new(dir: impl Into<PathBuf>, durability: Durability) -> Result<Self, StoreError> {
         Self::with_group_window(dir, durability, DEFAULT_GROUP_WINDOW)
     }
 
     /// [`JsonlStore::new`], with the longest time a group-commit round
     /// under [`Durability::Grouped`] may linger for more logs after its
-    /// first request (ignored by the other modes). A round lingers only
-    /// while several logs are asking, and closes early once none arrives
-    /// for a moment; `Duration::ZERO` never lingers (rounds then batch only
-    /// what arrives while the previous sync runs).
+    /// first request, or, under [`Durability::Batched`], the longest a
+    /// write may wait for the round that forces it (ignored by the other
+    /// modes). A grouped round lingers only while several logs are asking,
+    /// and closes early once none arrives for a moment; `Duration::ZERO`
+    /// never lingers (rounds then batch only what arrives while the
+    /// previous sync runs). A batched round runs a window after the first
+    /// write it covers, or at once for a [`SessionLog::sync`] or
+    /// [`SessionStore::flush`].
     ///
     /// # Errors
-    /// As [`JsonlStore::new`].
+    /// As [`JsonlStore::new`]; under [`Durability::Batched`] also when the
+    /// committer thread cannot be started.
     pub fn with_group_window(
         dir: impl Into<PathBuf>,
         durability: Durability,
@@ -132,6 +142,10 @@ impl JsonlStore {
         let sweep_failures = sweep_temps(&dir)?;
         let group =
             (durability == Durability::Grouped).then(|| GroupCommit::new(dir.clone(), window));
+        let batched = match durability {
+            Durability::Batched => Some(WriteBehind::start(dir.clone(), window)?),
+            _ => None,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
@@ -139,13 +153,47 @@ impl JsonlStore {
                 durability,
                 writers: Mutex::new(HashSet::new()),
                 group,
+                batched,
             }),
         })
     }
 
-    /// The group-commit window, under [`Durability::Grouped`].
+    /// The group-commit window, under [`Durability::Grouped`] and
+    /// [`Durability::Batched`].
     pub fn group_window(&self) -> Option<Duration> {
-        self.shared.group.as_ref().map(GroupCommit::window)
+        (self.shared.group.as_ref().map(GroupCommit::window))
+            .or_else(|| self.shared.batched.as_ref().map(WriteBehind::window))
+    }
+
+    /// How many logs have writes that the store has not yet forced to
+    /// stable storage: under [`Durability::Batched`], those its committer
+    /// has yet to force (a cheap look at what is synced); 0 under the
+    /// other modes, whose unforced appends wait for a checkpoint.
+    pub fn unsynced(&self) -> usize {
+        self.shared
+            .batched
+            .as_ref()
+            .map_or(0, WriteBehind::unsynced)
+    }
+
+    /// Claim the writer slot of `id`. Under [`Durability::Batched`] a log
+    /// closed but not yet forced is still held by the committer: then ask
+    /// for its round at once, and claim again once it has run.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped claim holds nothing (the round it asked for
+    /// still runs).
+    async fn claim(&self, id: &SessionId) -> Option<WriterSlot> {
+        if let Some(slot) = WriterSlot::claim(&self.shared, id) {
+            return Some(slot);
+        }
+        let batched = self.shared.batched.as_ref()?;
+        // A failed round is reported by every later flush and to the log's
+        // holder; here it only means the log is not free.
+        if batched.flush().await.is_err() {
+            return None;
+        }
+        WriterSlot::claim(&self.shared, id)
     }
 
     /// The crash leftovers that opening this store found but could not
@@ -205,8 +253,10 @@ impl JsonlStore {
         T: Send + 'static,
         F: FnOnce(&Path, &SessionId, &Path, Durability) -> Result<T, StoreError> + Send + 'static,
     {
-        let slot =
-            WriterSlot::claim(&self.shared, id).ok_or_else(|| StoreError::Busy(id.clone()))?;
+        let slot = self
+            .claim(id)
+            .await
+            .ok_or_else(|| StoreError::Busy(id.clone()))?;
         let path = self.log_path(id);
         let dir = self.shared.dir.clone();
         let durability = self.shared.durability;
@@ -313,8 +363,10 @@ impl SessionStore for JsonlStore {
         &self,
         id: &SessionId,
     ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
-        let slot =
-            WriterSlot::claim(&self.shared, id).ok_or_else(|| StoreError::Busy(id.clone()))?;
+        let slot = self
+            .claim(id)
+            .await
+            .ok_or_else(|| StoreError::Busy(id.clone()))?;
         let path = self.log_path(id);
         let durability = self.shared.durability;
         let task_path = path.clone();
@@ -391,6 +443,22 @@ impl SessionStore for JsonlStore {
     async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
         let dir = self.shared.dir.clone();
         blocking(&self.shared.dir, move || list_logs(&dir)).await
+    }
+
+    /// Under [`Durability::Batched`], wait for the committer to force
+    /// everything written before the call; under the other modes nothing
+    /// is left to a background sync (appends between checkpoints under
+    /// [`Durability::TurnBoundary`] are forced by the log's
+    /// [`SessionLog::sync`]), so it returns at once.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped flush changes nothing; the round it asked
+    /// for still runs.
+    async fn flush(&self) -> Result<(), StoreError> {
+        match &self.shared.batched {
+            Some(batched) => batched.flush().await,
+            None => Ok(()),
+        }
     }
 
     /// # Cancel safety
