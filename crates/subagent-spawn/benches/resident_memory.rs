@@ -128,7 +128,7 @@ fn resident(
         if let Some(jsonl) = park_on {
             let log_bytes =
                 |id: &SessionId| std::fs::metadata(jsonl.log_path(id)).map_or(0, |meta| meta.len());
-            let load = async |id: &SessionId| jsonl.load(id).await.unwrap().events;
+            let load = |id: &SessionId| std::fs::read_to_string(jsonl.log_path(id)).unwrap();
             park(&subagents, &activations, before, children, log_bytes, load).await;
             return;
         }
@@ -148,7 +148,7 @@ async fn park(
     before: isize,
     children: usize,
     log_bytes: impl Fn(&SessionId) -> u64,
-    load: impl AsyncFn(&SessionId) -> Vec<dsh_core::SessionEvent>,
+    load: impl Fn(&SessionId) -> String,
 ) {
     for activation in activations {
         subagents
@@ -170,14 +170,25 @@ async fn park(
     }
     let per_child = (live_bytes() - before) as f64 / children as f64;
     let history = history as f64 / children as f64;
-    // The heap one child's history takes as loaded events, from a sample.
-    let sample: Vec<_> = activations.iter().take(100).collect();
+    // The heap one child's history takes as parsed events, from a sample.
+    // Read without awaiting, so that no other task of the runtime frees or
+    // allocates in between.
+    let texts: Vec<String> = activations
+        .iter()
+        .take(100)
+        .map(|activation| load(activation.child_id()))
+        .collect();
     let loaded_before = live_bytes();
-    let mut loaded = Vec::with_capacity(sample.len());
-    for activation in &sample {
-        loaded.push(load(activation.child_id()).await);
-    }
-    let history_heap = (live_bytes() - loaded_before) as f64 / sample.len() as f64;
+    let loaded: Vec<Vec<dsh_core::SessionEvent>> = texts
+        .iter()
+        .map(|text| {
+            text.lines()
+                .skip(1)
+                .map(|line| dsh_core::SessionEvent::from_json_line(line).unwrap())
+                .collect()
+        })
+        .collect();
+    let history_heap = (live_bytes() - loaded_before) as f64 / texts.len() as f64;
     drop(loaded);
     println!(
         "parked children (jsonl store): {children} resident idle children, {per_child:.0} bytes \
