@@ -126,10 +126,8 @@ fn resident(
         })
         .unwrap();
         if let Some(jsonl) = park_on {
-            let log_bytes =
-                |id: &SessionId| std::fs::metadata(jsonl.log_path(id)).map_or(0, |meta| meta.len());
-            let load = |id: &SessionId| std::fs::read_to_string(jsonl.log_path(id)).unwrap();
-            park(&subagents, &activations, before, children, log_bytes, load).await;
+            let read_log = |id: &SessionId| std::fs::read_to_string(jsonl.log_path(id)).unwrap();
+            park(&subagents, &activations, before, children, read_log).await;
             return;
         }
         gate.add_permits(children);
@@ -140,15 +138,15 @@ fn resident(
 }
 
 /// Interrupt every mid-turn child so that it stays resident and idle, then
-/// report the heap each parked child holds, history included; `log_bytes`
-/// tells the size of a child's history on disk.
+/// report the heap each parked child holds, history included; `read_log`
+/// reads a child's log, whose size and parsed heap a sample of children
+/// gives for the history.
 async fn park(
     subagents: &SubagentRuntime,
     activations: &[dsh_subagent::SubagentActivation],
     before: isize,
     children: usize,
-    log_bytes: impl Fn(&SessionId) -> u64,
-    load: impl Fn(&SessionId) -> String,
+    read_log: impl Fn(&SessionId) -> String,
 ) {
     for activation in activations {
         subagents
@@ -156,28 +154,26 @@ async fn park(
             .await
             .unwrap();
     }
-    let mut history = 0;
     for activation in activations {
         let agent = subagents
             .registry()
             .get(activation.child_id())
             .expect("an interrupted child stays resident");
         agent.wait_idle().await;
-        history += log_bytes(activation.child_id());
     }
     for _ in 0..100 {
         tokio::task::yield_now().await;
     }
     let per_child = (live_bytes() - before) as f64 / children as f64;
-    let history = history as f64 / children as f64;
     // The heap one child's history takes as parsed events, from a sample.
     // Read without awaiting, so that no other task of the runtime frees or
     // allocates in between.
     let texts: Vec<String> = activations
         .iter()
         .take(100)
-        .map(|activation| load(activation.child_id()))
+        .map(|activation| read_log(activation.child_id()))
         .collect();
+    let history = texts.iter().map(String::len).sum::<usize>() as f64 / texts.len() as f64;
     let loaded_before = live_bytes();
     let loaded: Vec<Vec<dsh_core::SessionEvent>> = texts
         .iter()
