@@ -7,7 +7,8 @@
 //! row at 10 (`step/history/10000` against `step/history/10`). Each agent's
 //! first turn, which projects the transcript from the log once per
 //! activation (a resume's cost, not a step's), is run before the clock
-//! starts.
+//! starts. The caller runs on a runtime worker ([`on_worker`]), as a
+//! parent's driver does.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -21,6 +22,7 @@ use dsh_core::{
     ModelEvent, ModelRequest, ModelStream, SessionEvent, SessionHeader, SessionId, UserMessage,
 };
 use dsh_harness::{Harness, MemoryStore};
+use dsh_test_support::bench::on_worker;
 use dsh_test_support::logs::conversation;
 use futures::StreamExt;
 
@@ -70,17 +72,20 @@ fn steps(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let harness = Harness::builder(Arc::new(MemoryStore::new()))
-        .model(Arc::new(Constant))
-        .build()
-        .unwrap();
+    let harness = Arc::new(
+        Harness::builder(Arc::new(MemoryStore::new()))
+            .model(Arc::new(Constant))
+            .build()
+            .unwrap(),
+    );
     let mut group = c.benchmark_group("step");
     group.throughput(Throughput::Elements(1));
     for prior in [10u64, 10_000] {
         let seed = conversation(prior);
         group.bench_with_input(BenchmarkId::new("history", prior), &seed, |b, seed| {
             b.iter_custom(|iters| {
-                runtime.block_on(async {
+                let (harness, seed) = (harness.clone(), seed.clone());
+                on_worker(&runtime, async move {
                     let mut spent = Duration::ZERO;
                     let mut done = 0;
                     while done < iters {

@@ -8,7 +8,9 @@
 //! against the parent log's length. Criterion reports children per second
 //! (elements/s). Every iteration gets a fresh store directory, and none is
 //! deleted before the bench ends: creating files soon after deleting many
-//! costs this ext4 ten times more, which would measure the allocator.
+//! costs this ext4 ten times more, which would measure the allocator. The
+//! parent's side runs on a runtime worker, as a parent's tool call does
+//! inside its driver task ([`on_worker`]).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -28,6 +30,7 @@ use dsh_subagent::{
 };
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::bench::on_worker;
 
 struct World {
     runtime: SubagentRuntime,
@@ -167,12 +170,13 @@ fn start_and_settle(c: &mut Criterion) {
                     &n,
                     |b, &n| {
                         b.iter_custom(|iters| {
-                            runtime.block_on(async {
+                            let root = root.path().to_path_buf();
+                            on_worker(&runtime, async move {
                                 let mut spent = Duration::ZERO;
                                 for _ in 0..iters {
                                     // A fresh parent each time: its catalog grows with every child.
                                     let world = world(
-                                        Backing::of(store, root.path()),
+                                        Backing::of(store, &root),
                                         Arc::new(SpawnProvider::new()),
                                     )
                                     .await;

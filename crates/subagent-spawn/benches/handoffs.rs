@@ -4,6 +4,8 @@
 //! one runtime, so a rate that falls with N shows per-child state the
 //! runtime keeps after a child is gone. Criterion reports children per
 //! second (elements/s); the aim is at most 25 µs a child, flat in N.
+//! The parent's side runs on a runtime worker, as a parent's tool call
+//! does inside its driver task ([`on_worker`]).
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -17,6 +19,7 @@ use dsh_core::{
 use dsh_harness::{Harness, MemoryStore, Scripted, ScriptedModel};
 use dsh_subagent::{ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime};
 use dsh_subagent_spawn::SpawnProvider;
+use dsh_test_support::bench::on_worker;
 
 fn handoffs(c: &mut Criterion) {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -30,7 +33,7 @@ fn handoffs(c: &mut Criterion) {
         group.throughput(Throughput::Elements(n));
         group.bench_with_input(BenchmarkId::new("memory/sequential", n), &n, |b, &n| {
             b.iter_custom(|iters| {
-                runtime.block_on(async {
+                on_worker(&runtime, async move {
                     let mut spent = Duration::ZERO;
                     for _ in 0..iters {
                         let store = Arc::new(MemoryStore::new());

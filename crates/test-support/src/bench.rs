@@ -80,6 +80,35 @@ pub fn record(measurement: &Measurement<'_>) -> std::io::Result<()> {
     Ok(())
 }
 
+/// Runs `work` to completion as a task on one of `runtime`'s workers and
+/// returns its output.
+///
+/// `Runtime::block_on` polls its future on the calling thread, which is
+/// not one of the runtime's workers, so every task that future spawns
+/// lands in the shared queue and must wake a parked worker, and every
+/// result must wake the calling thread back: two cross-thread wake-ups
+/// (a futex or an eventfd write each, tens of microseconds on this virtual
+/// machine) per hand-off. In the product, a parent's tool call runs inside
+/// its agent's driver task, on a worker, so a child's tasks are spawned
+/// from a worker. A bench that times a hand-off runs its body here so that
+/// it measures that path.
+///
+/// # Panics
+/// When `work` panics (the panic is resumed here).
+pub fn on_worker<F>(runtime: &tokio::runtime::Runtime, work: F) -> F::Output
+where
+    F: std::future::Future + Send + 'static,
+    F::Output: Send + 'static,
+{
+    match runtime.block_on(runtime.spawn(work)) {
+        Ok(output) => output,
+        Err(error) => match error.try_into_panic() {
+            Ok(panic) => std::panic::resume_unwind(panic),
+            Err(error) => panic!("bench task cancelled: {error}"),
+        },
+    }
+}
+
 /// The text of an assistant message in [`mixed_event`] (~200 bytes).
 pub const ASSISTANT_TEXT: &str = "I looked at the failing test: the parser treats a trailing comma as the \
 end of the list, so the last element is dropped. I will change the loop to check for the closing \
