@@ -19,7 +19,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use async_trait::async_trait;
 use dsh_core::message::Transcript;
-use dsh_core::projection::{PendingItem, Projection, TranscriptProjection, replay};
+use dsh_core::projection::{PendingItem, Projection, TranscriptProjection};
 use dsh_core::session::{
     AssistantEntry, InboxAccepted, InboxIds, StepStart, ToolResultEntry, TurnEnd, TurnStart,
     UserEntry, now_millis,
@@ -35,6 +35,7 @@ use futures::StreamExt;
 use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
+use crate::chunked::Chunked;
 use crate::finish::Finish;
 use crate::harness::{Composed, Shared};
 use crate::tools::ScopedTools;
@@ -50,8 +51,9 @@ pub(crate) struct Restored {
 }
 
 struct State {
-    /// The log: the one copy of it the agent keeps.
-    events: Vec<SessionEvent>,
+    /// The log: the one copy of it the agent keeps, in chunks so that a
+    /// write never copies the history.
+    events: Chunked<SessionEvent>,
     /// The model-visible conversation, projected from `events` when the
     /// first turn of this activation starts and from then on kept up to
     /// date by each write, so no step or turn replays the history; shared
@@ -180,7 +182,7 @@ impl LoopAgent {
             tools: composed.tools,
             system: composed.system,
             state: Mutex::new(State {
-                events: restored.events,
+                events: Chunked::from(restored.events),
                 transcript: None,
                 next_turn,
                 next_step,
@@ -488,7 +490,10 @@ impl LoopAgent {
             let turn = state.turns;
             state.turns += 1;
             if state.transcript.is_none() {
-                let transcript = replay(&TranscriptProjection, &self.header, &state.events);
+                let mut transcript = TranscriptProjection.init(&self.header);
+                for event in &state.events {
+                    TranscriptProjection.apply(&mut transcript, event);
+                }
                 state.transcript = Some(transcript);
             }
             (turn, state.claim(true))
@@ -792,8 +797,12 @@ fn is_conversation(payload: &EventPayload) -> bool {
 }
 
 /// The turn that was started and never ended, if any.
-pub(crate) fn open_turn(events: &[SessionEvent]) -> Option<u64> {
-    for event in events.iter().rev() {
+pub(crate) fn open_turn<'a, I>(events: I) -> Option<u64>
+where
+    I: IntoIterator<Item = &'a SessionEvent>,
+    I::IntoIter: DoubleEndedIterator,
+{
+    for event in events.into_iter().rev() {
         match &event.payload {
             EventPayload::TurnEnd(_) => return None,
             EventPayload::TurnStart(start) => return Some(start.turn),
@@ -987,20 +996,26 @@ impl Agent for LoopAgent {
     }
 
     fn events(&self) -> Vec<SessionEvent> {
-        self.state().events.clone()
+        self.state().events.to_vec()
     }
 
     fn completed_prefix(&self) -> Vec<SessionEvent> {
-        dsh_core::session::completed_turn_prefix(&self.state().events).to_vec()
+        // The same prefix as `completed_turn_prefix`, over the chunks.
+        let state = self.state();
+        let from_end = state
+            .events
+            .iter()
+            .rev()
+            .position(SessionEvent::is_turn_end);
+        match from_end {
+            Some(from_end) => state.events.prefix_to_vec(state.events.len() - from_end),
+            None => Vec::new(),
+        }
     }
 
     fn events_since(&self, from: u64) -> Vec<SessionEvent> {
         let from = usize::try_from(from).unwrap_or(usize::MAX);
-        self.state()
-            .events
-            .get(from..)
-            .map(<[_]>::to_vec)
-            .unwrap_or_default()
+        self.state().events.iter_from(from).cloned().collect()
     }
 
     async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError> {

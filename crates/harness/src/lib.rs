@@ -1,6 +1,7 @@
 #![doc = include_str!("../README.md")]
 
 pub mod agent;
+mod chunked;
 mod finish;
 pub mod harness;
 pub mod prompt;

@@ -1,6 +1,7 @@
 //! The in-memory session store: the [`SessionStore`] contract without a disk,
-//! for tests, benchmarks and ephemeral hosts. Each log is a header and a
-//! vector of events behind one shared mutex; it never touches the file system
+//! for tests, benchmarks and ephemeral hosts. Each log is a header and its
+//! events (in chunks, so an append never copies the log) behind one shared
+//! mutex; it never touches the file system
 //! and never hands out a second writer for a log.
 
 use std::collections::BTreeMap;
@@ -13,12 +14,13 @@ use dsh_core::{
 };
 
 use super::check_contiguous;
+use crate::chunked::Chunked;
 
 /// One log held in memory.
 #[derive(Debug)]
 struct Entry {
     header: SessionHeader,
-    events: Vec<SessionEvent>,
+    events: Chunked<SessionEvent>,
     /// Whether a [`MemoryLog`] currently holds the log.
     writer: bool,
 }
@@ -131,7 +133,7 @@ impl SessionStore for MemoryStore {
             id.clone(),
             Entry {
                 header: header.clone(),
-                events: seed.to_vec(),
+                events: Chunked::from(seed.to_vec()),
                 writer: true,
             },
         );
@@ -152,7 +154,7 @@ impl SessionStore for MemoryStore {
         entry.writer = true;
         let loaded = LoadedSession {
             header: entry.header.clone(),
-            events: entry.events.clone(),
+            events: entry.events.to_vec(),
             torn_tail: None,
         };
         let log = MemoryLog::new(id.clone(), Arc::clone(&self.logs));
@@ -166,7 +168,7 @@ impl SessionStore for MemoryStore {
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
         Ok(LoadedSession {
             header: entry.header.clone(),
-            events: entry.events.clone(),
+            events: entry.events.to_vec(),
             torn_tail: None,
         })
     }
