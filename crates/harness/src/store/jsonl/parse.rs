@@ -262,11 +262,15 @@ struct ChunkOutcome {
     failure: Option<String>,
 }
 
-/// Parse one run of `\n`-separated lines, stopping at the first bad one.
-/// Seqs are checked by the caller, which knows where the run starts.
-fn parse_chunk(chunk: &[u8]) -> ChunkOutcome {
-    let lines = memchr::memchr_iter(b'\n', chunk).count() + 1;
-    let mut events = Vec::with_capacity(lines);
+/// How many lines `chunk` (`\n`-separated, the last without its `\n`) holds.
+fn line_count(chunk: &[u8]) -> usize {
+    memchr::memchr_iter(b'\n', chunk).count() + 1
+}
+
+/// Parse one run of `\n`-separated lines onto the end of `events`, stopping
+/// at the first bad one, whose problem it returns. Seqs are checked by the
+/// caller, which knows where the run starts.
+fn parse_chunk(chunk: &[u8], events: &mut Vec<SessionEvent>) -> Option<String> {
     let (text, mut failure) = match std::str::from_utf8(chunk) {
         Ok(text) => (Some(text), None),
         Err(err) => {
@@ -288,6 +292,18 @@ fn parse_chunk(chunk: &[u8]) -> ChunkOutcome {
             }
         }
     }
+    failure
+}
+
+/// Parse one run of lines into a vector of its own, first telling
+/// `counted` how many lines it holds.
+fn parse_counted(chunk: &[u8], counted: &std::sync::mpsc::Sender<usize>) -> ChunkOutcome {
+    let lines = line_count(chunk);
+    // The head stops waiting when every sender is gone, so a closed
+    // channel costs nothing but its capacity hint.
+    counted.send(lines).ok();
+    let mut events = Vec::with_capacity(lines);
+    let failure = parse_chunk(chunk, &mut events);
     ChunkOutcome { events, failure }
 }
 
@@ -315,35 +331,60 @@ fn parse_events(
 ) -> Result<Vec<SessionEvent>, StoreError> {
     let chunks = split_lines(region, threads);
     let outcomes = match chunks.as_slice() {
-        [only] => vec![parse_chunk(only)],
+        [only] => {
+            let mut events = Vec::with_capacity(line_count(only) + 1);
+            let failure = parse_chunk(only, &mut events);
+            vec![ChunkOutcome { events, failure }]
+        }
         [head, rest @ ..] => std::thread::scope(|scope| {
+            let (counted, counts) = std::sync::mpsc::channel();
             let pending: Vec<_> = rest
                 .iter()
                 .map(|&chunk| {
+                    let counted = counted.clone();
                     let spawned = std::thread::Builder::new()
                         .name("dsh-store-parse".into())
-                        .spawn_scoped(scope, move || parse_chunk(chunk));
+                        .spawn_scoped(scope, move || parse_counted(chunk, &counted));
                     (chunk, spawned.ok())
                 })
                 .collect();
+            drop(counted);
+            // The head's vector becomes the log's, so it is sized for every
+            // line at once: the other runs are moved onto its end once, and
+            // nothing is copied to grow it. Each run counts its own lines
+            // (the counting is as parallel as the parse).
+            let mut lines = line_count(head);
+            for (chunk, spawned) in &pending {
+                if spawned.is_none() {
+                    lines += line_count(chunk);
+                }
+            }
+            let spawned = pending.iter().filter(|(_, spawned)| spawned.is_some());
+            lines += counts.iter().take(spawned.count()).sum::<usize>();
+            // One more for a last line without its `\n`, which the caller adds.
+            let mut events = Vec::with_capacity(lines + 1);
+            let failure = parse_chunk(head, &mut events);
             let mut outcomes = Vec::with_capacity(chunks.len());
-            outcomes.push(parse_chunk(head));
+            outcomes.push(ChunkOutcome { events, failure });
             for (chunk, handle) in pending {
                 outcomes.push(match handle {
                     Some(handle) => handle
                         .join()
                         .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
                     // No thread to spare: parse it here.
-                    None => parse_chunk(chunk),
+                    None => {
+                        let mut events = Vec::new();
+                        let failure = parse_chunk(chunk, &mut events);
+                        ChunkOutcome { events, failure }
+                    }
                 });
             }
             outcomes
         }),
         [] => Vec::new(),
     };
-    let total: usize = outcomes.iter().map(|outcome| outcome.events.len()).sum();
     let mut events: Vec<SessionEvent> = Vec::new();
-    for mut outcome in outcomes {
+    for (run, mut outcome) in outcomes.into_iter().enumerate() {
         for (index, event) in (events.len() as u64..).zip(&outcome.events) {
             // Line 1 is the header.
             check_seq(path, index + 2, index, event)?;
@@ -352,9 +393,9 @@ fn parse_events(
             let line = (events.len() + outcome.events.len()) as u64 + 2;
             return Err(corrupt(path, line, message));
         }
-        if events.is_empty() {
+        if run == 0 {
+            // The head's, sized for them all.
             events = outcome.events;
-            events.reserve(total - events.len());
         } else {
             events.append(&mut outcome.events);
         }
@@ -429,6 +470,18 @@ mod tests {
         for threads in 2..6 {
             let many = parse_events(Path::new("log.jsonl"), text.as_bytes(), threads).unwrap();
             assert_eq!(many, one, "{threads}");
+        }
+    }
+
+    /// The head's vector is the log's, sized once for every line (and a
+    /// last one without its `\n`): no run is copied to grow it.
+    #[test]
+    fn the_events_are_allocated_once_for_the_whole_log() {
+        let text = region(25);
+        for threads in 1..7 {
+            let events = parse_events(Path::new("log.jsonl"), text.as_bytes(), threads).unwrap();
+            assert_eq!(events.len(), 25);
+            assert_eq!(events.capacity(), 26, "{threads} threads");
         }
     }
 
