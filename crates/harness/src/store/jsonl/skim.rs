@@ -24,6 +24,7 @@ use serde_json::value::RawValue;
 
 use super::parse::{PARALLEL_PARSE_BYTES, parse_header, parse_log, parse_threads, split_lines};
 use super::written_header::written_header;
+use dsh_core::written::{number, string};
 
 /// Read the logs of `ids` in the store directory `dir`, keeping each one's
 /// header and its extension events of the types in `kinds`, in the order
@@ -265,6 +266,13 @@ fn skim(
 fn skim_run(first: u64, run: &str, wanted: &[&str]) -> Option<Vec<SessionEvent>> {
     let mut events = Vec::new();
     for (index, line) in (first..).zip(run.split('\n')) {
+        if let Some((seq, event)) = skim_written(line, wanted) {
+            if seq != index {
+                return None;
+            }
+            events.extend(event);
+            continue;
+        }
         let mut deserializer = serde_json::Deserializer::from_str(line);
         let skimmed = SkimLine { wanted }
             .deserialize(&mut deserializer)
@@ -278,6 +286,34 @@ fn skim_run(first: u64, run: &str, wanted: &[&str]) -> Option<Vec<SessionEvent>>
         }
     }
     Some(events)
+}
+
+/// The fast path of a skimmed line, for one exactly as the store writes it
+/// (`{"seq":N,"time":N,"type":"..","payload":..}`, no whitespace, numbers
+/// in their shortest form, a type without escapes): the envelope is read
+/// by hand and only the payload goes through serde, built when its type is
+/// wanted and otherwise only checked to be JSON. `None` for any other line
+/// (another key order, a repeated key, a payload that is not JSON), which
+/// [`SkimLine`] then reads or refuses, so both accept the same lines.
+fn skim_written(line: &str, wanted: &[&str]) -> Option<(u64, Option<SessionEvent>)> {
+    let (seq, rest) = number(line.strip_prefix(r#"{"seq":"#)?)?;
+    let (time, rest) = number(rest.strip_prefix(r#","time":"#)?)?;
+    let (kind, rest) = string(rest.strip_prefix(r#","type":""#)?)?;
+    let payload = rest.strip_prefix(r#","payload":"#)?.strip_suffix('}')?;
+    if !wanted.contains(&kind) {
+        serde_json::from_str::<&RawValue>(payload).ok()?;
+        return Some((seq, None));
+    }
+    let payload = serde_json::from_str(payload).ok()?;
+    let event = SessionEvent {
+        seq,
+        time,
+        payload: EventPayload::Extension {
+            kind: kind.to_owned(),
+            payload,
+        },
+    };
+    Some((seq, Some(event)))
 }
 
 /// One event line read in one pass: its seq and time, its type, and its
@@ -565,5 +601,44 @@ mod tests {
         assert_eq!(read(unwanted).unwrap(), (4, None));
         assert!(read(r#"{"seq":4,"seq":5,"time":9,"type":"x","payload":{}}"#).is_err());
         assert!(read(r#"{"seq":4,"type":"x","payload":{}}"#).is_err());
+    }
+
+    /// The hand-read envelope accepts exactly what [`SkimLine`] does, with
+    /// the same result; anything unusual is left to it.
+    #[test]
+    fn the_written_line_path_agrees_with_the_general_one() {
+        let wanted = ["subagent/child"];
+        let general = |line: &str| {
+            let mut deserializer = serde_json::Deserializer::from_str(line);
+            SkimLine { wanted: &wanted }
+                .deserialize(&mut deserializer)
+                .and_then(|skimmed| deserializer.end().map(|()| skimmed))
+                .ok()
+                .map(|skimmed| (skimmed.seq, skimmed.event))
+        };
+        let taken = [
+            r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":[1,{"b":"}"}]}}"#,
+            r#"{"seq":0,"time":0,"type":"turn/start","payload":{"turn":"not built"}}"#,
+            r#"{"seq":18446744073709551615,"time":1,"type":"x","payload":null}"#,
+            // Whitespace inside the payload is the payload's own.
+            r#"{"seq":4,"time":9,"type":"x","payload":{} }"#,
+        ];
+        for line in taken {
+            let fast = skim_written(line, &wanted);
+            assert!(fast.is_some(), "{line}");
+            assert_eq!(fast, general(line), "{line}");
+        }
+        let left = [
+            r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":1},"seq":5}"#,
+            r#"{"seq":4,"time":9,"type":"subagent\/child","payload":{"a":1}}"#,
+            r#"{"seq":04,"time":9,"type":"x","payload":{}}"#,
+            r#"{"seq":4,"time":9,"type":"x","payload":{"a":}}"#,
+            r#"{"seq":4,"time":9,"type":"x","payload":}"#,
+            r#"{"time":9,"seq":4,"type":"x","payload":{}}"#,
+            r#"{"seq":18446744073709551616,"time":1,"type":"x","payload":{}}"#,
+        ];
+        for line in left {
+            assert_eq!(skim_written(line, &wanted), None, "{line}");
+        }
     }
 }

@@ -10,6 +10,7 @@
 //! header per child; this path costs a fraction of the general one.
 
 use dsh_core::session::FORMAT_VERSION;
+use dsh_core::written::{number, string};
 use dsh_core::{Composition, SessionHeader, SessionId};
 
 /// The header of `id`'s log when `line` (without its `\n`) is exactly in
@@ -66,34 +67,6 @@ pub(super) fn written_header(id: &SessionId, line: &[u8]) -> Option<SessionHeade
         composition,
         extensions: serde_json::Map::new(),
     })
-}
-
-/// A JSON unsigned integer at the start of `text` in its only valid form
-/// (no sign, no leading zero, no fraction or exponent) that fits a `u64`,
-/// and the text after it.
-fn number(text: &str) -> Option<(u64, &str)> {
-    let digits = text
-        .bytes()
-        .position(|byte| !byte.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, rest) = text.split_at(digits);
-    let leading_zero = number.len() > 1 && number.starts_with('0');
-    if number.is_empty() || leading_zero || rest.starts_with(['.', 'e', 'E']) {
-        return None;
-    }
-    // `parse` refuses a value past `u64::MAX`.
-    Some((number.parse().ok()?, rest))
-}
-
-/// The text of a JSON string whose opening quote was consumed, up to its
-/// closing quote, and the text after that quote; `None` when it holds an
-/// escape or a control character (the general parser reads those).
-fn string(text: &str) -> Option<(&str, &str)> {
-    let end = text
-        .bytes()
-        .position(|byte| byte == b'"' || byte == b'\\' || byte < 0x20)?;
-    let (value, rest) = text.split_at(end);
-    Some((value, rest.strip_prefix('"')?))
 }
 
 #[cfg(test)]
