@@ -125,17 +125,29 @@ const READ_CHUNK: usize = 8 << 10;
 
 /// Read the whole of `file` into the front of `buffer` and return how many
 /// bytes it holds. The buffer's length is its zeroed capacity: it grows
-/// (doubling) when a file fills it, and is never zeroed again. A read that
+/// when a file fills it (to the file's size, else doubling), and is never
+/// zeroed again. A read that
 /// leaves room in the buffer and ends a line is taken as the end of the
 /// file (a regular file reads short only at its end), which saves the
 /// `read` that would return 0; one that ends mid-line is confirmed by
 /// reading on, so a short read is never mistaken for a torn last line.
 fn read_plain(mut file: File, buffer: &mut Vec<u8>) -> io::Result<usize> {
     let mut filled = 0;
+    let mut sized = false;
     loop {
         if filled == buffer.len() {
-            let grow = buffer.len().max(READ_CHUNK);
-            buffer.resize(buffer.len() + grow, 0);
+            let mut size = buffer.len() + buffer.len().max(READ_CHUNK);
+            // A log that fills the buffer is a large one: one `fstat` (no
+            // path lookup) sizes the buffer for all of it at once instead of
+            // doubling and copying; the next read then meets the end.
+            if filled > 0 && !sized {
+                sized = true;
+                if let Ok(meta) = file.metadata() {
+                    let whole = usize::try_from(meta.len()).unwrap_or(0).saturating_add(1);
+                    size = size.max(whole);
+                }
+            }
+            buffer.resize(size, 0);
         }
         match file.read(&mut buffer[filled..]) {
             Ok(0) => return Ok(filled),
