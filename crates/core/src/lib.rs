@@ -16,6 +16,7 @@ pub mod session;
 pub mod stop;
 pub mod store;
 pub mod tool;
+pub mod written;
 
 pub use agent::{
     Agent, AgentError, AgentFactory, AgentHandle, AgentRef, AgentSetup, AgentStatus, CancelCause,

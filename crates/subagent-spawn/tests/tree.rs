@@ -716,3 +716,65 @@ async fn a_message_to_a_cold_child_of_the_live_root_reads_nothing_of_it_but_its_
     assert_eq!(loads(&world), BTreeMap::new());
     assert_eq!(opens(&world), children.len() as u64);
 }
+
+/// A cold log for `id` under `parent` whose catalog lists `children`, each
+/// a continuable child named after its id.
+async fn cold_log(world: &World, id: &str, parent: Option<&str>, children: &[String]) {
+    let mut header = SessionHeader::new(sid(id), world.project());
+    header.parent_session = parent.map(sid);
+    let seed: Vec<dsh_core::SessionEvent> = (0_u64..)
+        .zip(children)
+        .map(|(seq, child)| dsh_core::SessionEvent {
+            seq,
+            time: 1,
+            payload: dsh_core::EventPayload::Extension {
+                kind: CATALOG_EVENT.into(),
+                payload: catalog_payload(&entry(child, Some(child), ChildMode::CONTINUABLE)).into(),
+            },
+        })
+        .collect();
+    drop(world.jsonl().create(&header, &seed).await.unwrap());
+}
+
+// B34: a cold level wider than a read-ahead batch, with a child listed
+// twice: first under an earlier sibling (so it is visited out of its
+// parent's catalog order) and again under the root, where it is skipped.
+#[tokio::test]
+async fn a_wide_cold_level_lists_in_pre_order_and_reads_each_catalog_once() {
+    let model = models::holding(&Arc::new(Semaphore::new(0)));
+    let world = world(&model).await;
+    let ids: Vec<String> = (0..600).map(|n| format!("w{n:03}")).collect();
+    cold_log(&world, "wide-root", None, &ids).await;
+    for id in &ids {
+        let children = match id.as_str() {
+            // Lists a child of the root from a later batch, and one of its own.
+            "w001" => vec!["w500".to_owned(), "w001-own".to_owned()],
+            _ => Vec::new(),
+        };
+        cold_log(&world, id, Some("wide-root"), &children).await;
+    }
+    cold_log(&world, "w001-own", Some("w001"), &[]).await;
+
+    world.store.reset_calls();
+    let rows = list(&world, "wide-root").await.unwrap();
+    let listed: Vec<(u32, &str)> = rows
+        .iter()
+        .map(|row| (row.depth, row.entry.child_id.as_str()))
+        .collect();
+    let mut expected: Vec<(u32, &str)> =
+        vec![(1, "w000"), (1, "w001"), (2, "w500"), (2, "w001-own")];
+    expected.extend(
+        ids.iter()
+            .skip(2)
+            .filter(|id| id.as_str() != "w500")
+            .map(|id| (1, id.as_str())),
+    );
+    assert_eq!(listed, expected);
+    assert!(rows.iter().all(|row| row.diagnostic.is_none()));
+    assert_eq!(rows[1].path.as_deref(), Some("w001"));
+    assert_eq!(rows[2].path.as_deref(), Some("w001/w500"));
+    assert!(rows[1].has_children && !rows[2].has_children);
+    let read = loads(&world);
+    assert_eq!(read.len(), 602, "the root, its children and w001-own");
+    assert!(read.values().all(|&count| count == 1), "{read:?}");
+}

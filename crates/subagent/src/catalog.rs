@@ -275,6 +275,8 @@ fn read_event(header: &SessionHeader, event: &SessionEvent) -> Result<Read, Suba
             .parse::<UsageRecord>()
             .map(Read::Usage)
             .map_err(corrupt)
+    } else if let Some(entry) = crate::list_entry::written_entry(payload.get()) {
+        Ok(Read::Entry(entry))
     } else {
         payload
             .parse::<CatalogEntry>()

@@ -7,13 +7,16 @@
 //! Resolution grants no authority; whoever acts on a resolved id checks it.
 
 use crate::DeliveryError;
-use std::collections::{HashMap, HashSet};
+use std::collections::hash_map::Entry;
+use std::collections::{HashMap, VecDeque};
 
 use foldhash::fast::RandomState;
 use std::sync::Arc;
 
+use dsh_core::KindEvents;
 use dsh_core::{Agent, AgentStatus, CancellationToken, SessionId, StoreError};
 use futures::StreamExt as _;
+use futures::stream::BoxStream;
 use serde::Serialize;
 
 use crate::catalog::{CATALOG_KINDS, Catalog, CatalogEntry, ChildMode, fold_catalog};
@@ -169,10 +172,21 @@ struct Pending {
     entry: CatalogEntry,
     parent_id: SessionId,
     depth: u32,
-    /// The parent's path (`""` for the root), `None` when a level is unnamed.
-    parent_path: Option<String>,
+    /// The parent's path (`""` for the root), `None` when a level is
+    /// unnamed; shared by its siblings.
+    parent_path: Option<Arc<str>>,
     /// What the parent's catalog recorded of the child's usage.
     usage: crate::budget::ChildUsage,
+}
+
+/// What a listing knows of a child id it has met.
+#[derive(Clone, Copy)]
+enum Claim {
+    /// Listed already (or the listed root): met again, it is skipped.
+    Listed,
+    /// Its catalog is being read ahead by this reader (an index into the
+    /// walk's readers), whichever parent's catalog it is visited under.
+    Ahead(usize),
 }
 
 impl SubagentRuntime {
@@ -369,17 +383,15 @@ impl SubagentRuntime {
             .map_err(|unreadable| unreadable.error)?;
         // Sized for the root's children; deeper levels grow them.
         let width = catalog.entries().len();
-        // Listing-local sets of ids, hashed with a fast seeded hasher.
-        let mut seen: HashSet<SessionId, RandomState> =
-            HashSet::with_capacity_and_hasher(width + 1, RandomState::default());
-        seen.insert(root.clone());
+        // The ids met so far, hashed with a fast seeded hasher: one lookup
+        // when a child is read ahead, one when it is visited.
+        let mut met: Met = HashMap::with_capacity_and_hasher(width + 1, RandomState::default());
+        met.insert(root.clone(), Claim::Listed);
         let mut rows = Vec::with_capacity(width);
         let mut stack: Vec<Pending> = Vec::with_capacity(width);
-        let mut prefetched: Prefetched =
-            HashMap::with_capacity_and_hasher(width, RandomState::default());
-        self.prefetch(&catalog, &seen, &mut prefetched, cancel)
-            .await?;
-        push_children(&mut stack, catalog, root, 1, Some(String::new()));
+        let mut readers: Vec<ReadAhead<'_>> = Vec::new();
+        self.read_ahead(&catalog, &mut met, &mut readers, cancel)?;
+        push_children(&mut stack, catalog, root, 1, Some(Arc::from("")));
         while let Some(Pending {
             entry,
             parent_id,
@@ -388,30 +400,43 @@ impl SubagentRuntime {
             usage,
         }) = stack.pop()
         {
-            if !seen.insert(entry.child_id.clone()) {
-                continue;
-            }
+            let reader = match met.entry(entry.child_id.clone()) {
+                Entry::Occupied(mut claim) => match *claim.get() {
+                    Claim::Listed => continue,
+                    Claim::Ahead(at) => {
+                        claim.insert(Claim::Listed);
+                        Some(at)
+                    }
+                },
+                Entry::Vacant(claim) => {
+                    claim.insert(Claim::Listed);
+                    None
+                }
+            };
             let path = join_path(parent_path.as_deref(), entry.name.as_deref());
             let kind = traversal(&entry.mode);
             let mut has_children = false;
             let mut diagnostic =
                 (kind == Traversal::Unsupported).then_some(RowDiagnostic::Unsupported);
             if kind != Traversal::Leaf {
-                let read = match prefetched.remove(&entry.child_id) {
+                let ahead = match reader.and_then(|at| readers.get_mut(at)) {
+                    Some(ahead) => ahead.take(&entry.child_id, cancel).await?,
+                    None => None,
+                };
+                let read = match ahead {
                     Some(read) => read,
                     None => self.observe_catalog(&entry.child_id, cancel).await?,
                 };
                 match read {
                     Ok(catalog) => {
                         has_children = !catalog.is_empty();
-                        self.prefetch(&catalog, &seen, &mut prefetched, cancel)
-                            .await?;
+                        self.read_ahead(&catalog, &mut met, &mut readers, cancel)?;
                         push_children(
                             &mut stack,
                             catalog,
                             &entry.child_id,
                             depth.saturating_add(1),
-                            path.clone(),
+                            path.as_deref().map(Arc::from),
                         );
                     }
                     Err(unreadable) => {
@@ -448,93 +473,155 @@ impl SubagentRuntime {
     }
 }
 
-/// Catalogs read ahead of a listing's walk, by child.
-type Prefetched = HashMap<SessionId, Result<Catalog, Unreadable>, RandomState>;
-
 /// How many cold child logs a listing reads per batch.
 const LIST_BATCH: usize = 256;
 
-impl SubagentRuntime {
-    /// Read the catalogs of `catalog`'s traversable children ahead of the
-    /// pre-order walk that consumes them, the cold ones in batches of
-    /// [`LIST_BATCH`] through `SessionStore::load_kind_many` (catalog events
-    /// only: message content is not parsed); the walk's output
-    /// order does not depend on it, and each catalog is still read once.
-    async fn prefetch(
-        &self,
-        catalog: &Catalog,
-        seen: &HashSet<SessionId, RandomState>,
-        prefetched: &mut Prefetched,
+/// A batch of cold children as the store returned it.
+type Batch = (Vec<SessionId>, Vec<Result<KindEvents, StoreError>>);
+
+/// The ids a listing has met, and how.
+type Met = HashMap<SessionId, Claim, RandomState>;
+
+/// Catalogs by child.
+type Reads = HashMap<SessionId, Result<Catalog, Unreadable>, RandomState>;
+
+/// The catalogs of one node's traversable children, read ahead of the walk
+/// and handed to it in catalog order, the order the pre-order walk visits
+/// them in: live children's catalogs were folded when it was made, cold
+/// ones are read in batches of [`LIST_BATCH`] through
+/// `SessionStore::load_kind_many` (catalog events only), a few batches in
+/// flight while the walk goes on with what has arrived.
+struct ReadAhead<'a> {
+    /// Live children, folded from their agents.
+    live: Reads,
+    /// Cold children read and folded, in catalog order, not yet visited.
+    arrived: VecDeque<(SessionId, Result<Catalog, Unreadable>)>,
+    /// Cold children read and passed over to reach one visited out of
+    /// order (under another parent that lists it too); empty otherwise.
+    passed: Reads,
+    /// The batches still to arrive; `None` once they all have.
+    batches: Option<BoxStream<'a, Batch>>,
+}
+
+impl ReadAhead<'_> {
+    /// The catalog read ahead for `child`: `None` when it was not read
+    /// here. The walk usually asks for the next one in catalog order;
+    /// reads passed over to reach a child asked for out of order are kept
+    /// until their own turn.
+    async fn take(
+        &mut self,
+        child: &SessionId,
         cancel: &CancellationToken,
-    ) -> Result<(), SubagentError> {
-        // A catalog lists each child once (its fold skips repeated ids).
-        let ids: Vec<SessionId> = catalog
-            .entries()
-            .iter()
-            .filter(|entry| {
-                traversal(&entry.mode) != Traversal::Leaf
-                    && !seen.contains(&entry.child_id)
-                    && !prefetched.contains_key(&entry.child_id)
-            })
-            .map(|entry| entry.child_id.clone())
-            .collect();
-        if ids.len() < 2 {
-            return Ok(());
+    ) -> Result<Option<Result<Catalog, Unreadable>>, SubagentError> {
+        for kept in [&mut self.live, &mut self.passed] {
+            if !kept.is_empty()
+                && let Some(read) = kept.remove(child)
+            {
+                return Ok(Some(read));
+            }
         }
-        if cancel.is_cancelled() {
-            return Err(SubagentError::Cancelled);
-        }
-        // Live children are folded from their agents; the cold ones are read
-        // in batches from the store.
-        let mut cold = Vec::new();
-        for id in ids {
-            match self.registry().get(&id) {
-                Some(agent) => {
-                    let read = self
-                        .with_live_catalog(&agent, |fold| fold.catalog().clone())
-                        .map_err(Unreadable::fold);
-                    prefetched.insert(id, read);
+        loop {
+            while let Some((id, read)) = self.arrived.pop_front() {
+                if id == *child {
+                    return Ok(Some(read));
                 }
-                None => cold.push(id),
+                self.passed.insert(id, read);
             }
-        }
-        // Batches are read a few at a time (each one blocking trip) and
-        // folded as they arrive, in order; at most `read_ahead` batches of
-        // logs are held in memory at once.
-        let read_ahead = std::thread::available_parallelism().map_or(2, |n| n.get().clamp(2, 8));
-        let store = &self.inner.store;
-        // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
-        // makes this future impossible to prove `Send` (higher-ranked
-        // closure lifetimes), and tools run it inside `Send` futures.
-        let mut chunks: Vec<Vec<SessionId>> = Vec::with_capacity(cold.len().div_ceil(LIST_BATCH));
-        let mut cold = cold.into_iter();
-        loop {
-            let chunk: Vec<SessionId> = cold.by_ref().take(LIST_BATCH).collect();
-            if chunk.is_empty() {
-                break;
-            }
-            chunks.push(chunk);
-        }
-        let mut batches = futures::stream::iter(chunks)
-            .map(|chunk| async move {
-                let loaded = store.load_kind_many(&chunk, CATALOG_KINDS).await;
-                (chunk, loaded)
-            })
-            .buffered(read_ahead);
-        loop {
+            let Some(batches) = &mut self.batches else {
+                return Ok(None);
+            };
             let next = tokio::select! {
                 biased;
                 () = cancel.cancelled() => return Err(SubagentError::Cancelled),
                 next = batches.next() => next,
             };
-            let Some((chunk, loaded)) = next else { break };
-            for (id, loaded) in chunk.into_iter().zip(loaded) {
-                let read = loaded.map_err(Unreadable::store).and_then(|log| {
-                    fold_catalog(&log.header, &log.events).map_err(Unreadable::fold)
-                });
-                prefetched.insert(id, read);
+            let Some((chunk, loaded)) = next else {
+                self.batches = None;
+                return Ok(None);
+            };
+            self.arrived
+                .extend(chunk.into_iter().zip(loaded).map(|(id, loaded)| {
+                    let read = loaded.map_err(Unreadable::store).and_then(|log| {
+                        fold_catalog(&log.header, &log.events).map_err(Unreadable::fold)
+                    });
+                    (id, read)
+                }));
+        }
+    }
+}
+
+impl SubagentRuntime {
+    /// Start reading the catalogs of `catalog`'s traversable children that
+    /// the listing has not met yet, when there are two or more (a lone one
+    /// is read when visited), and claim them for the new reader in `met`.
+    /// The walk's output order does not depend on it, and each catalog is
+    /// still read once.
+    fn read_ahead<'a>(
+        &'a self,
+        catalog: &Catalog,
+        met: &mut Met,
+        readers: &mut Vec<ReadAhead<'a>>,
+        cancel: &CancellationToken,
+    ) -> Result<(), SubagentError> {
+        let at = readers.len();
+        // A catalog lists each child once (its fold skips repeated ids).
+        let mut wanted: Vec<SessionId> = Vec::new();
+        for entry in catalog.entries() {
+            if traversal(&entry.mode) != Traversal::Leaf
+                && let Entry::Vacant(claim) = met.entry(entry.child_id.clone())
+            {
+                claim.insert(Claim::Ahead(at));
+                wanted.push(entry.child_id.clone());
             }
         }
+        if let [lone] = wanted.as_slice() {
+            met.remove(lone);
+        }
+        if wanted.len() < 2 {
+            return Ok(());
+        }
+        if cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        // Live children are folded from their agents; the cold ones are
+        // read in batches from the store.
+        let mut live = HashMap::with_hasher(RandomState::default());
+        let mut chunks: Vec<Vec<SessionId>> = Vec::new();
+        for id in wanted {
+            match self.registry().get(&id) {
+                Some(agent) => {
+                    let read = self
+                        .with_live_catalog(&agent, |fold| fold.catalog().clone())
+                        .map_err(Unreadable::fold);
+                    live.insert(id, read);
+                }
+                None => match chunks.last_mut() {
+                    Some(chunk) if chunk.len() < LIST_BATCH => chunk.push(id),
+                    _ => chunks.push(vec![id]),
+                },
+            }
+        }
+        // One batch more in flight than the machine has cores, so that no
+        // reader waits for the walk to ask for its next batch; at most
+        // `in_flight` batches of logs are held in memory at once.
+        let in_flight = std::thread::available_parallelism().map_or(3, |n| n.get().clamp(2, 8) + 1);
+        let store = &self.inner.store;
+        // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
+        // makes this future impossible to prove `Send` (higher-ranked
+        // closure lifetimes), and tools run it inside `Send` futures.
+        let batches = futures::stream::iter(chunks)
+            .map(move |chunk| async move {
+                let loaded = store.load_kind_many(&chunk, CATALOG_KINDS).await;
+                (chunk, loaded)
+            })
+            .buffered(in_flight)
+            .boxed();
+        readers.push(ReadAhead {
+            live,
+            arrived: VecDeque::new(),
+            passed: HashMap::with_hasher(RandomState::default()),
+            batches: Some(batches),
+        });
         Ok(())
     }
 }
@@ -546,7 +633,7 @@ fn push_children(
     catalog: Catalog,
     parent_id: &SessionId,
     depth: u32,
-    parent_path: Option<String>,
+    parent_path: Option<Arc<str>>,
 ) {
     let usage: Vec<_> = catalog
         .entries()

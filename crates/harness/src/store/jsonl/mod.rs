@@ -20,6 +20,7 @@ mod limits;
 mod parse;
 mod sealed;
 mod skim;
+mod written_header;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
@@ -215,10 +216,7 @@ impl JsonlStore {
 
     /// The file that holds (or would hold) the log of `id`.
     pub fn log_path(&self, id: &SessionId) -> PathBuf {
-        let mut name = String::with_capacity(id.as_str().len() + EXTENSION.len());
-        name.push_str(id.as_str());
-        name.push_str(EXTENSION);
-        self.shared.dir.join(name)
+        self.shared.dir.join(file_name(id))
     }
 
     /// Seal the settled log of `id`: replace `<id>.jsonl` by its compressed
@@ -292,10 +290,18 @@ impl JsonlStore {
                 .collect::<Vec<_>>())
         })
         .await;
-        match batch {
-            Ok(read) => read,
-            Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
-        }
+        fan_out(batch, count)
+    }
+}
+
+/// A batch's results, or its trip's failure for each of its `count` entries.
+fn fan_out<T>(
+    batch: Result<Vec<Result<T, StoreError>>, StoreError>,
+    count: usize,
+) -> Vec<Result<T, StoreError>> {
+    match batch {
+        Ok(read) => read,
+        Err(err) => (0..count).map(|_| Err(err.clone())).collect(),
     }
 }
 
@@ -411,11 +417,14 @@ impl SessionStore for JsonlStore {
         kinds: &[&str],
     ) -> Vec<Result<KindEvents, StoreError>> {
         let kinds: Vec<String> = kinds.iter().map(|&kind| kind.to_owned()).collect();
-        self.read_batch(ids, move |id, path| {
+        let dir = self.dir().to_path_buf();
+        let batch = ids.to_vec();
+        let read = blocking(self.dir(), move || {
             let kinds: Vec<&str> = kinds.iter().map(String::as_str).collect();
-            skim::skim_log(id, path, &kinds)
+            Ok(skim::skim_many(&dir, &batch, &kinds))
         })
-        .await
+        .await;
+        fan_out(read, ids.len())
     }
 
     /// # Cancel safety
@@ -489,6 +498,14 @@ impl SessionStore for JsonlStore {
         })
         .await
     }
+}
+
+/// The file name of the plain log of `id` in the store's directory.
+fn file_name(id: &SessionId) -> String {
+    let mut name = String::with_capacity(id.as_str().len() + EXTENSION.len());
+    name.push_str(id.as_str());
+    name.push_str(EXTENSION);
+    name
 }
 
 /// Wrap an OS error with the path it concerns.

@@ -14,7 +14,7 @@ use std::cell::RefCell;
 use std::fmt;
 use std::fs::File;
 use std::io::{self, Read as _};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use dsh_core::session::ExtensionPayload;
 use dsh_core::{EventPayload, KindEvents, SessionEvent, SessionId, StoreError};
@@ -23,34 +23,93 @@ use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
 use super::parse::{PARALLEL_PARSE_BYTES, parse_header, parse_log, parse_threads, split_lines};
+use super::written_header::written_header;
+use dsh_core::written::{number, string};
 
-/// Read the log of `id` at `path` keeping its header and its extension
-/// events of the types in `kinds`. A plain log is read into this thread's
-/// reused buffer with no `stat` (a listing reads thousands of small logs
-/// one after another); a sealed one, or one that races a seal, as `load`
-/// reads it.
-pub(super) fn skim_log(
+/// Read the logs of `ids` in the store directory `dir`, keeping each one's
+/// header and its extension events of the types in `kinds`, in the order
+/// of `ids`. The directory is opened once and each plain log relative to
+/// it by name (no path walk per log), read into this thread's reused
+/// buffer with no `stat`, in one `read` when it fits (a listing reads
+/// thousands of small logs one after another); a sealed log, or one that
+/// races a seal, is read as `load` reads it.
+pub(super) fn skim_many(
+    dir: &Path,
+    ids: &[SessionId],
+    kinds: &[&str],
+) -> Vec<Result<KindEvents, StoreError>> {
+    let logs = LogDir::new(dir);
+    BUFFER.with_borrow_mut(|buffer| {
+        ids.iter()
+            .map(|id| {
+                let read = skim_log(&logs, buffer, id, kinds);
+                if buffer.len() > KEPT_BUFFER {
+                    *buffer = Vec::new();
+                }
+                read
+            })
+            .collect()
+    })
+}
+
+/// [`skim_many`] of one log, read into `buffer`.
+fn skim_log(
+    logs: &LogDir<'_>,
+    buffer: &mut Vec<u8>,
     id: &SessionId,
-    path: &Path,
     kinds: &[&str],
 ) -> Result<KindEvents, StoreError> {
-    let read = BUFFER.with_borrow_mut(|buffer| {
-        let read = match read_plain(path, buffer) {
-            Ok(filled) => Some(skim_bytes(id, path, &buffer[..filled], kinds)),
-            Err(err) if err.kind() == io::ErrorKind::NotFound => None,
-            Err(source) => Some(Err(super::io_error(path, source))),
-        };
-        if buffer.len() > KEPT_BUFFER {
-            *buffer = Vec::new();
+    let plain = || logs.path(id);
+    match logs.open_log(id).and_then(|file| read_plain(file, buffer)) {
+        Ok(filled) => skim_bytes(id, &plain, &buffer[..filled], kinds),
+        // Plain or sealed, as `load` reads it.
+        Err(err) if err.kind() == io::ErrorKind::NotFound => {
+            let (path, bytes) = super::sealed::read_either(id, &plain())?;
+            skim_bytes(id, &|| path.clone(), &bytes, kinds)
         }
-        read
-    });
-    if let Some(read) = read {
-        return read;
+        Err(source) => Err(super::io_error(&plain(), source)),
     }
-    // Plain or sealed, as `load` reads it.
-    let (path, bytes) = super::sealed::read_either(id, path)?;
-    skim_bytes(id, &path, &bytes, kinds)
+}
+
+/// The store's directory, opened once for a batch of reads so that each
+/// log is opened relative to it by its name; when it cannot be opened (or
+/// off Unix) each log is opened by its whole path instead.
+struct LogDir<'a> {
+    path: &'a Path,
+    #[cfg(unix)]
+    fd: Option<rustix::fd::OwnedFd>,
+}
+
+impl<'a> LogDir<'a> {
+    fn new(path: &'a Path) -> Self {
+        Self {
+            path,
+            #[cfg(unix)]
+            fd: {
+                use rustix::fs::{Mode, OFlags};
+                let flags = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::CLOEXEC;
+                // A failure here is met again, and reported, per log.
+                rustix::fs::open(path, flags, Mode::empty()).ok()
+            },
+        }
+    }
+
+    /// The whole path of `id`'s plain log.
+    fn path(&self, id: &SessionId) -> PathBuf {
+        self.path.join(super::file_name(id))
+    }
+
+    /// Open `id`'s plain log for reading.
+    fn open_log(&self, id: &SessionId) -> io::Result<File> {
+        #[cfg(unix)]
+        if let Some(fd) = &self.fd {
+            use rustix::fs::{Mode, OFlags};
+            let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+            let file = rustix::fs::openat(fd, super::file_name(id).as_str(), flags, Mode::empty())?;
+            return Ok(File::from(file));
+        }
+        File::open(self.path(id))
+    }
 }
 
 thread_local! {
@@ -64,38 +123,58 @@ const KEPT_BUFFER: usize = 1 << 20;
 /// The first size of a thread's read buffer.
 const READ_CHUNK: usize = 8 << 10;
 
-/// Read the whole file at `path` into the front of `buffer` (an open,
-/// reads until end of file, a close) and return how many bytes it holds.
-/// The buffer's length is its zeroed capacity: it grows (doubling) when a
-/// file fills it, and is never zeroed again.
-fn read_plain(path: &Path, buffer: &mut Vec<u8>) -> io::Result<usize> {
-    let mut file = File::open(path)?;
+/// Read the whole of `file` into the front of `buffer` and return how many
+/// bytes it holds. The buffer's length is its zeroed capacity: it grows
+/// when a file fills it (to the file's size, else doubling), and is never
+/// zeroed again. A read that
+/// leaves room in the buffer and ends a line is taken as the end of the
+/// file (a regular file reads short only at its end), which saves the
+/// `read` that would return 0; one that ends mid-line is confirmed by
+/// reading on, so a short read is never mistaken for a torn last line.
+fn read_plain(mut file: File, buffer: &mut Vec<u8>) -> io::Result<usize> {
     let mut filled = 0;
+    let mut sized = false;
     loop {
         if filled == buffer.len() {
-            let grow = buffer.len().max(READ_CHUNK);
-            buffer.resize(buffer.len() + grow, 0);
+            let mut size = buffer.len() + buffer.len().max(READ_CHUNK);
+            // A log that fills the buffer is a large one: one `fstat` (no
+            // path lookup) sizes the buffer for all of it at once instead of
+            // doubling and copying; the next read then meets the end.
+            if filled > 0 && !sized {
+                sized = true;
+                if let Ok(meta) = file.metadata() {
+                    let whole = usize::try_from(meta.len()).unwrap_or(0).saturating_add(1);
+                    size = size.max(whole);
+                }
+            }
+            buffer.resize(size, 0);
         }
         match file.read(&mut buffer[filled..]) {
             Ok(0) => return Ok(filled),
-            Ok(read) => filled += read,
+            Ok(read) => {
+                filled += read;
+                if filled < buffer.len() && buffer[filled - 1] == b'\n' {
+                    return Ok(filled);
+                }
+            }
             Err(err) if err.kind() == io::ErrorKind::Interrupted => {}
             Err(err) => return Err(err),
         }
     }
 }
 
-/// Skim `bytes`, read from `path`, falling back to the full parse.
+/// Skim `bytes`, read from the file `path` names, falling back to the
+/// full parse.
 fn skim_bytes(
     id: &SessionId,
-    path: &Path,
+    path: &dyn Fn() -> PathBuf,
     bytes: &[u8],
     kinds: &[&str],
 ) -> Result<KindEvents, StoreError> {
     if let Some(skimmed) = skim(id, path, bytes, kinds)? {
         return Ok(skimmed);
     }
-    let parsed = parse_log(id, path, bytes.to_vec())?;
+    let parsed = parse_log(id, &path(), bytes.to_vec())?;
     Ok(KindEvents::of_kinds(
         dsh_core::LoadedSession {
             header: parsed.header,
@@ -109,7 +188,7 @@ fn skim_bytes(
 /// The happy path: `None` whenever the full parse must decide.
 fn skim(
     id: &SessionId,
-    path: &Path,
+    path: &dyn Fn() -> PathBuf,
     bytes: &[u8],
     kinds: &[&str],
 ) -> Result<Option<KindEvents>, StoreError> {
@@ -122,7 +201,10 @@ fn skim(
     };
     let body = &text[..text.len() - 1];
     let (header_line, rest) = body.split_once('\n').unwrap_or((body, ""));
-    let header = parse_header(id, path, header_line.as_bytes())?;
+    let header = match written_header(id, header_line.as_bytes()) {
+        Some(header) => header,
+        None => parse_header(id, &path(), header_line.as_bytes())?,
+    };
     if body.len() == header_line.len() {
         return Ok(Some(KindEvents {
             header,
@@ -196,6 +278,13 @@ fn skim(
 fn skim_run(first: u64, run: &str, wanted: &[&str]) -> Option<Vec<SessionEvent>> {
     let mut events = Vec::new();
     for (index, line) in (first..).zip(run.split('\n')) {
+        if let Some((seq, event)) = skim_written(line, wanted) {
+            if seq != index {
+                return None;
+            }
+            events.extend(event);
+            continue;
+        }
         let mut deserializer = serde_json::Deserializer::from_str(line);
         let skimmed = SkimLine { wanted }
             .deserialize(&mut deserializer)
@@ -209,6 +298,34 @@ fn skim_run(first: u64, run: &str, wanted: &[&str]) -> Option<Vec<SessionEvent>>
         }
     }
     Some(events)
+}
+
+/// The fast path of a skimmed line, for one exactly as the store writes it
+/// (`{"seq":N,"time":N,"type":"..","payload":..}`, no whitespace, numbers
+/// in their shortest form, a type without escapes): the envelope is read
+/// by hand and only the payload goes through serde, built when its type is
+/// wanted and otherwise only checked to be JSON. `None` for any other line
+/// (another key order, a repeated key, a payload that is not JSON), which
+/// [`SkimLine`] then reads or refuses, so both accept the same lines.
+fn skim_written(line: &str, wanted: &[&str]) -> Option<(u64, Option<SessionEvent>)> {
+    let (seq, rest) = number(line.strip_prefix(r#"{"seq":"#)?)?;
+    let (time, rest) = number(rest.strip_prefix(r#","time":"#)?)?;
+    let (kind, rest) = string(rest.strip_prefix(r#","type":""#)?)?;
+    let payload = rest.strip_prefix(r#","payload":"#)?.strip_suffix('}')?;
+    if !wanted.contains(&kind) {
+        serde_json::from_str::<&RawValue>(payload).ok()?;
+        return Some((seq, None));
+    }
+    let payload = serde_json::from_str(payload).ok()?;
+    let event = SessionEvent {
+        seq,
+        time,
+        payload: EventPayload::Extension {
+            kind: kind.to_owned(),
+            payload,
+        },
+    };
+    Some((seq, Some(event)))
 }
 
 /// One event line read in one pass: its seq and time, its type, and its
@@ -354,6 +471,17 @@ mod tests {
         )
     }
 
+    /// Skim one log of `store` as a batch would.
+    fn skim_one(
+        store: &JsonlStore,
+        id: &SessionId,
+        kinds: &[&str],
+    ) -> Result<KindEvents, StoreError> {
+        skim_many(store.dir(), std::slice::from_ref(id), kinds)
+            .pop()
+            .unwrap()
+    }
+
     async fn store_with(events: &[SessionEvent]) -> (tempfile::TempDir, JsonlStore, SessionId) {
         let dir = tempfile::tempdir().unwrap();
         let store = JsonlStore::new(dir.path(), dsh_core::Durability::None).unwrap();
@@ -380,7 +508,7 @@ mod tests {
             extension(4, "subagent/child"),
         ];
         let (_dir, store, id) = store_with(&events).await;
-        let skimmed = skim_log(&id, &store.log_path(&id), KINDS).unwrap();
+        let skimmed = skim_one(&store, &id, KINDS).unwrap();
         let seqs: Vec<u64> = skimmed.events.iter().map(|event| event.seq).collect();
         assert_eq!(seqs, [1, 3, 4]);
         let loaded = store.load(&id).await.unwrap();
@@ -406,7 +534,7 @@ mod tests {
             damaged.extend_from_slice(bad);
             damaged.extend_from_slice(b"{\"seq\":2,\"time\":1,\"type\":\"x\",\"payload\":{}}\n");
             std::fs::write(&path, &damaged).unwrap();
-            let skimmed = skim_log(&id, &path, &["subagent/child"]).unwrap_err();
+            let skimmed = skim_one(&store, &id, &["subagent/child"]).unwrap_err();
             let loaded = store.load(&id).await.unwrap_err();
             assert_eq!(skimmed.to_string(), loaded.to_string());
         }
@@ -418,15 +546,15 @@ mod tests {
         );
         std::fs::write(&path, &unbuilt).unwrap();
         assert_eq!(store.load(&id).await.unwrap_err().code(), "SESSION_CORRUPT");
-        let skimmed = skim_log(&id, &path, &["subagent/child"]).unwrap();
+        let skimmed = skim_one(&store, &id, &["subagent/child"]).unwrap();
         assert_eq!(skimmed.events.len(), 1);
         // A torn last line is ignored by both.
         bytes.extend_from_slice(b"{\"seq\":1,\"ti");
         std::fs::write(&path, &bytes).unwrap();
-        let skimmed = skim_log(&id, &path, &["subagent/child"]).unwrap();
+        let skimmed = skim_one(&store, &id, &["subagent/child"]).unwrap();
         assert_eq!(skimmed.events.len(), 1);
         let missing = SessionId::new("missing").unwrap();
-        let err = skim_log(&missing, &store.log_path(&missing), &["x"]).unwrap_err();
+        let err = skim_one(&store, &missing, &["x"]).unwrap_err();
         assert_eq!(err.code(), "SESSION_NOT_FOUND");
     }
 
@@ -454,7 +582,7 @@ mod tests {
         let (_dir, store, id) = store_with(&events).await;
         let path = store.log_path(&id);
         assert!(std::fs::metadata(&path).unwrap().len() as usize > PARALLEL_PARSE_BYTES);
-        let skimmed = skim_log(&id, &path, KINDS).unwrap();
+        let skimmed = skim_one(&store, &id, KINDS).unwrap();
         let whole = KindEvents::of_kinds(store.load(&id).await.unwrap(), KINDS);
         assert_eq!(skimmed.events.len(), whole.events.len());
         assert_eq!(skimmed.events, whole.events);
@@ -462,7 +590,7 @@ mod tests {
         let mut bytes = std::fs::read(&path).unwrap();
         bytes.extend_from_slice(b"{\"seq\":9000,\"time\":1,\"type\":\"x\",\"payload\":{}}\n");
         std::fs::write(&path, &bytes).unwrap();
-        let skimmed = skim_log(&id, &path, KINDS).unwrap_err();
+        let skimmed = skim_one(&store, &id, KINDS).unwrap_err();
         let loaded = store.load(&id).await.unwrap_err();
         assert_eq!(skimmed.to_string(), loaded.to_string());
     }
@@ -485,5 +613,44 @@ mod tests {
         assert_eq!(read(unwanted).unwrap(), (4, None));
         assert!(read(r#"{"seq":4,"seq":5,"time":9,"type":"x","payload":{}}"#).is_err());
         assert!(read(r#"{"seq":4,"type":"x","payload":{}}"#).is_err());
+    }
+
+    /// The hand-read envelope accepts exactly what [`SkimLine`] does, with
+    /// the same result; anything unusual is left to it.
+    #[test]
+    fn the_written_line_path_agrees_with_the_general_one() {
+        let wanted = ["subagent/child"];
+        let general = |line: &str| {
+            let mut deserializer = serde_json::Deserializer::from_str(line);
+            SkimLine { wanted: &wanted }
+                .deserialize(&mut deserializer)
+                .and_then(|skimmed| deserializer.end().map(|()| skimmed))
+                .ok()
+                .map(|skimmed| (skimmed.seq, skimmed.event))
+        };
+        let taken = [
+            r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":[1,{"b":"}"}]}}"#,
+            r#"{"seq":0,"time":0,"type":"turn/start","payload":{"turn":"not built"}}"#,
+            r#"{"seq":18446744073709551615,"time":1,"type":"x","payload":null}"#,
+            // Whitespace inside the payload is the payload's own.
+            r#"{"seq":4,"time":9,"type":"x","payload":{} }"#,
+        ];
+        for line in taken {
+            let fast = skim_written(line, &wanted);
+            assert!(fast.is_some(), "{line}");
+            assert_eq!(fast, general(line), "{line}");
+        }
+        let left = [
+            r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":1},"seq":5}"#,
+            r#"{"seq":4,"time":9,"type":"subagent\/child","payload":{"a":1}}"#,
+            r#"{"seq":04,"time":9,"type":"x","payload":{}}"#,
+            r#"{"seq":4,"time":9,"type":"x","payload":{"a":}}"#,
+            r#"{"seq":4,"time":9,"type":"x","payload":}"#,
+            r#"{"time":9,"seq":4,"type":"x","payload":{}}"#,
+            r#"{"seq":18446744073709551616,"time":1,"type":"x","payload":{}}"#,
+        ];
+        for line in left {
+            assert_eq!(skim_written(line, &wanted), None, "{line}");
+        }
     }
 }

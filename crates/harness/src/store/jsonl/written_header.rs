@@ -1,0 +1,136 @@
+//! The fast path of a header read: a session header line exactly as the
+//! store writes it (`serde_json` of [`SessionHeader`]: its fields in
+//! declaration order, no whitespace, numbers in their shortest form,
+//! strings without escapes) is read by hand, and only a non-empty
+//! composition goes through serde. Any other line (another key order,
+//! whitespace, an escape, an unknown key, extensions, a header naming
+//! another session or a newer format) gets `None`, and the caller's
+//! general parser reads or refuses it, so a header is accepted or refused
+//! exactly as [`super::parse::parse_header`] decides. A listing reads one
+//! header per child; this path costs a fraction of the general one.
+
+use dsh_core::session::FORMAT_VERSION;
+use dsh_core::written::{number, string};
+use dsh_core::{Composition, SessionHeader, SessionId};
+
+/// The header of `id`'s log when `line` (without its `\n`) is exactly in
+/// the written form, names `id` and a format this build reads; `None`
+/// whenever the general parser must decide.
+pub(super) fn written_header(id: &SessionId, line: &[u8]) -> Option<SessionHeader> {
+    let line = std::str::from_utf8(line).ok()?;
+    let rest = line.strip_prefix(r#"{"format":"#)?;
+    let (format, rest) = number(rest)?;
+    let format = u32::try_from(format).ok()?;
+    if format > FORMAT_VERSION {
+        return None;
+    }
+    let (named, rest) = string(rest.strip_prefix(r#","id":""#)?)?;
+    if named != id.as_str() {
+        return None;
+    }
+    let (parent_session, rest) = match rest.strip_prefix(r#","parent_session":""#) {
+        Some(rest) => {
+            let (parent, rest) = string(rest)?;
+            (Some(SessionId::new(parent).ok()?), rest)
+        }
+        None => (None, rest),
+    };
+    let (origin, rest) = match rest.strip_prefix(r#","origin":""#) {
+        Some(rest) => {
+            let (origin, rest) = string(rest)?;
+            (Some(origin.to_owned()), rest)
+        }
+        None => (None, rest),
+    };
+    let (delegation_depth, rest) = number(rest.strip_prefix(r#","delegation_depth":"#)?)?;
+    let delegation_depth = u32::try_from(delegation_depth).ok()?;
+    let (cwd, rest) = string(rest.strip_prefix(r#","cwd":""#)?)?;
+    let (seed_len, rest) = number(rest.strip_prefix(r#","seed_len":"#)?)?;
+    let (created_at, rest) = number(rest.strip_prefix(r#","created_at":"#)?)?;
+    let composition = rest.strip_prefix(r#","composition":"#)?.strip_suffix('}')?;
+    let composition = if composition == "{}" {
+        Composition::default()
+    } else {
+        // Exactly one composition value, or the general parser decides
+        // (extensions after it, say).
+        serde_json::from_str(composition).ok()?
+    };
+    Some(SessionHeader {
+        format,
+        id: id.clone(),
+        parent_session,
+        origin,
+        delegation_depth,
+        cwd: cwd.into(),
+        seed_len,
+        created_at,
+        composition,
+        extensions: serde_json::Map::new(),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+    use crate::store::jsonl::parse::parse_header;
+
+    fn id() -> SessionId {
+        SessionId::new("s-1").unwrap()
+    }
+
+    /// The general parser's answer, as an option.
+    fn general(line: &str) -> Option<SessionHeader> {
+        parse_header(&id(), Path::new("/x.jsonl"), line.as_bytes()).ok()
+    }
+
+    #[test]
+    fn written_headers_take_the_fast_path_and_agree_with_the_general_one() {
+        let mut header = SessionHeader::new(id(), "/work/dir");
+        let plain = serde_json::to_string(&header).unwrap();
+        header.parent_session = Some(SessionId::new("s-0").unwrap());
+        header.origin = Some("project".into());
+        header.delegation_depth = 2;
+        header.seed_len = 7;
+        let child = serde_json::to_string(&header).unwrap();
+        header.composition.preset = Some("reviewer".into());
+        let composed = serde_json::to_string(&header).unwrap();
+        for line in [plain, child, composed] {
+            let fast = written_header(&id(), line.as_bytes());
+            assert!(fast.is_some(), "{line}");
+            assert_eq!(fast, general(&line), "{line}");
+        }
+    }
+
+    #[test]
+    fn anything_unusual_is_left_to_the_general_parser() {
+        let lines = [
+            // Extensions, which the fast path never reads.
+            r#"{"format":1,"id":"s-1","cwd":"/","delegation_depth":0,"seed_len":0,"created_at":1,"composition":{},"extensions":{"a":1}}"#,
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{},"extensions":{"a":1}}"#,
+            // Another session, a newer format, a bad parent id.
+            r#"{"format":1,"id":"s-2","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":2,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-1","parent_session":"..","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            // Escapes, whitespace, number forms, overflow.
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"\/a","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1, "id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":01,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":1e2,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-1","delegation_depth":4294967296,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":18446744073709551616,"composition":{}}"#,
+            // A repeated key, a bad composition, trailing text, a torn line.
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{"preset":"a","preset":"b"}}"#,
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{"preset":1}}"#,
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}} "#,
+            r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}"#,
+            "{\"format\":1,\"id\":\"s-1\",\"delegation_depth\":0,\"cwd\":\"a\tb\",\"seed_len\":0,\"created_at\":1,\"composition\":{}}",
+        ];
+        for line in lines {
+            assert_eq!(written_header(&id(), line.as_bytes()), None, "{line}");
+        }
+        // Not UTF-8.
+        assert_eq!(written_header(&id(), b"{\"format\":1,\xff"), None);
+    }
+}
