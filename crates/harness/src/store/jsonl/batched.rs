@@ -543,6 +543,7 @@ mod tests {
             sweep_failures: Vec::new(),
             group: None,
             batched: Some(WriteBehind::start(dir.to_path_buf(), window).unwrap()),
+            dir_sync: None,
         })
     }
 

@@ -834,11 +834,20 @@ fn create_in_place(
         .write_all(contents)
         .map_err(|source| io_error(path, source))?;
     if create_forces(durability, true) {
-        published
-            .held
-            .sync_data()
-            .map_err(|source| io_error(path, source))?;
-        sync_dir(dir)?;
+        let sync_file = || {
+            (published.held)
+                .sync_data()
+                .map_err(|source| io_error(path, source))
+        };
+        match shared.dir_sync.as_ref() {
+            // The file and its directory entry, forced at once so that one
+            // journal commit covers both.
+            Some(dir_sync) => dir_sync.sync_with(sync_file)?,
+            None => {
+                sync_file()?;
+                sync_dir(dir)?;
+            }
+        }
     }
     if let Some(batched) = batched {
         batched.created(&published.held, path);
@@ -965,6 +974,7 @@ mod tests {
             sweep_failures: Vec::new(),
             group: None,
             batched: None,
+            dir_sync: None,
         })
     }
 

@@ -14,6 +14,7 @@
 //! it does not hold the lock for.
 
 mod batched;
+mod dirsync;
 mod group;
 mod handle;
 mod limits;
@@ -35,6 +36,7 @@ use dsh_core::{
 };
 
 use batched::WriteBehind;
+use dirsync::DirSyncer;
 pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
 use group::GroupCommit;
 pub use handle::JsonlLog;
@@ -71,6 +73,9 @@ struct Shared {
     group: Option<GroupCommit>,
     /// The write-behind committer, under [`Durability::Batched`].
     batched: Option<WriteBehind>,
+    /// The directory syncer of creates that force their log, under
+    /// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`].
+    dir_sync: Option<DirSyncer>,
 }
 
 impl Shared {
@@ -130,7 +135,9 @@ impl JsonlStore {
     ///
     /// # Errors
     /// As [`JsonlStore::new`]; under [`Durability::Batched`] also when the
-    /// committer thread cannot be started.
+    /// committer thread cannot be started, and under
+    /// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`] when the
+    /// directory syncer's thread cannot.
     pub fn with_group_window(
         dir: impl Into<PathBuf>,
         durability: Durability,
@@ -146,6 +153,12 @@ impl JsonlStore {
             Durability::Batched => Some(WriteBehind::start(dir.clone(), window)?),
             _ => None,
         };
+        let dir_sync = match durability {
+            Durability::TurnBoundary | Durability::EveryEvent => {
+                Some(DirSyncer::start(dir.clone())?)
+            }
+            _ => None,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
@@ -154,6 +167,7 @@ impl JsonlStore {
                 writers: Mutex::new(HashSet::new()),
                 group,
                 batched,
+                dir_sync,
             }),
         })
     }
