@@ -23,7 +23,9 @@ use crate::session::{SessionEvent, SessionHeader};
 pub enum Durability {
     /// Never fsync; the OS writes back when it likes. Fastest.
     None,
-    /// Fsync at turn boundaries (a checkpoint) and when a log is created.
+    /// Fsync at turn boundaries (a checkpoint) and when a log is created
+    /// (the file and its directory entry; a store may force the two at
+    /// once so that one journal commit covers both).
     /// The default: a power failure loses at most the turn in flight.
     #[default]
     TurnBoundary,
@@ -64,7 +66,9 @@ pub enum Durability {
     /// the committer before the child's log does. A failed background
     /// sync is never swallowed: it poisons the log (its next write, sync
     /// and checkpoint fail with it) and every later flush of the store
-    /// returns it.
+    /// returns it. Since nothing of a create, append or checkpoint waits
+    /// for the disk, a store may do their writes inline on the caller's
+    /// task (the JSONL store does).
     Batched,
 }
 

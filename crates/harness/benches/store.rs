@@ -8,7 +8,9 @@
 //! takes, every create's path before), and a durable child's log (create, a
 //! turn's events, checkpoint, close) under `TurnBoundary`, `Grouped` and
 //! `Batched`, one after another and many at once; a `Batched` row ends
-//! with the store's `flush`, so it counts children on stable storage. Replay is in `replay.rs`. They
+//! with the store's `flush`, so it counts children on stable storage; the
+//! child rows run on a runtime worker ([`on_worker`]), where a child's
+//! driver task writes its log. Replay is in `replay.rs`. They
 //! write only under a fresh directory in the system temporary directory;
 //! nothing is deleted before the end (creating files soon after deleting
 //! many would measure the file system's allocator), when it all is.
@@ -23,7 +25,7 @@ use dsh_core::content::ContentBlock;
 use dsh_core::session::{AssistantEntry, EventPayload, SessionEvent, SessionHeader};
 use dsh_core::{Durability, SessionId, SessionStore};
 use dsh_harness::store::{JsonlStore, MemoryStore};
-use dsh_test_support::bench::{ASSISTANT_TEXT, mixed_event as mixed};
+use dsh_test_support::bench::{ASSISTANT_TEXT, mixed_event as mixed, on_worker};
 use tokio::runtime::Runtime;
 
 /// Events per turn in the append benchmarks: a checkpoint follows each turn.
@@ -213,8 +215,10 @@ fn create(c: &mut Criterion) {
                         let store = JsonlStore::new(fresh(name), durability).unwrap();
                         let ids =
                             (0..CHILDREN).map(|n| SessionId::new(format!("child-{n}")).unwrap());
-                        let start = Instant::now();
-                        threads.block_on(async {
+                        let turn = turn.clone();
+                        // On a worker, as a child's driver task writes.
+                        spent += on_worker(&threads, async move {
+                            let start = Instant::now();
                             if mode == "sequential" {
                                 for id in ids {
                                     durable_child(&store, id, &turn).await;
@@ -232,8 +236,8 @@ fn create(c: &mut Criterion) {
                             }
                             // Every child durable before the clock stops.
                             store.flush().await.unwrap();
+                            start.elapsed()
                         });
-                        spent += start.elapsed();
                     }
                     spent
                 });

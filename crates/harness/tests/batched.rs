@@ -230,3 +230,34 @@ fn a_sigkill_after_a_flush_leaves_everything_flushed_readable() {
         store.flush().await.unwrap();
     });
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inline_create_that_fails_reaches_its_caller_and_poisons_nothing_else() {
+    for durability in [Durability::Batched, Durability::None] {
+        let dir = tempfile::tempdir().unwrap();
+        let store = windowed(dir.path(), durability, FOREVER);
+        // A directory where the log of `a` would go: its exclusive create
+        // finds the name taken, and reading it back as a torn create fails.
+        std::fs::create_dir(store.log_path(&sid("a"))).unwrap();
+        let Err(err) = store.create(&header("a"), &[]).await else {
+            panic!("{durability:?}: created over a directory");
+        };
+        let StoreError::Io { path, .. } = &err else {
+            panic!("{durability:?}: expected an I/O error, got {err:?}");
+        };
+        assert_eq!(path, &store.log_path(&sid("a")), "{err}");
+        // The id is released (the same failure again, not `Busy`), and
+        // every other log of the store is untouched by it.
+        let Err(again) = store.create(&header("a"), &[]).await else {
+            panic!("{durability:?}: created over a directory");
+        };
+        assert_eq!(again.to_string(), err.to_string());
+        let log = store.create(&header("b"), &[]).await.unwrap();
+        log.append(&[turn(0)]).await.unwrap();
+        log.checkpoint().await.unwrap();
+        log.close().await;
+        bounded(store.flush()).await.unwrap();
+        let loaded = store.load(&sid("b")).await.unwrap();
+        assert_eq!(loaded.events, [turn(0)], "{durability:?}");
+    }
+}

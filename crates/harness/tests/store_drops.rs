@@ -160,9 +160,37 @@ fn close_waits_for_a_detached_fsync_and_then_the_log_opens_at_once() {
     drop(reopened);
 }
 
+/// The modes whose create forces the file and directory, on the blocking
+/// pool; under the others a create runs inline and has no await to drop.
+const FORCING_CREATES: [Durability; 2] = [Durability::TurnBoundary, Durability::EveryEvent];
+
+#[test]
+fn a_create_that_forces_nothing_runs_inline_even_with_the_blocking_pool_taken() {
+    for durability in [Durability::None, Durability::Batched] {
+        let rt = one_blocking_thread();
+        let (dir, store) = store(durability);
+        let blocker = occupy(&rt);
+        let header = header("a");
+        let mut create = store.create(&header, &[]).boxed();
+        // Done at the first poll, while the pool's only thread is taken:
+        // no await point, so no drop can come between file and handle.
+        let first = rt.block_on(async { futures::poll!(&mut create) });
+        let std::task::Poll::Ready(created) = first else {
+            panic!("{durability:?}: the create waited for the blocking pool");
+        };
+        let log = created.unwrap();
+        rt.block_on(log.append(&[turn(0)])).unwrap();
+        rt.block_on(bounded(log.close()));
+        drop(blocker);
+        let loaded = rt.block_on(store.load(&sid("a"))).unwrap();
+        assert_eq!(loaded.events, [turn(0)], "{durability:?}");
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
+    }
+}
+
 #[test]
 fn a_dropped_create_holds_the_id_and_then_leaves_no_log() {
-    for durability in DURABILITIES {
+    for durability in FORCING_CREATES {
         let rt = one_blocking_thread();
         let other = elsewhere();
         let (dir, store) = store(durability);
@@ -190,7 +218,7 @@ fn a_dropped_create_holds_the_id_and_then_leaves_no_log() {
 
 #[test]
 fn a_create_dropped_after_its_publication_withdraws_the_log() {
-    for durability in DURABILITIES {
+    for durability in FORCING_CREATES {
         let rt = Builder::new_current_thread().enable_all().build().unwrap();
         let (dir, store) = store(durability);
         let header = header("a");

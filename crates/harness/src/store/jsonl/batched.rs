@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, 
 use std::time::{Duration, Instant};
 
 use dsh_core::StoreError;
-use tokio::sync::oneshot;
+use tokio::sync::{Notify, oneshot};
 
 use super::group::sync_all_of;
 use super::handle::{Held, sync_dir};
@@ -105,6 +105,9 @@ struct Inner {
     /// Held shared by a create from making its file until it is marked,
     /// and exclusively by a round from taking its logs until its last sync.
     rounds: RwLock<()>,
+    /// Told each time a round lets go of `rounds`: a create that found a
+    /// round running awaits it (see [`WriteBehind::creating_soon`]).
+    round_over: Notify,
     /// Every sync a round runs, in order (`new <path>`, `dir`, `dirty
     /// <path>`), for the tests of a round's order.
     #[cfg(test)]
@@ -150,6 +153,7 @@ impl WriteBehind {
             pending: Mutex::new(Pending::default()),
             wake: Condvar::new(),
             rounds: RwLock::new(()),
+            round_over: Notify::new(),
             #[cfg(test)]
             trace: Mutex::new(Vec::new()),
         });
@@ -167,14 +171,40 @@ impl WriteBehind {
     }
 
     /// Hold off rounds while a log is created (until the guard is dropped,
-    /// after [`WriteBehind::created`]).
-    pub(super) fn creating(&self) -> Creating<'_> {
-        Creating(
-            self.inner
-                .rounds
-                .read()
-                .unwrap_or_else(PoisonError::into_inner),
-        )
+    /// after [`WriteBehind::created`]). When a round is running (or about
+    /// to), await its end rather than block the thread for its syncs: a
+    /// create on an async task never parks its worker, nor a thread of the
+    /// blocking pool, for a round.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a dropped wait holds nothing.
+    pub(super) async fn creating_soon(&self) -> Creating<'_> {
+        loop {
+            if let Some(creating) = self.try_creating() {
+                return creating;
+            }
+            let over = self.inner.round_over.notified();
+            let mut over = std::pin::pin!(over);
+            // Registered before the second look: a round that ends in
+            // between still wakes it.
+            over.as_mut().enable();
+            if let Some(creating) = self.try_creating() {
+                return creating;
+            }
+            over.await;
+        }
+    }
+
+    /// [`WriteBehind::creating_soon`] if no round is running (or waiting
+    /// to run) right now.
+    fn try_creating(&self) -> Option<Creating<'_>> {
+        match self.inner.rounds.try_read() {
+            Ok(guard) => Some(Creating(guard)),
+            Err(std::sync::TryLockError::Poisoned(poisoned)) => {
+                Some(Creating(poisoned.into_inner()))
+            }
+            Err(std::sync::TryLockError::WouldBlock) => None,
+        }
     }
 
     /// A log was created (its file and directory entry to be forced first
@@ -444,6 +474,8 @@ fn round(inner: &Inner) {
         None => force(inner, &dirty, &mut failure, "dirty"),
     };
     drop(exclusive);
+    // Creates that found this round running wait for this, not a thread.
+    inner.round_over.notify_waiters();
     for ((entry, cover), ok) in new
         .iter()
         .zip(&new_covers)
@@ -511,7 +543,49 @@ mod tests {
             sweep_failures: Vec::new(),
             group: None,
             batched: Some(WriteBehind::start(dir.to_path_buf(), window).unwrap()),
+            dir_sync: None,
         })
+    }
+
+    #[tokio::test]
+    #[allow(
+        clippy::await_holding_lock,
+        clippy::readonly_write_lock,
+        reason = "the test holds the round lock as a running round does"
+    )]
+    async fn a_create_during_a_round_awaits_it_and_a_drop_there_leaves_nothing() {
+        use dsh_core::{SessionHeader, SessionStore};
+        use dsh_test_support::wait::bounded;
+
+        let dir = tempfile::tempdir().unwrap();
+        let store = super::super::JsonlStore::with_group_window(
+            dir.path(),
+            Durability::Batched,
+            Duration::from_secs(3_600),
+        )
+        .unwrap();
+        let committer = store.shared.batched.as_ref().unwrap();
+        let header = SessionHeader::new(SessionId::new("a").unwrap(), "/");
+        // A round is running: it holds the round lock for its syncs.
+        let running = committer.inner.rounds.write().unwrap();
+        let mut create = Box::pin(store.create(&header, &[]));
+        assert!(futures::poll!(&mut create).is_pending());
+        // Dropped while it awaits the round: no file, and the id is free
+        // at once (no detached work holds it).
+        drop(create);
+        assert!(store.shared.writers().is_empty());
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+        // Awaited, it creates the log once the round is over.
+        let mut create = Box::pin(store.create(&header, &[]));
+        assert!(futures::poll!(&mut create).is_pending());
+        drop(running);
+        committer.inner.round_over.notify_waiters();
+        let log = bounded(create).await.unwrap();
+        log.append(&[]).await.unwrap();
+        assert_eq!(committer.unsynced(), 1);
+        bounded(store.flush()).await.unwrap();
+        log.close().await;
+        assert_eq!(store.load(&header.id).await.unwrap().header.id, header.id);
     }
 
     fn held(shared: &Arc<Shared>, id: &str, path: &Path) -> Arc<Held> {
@@ -545,7 +619,7 @@ mod tests {
         let child_path = dir.path().join("child.jsonl");
         let child = held(&shared, "child", &child_path);
         {
-            let _creating = committer.creating();
+            let _creating = committer.creating_soon().await;
             committer.created(&child, &child_path);
         }
         assert_eq!(committer.unsynced(), 2);

@@ -18,7 +18,7 @@ use async_trait::async_trait;
 use dsh_core::{Durability, LoadedSession, SessionEvent, SessionId, SessionLog, StoreError};
 use tokio::sync::watch;
 
-use super::batched::{Mark, WriteBehind};
+use super::batched::{Creating, Mark, WriteBehind};
 use super::group::GroupCommit;
 use super::parse::{parse_log, torn_header};
 use super::{Shared, blocking, io_error, open_error};
@@ -157,7 +157,11 @@ impl Drop for Withdraw {
         // No caller is left to tell of a failure: the future was dropped.
         match fs::remove_file(&self.path) {
             Ok(()) => {
+                // Under `Batched` the committer never heard of this log:
+                // a power loss may bring back its torn header, which the
+                // next create of the id replaces, as after a crash.
                 if self.durability.syncs()
+                    && self.durability != Durability::Batched
                     && let Err(err) = sync_dir(&self.dir)
                 {
                     tracing::warn!(dir = %self.dir.display(), error = %err, "could not sync the withdrawal of an abandoned session log");
@@ -613,27 +617,108 @@ fn create_temp(dir: &Path, id: &SessionId) -> Result<(TempFile, File), StoreErro
     }
 }
 
-/// Write `contents` to a temporary file, lock it, and publish it as `path`
-/// without clobbering. Runs on the blocking pool and owns `slot`, so the id
-/// stays claimed until the result is dropped or handed on.
+/// Whether creating a log forces anything to stable storage before it
+/// returns (on the creating thread): under [`Durability::TurnBoundary`]
+/// and [`Durability::EveryEvent`] always; under [`Durability::Grouped`]
+/// only a seeded create (its temporary file is forced before its link; a
+/// header-only one is forced by the committer, waited for afterwards);
+/// never under [`Durability::None`] and [`Durability::Batched`]. A create
+/// that forces nothing runs inline on the calling task, one that does on
+/// the blocking pool (see [`create_file`]).
+pub(super) fn create_forces(durability: Durability, in_place: bool) -> bool {
+    match durability {
+        Durability::TurnBoundary | Durability::EveryEvent => true,
+        Durability::Grouped => !in_place,
+        Durability::None | Durability::Batched => false,
+    }
+}
+
+/// Create the log of `path` with `contents` (a header-only one in place,
+/// a seeded one through a temporary file and a link), owning `slot`.
 ///
-/// Under [`Durability::None`] nothing is fsynced, before or after the link:
-/// a power loss can leave the published log empty (or its header unwritten),
-/// which loading then reports as [`StoreError::NotASession`].
-pub(super) fn create_log(
+/// When [`create_forces`] says so it forces the file and directory: call
+/// it on the blocking pool (no such mode has a write-behind committer, so
+/// `creating` is `None`). Otherwise call it right here, on the calling
+/// task; under [`Durability::Batched`] `creating` holds off the
+/// committer's rounds until the log is marked (see
+/// [`WriteBehind::creating_soon`], which awaits a running round rather
+/// than block for it).
+///
+/// What then runs inline is one exclusive `openat`, a non-blocking
+/// `flock`, one `fstat` and one `write` of the header into the page cache
+/// (for a seeded log: a temporary file, its write, a `link` and an
+/// `unlink`), the kind of work an append already does inline. None of it
+/// waits for the disk in the common case; what can make it wait is
+/// bounded by the kernel's own work, never by another writer of the
+/// store: a cold directory or inode-table block read once, the journal
+/// making room for a transaction handle (at worst one journal commit),
+/// dirty-page throttling when writeback lags far behind
+/// (`balance_dirty_pages`, paced by the device), and a full disk, which
+/// returns `ENOSPC` as an error rather than blocking. Fsyncs, reads of
+/// whole logs and directory listings stay on the blocking pool.
+pub(super) fn create_file(
     dir: &Path,
     slot: WriterSlot,
     path: &Path,
     contents: &[u8],
     durability: Durability,
+    in_place: bool,
+    creating: Option<Creating<'_>>,
+) -> Result<Published, StoreError> {
+    if in_place {
+        create_in_place(dir, slot, path, contents, durability, creating)
+    } else {
+        create_log(dir, slot, path, contents, durability, creating)
+    }
+}
+
+/// After locking the file a create made at `path`, whether it is still
+/// linked: between the exclusive create and the lock, another process's
+/// create may have taken the empty file for a crashed create and removed
+/// it (see [`reclaim_torn`]). The store never renames a log away and never
+/// links a second name to one created in place, so a file with a link is
+/// still `path`'s; one `fstat` answers, where [`still_linked`] needs a
+/// second `stat` of the path.
+#[cfg(unix)]
+fn still_created(file: &File, path: &Path) -> Result<bool, StoreError> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = file.metadata().map_err(|source| io_error(path, source))?;
+    Ok(meta.nlink() > 0)
+}
+
+#[cfg(not(unix))]
+fn still_created(file: &File, path: &Path) -> Result<bool, StoreError> {
+    let held = file.metadata().map_err(|source| io_error(path, source))?;
+    match fs::metadata(path) {
+        Ok(named) => Ok(same_file(&held, &named)),
+        Err(err) if err.kind() == io::ErrorKind::NotFound => Ok(false),
+        Err(source) => Err(io_error(path, source)),
+    }
+}
+
+/// Write `contents` to a temporary file, lock it, and publish it as `path`
+/// without clobbering. Runs where [`create_file`]
+/// decided and owns `slot`, so the id stays claimed until the result is
+/// dropped or handed on.
+///
+/// Under [`Durability::None`] nothing is fsynced, before or after the link:
+/// a power loss can leave the published log empty (or its header unwritten),
+/// which loading then reports as [`StoreError::NotASession`].
+fn create_log(
+    dir: &Path,
+    slot: WriterSlot,
+    path: &Path,
+    contents: &[u8],
+    durability: Durability,
+    _creating: Option<Creating<'_>>,
 ) -> Result<Published, StoreError> {
     let id = slot.id.clone();
     // Under `Batched` the committer forces the new log (file, then
-    // directory) in its next round; no round runs until it is marked.
+    // directory) in its next round; no round runs until it is marked
+    // (`_creating` holds them off).
     let shared = Arc::clone(&slot.shared);
     let batched = shared.batched.as_ref();
-    let _creating = batched.map(WriteBehind::creating);
-    let inline = durability.syncs() && batched.is_none();
+    let inline = create_forces(durability, false);
     let (temp, file) = create_temp(dir, &id)?;
     // Locked before it is visible under its real name, so no other writer
     // can slip in between publication and this handle.
@@ -676,9 +761,10 @@ pub(super) fn create_log(
 }
 
 /// Create the log of a header-only `contents` in place: one exclusive
-/// create of `path` (the only metadata operation), lock, one write. Runs on
-/// the blocking pool and owns `slot`, so the id stays claimed until the
-/// result is dropped or handed on.
+/// create of `path` (the only metadata operation), lock, one `fstat`, one
+/// write. Runs where [`create_file`] decided and owns
+/// `slot`, so the id stays claimed until the result is dropped or handed
+/// on.
 ///
 /// Atomicity comes from the header instead of a rename: until the write
 /// lands, the file holds nothing or part of a header line, which no log
@@ -689,18 +775,18 @@ pub(super) fn create_log(
 /// is marked unsynced and [`Published::keep`] waits for the committer;
 /// under [`Durability::Batched`] the log is handed to the write-behind
 /// committer, which forces it (file, then directory) in its next round.
-pub(super) fn create_in_place(
+fn create_in_place(
     dir: &Path,
     slot: WriterSlot,
     path: &Path,
     contents: &[u8],
     durability: Durability,
+    _creating: Option<Creating<'_>>,
 ) -> Result<Published, StoreError> {
     let id = slot.id.clone();
     // See `create_log`: no round runs until this log is marked.
     let shared = Arc::clone(&slot.shared);
     let batched = shared.batched.as_ref();
-    let _creating = batched.map(WriteBehind::creating);
     let mut reclaimed = false;
     let file = loop {
         match OpenOptions::new()
@@ -730,10 +816,8 @@ pub(super) fn create_in_place(
         Err(StoreError::Locked(_)) => return Err(StoreError::Exists(id)),
         Err(err) => return Err(err),
     };
-    match still_linked(&file, &id, path) {
-        Ok(()) => {}
-        Err(StoreError::NotFound(_)) => return Err(StoreError::Exists(id)),
-        Err(err) => return Err(err),
+    if !still_created(&file, path)? {
+        return Err(StoreError::Exists(id));
     }
     let published = Published {
         withdraw: Withdraw {
@@ -749,15 +833,21 @@ pub(super) fn create_in_place(
     (&*published.held.file)
         .write_all(contents)
         .map_err(|source| io_error(path, source))?;
-    if matches!(
-        durability,
-        Durability::TurnBoundary | Durability::EveryEvent
-    ) {
-        published
-            .held
-            .sync_data()
-            .map_err(|source| io_error(path, source))?;
-        sync_dir(dir)?;
+    if create_forces(durability, true) {
+        let sync_file = || {
+            (published.held)
+                .sync_data()
+                .map_err(|source| io_error(path, source))
+        };
+        match shared.dir_sync.as_ref() {
+            // The file and its directory entry, forced at once so that one
+            // journal commit covers both.
+            Some(dir_sync) => dir_sync.sync_with(sync_file)?,
+            None => {
+                sync_file()?;
+                sync_dir(dir)?;
+            }
+        }
     }
     if let Some(batched) = batched {
         batched.created(&published.held, path);
@@ -884,6 +974,7 @@ mod tests {
             sweep_failures: Vec::new(),
             group: None,
             batched: None,
+            dir_sync: None,
         })
     }
 

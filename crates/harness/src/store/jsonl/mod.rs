@@ -14,6 +14,7 @@
 //! it does not hold the lock for.
 
 mod batched;
+mod dirsync;
 mod group;
 mod handle;
 mod limits;
@@ -36,11 +37,12 @@ use dsh_core::{
 };
 
 use batched::WriteBehind;
+use dirsync::DirSyncer;
 pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
 use group::GroupCommit;
 pub use handle::JsonlLog;
 use handle::{
-    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_in_place, create_log, open_log,
+    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_file, create_forces, open_log,
     still_linked, sync_dir,
 };
 pub use limits::{OpenFileLimit, raise_open_file_limit};
@@ -72,6 +74,9 @@ struct Shared {
     group: Option<GroupCommit>,
     /// The write-behind committer, under [`Durability::Batched`].
     batched: Option<WriteBehind>,
+    /// The directory syncer of creates that force their log, under
+    /// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`].
+    dir_sync: Option<DirSyncer>,
 }
 
 impl Shared {
@@ -131,7 +136,9 @@ impl JsonlStore {
     ///
     /// # Errors
     /// As [`JsonlStore::new`]; under [`Durability::Batched`] also when the
-    /// committer thread cannot be started.
+    /// committer thread cannot be started, and under
+    /// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`] when the
+    /// directory syncer's thread cannot.
     pub fn with_group_window(
         dir: impl Into<PathBuf>,
         durability: Durability,
@@ -147,6 +154,12 @@ impl JsonlStore {
             Durability::Batched => Some(WriteBehind::start(dir.clone(), window)?),
             _ => None,
         };
+        let dir_sync = match durability {
+            Durability::TurnBoundary | Durability::EveryEvent => {
+                Some(DirSyncer::start(dir.clone())?)
+            }
+            _ => None,
+        };
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
@@ -155,6 +168,7 @@ impl JsonlStore {
                 writers: Mutex::new(HashSet::new()),
                 group,
                 batched,
+                dir_sync,
             }),
         })
     }
@@ -305,16 +319,28 @@ fn fan_out<T>(
     }
 }
 
-/// Every public async method below runs its file work on the blocking pool.
-/// A dropped future detaches that work, which finishes on its own; the
-/// writer claim travels with it, so the id stays [`StoreError::Busy`] in
-/// this process until it ends (and never `Locked` by a file nobody owns).
+/// Every public async method below that may wait for the disk (an fsync, a
+/// read of a whole log, a directory listing, an open, a remove) runs its
+/// file work on the blocking pool. A dropped future detaches that work,
+/// which finishes on its own; the writer claim travels with it, so the id
+/// stays [`StoreError::Busy`] in this process until it ends (and never
+/// `Locked` by a file nobody owns). A create that forces nothing (under
+/// [`Durability::None`] and [`Durability::Batched`], and a header-only one
+/// under [`Durability::Grouped`], whose sync the committer runs) is written
+/// inline on the calling task, as every append is: one exclusive create, a
+/// non-blocking lock, an `fstat` and one `write` into the page cache, a few
+/// microseconds where a trip to the blocking pool and back costs two
+/// cross-thread wake-ups (see `handle::create_file` for what can still make
+/// it wait, and why that is bounded).
 #[async_trait]
 impl SessionStore for JsonlStore {
     /// # Cancel safety
-    /// Cancel safe: a dropped create leaves no log. If the detached work has
-    /// already published it, it withdraws it while still holding it; until
-    /// then an open of the id is `Busy` and a create `Exists`. Under
+    /// Cancel safe: a dropped create leaves no log. A create written inline
+    /// has no await point between its file's creation and its handle, so
+    /// no drop can come between them. If the detached work (a create that
+    /// forces, or one that found a committer round running) has already
+    /// published it, it withdraws it while still holding it; until then an
+    /// open of the id is `Busy` and a create `Exists`. Under
     /// [`Durability::Grouped`], a create dropped while it waits for its
     /// committer round withdraws the log on the spot (the round still
     /// syncs the removed file, holding the id until then).
@@ -344,19 +370,26 @@ impl SessionStore for JsonlStore {
         if sealed_path(&path).exists() {
             return Err(StoreError::Exists(id));
         }
-        let dir = self.shared.dir.clone();
+        let dir = &self.shared.dir;
         let durability = self.shared.durability;
-        let task_path = path.clone();
         let len = buf.len() as u64;
         let in_place = seed.is_empty();
-        let published = blocking(&path, move || {
-            if in_place {
-                create_in_place(&dir, slot, &task_path, &buf, durability)
-            } else {
-                create_log(&dir, slot, &task_path, &buf, durability)
-            }
-        })
-        .await?;
+        // Inline when nothing is forced (see `create_file`): no trip to
+        // the blocking pool, and no await point between the file's
+        // creation and its handle.
+        let published = if create_forces(durability, in_place) {
+            let (dir, task_path) = (dir.clone(), path.clone());
+            blocking(&path, move || {
+                create_file(&dir, slot, &task_path, &buf, durability, in_place, None)
+            })
+            .await?
+        } else {
+            let creating = match &self.shared.batched {
+                Some(batched) => Some(batched.creating_soon().await),
+                None => None,
+            };
+            create_file(dir, slot, &path, &buf, durability, in_place, creating)?
+        };
         let held = published.keep(&path).await?;
         let next_seq = seed.len() as u64;
         Ok(Arc::new(Log::new(held, path, durability, next_seq, len)))
