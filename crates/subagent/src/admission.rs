@@ -6,7 +6,7 @@
 //! drop.
 
 use crate::AdmissionError;
-use std::collections::{HashMap, HashSet};
+use crate::ids::{IdMap, IdSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -22,9 +22,9 @@ use crate::runtime::lock;
 pub(crate) struct Admissions {
     /// Roots whose trees are draining: admission below them is closed until
     /// that exact root leaves the registry.
-    draining: Mutex<HashSet<AgentRef>>,
+    draining: Mutex<IdSet<AgentRef>>,
     /// Tickets in flight per root, each with the token that stops its work.
-    in_flight: Mutex<HashMap<SessionId, HashMap<u64, CancellationToken>>>,
+    in_flight: Mutex<IdMap<SessionId, IdMap<u64, CancellationToken>>>,
     changed: Notify,
     next: AtomicU64,
 }
@@ -110,11 +110,7 @@ impl Admissions {
         draining.extend(roots.iter().cloned());
         let in_flight = lock(&self.in_flight);
         for root in roots {
-            for stop in in_flight
-                .get(&root.id)
-                .into_iter()
-                .flat_map(HashMap::values)
-            {
+            for stop in in_flight.get(&root.id).into_iter().flat_map(IdMap::values) {
                 stop.cancel();
             }
         }
@@ -140,12 +136,12 @@ impl Admissions {
 /// Live children per tree root (B17).
 #[derive(Default)]
 pub(crate) struct Capacity {
-    counts: Arc<Mutex<HashMap<SessionId, usize>>>,
+    counts: Arc<Mutex<IdMap<SessionId, usize>>>,
 }
 
 /// Frees a tree's capacity slot on drop.
 pub(crate) struct CapacitySlot {
-    counts: Arc<Mutex<HashMap<SessionId, usize>>>,
+    counts: Arc<Mutex<IdMap<SessionId, usize>>>,
     root: SessionId,
 }
 
@@ -191,7 +187,7 @@ impl Capacity {
 /// in the order they were made, whichever creation finishes first.
 #[derive(Default)]
 pub(crate) struct Publications {
-    queues: Mutex<HashMap<AgentRef, std::collections::BTreeSet<u64>>>,
+    queues: Mutex<IdMap<AgentRef, std::collections::BTreeSet<u64>>>,
     changed: Notify,
     next: AtomicU64,
 }
