@@ -23,9 +23,7 @@ use dsh_agent_team::{
     MessageRecord, SendMessage, SpawnTeammate, TaskAction, TaskRecord, TaskStatus, Team,
     TeamConfig, TeamEvent, TeamId, TeamLimits, UpdateTask, fold_team,
 };
-use dsh_core::{
-    ContentBlock, Durability, EventPayload, ExtensionPayload, MessageId, SessionEvent, SessionId,
-};
+use dsh_core::{ContentBlock, Durability, EventPayload, MessageId, SessionEvent, SessionId};
 use dsh_harness::Scripted;
 use dsh_subagent::RuntimeConfig;
 use dsh_subagent_spawn::SpawnProvider;
@@ -40,7 +38,7 @@ fn event(seq: usize, record: &TeamEvent) -> SessionEvent {
         time: 1_700_000_000_000,
         payload: EventPayload::Extension {
             kind: record.kind().into(),
-            payload: ExtensionPayload::new(&record.to_value().unwrap()).unwrap(),
+            payload: record.to_payload().unwrap(),
         },
     }
 }

@@ -234,6 +234,21 @@ impl TeamEvent {
         }
     }
 
+    /// The payload this record is written as, serialised once, straight
+    /// from the record (what [`Agent::record`](dsh_core::Agent::record)
+    /// takes).
+    ///
+    /// # Errors
+    /// Serialisation failed (it does not for these plain types).
+    pub fn to_payload(&self) -> serde_json::Result<dsh_core::ExtensionPayload> {
+        match self {
+            Self::Member(record) => dsh_core::ExtensionPayload::new(record),
+            Self::Message(record) => dsh_core::ExtensionPayload::new(record),
+            Self::Delivered(record) => dsh_core::ExtensionPayload::new(record),
+            Self::Task(record) => dsh_core::ExtensionPayload::new(record),
+        }
+    }
+
     /// The team record a log event holds: `None` for any other event,
     /// `Some(Err)` for a team event type whose payload does not parse.
     pub fn from_event(event: &SessionEvent) -> Option<serde_json::Result<Self>> {

@@ -431,7 +431,7 @@ impl Team {
             event
         };
         let payload = event
-            .to_value()
+            .to_payload()
             .map_err(|err| TeamError::InvalidRequest(err.to_string()))?;
         let seq = self.inner.lead.record(event.kind(), payload).await?;
         lock(&self.inner.state).apply(event.clone(), seq);

@@ -231,9 +231,12 @@ async fn an_open_dropped_during_recovery_still_decides_the_member_once() {
     let world = world().await;
     let lead = lead(&world);
     let ghost = provisioning(&world, "ghost", &SessionId::generate());
-    lead.record(MEMBER_EVENT, serde_json::to_value(&ghost).unwrap())
-        .await
-        .unwrap();
+    lead.record(
+        MEMBER_EVENT,
+        dsh_core::ExtensionPayload::new(&ghost).unwrap(),
+    )
+    .await
+    .unwrap();
     let gate = world.hold(&lead_append(&world));
     drop_at_gate(
         &gate,

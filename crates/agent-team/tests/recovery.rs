@@ -32,9 +32,12 @@ async fn a_provisioning_member_without_a_child_becomes_failed() {
     let world = world().await;
     let lead = lead(&world);
     let record = provisioning(&world, "ghost", &SessionId::generate());
-    lead.record(MEMBER_EVENT, serde_json::to_value(&record).unwrap())
-        .await
-        .unwrap();
+    lead.record(
+        MEMBER_EVENT,
+        dsh_core::ExtensionPayload::new(&record).unwrap(),
+    )
+    .await
+    .unwrap();
     let (team, recovery) = reopen(&world).await;
     assert_eq!(recovery.failed, ["ghost"]);
     assert!(recovery.activated.is_empty());
@@ -52,9 +55,12 @@ async fn a_provisioning_member_whose_log_proves_it_becomes_active() {
     let lead = lead(&world);
     let id = SessionId::generate();
     let record = provisioning(&world, "alice", &id);
-    lead.record(MEMBER_EVENT, serde_json::to_value(&record).unwrap())
-        .await
-        .unwrap();
+    lead.record(
+        MEMBER_EVENT,
+        dsh_core::ExtensionPayload::new(&record).unwrap(),
+    )
+    .await
+    .unwrap();
     // The start went through, and the process stopped before `active`.
     let mut spec = world.spec(Some("alice"));
     spec.provider = "spawn".into();
@@ -104,9 +110,12 @@ async fn recovery_acknowledges_what_the_target_holds_and_delivers_the_rest_in_or
         content: text(text_),
     };
     for record in [queue("m-held", "first"), queue("m-lost", "second")] {
-        lead.record(MESSAGE_EVENT, serde_json::to_value(&record).unwrap())
-            .await
-            .unwrap();
+        lead.record(
+            MESSAGE_EVENT,
+            dsh_core::ExtensionPayload::new(&record).unwrap(),
+        )
+        .await
+        .unwrap();
     }
     bounded(world.runtime.prompt(
         UserPrompt {

@@ -11,14 +11,13 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 use tokio_util::sync::CancellationToken;
 
 use crate::id::{MessageId, SessionId};
 use crate::message::{InboxTarget, UserMessage};
 use crate::options::{AgentOptions, Composition};
-use crate::session::{SessionEvent, SessionHeader};
+use crate::session::{ExtensionPayload, SessionEvent, SessionHeader};
 use crate::store::StoreError;
 use crate::tool::Tool;
 
@@ -334,6 +333,16 @@ pub trait Agent: Send + Sync + 'static {
             .unwrap_or_default()
     }
 
+    /// Run `visit` once on the events from seq `from` on, borrowed (an
+    /// empty slice when there are none): what a reader that only looks
+    /// needs, without copying them. The default lends a copy
+    /// ([`Agent::events_since`]); an agent that keeps its log in memory
+    /// lends the log itself, so `visit` may run while the agent's state is
+    /// locked and must not call back into the agent.
+    fn visit_events_since(&self, from: u64, visit: &mut dyn FnMut(&[SessionEvent])) {
+        visit(&self.events_since(from));
+    }
+
     /// A copy of the log's balanced completed-turn prefix (see
     /// [`completed_turn_prefix`](crate::session::completed_turn_prefix)),
     /// without copying what follows the last turn end.
@@ -342,7 +351,9 @@ pub trait Agent: Send + Sync + 'static {
     }
 
     /// Append an extension event (a type defined outside core) to the log.
-    /// Returns its seq once written.
+    /// Returns its seq once written. The payload is already serialised
+    /// ([`ExtensionPayload::new`] from the owning crate's typed record), so
+    /// it is written as it is, without a JSON value tree in between.
     ///
     /// # Errors
     /// [`AgentError::ReservedEventType`] for a built-in type, or a store failure.
@@ -350,7 +361,7 @@ pub trait Agent: Send + Sync + 'static {
     /// # Cancel safety
     /// As [`Agent::send`]: a dropped call may still record the event, and
     /// the agent stays usable either way.
-    async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError>;
+    async fn record(&self, kind: &str, payload: ExtensionPayload) -> Result<u64, AgentError>;
 
     /// The concrete agent, for hosts that know it.
     fn as_any(&self) -> &dyn Any;

@@ -13,6 +13,12 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+/// Live agents by session id, hashed with foldhash: the ids are the
+/// process's own (random when generated, one per live agent), so the
+/// standard library's collision-resistant SipHash buys nothing here, and
+/// every hand-off looks the registry up several times.
+type Agents = HashMap<SessionId, Arc<dyn Agent>, foldhash::fast::RandomState>;
+
 use crate::agent::{Agent, AgentError, AgentRef, Epoch};
 use crate::id::SessionId;
 use crate::observe::EventBus;
@@ -34,7 +40,7 @@ pub struct AgentRegistry {
 
 #[derive(Default)]
 struct Inner {
-    agents: Mutex<HashMap<SessionId, Arc<dyn Agent>>>,
+    agents: Mutex<Agents>,
     events: EventBus<RegistryEvent>,
 }
 
@@ -52,7 +58,7 @@ impl AgentRegistry {
         Self::default()
     }
 
-    fn agents(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<dyn Agent>>> {
+    fn agents(&self) -> MutexGuard<'_, Agents> {
         self.inner
             .agents
             .lock()
@@ -325,7 +331,11 @@ mod tests {
         fn events(&self) -> Vec<SessionEvent> {
             Vec::new()
         }
-        async fn record(&self, _: &str, _: serde_json::Value) -> Result<u64, AgentError> {
+        async fn record(
+            &self,
+            _: &str,
+            _: crate::session::ExtensionPayload,
+        ) -> Result<u64, AgentError> {
             Err(AgentError::Disposed(self.header.id.clone()))
         }
         fn as_any(&self) -> &dyn std::any::Any {

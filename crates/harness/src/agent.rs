@@ -26,13 +26,12 @@ use dsh_core::session::{
 };
 use dsh_core::{
     Agent, AgentError, AgentHandle, AgentOptions, AgentStatus, CancelCause, CancelOptions,
-    CancellationToken, ContentBlock, Dispose, Epoch, EpochClaim, EventPayload, FinishReason,
-    InboxArrival, InboxTarget, MessageId, Model, ModelError, ModelErrorKind, ModelEvent,
-    ModelRequest, SessionEvent, SessionHeader, SessionId, SessionLog, StopReason, StoreError,
-    ToolCall, Usage, UserMessage,
+    CancellationToken, ContentBlock, Dispose, Epoch, EpochClaim, EventPayload, ExtensionPayload,
+    FinishReason, InboxArrival, InboxTarget, MessageId, Model, ModelError, ModelErrorKind,
+    ModelEvent, ModelRequest, SessionEvent, SessionHeader, SessionId, SessionLog, StopReason,
+    StoreError, ToolCall, Usage, UserMessage,
 };
 use futures::StreamExt;
-use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 use crate::chunked::Chunked;
@@ -1018,13 +1017,28 @@ impl Agent for LoopAgent {
         self.state().events.iter_from(from).cloned().collect()
     }
 
-    async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError> {
+    fn visit_events_since(&self, from: u64, visit: &mut dyn FnMut(&[SessionEvent])) {
+        let from = usize::try_from(from).unwrap_or(usize::MAX);
+        let state = self.state();
+        // Lent in place when the events lie in one chunk (a child's own
+        // events mostly do); a range across chunks is lent as a copy.
+        match state.events.contiguous_from(from) {
+            Some(events) => visit(events),
+            None => {
+                let events: Vec<SessionEvent> = state.events.iter_from(from).cloned().collect();
+                drop(state);
+                visit(&events);
+            }
+        }
+    }
+
+    async fn record(&self, kind: &str, payload: ExtensionPayload) -> Result<u64, AgentError> {
         if EventPayload::is_builtin_kind(kind) {
             return Err(AgentError::ReservedEventType(kind.to_owned()));
         }
         let payload = EventPayload::Extension {
             kind: kind.to_owned(),
-            payload: payload.into(),
+            payload,
         };
         self.commit(vec![payload], |_, state| state.events.len() as u64 - 1)
             .await

@@ -71,6 +71,23 @@ impl<T> Chunked<T> {
         self.chunks.iter().flatten()
     }
 
+    /// The items from position `from` on as one borrowed slice, when they
+    /// lie in a single chunk (always so when there are none); `None` when
+    /// they span chunks.
+    pub(crate) fn contiguous_from(&self, from: usize) -> Option<&[T]> {
+        if from >= self.len {
+            return Some(&[]);
+        }
+        let mut skip = from;
+        for (index, chunk) in self.chunks.iter().enumerate() {
+            if skip < chunk.len() {
+                return (index + 1 == self.chunks.len()).then(|| &chunk[skip..]);
+            }
+            skip -= chunk.len();
+        }
+        None
+    }
+
     /// The items from position `from` on (none when `from >= len`).
     pub(crate) fn iter_from(&self, from: usize) -> impl Iterator<Item = &T> {
         let mut skip = from;
@@ -182,6 +199,15 @@ mod tests {
                 plain[..from.min(plain.len())],
                 "prefix {from}"
             );
+            // One slice exactly when the rest lies in the last chunk.
+            let in_last = from >= plain.len() - (plain.len() - 7) % CHUNK;
+            match items.contiguous_from(from) {
+                Some(slice) => {
+                    assert!(in_last, "from {from}");
+                    assert_eq!(slice, plain.get(from..).unwrap_or_default());
+                }
+                None => assert!(!in_last, "from {from}"),
+            }
         }
         assert_eq!(items.to_vec(), plain);
         assert!(items.iter().rev().copied().eq(plain.iter().rev().copied()));

@@ -639,11 +639,14 @@ async fn extension_events_are_recorded_and_builtin_types_are_reserved() {
     let handle = create(&harness, "a").await;
     let agent = handle.agent();
     let seq = agent
-        .record("subagent/child", json!({"name": "x"}))
+        .record("subagent/child", json!({"name": "x"}).into())
         .await
         .unwrap();
     assert_eq!(seq, 0);
-    let err = agent.record("turn/end", json!({})).await.unwrap_err();
+    let err = agent
+        .record("turn/end", json!({}).into())
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), "RESERVED_EVENT_TYPE");
     let stored = harness.store().load(agent.id()).await.unwrap();
     assert_eq!(kinds(&stored.events), ["subagent/child"]);

@@ -125,7 +125,7 @@ fn call(
         }),
         Call::Record => Box::pin(async move {
             let agent = agent.unwrap();
-            let _ = agent.record("test/mark", json!({"n": 1})).await;
+            let _ = agent.record("test/mark", json!({"n": 1}).into()).await;
         }),
         Call::Create => Box::pin(async move {
             let _ = harness.create(create_spec("a")).await;
@@ -307,7 +307,7 @@ async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
     bounded(until(|| gate.has_left())).await;
     // The dropped message was accepted after all: it is pending.
     assert_eq!(agent.pending().len(), 1);
-    agent.record("test/mark", json!({})).await.unwrap();
+    agent.record("test/mark", json!({}).into()).await.unwrap();
     let stored = world.store.inner().load(agent.id()).await.unwrap();
     assert_eq!(stored.events, agent.events());
     assert!(stop_reasons(&stored.events).is_empty(), "no turn ran");

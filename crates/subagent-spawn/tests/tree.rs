@@ -233,7 +233,7 @@ async fn b29_lead_and_full_paths_resolve_through_the_catalogs() {
     let err = resolve(&world, &lead, "lost/x").await.unwrap_err();
     assert_eq!(err.code(), "SESSION_NOT_FOUND", "{err}");
     b_agent
-        .record(CATALOG_EVENT, json!({"bogus": 1}))
+        .record(CATALOG_EVENT, json!({"bogus": 1}).into())
         .await
         .unwrap();
     let err = resolve(&world, &lead, "a/b/c").await.unwrap_err();
@@ -330,7 +330,7 @@ async fn mixed_tree(world: &World) -> MixedTree {
     )
     .await;
     k_agent
-        .record(CATALOG_EVENT, json!({"bogus": 1}))
+        .record(CATALOG_EVENT, json!({"bogus": 1}).into())
         .await
         .unwrap();
 
@@ -544,7 +544,7 @@ async fn b34_a_root_that_cannot_be_read_fails_the_whole_listing() {
     )
     .await;
     lead.agent()
-        .record(CATALOG_EVENT, json!({"bogus": 1}))
+        .record(CATALOG_EVENT, json!({"bogus": 1}).into())
         .await
         .unwrap();
     let err = list(&world, LEAD).await.unwrap_err();

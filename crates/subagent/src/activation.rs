@@ -6,7 +6,6 @@
 //! creator, tears it down, frees its capacity slot and settles it.
 
 use crate::InfraError;
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
@@ -21,6 +20,7 @@ use crate::budget::{Ledger, Limits, LocalMeter, enforce};
 use crate::capture::CaptureTool;
 use crate::error::SubagentError;
 use crate::events::{RunInfo, RunOutcome, SubagentEvent};
+use crate::ids::IdMap;
 use crate::provider::SubagentRun;
 use crate::request::Delivery;
 use crate::result::{SubagentResult, bound_diagnostic, final_output, last_stop};
@@ -61,7 +61,7 @@ pub(crate) struct Activation {
     pub(crate) delivery: Delivery,
     execution: Execution,
     /// Activations this child created, which it owns until they settle.
-    owned: Mutex<HashMap<u64, Weak<Activation>>>,
+    owned: Mutex<IdMap<u64, Weak<Activation>>>,
     owned_changed: Notify,
     /// Set by `dispose` or a drain: stop and settle.
     pub(crate) stop: CancellationToken,
@@ -129,7 +129,7 @@ impl Activation {
             root: new.root,
             delivery: new.delivery,
             execution: new.execution,
-            owned: Mutex::new(HashMap::new()),
+            owned: Mutex::default(),
             owned_changed: Notify::new(),
             stop,
             parked: AtomicBool::new(false),
@@ -141,7 +141,7 @@ impl Activation {
         }
     }
 
-    fn owned(&self) -> MutexGuard<'_, HashMap<u64, Weak<Activation>>> {
+    fn owned(&self) -> MutexGuard<'_, IdMap<u64, Weak<Activation>>> {
         self.owned.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -176,11 +176,11 @@ impl Activation {
 /// The live activations of one runtime, by child (at most one each, B16).
 #[derive(Default)]
 pub(crate) struct Activations {
-    map: Mutex<HashMap<SessionId, Arc<Activation>>>,
+    map: Mutex<IdMap<SessionId, Arc<Activation>>>,
 }
 
 impl Activations {
-    fn map(&self) -> MutexGuard<'_, HashMap<SessionId, Arc<Activation>>> {
+    fn map(&self) -> MutexGuard<'_, IdMap<SessionId, Arc<Activation>>> {
         lock(&self.map)
     }
 
@@ -409,6 +409,8 @@ impl SubagentRuntime {
         let mut early_teardown = None;
         // Why the limits stopped it, when they did.
         let mut tripped = None;
+        // The seq of the last turn end a local child's notice reports.
+        let mut last_turn_end = None;
         let result = match &activation.execution {
             Execution::Local {
                 handle,
@@ -462,13 +464,15 @@ impl SubagentRuntime {
                 if let Some(reporter) = &reporter {
                     reporter.report();
                 }
-                meter.sync(handle.agent().as_ref(), &activation.ledger);
-                Ok(local_result(
-                    handle.agent().as_ref(),
-                    *start_seq,
-                    capture.as_deref(),
-                    stopped,
-                ))
+                // One borrowed pass over the activation's own events: the
+                // last usage, the result and the turn end its notice names.
+                let mut result = None;
+                handle.agent().visit_events_since(*start_seq, &mut |own| {
+                    meter.charge(own, &activation.ledger);
+                    last_turn_end = crate::notice::last_turn_end(own);
+                    result = Some(local_result(own, capture.as_deref(), stopped));
+                });
+                Ok(result.unwrap_or_else(|| local_result(&[], capture.as_deref(), stopped)))
             }
             Execution::External { run } => {
                 run.observe(
@@ -499,14 +503,6 @@ impl SubagentRuntime {
         let result = result.map(|result| activation.ledger.settle(result, tripped));
         self.record_usage(&activation, &result).await;
         // The input is closed now: a reply to the notice goes to a resume.
-        let reported = match &activation.execution {
-            Execution::Local {
-                handle, start_seq, ..
-            } => crate::notice::last_turn_end(&handle.agent().events_since(*start_seq))
-                .map(|seq| crate::notice::notice_id(&activation.child_id, seq)),
-            Execution::External { .. } => None,
-        }
-        .unwrap_or_else(MessageId::generate);
         // An infrastructure failure is reported too, never swallowed.
         let heard = match &result {
             Ok(result) => result.clone(),
@@ -516,7 +512,7 @@ impl SubagentRuntime {
         if let Err(err) = self.record_outcome(&activation, &heard).await {
             tracing::warn!(child = %activation.child_id, "the foreground outcome was not recorded: {err}");
         }
-        self.notify_parent(&activation, &heard, reported).await;
+        self.notify_parent(&activation, &heard, last_turn_end).await;
         let teardown = match (&activation.execution, early_teardown) {
             (Execution::Local { handle, .. }, _) => {
                 handle.dispose().await;
@@ -612,16 +608,15 @@ impl SubagentRuntime {
     }
 }
 
-/// The result of a local activation from the child's own events.
+/// The result of a local activation from the child's own events (`own`,
+/// those from the activation's start on).
 fn local_result(
-    child: &dyn Agent,
-    start_seq: u64,
+    own: &[dsh_core::SessionEvent],
     capture: Option<&CaptureTool>,
     stopped: bool,
 ) -> SubagentResult {
-    let own = child.events_since(start_seq);
     // A stopped activation is aborted whatever its last turn said.
-    let (mut stop_reason, mut diagnostic) = last_stop(&own)
+    let (mut stop_reason, mut diagnostic) = last_stop(own)
         .filter(|_| !stopped)
         .unwrap_or((StopReason::ABORTED, None));
     let structured = capture.and_then(CaptureTool::captured);
@@ -632,13 +627,14 @@ fn local_result(
             crate::capture::CAPTURE_TOOL
         ));
     }
+    let usage = crate::result::usage_of(own);
     let mut result = SubagentResult {
-        output: final_output(&own),
+        output: final_output(own),
         structured,
         diagnostic: None,
         stop_reason,
-        usage: crate::result::usage_of(&own),
-        subtree_usage: crate::result::usage_of(&own),
+        usage,
+        subtree_usage: usage,
     };
     if !result.stop_reason.is_completed()
         && let Some(diagnostic) = diagnostic

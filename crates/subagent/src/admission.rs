@@ -6,7 +6,7 @@
 //! drop.
 
 use crate::AdmissionError;
-use std::collections::{HashMap, HashSet};
+use crate::ids::{IdMap, IdSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -22,9 +22,9 @@ use crate::runtime::lock;
 pub(crate) struct Admissions {
     /// Roots whose trees are draining: admission below them is closed until
     /// that exact root leaves the registry.
-    draining: Mutex<HashSet<AgentRef>>,
+    draining: Mutex<IdSet<AgentRef>>,
     /// Tickets in flight per root, each with the token that stops its work.
-    in_flight: Mutex<HashMap<SessionId, HashMap<u64, CancellationToken>>>,
+    in_flight: Mutex<IdMap<SessionId, IdMap<u64, CancellationToken>>>,
     changed: Notify,
     next: AtomicU64,
 }
@@ -110,11 +110,7 @@ impl Admissions {
         draining.extend(roots.iter().cloned());
         let in_flight = lock(&self.in_flight);
         for root in roots {
-            for stop in in_flight
-                .get(&root.id)
-                .into_iter()
-                .flat_map(HashMap::values)
-            {
+            for stop in in_flight.get(&root.id).into_iter().flat_map(IdMap::values) {
                 stop.cancel();
             }
         }
@@ -140,12 +136,12 @@ impl Admissions {
 /// Live children per tree root (B17).
 #[derive(Default)]
 pub(crate) struct Capacity {
-    counts: Arc<Mutex<HashMap<SessionId, usize>>>,
+    counts: Arc<Mutex<IdMap<SessionId, usize>>>,
 }
 
 /// Frees a tree's capacity slot on drop.
 pub(crate) struct CapacitySlot {
-    counts: Arc<Mutex<HashMap<SessionId, usize>>>,
+    counts: Arc<Mutex<IdMap<SessionId, usize>>>,
     root: SessionId,
 }
 
@@ -189,10 +185,14 @@ impl Capacity {
 /// earlier start under that parent recorded its own or gave up. So
 /// concurrent starts (parallel tool calls) are cataloged, listed and named
 /// in the order they were made, whichever creation finishes first.
+///
+/// Each turn has a wake-up of its own, and a turn that leaves the head of
+/// its queue wakes only the turn behind it: N concurrent starts cost N
+/// wake-ups, not one per waiter per publication (N²/2, which made 6,000
+/// concurrent children cost a millisecond each).
 #[derive(Default)]
 pub(crate) struct Publications {
-    queues: Mutex<HashMap<AgentRef, std::collections::BTreeSet<u64>>>,
-    changed: Notify,
+    queues: Mutex<IdMap<AgentRef, std::collections::BTreeMap<u64, Arc<Notify>>>>,
     next: AtomicU64,
 }
 
@@ -202,20 +202,24 @@ pub(crate) struct PublishTurn {
     publications: Arc<Publications>,
     parent: AgentRef,
     ticket: u64,
+    /// Told when this turn reaches the head of its queue.
+    reached: Arc<Notify>,
 }
 
 impl Publications {
     /// The next turn under `parent`.
     pub(crate) fn take(self: &Arc<Self>, parent: &AgentRef) -> PublishTurn {
         let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        let reached = Arc::new(Notify::new());
         lock(&self.queues)
             .entry(parent.clone())
             .or_default()
-            .insert(ticket);
+            .insert(ticket, reached.clone());
         PublishTurn {
             publications: self.clone(),
             parent: parent.clone(),
             ticket,
+            reached,
         }
     }
 }
@@ -227,29 +231,110 @@ impl PublishTurn {
     /// Cancel safe: it only waits.
     pub(crate) async fn wait(&self) {
         loop {
-            let changed = self.publications.changed.notified();
             let first = lock(&self.publications.queues)
                 .get(&self.parent)
-                .and_then(|queue| queue.first().copied());
+                .and_then(|queue| queue.keys().next().copied());
             if first.is_none_or(|first| first == self.ticket) {
                 return;
             }
-            changed.await;
+            // A turn ahead that leaves between the check and here has
+            // stored its wake-up (`notify_one` keeps a permit).
+            self.reached.notified().await;
         }
     }
 }
 
 impl Drop for PublishTurn {
     fn drop(&mut self) {
-        {
+        let next = {
             let mut queues = lock(&self.publications.queues);
+            let mut next = None;
             if let Some(queue) = queues.get_mut(&self.parent) {
+                let was_first = queue.keys().next() == Some(&self.ticket);
                 queue.remove(&self.ticket);
+                if was_first {
+                    next = queue.values().next().cloned();
+                }
                 if queue.is_empty() {
                     queues.remove(&self.parent);
                 }
             }
+            next
+        };
+        // Only a new head can go; everyone behind it stays asleep.
+        if let Some(next) = next {
+            next.notify_one();
         }
-        self.publications.changed.notify_waiters();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use dsh_core::{Epoch, SessionId};
+    use futures::FutureExt;
+    use std::future::Future;
+
+    #[test]
+    fn a_turn_goes_when_every_earlier_one_is_done_and_not_before() {
+        let (publications, parent) = queue();
+        let first = publications.take(&parent);
+        let second = publications.take(&parent);
+        let third = publications.take(&parent);
+        let mut waiting = Box::pin(third.wait());
+        assert!((&mut waiting).now_or_never().is_none());
+        // A turn behind the head leaving changes nothing for the others.
+        drop(second);
+        assert!((&mut waiting).now_or_never().is_none());
+        // The head leaving wakes the new head, which goes.
+        drop(first);
+        assert!((&mut waiting).now_or_never().is_some());
+        drop(waiting);
+        assert!(first_is(&publications, &parent, third.ticket));
+        drop(third);
+        assert!(lock(&publications.queues).is_empty());
+    }
+
+    /// Empty publications and the parent whose queue a test uses.
+    fn queue() -> (Arc<Publications>, AgentRef) {
+        let parent = AgentRef {
+            id: SessionId::new("p").unwrap(),
+            epoch: Epoch::NONE,
+        };
+        (Arc::default(), parent)
+    }
+
+    /// Counts how often it was woken.
+    #[derive(Default)]
+    struct Woken(std::sync::atomic::AtomicUsize);
+
+    impl futures::task::ArcWake for Woken {
+        fn wake_by_ref(arc_self: &Arc<Self>) {
+            arc_self.0.fetch_add(1, Ordering::SeqCst);
+        }
+    }
+
+    #[test]
+    fn the_head_leaving_wakes_only_the_turn_behind_it() {
+        let (publications, parent) = queue();
+        let head = publications.take(&parent);
+        let behind: Vec<PublishTurn> = (0..4).map(|_| publications.take(&parent)).collect();
+        let wakers: Vec<Arc<Woken>> = behind.iter().map(|_| Arc::default()).collect();
+        let mut waits: Vec<_> = behind.iter().map(|turn| Box::pin(turn.wait())).collect();
+        for (wait, woken) in waits.iter_mut().zip(&wakers) {
+            let waker = futures::task::waker(woken.clone());
+            let mut cx = std::task::Context::from_waker(&waker);
+            assert!(wait.as_mut().poll(&mut cx).is_pending());
+        }
+        drop(head);
+        let woken: Vec<usize> = wakers.iter().map(|w| w.0.load(Ordering::SeqCst)).collect();
+        assert_eq!(woken, [1, 0, 0, 0]);
+    }
+
+    fn first_is(publications: &Publications, parent: &AgentRef, ticket: u64) -> bool {
+        lock(&publications.queues)
+            .get(parent)
+            .and_then(|queue| queue.keys().next().copied())
+            == Some(ticket)
     }
 }

@@ -111,9 +111,12 @@ pub(crate) fn subtree_of(events: &[dsh_core::SessionEvent]) -> Usage {
     total
 }
 
-/// The payload of a usage record.
-pub(crate) fn usage_payload(record: &UsageRecord) -> serde_json::Value {
-    serde_json::to_value(record).unwrap_or_default()
+/// The payload of a usage record, serialised straight from the record.
+pub(crate) fn usage_payload(record: &UsageRecord) -> dsh_core::ExtensionPayload {
+    // Ids and integers only, so it always serialises; the `null` fallback
+    // (what a value tree's default was before) is never taken.
+    dsh_core::ExtensionPayload::new(record)
+        .unwrap_or_else(|_| dsh_core::ExtensionPayload::from(&serde_json::Value::Null))
 }
 
 /// The host's defaults and ceilings for the budgets a delegation tool asks
@@ -369,8 +372,11 @@ impl SubagentRuntime {
             usage: result.usage,
             subtree: result.subtree_usage,
         };
-        if let Err(err) = parent.record(USAGE_EVENT, usage_payload(&record)).await {
-            tracing::warn!(child = %activation.child_id, "the usage record was not written: {err}");
+        match parent.record(USAGE_EVENT, usage_payload(&record)).await {
+            Ok(seq) => self.fold_written_usage(&parent, seq, &record),
+            Err(err) => {
+                tracing::warn!(child = %activation.child_id, "the usage record was not written: {err}");
+            }
         }
     }
 }
@@ -387,7 +393,14 @@ impl LocalMeter {
 
     /// Charge the usage the log gained since the last call.
     pub(crate) fn sync(&mut self, child: &dyn Agent, ledger: &Ledger) {
-        for event in child.events_since(self.cursor) {
+        child.visit_events_since(self.cursor, &mut |fresh| self.charge(fresh, ledger));
+    }
+
+    /// Charge the usage among `events` (a run of the child's log) that no
+    /// earlier call charged.
+    pub(crate) fn charge(&mut self, events: &[dsh_core::SessionEvent], ledger: &Ledger) {
+        let fresh = events.partition_point(|event| event.seq < self.cursor);
+        for event in &events[fresh..] {
             self.cursor = event.seq + 1;
             if let EventPayload::Usage(usage) = &event.payload {
                 ledger.charge(*usage);
@@ -539,7 +552,7 @@ mod tests {
                 time: 0,
                 payload: EventPayload::Extension {
                     kind: USAGE_EVENT.into(),
-                    payload: usage_payload(&record).into(),
+                    payload: usage_payload(&record),
                 },
             },
         ];

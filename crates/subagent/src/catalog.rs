@@ -9,7 +9,7 @@ use crate::InfraError;
 use std::collections::{HashMap, HashSet};
 use std::fmt;
 
-use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId};
+use dsh_core::{EventPayload, ExtensionPayload, SessionEvent, SessionHeader, SessionId};
 use foldhash::fast::RandomState;
 use serde::{Deserialize, Serialize};
 
@@ -286,6 +286,48 @@ fn read_event(header: &SessionHeader, event: &SessionEvent) -> Result<Read, Suba
 }
 
 impl CatalogFold {
+    /// Fold the entry this runtime itself just wrote at `seq`, without
+    /// parsing it back from the log: only when `seq` is the event the fold
+    /// expects next (otherwise a later [`CatalogFold::apply`] reads it from
+    /// the log like any other event). Returns whether it was folded.
+    pub(crate) fn written_entry(
+        &mut self,
+        header: &SessionHeader,
+        seq: u64,
+        entry: &CatalogEntry,
+    ) -> bool {
+        if seq != self.next_seq || seq < header.seed_len {
+            return false;
+        }
+        if self.add(header, entry.clone()).is_err() {
+            // A name the log already holds: leave it to `apply`, which
+            // reports the corrupt catalog.
+            return false;
+        }
+        self.next_seq = seq + 1;
+        true
+    }
+
+    /// Fold the usage record this runtime itself just wrote at `seq`, as
+    /// [`CatalogFold::written_entry`] does an entry.
+    pub(crate) fn written_usage(
+        &mut self,
+        header: &SessionHeader,
+        seq: u64,
+        record: &UsageRecord,
+    ) -> bool {
+        if seq != self.next_seq || seq < header.seed_len {
+            return false;
+        }
+        self.catalog
+            .usage
+            .entry(record.child_id.clone())
+            .or_default()
+            .add(record);
+        self.next_seq = seq + 1;
+        true
+    }
+
     /// Add one child's entry; a repeated child id adds nothing (the first
     /// record stands).
     fn add(&mut self, header: &SessionHeader, entry: CatalogEntry) -> Result<(), SubagentError> {
@@ -324,9 +366,13 @@ pub fn fold_catalog(
     Ok(fold.catalog)
 }
 
-/// The payload of a catalog event for `entry`.
-pub fn catalog_payload(entry: &CatalogEntry) -> serde_json::Value {
-    serde_json::to_value(entry).unwrap_or_default()
+/// The payload of a catalog event for `entry`, serialised once, straight
+/// from the entry (no JSON value tree in between).
+pub fn catalog_payload(entry: &CatalogEntry) -> ExtensionPayload {
+    // An entry is strings only, so it always serialises; the `null`
+    // fallback (what a value tree's default was before) is never taken.
+    ExtensionPayload::new(entry)
+        .unwrap_or_else(|_| ExtensionPayload::from(&serde_json::Value::Null))
 }
 
 #[cfg(test)]
@@ -352,10 +398,73 @@ mod tests {
                 time: 0,
                 payload: EventPayload::Extension {
                     kind: CATALOG_EVENT.into(),
-                    payload: catalog_payload(e).into(),
+                    payload: catalog_payload(e),
                 },
             })
             .collect()
+    }
+
+    #[test]
+    fn a_fold_told_what_was_written_matches_one_that_reads_it() {
+        let header = SessionHeader::new(SessionId::new("p").unwrap(), "/");
+        let log = events(&[
+            entry("a", Some("x")),
+            entry("b", Some("y")),
+            entry("c", None),
+        ]);
+        let mut told = CatalogFold::default();
+        told.apply(&header, &log[..1]).unwrap();
+        // The next event: taken as written, and the fold moves past it.
+        assert!(told.written_entry(&header, 1, &entry("b", Some("y"))));
+        assert_eq!(told.next_seq(), 2);
+        // Not the next event (one in between is unread): left to `apply`.
+        assert!(!told.written_entry(&header, 3, &entry("d", None)));
+        assert!(!told.written_usage(
+            &header,
+            3,
+            &UsageRecord {
+                child_id: SessionId::new("a").unwrap(),
+                usage: Default::default(),
+                subtree: Default::default(),
+            }
+        ));
+        told.apply(&header, &log).unwrap();
+        let read = fold_catalog(&header, &log).unwrap();
+        assert_eq!(told.catalog(), &read);
+        assert_eq!(told.next_seq(), 3);
+        // A seed's events are never the fold's own.
+        let mut seeded = header.clone();
+        seeded.seed_len = 5;
+        assert!(!CatalogFold::default().written_entry(&seeded, 0, &entry("z", None)));
+    }
+
+    #[test]
+    fn an_entry_reads_the_same_in_either_key_order() {
+        // Older builds wrote the payload through a value tree, keys sorted;
+        // this one writes the declaration order. Both are the same entry.
+        let header = SessionHeader::new(SessionId::new("p").unwrap(), "/");
+        let sorted = r#"{"child_id":"a","label":"task a","mode":"continuable","name":"x","provider":"spawn"}"#;
+        let written = catalog_payload(&entry("a", Some("x")));
+        assert_eq!(
+            written.get(),
+            r#"{"child_id":"a","name":"x","label":"task a","provider":"spawn","mode":"continuable"}"#
+        );
+        let log: Vec<SessionEvent> = [sorted.to_owned(), written.get().to_owned()]
+            .into_iter()
+            .enumerate()
+            .map(|(seq, text)| SessionEvent {
+                seq: seq as u64,
+                time: 0,
+                payload: EventPayload::Extension {
+                    kind: CATALOG_EVENT.into(),
+                    payload: serde_json::from_str(&text).unwrap(),
+                },
+            })
+            .collect();
+        let one = fold_catalog(&header, &log[..1]).unwrap();
+        let other = fold_catalog(&header, &log[1..]).unwrap();
+        assert_eq!(one.entries(), other.entries());
+        assert_eq!(one.entries(), [entry("a", Some("x"))]);
     }
 
     #[test]
@@ -412,7 +521,7 @@ mod tests {
                 time: 0,
                 payload: EventPayload::Extension {
                     kind: USAGE_EVENT.into(),
-                    payload: crate::budget::usage_payload(&record).into(),
+                    payload: crate::budget::usage_payload(&record),
                 },
             });
         }
@@ -447,7 +556,7 @@ mod tests {
         // A late repeat of an early child is skipped (the first record stands).
         log[count - 10].payload = EventPayload::Extension {
             kind: CATALOG_EVENT.into(),
-            payload: catalog_payload(&entry("c3", Some("elsewhere"))).into(),
+            payload: catalog_payload(&entry("c3", Some("elsewhere"))),
         };
         let catalog = fold_catalog(&header, &log).unwrap();
         assert_eq!(catalog.len(), count - 1);

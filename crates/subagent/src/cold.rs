@@ -98,8 +98,7 @@ mod tests {
                         label: String::new(),
                         provider: "spawn".into(),
                         mode: ChildMode::CONTINUABLE,
-                    })
-                    .into(),
+                    }),
                 },
             })
             .collect();

@@ -200,7 +200,7 @@ impl SubagentRuntime {
             child_id: run.id().clone(),
             resume,
         };
-        let payload = serde_json::to_value(&record).map_err(|err| {
+        let payload = dsh_core::ExtensionPayload::new(&record).map_err(|err| {
             provider_fault(&format!("the resume token does not serialise: {err}"))
         })?;
         parent.record(RESUME_EVENT, payload).await?;
@@ -236,8 +236,9 @@ impl SubagentRuntime {
         let Some(parent) = self.registry().resolve(&activation.parent) else {
             return Ok(());
         };
-        let payload = serde_json::to_value(ExternalOutcome::of(&activation.child_id, result))
-            .map_err(|err| provider_fault(&format!("the outcome does not serialise: {err}")))?;
+        let payload =
+            dsh_core::ExtensionPayload::new(&ExternalOutcome::of(&activation.child_id, result))
+                .map_err(|err| provider_fault(&format!("the outcome does not serialise: {err}")))?;
         parent.record(OUTCOME_EVENT, payload).await?;
         Ok(())
     }

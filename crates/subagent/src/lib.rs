@@ -12,6 +12,7 @@ mod error;
 mod events;
 mod external;
 mod footprint;
+mod ids;
 mod list_entry;
 mod messaging;
 mod names;

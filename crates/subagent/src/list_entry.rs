@@ -85,12 +85,12 @@ mod tests {
             mode: ChildMode::CONTINUABLE,
         };
         let mut lines = vec![
-            catalog_payload(&entry).to_string(),
+            catalog_payload(&entry).get().to_owned(),
             serde_json::to_string(&entry).unwrap(),
         ];
         entry.name = None;
         entry.mode = ChildMode::EXTERNAL;
-        lines.push(catalog_payload(&entry).to_string());
+        lines.push(catalog_payload(&entry).get().to_owned());
         lines.push(serde_json::to_string(&entry).unwrap());
         // Both key orders serde_json writes (sorted, and the struct's).
         lines.push(

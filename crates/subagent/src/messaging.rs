@@ -934,7 +934,7 @@ impl SubagentRuntime {
             agent.cancel(cause, CancelOptions { keep_inbox: true });
             // Parked across a restart too (`resume_tree` leaves it parked).
             agent
-                .record(crate::resume::PARKED_EVENT, serde_json::json!({}))
+                .record(crate::resume::PARKED_EVENT, serde_json::json!({}).into())
                 .await?;
         }
         Ok(())

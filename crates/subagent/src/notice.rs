@@ -19,7 +19,6 @@ use dsh_core::{
     Agent, AgentStatus, ContentBlock, EventPayload, MessageId, MessageSource, SessionEvent,
     SessionHeader, SessionId, StopReason, UserMessage,
 };
-use serde_json::json;
 
 use crate::activation::Activation;
 use crate::catalog::ChildMode;
@@ -31,12 +30,23 @@ use crate::runtime::{SubagentRuntime, lock};
 /// The extension event an activation writes into its child's log at launch.
 pub(crate) const ACTIVATION_EVENT: &str = "subagent/activation";
 
-/// The payload of an activation record.
-pub(crate) fn activation_payload(delivery: Delivery) -> serde_json::Value {
-    json!({ "delivery": match delivery {
-        Delivery::Parent => "parent",
-        Delivery::Caller => "caller",
-    }})
+/// The payload of an activation record: `{"delivery":"parent"}` or
+/// `{"delivery":"caller"}`, serialised straight from the record.
+pub(crate) fn activation_payload(delivery: Delivery) -> dsh_core::ExtensionPayload {
+    #[derive(serde::Serialize)]
+    struct Record {
+        delivery: &'static str,
+    }
+    let record = Record {
+        delivery: match delivery {
+            Delivery::Parent => "parent",
+            Delivery::Caller => "caller",
+        },
+    };
+    // A static string field always serialises; the `null` fallback (what a
+    // value tree's default was before) is never taken.
+    dsh_core::ExtensionPayload::new(&record)
+        .unwrap_or_else(|_| dsh_core::ExtensionPayload::from(&serde_json::Value::Null))
 }
 
 /// The id of the notice reporting `child`'s turn that ended at `seq`: the
@@ -161,16 +171,21 @@ pub(crate) fn notice_ids(events: &[SessionEvent]) -> HashSet<MessageId> {
 
 impl SubagentRuntime {
     /// The B28 notice: to a still-live direct creator, for parent delivery.
-    /// `id` names what it reports (see [`notice_id`]).
+    /// `turn_end` is the seq of the child's turn end it reports, which
+    /// names it (see [`notice_id`]); without one (an external run, a child
+    /// that ended no turn) it gets a fresh id.
     pub(crate) async fn notify_parent(
         &self,
         activation: &Activation,
         result: &SubagentResult,
-        id: MessageId,
+        turn_end: Option<u64>,
     ) {
         if activation.delivery != Delivery::Parent {
             return;
         }
+        let id = turn_end.map_or_else(MessageId::generate, |seq| {
+            notice_id(&activation.child_id, seq)
+        });
         let Some(parent) = self.registry().resolve(&activation.parent) else {
             return;
         };

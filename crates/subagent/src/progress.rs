@@ -25,7 +25,6 @@
 //! log. A delta costs one check while nobody listens. External providers report through the
 //! [`ProgressSink`] their run is handed ([`crate::SubagentRun::observe`]).
 
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
@@ -156,7 +155,7 @@ pub(crate) struct ProgressHub {
     sender: broadcast::Sender<ProgressEvent>,
     /// The reporters of the live local activations, by child, for the
     /// streamed text of [`TextFeed`].
-    reporters: Arc<Mutex<HashMap<SessionId, Registered>>>,
+    reporters: Arc<Mutex<crate::ids::IdMap<SessionId, Registered>>>,
     /// Whether a host streams local text through a [`TextFeed`] (the log's
     /// assistant messages then make no text event of their own).
     streamed: Arc<AtomicBool>,

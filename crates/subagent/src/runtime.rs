@@ -7,7 +7,6 @@
 //! except through the core traits.
 
 use crate::{AdmissionError, DeliveryError, RegistryError};
-use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
@@ -21,6 +20,7 @@ use crate::admission::{Admissions, Capacity, CapacitySlot, Publications};
 use crate::catalog::CatalogFold;
 use crate::error::SubagentError;
 use crate::events::SubagentEvent;
+use crate::ids::{IdMap, IdSet};
 use crate::names::{NameReservations, ROOT_NAME};
 use crate::provider::{ProviderDescriptor, SubagentProvider};
 use crate::request::{DEFAULT_MAX_DEPTH, MaxDepth};
@@ -59,18 +59,18 @@ pub(crate) struct Inner {
     pub(crate) activations: Activations,
     /// Ids of external runs started by this runtime (a local child's id is
     /// its session, which the store and the registry already know).
-    pub(crate) run_ids: Mutex<HashSet<SessionId>>,
+    pub(crate) run_ids: Mutex<IdSet<SessionId>>,
     /// User request ids being delivered, per child.
-    pub(crate) requests: Mutex<HashSet<(SessionId, MessageId)>>,
+    pub(crate) requests: Mutex<IdSet<(SessionId, MessageId)>>,
     /// One lock per child being resumed, so concurrent resumes coalesce.
-    pub(crate) resuming: Mutex<HashMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) resuming: Mutex<IdMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
     /// Draining roots and the starts and resumes in flight.
     pub(crate) admissions: Arc<Admissions>,
     /// Catalog order per parent: the order starts were made in.
     pub(crate) publications: Arc<Publications>,
     /// Catalog folds of live parents, by exact reference, advanced with
     /// only the events each start has not seen yet.
-    pub(crate) catalogs: Mutex<HashMap<AgentRef, CatalogFold>>,
+    pub(crate) catalogs: Mutex<IdMap<AgentRef, CatalogFold>>,
     /// Immutable facts read from cold logs (`crate::cold`).
     pub(crate) cold: crate::cold::ColdFacts,
     pub(crate) capacity: Capacity,
@@ -199,12 +199,12 @@ impl SubagentRuntime {
                 events: EventBus::new(),
                 names: NameReservations::new(),
                 activations: Activations::default(),
-                run_ids: Mutex::new(HashSet::new()),
-                requests: Mutex::new(HashSet::new()),
-                resuming: Mutex::new(HashMap::new()),
+                run_ids: Mutex::default(),
+                requests: Mutex::default(),
+                resuming: Mutex::default(),
                 admissions: Arc::default(),
                 publications: Arc::default(),
-                catalogs: Mutex::new(HashMap::new()),
+                catalogs: Mutex::default(),
                 cold: crate::cold::ColdFacts::default(),
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),

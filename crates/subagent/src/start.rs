@@ -35,6 +35,10 @@ use crate::runtime::{SubagentRuntime, lock};
 /// Cached catalog folds beyond which dead parents are swept out.
 const CATALOG_SWEEP: usize = 64;
 
+/// Fresh events a catalog fold reads in place, under the agent's state;
+/// more are copied out and folded after.
+const BORROWED_FOLD: usize = 16;
+
 /// A start that passed every synchronous check.
 struct Admitted {
     provider: Arc<dyn SubagentProvider>,
@@ -188,8 +192,22 @@ impl SubagentRuntime {
         // (`NameReservation::commit`, called under this lock too).
         let mut catalogs = lock(&self.inner.catalogs);
         let mut fold = catalogs.remove(&reference).unwrap_or_default();
-        let fresh = agent.events_since(fold.next_seq());
-        fold.apply(agent.header(), &fresh)?;
+        // A few fresh events (a start's usual case: the last child's entry
+        // and usage) are folded on the borrowed log; many are copied out
+        // first, so a long fold never holds the agent's state.
+        let mut applied = Ok(());
+        let mut many = None;
+        agent.visit_events_since(fold.next_seq(), &mut |fresh| {
+            if fresh.len() <= BORROWED_FOLD {
+                applied = fold.apply(agent.header(), fresh);
+            } else {
+                many = Some(fresh.to_vec());
+            }
+        });
+        if let Some(fresh) = many {
+            applied = fold.apply(agent.header(), &fresh);
+        }
+        applied?;
         let result = f(&fold);
         // Forget agents that are no longer live, now and then, so the
         // cache stays small without a sweep on every call.
@@ -203,10 +221,36 @@ impl SubagentRuntime {
 
     /// Hand a reserved name over to the parent's catalog, whose entry for
     /// the child is written: under the catalog lock, so no check is
-    /// between reading the catalog and the reservations.
-    fn commit_name(&self, reservation: NameReservation) {
-        let _catalogs = lock(&self.inner.catalogs);
+    /// between reading the catalog and the reservations. Given the entry
+    /// as `written` into `parent`'s log at a seq, the parent's cached fold
+    /// takes it as it is, when it is the event the fold expects next, so
+    /// the next start does not parse it back.
+    fn commit_name(
+        &self,
+        reservation: NameReservation,
+        written: Option<(&Arc<dyn Agent>, u64, &CatalogEntry)>,
+    ) {
+        let mut catalogs = lock(&self.inner.catalogs);
+        if let Some((parent, seq, entry)) = written
+            && let Some(fold) = catalogs.get_mut(&parent.reference())
+        {
+            fold.written_entry(parent.header(), seq, entry);
+        }
         reservation.commit();
+    }
+
+    /// Let a live parent's cached catalog fold take a record this runtime
+    /// wrote at `seq` as written (see [`CatalogFold::written_usage`]).
+    pub(crate) fn fold_written_usage(
+        &self,
+        parent: &Arc<dyn Agent>,
+        seq: u64,
+        record: &crate::budget::UsageRecord,
+    ) {
+        let mut catalogs = lock(&self.inner.catalogs);
+        if let Some(fold) = catalogs.get_mut(&parent.reference()) {
+            fold.written_usage(parent.header(), seq, record);
+        }
     }
 
     /// The full model-facing name of a child `name` of `parent`.
@@ -310,11 +354,14 @@ impl SubagentRuntime {
             provider: provider.name().to_owned(),
             mode: ChildMode::CONTINUABLE,
         };
-        if let Err(err) = parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
-            self.discard(&child_id, &handle).await;
-            return Err(err.into());
-        }
-        self.commit_name(reservation);
+        let seq = match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
+            Ok(seq) => seq,
+            Err(err) => {
+                self.discard(&child_id, &handle).await;
+                return Err(err.into());
+            }
+        };
+        self.commit_name(reservation, Some((&parent, seq, &entry)));
         drop(turn);
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
@@ -461,7 +508,7 @@ impl SubagentRuntime {
             }
             return Err(err);
         }
-        self.commit_name(reservation);
+        self.commit_name(reservation, None);
         drop(turn);
         let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(

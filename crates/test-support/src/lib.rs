@@ -28,10 +28,10 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use dsh_core::{
-    Agent, AgentError, AgentOptions, AgentStatus, CancelCause, CancelOptions, Epoch, InboxArrival,
-    InboxTarget, MessageId, SessionEvent, SessionHeader, SessionId, UserMessage,
+    Agent, AgentError, AgentOptions, AgentStatus, CancelCause, CancelOptions, Epoch,
+    ExtensionPayload, InboxArrival, InboxTarget, MessageId, SessionEvent, SessionHeader, SessionId,
+    UserMessage,
 };
-use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 /// A session id from test text.
@@ -149,7 +149,7 @@ impl Agent for TappedAgent {
         }
         events
     }
-    async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError> {
+    async fn record(&self, kind: &str, payload: ExtensionPayload) -> Result<u64, AgentError> {
         self.inner.record(kind, payload).await
     }
     fn as_any(&self) -> &dyn Any {

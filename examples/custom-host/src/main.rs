@@ -27,7 +27,6 @@ use dsh_core::{
 };
 use dsh_subagent::{ActivationSpec, Delivery, RuntimeConfig, StartRequest, SubagentRuntime};
 use dsh_subagent_spawn::SpawnProvider;
-use serde_json::Value;
 use tokio::sync::{broadcast, watch};
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -322,7 +321,11 @@ impl Agent for EchoAgent {
         lock(&self.events).clone()
     }
 
-    async fn record(&self, kind: &str, payload: Value) -> Result<u64, AgentError> {
+    async fn record(
+        &self,
+        kind: &str,
+        payload: dsh_core::ExtensionPayload,
+    ) -> Result<u64, AgentError> {
         if EventPayload::is_builtin_kind(kind) {
             return Err(AgentError::ReservedEventType(kind.to_owned()));
         }
@@ -331,7 +334,7 @@ impl Agent for EchoAgent {
             &mut state,
             vec![EventPayload::Extension {
                 kind: kind.to_owned(),
-                payload: payload.into(),
+                payload,
             }],
         )
         .await

@@ -1,8 +1,10 @@
 //! The in-memory session store: the [`SessionStore`] contract without a disk,
 //! for tests, benchmarks and ephemeral hosts. Each log is a header and its
-//! events (in chunks, so an append never copies the log) behind one shared
-//! mutex; it never touches the file system
-//! and never hands out a second writer for a log.
+//! events (in chunks, so an append never copies the log) behind a mutex of
+//! its own, in a map behind one shared
+//! mutex; a log's writer holds its entry, so an append takes only that
+//! log's lock and finds it without a lookup. It never touches the file
+//! system and never hands out a second writer for a log.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -25,12 +27,16 @@ struct Entry {
     writer: bool,
 }
 
-type Logs = Arc<Mutex<BTreeMap<SessionId, Entry>>>;
+/// One log, shared by the store's map and its writer.
+type Held = Arc<Mutex<Entry>>;
 
-fn lock(logs: &Mutex<BTreeMap<SessionId, Entry>>) -> MutexGuard<'_, BTreeMap<SessionId, Entry>> {
-    // Every critical section leaves the map consistent, so a panic elsewhere
-    // while holding the lock does not invalidate it.
-    logs.lock().unwrap_or_else(PoisonError::into_inner)
+/// Every log by id. Lock order: the map, then an entry.
+type Logs = Arc<Mutex<BTreeMap<SessionId, Held>>>;
+
+fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // Every critical section leaves the map and its entries consistent, so
+    // a panic elsewhere while holding a lock does not invalidate them.
+    mutex.lock().unwrap_or_else(PoisonError::into_inner)
 }
 
 /// A [`SessionStore`] that keeps every log in memory. Clones share the same
@@ -57,26 +63,25 @@ impl MemoryStore {
 #[derive(Debug)]
 pub struct MemoryLog {
     id: SessionId,
-    logs: Logs,
+    /// The log it writes (which the store's map holds too).
+    entry: Held,
     /// Set once the handle has let go of the log (closed).
     released: AtomicBool,
 }
 
 impl MemoryLog {
-    fn new(id: SessionId, logs: Logs) -> Self {
+    fn new(id: SessionId, entry: Held) -> Self {
         Self {
             id,
-            logs,
+            entry,
             released: AtomicBool::new(false),
         }
     }
 
     /// Let go of the log, once: a later writer's claim is never undone.
     fn release(&self) {
-        if !self.released.swap(true, Ordering::SeqCst)
-            && let Some(entry) = lock(&self.logs).get_mut(&self.id)
-        {
-            entry.writer = false;
+        if !self.released.swap(true, Ordering::SeqCst) {
+            lock(&self.entry).writer = false;
         }
     }
 }
@@ -90,15 +95,12 @@ impl Drop for MemoryLog {
 #[async_trait]
 impl SessionLog for MemoryLog {
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
-        let mut logs = lock(&self.logs);
+        // The entry cannot leave the store while this handle holds it
+        // (remove refuses a held log).
+        let mut entry = lock(&self.entry);
         if self.released.load(Ordering::SeqCst) {
             return Err(StoreError::Closed(self.id.clone()));
         }
-        // The entry cannot vanish while this handle holds it (remove refuses a
-        // held log), but answer sensibly rather than panic if it did.
-        let entry = logs
-            .get_mut(&self.id)
-            .ok_or_else(|| StoreError::NotFound(self.id.clone()))?;
         check_contiguous(&self.id, entry.events.len() as u64, events)?;
         entry.events.extend_from_slice(events);
         Ok(())
@@ -129,25 +131,24 @@ impl SessionStore for MemoryStore {
         if logs.contains_key(&id) {
             return Err(StoreError::Exists(id));
         }
-        logs.insert(
-            id.clone(),
-            Entry {
-                header: header.clone(),
-                events: Chunked::from(seed.to_vec()),
-                writer: true,
-            },
-        );
-        Ok(Arc::new(MemoryLog::new(id, Arc::clone(&self.logs))))
+        let entry = Arc::new(Mutex::new(Entry {
+            header: header.clone(),
+            events: Chunked::from(seed.to_vec()),
+            writer: true,
+        }));
+        logs.insert(id.clone(), Arc::clone(&entry));
+        Ok(Arc::new(MemoryLog::new(id, entry)))
     }
 
     async fn open(
         &self,
         id: &SessionId,
     ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
-        let mut logs = lock(&self.logs);
-        let entry = logs
-            .get_mut(id)
+        let logs = lock(&self.logs);
+        let held = logs
+            .get(id)
             .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        let mut entry = lock(held);
         if entry.writer {
             return Err(StoreError::Busy(id.clone()));
         }
@@ -157,15 +158,17 @@ impl SessionStore for MemoryStore {
             events: entry.events.to_vec(),
             torn_tail: None,
         };
-        let log = MemoryLog::new(id.clone(), Arc::clone(&self.logs));
+        drop(entry);
+        let log = MemoryLog::new(id.clone(), Arc::clone(held));
         Ok((loaded, Arc::new(log)))
     }
 
     async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
         let logs = lock(&self.logs);
-        let entry = logs
-            .get(id)
-            .ok_or_else(|| StoreError::NotFound(id.clone()))?;
+        let entry = lock(
+            logs.get(id)
+                .ok_or_else(|| StoreError::NotFound(id.clone()))?,
+        );
         Ok(LoadedSession {
             header: entry.header.clone(),
             events: entry.events.to_vec(),
@@ -176,7 +179,7 @@ impl SessionStore for MemoryStore {
     async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
         lock(&self.logs)
             .get(id)
-            .map(|entry| entry.header.clone())
+            .map(|entry| lock(entry).header.clone())
             .ok_or_else(|| StoreError::NotFound(id.clone()))
     }
 
@@ -192,7 +195,7 @@ impl SessionStore for MemoryStore {
         let mut logs = lock(&self.logs);
         match logs.get(id) {
             None => Err(StoreError::NotFound(id.clone())),
-            Some(entry) if entry.writer => Err(StoreError::Busy(id.clone())),
+            Some(entry) if lock(entry).writer => Err(StoreError::Busy(id.clone())),
             Some(_) => {
                 logs.remove(id);
                 Ok(())

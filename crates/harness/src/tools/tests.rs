@@ -84,7 +84,11 @@ impl Agent for StubAgent {
     fn events(&self) -> Vec<SessionEvent> {
         Vec::new()
     }
-    async fn record(&self, kind: &str, _payload: Value) -> Result<u64, AgentError> {
+    async fn record(
+        &self,
+        kind: &str,
+        _payload: dsh_core::ExtensionPayload,
+    ) -> Result<u64, AgentError> {
         Err(AgentError::ReservedEventType(kind.to_owned()))
     }
     fn as_any(&self) -> &dyn Any {
