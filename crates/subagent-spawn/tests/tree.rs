@@ -729,7 +729,7 @@ async fn cold_log(world: &World, id: &str, parent: Option<&str>, children: &[Str
             time: 1,
             payload: dsh_core::EventPayload::Extension {
                 kind: CATALOG_EVENT.into(),
-                payload: catalog_payload(&entry(child, Some(child), ChildMode::CONTINUABLE)).into(),
+                payload: catalog_payload(&entry(child, Some(child), ChildMode::CONTINUABLE)),
             },
         })
         .collect();
