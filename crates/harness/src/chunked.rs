@@ -7,17 +7,19 @@
 //! pages inside one ordinary write, so the step that happens to push past
 //! the capacity pays for the whole history (measured: 200-670 µs against
 //! 6 µs for its neighbours), and an agent resumed from a long log pays it
-//! on its first write. Here a full chunk is left where it is and the next
-//! push starts a new one, as large as everything held so far but never
-//! over 512 items, so a push costs the same at any length and a short log
-//! (a parked child's) keeps no more spare room than a `Vec` would. The
+//! on its first write. Here a log shorter than 512 items is one `Vec`
+//! (contiguous, with a `Vec`'s spare room: a parked child's log stays
+//! small); from there on a full chunk is left where it is and the next push
+//! starts a new one of 512, so no push copies more than 512 items at any
+//! length. The
 //! vector it starts from (a loaded log) is adopted as the first chunk
 //! without a copy.
 
-/// The most items a new chunk has room for.
+/// The room of every chunk after the first, and the length up to which
+/// the first grows as a `Vec` does.
 const CHUNK: usize = 512;
 
-/// The fewest items a new chunk has room for.
+/// The room of the first chunk of a log that starts empty.
 const FIRST_CHUNK: usize = 4;
 
 /// An append-only sequence in chunks; see the module docs.
@@ -59,14 +61,20 @@ impl<T> Chunked<T> {
 
     /// Appends `item` without moving any item already held.
     pub(crate) fn push(&mut self, item: T) {
+        let single = self.chunks.len() == 1;
         match self.chunks.last_mut() {
             // Within capacity, so the chunk is not reallocated.
             Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(item),
+            // A short log is one `Vec` that doubles as usual, so it stays
+            // contiguous and keeps no more spare room than a `Vec`; a
+            // doubling copies fewer than `CHUNK` items, whatever the log.
+            Some(chunk) if single && chunk.capacity() < CHUNK => chunk.push(item),
             _ => {
-                // As many as it holds already, up to `CHUNK`: a short log's
-                // spare room stays within its own size, as a `Vec`'s does,
-                // and a long one's within one chunk.
-                let room = self.len.clamp(FIRST_CHUNK, CHUNK);
+                let room = if self.chunks.is_empty() {
+                    FIRST_CHUNK
+                } else {
+                    CHUNK
+                };
                 let mut chunk = Vec::with_capacity(room);
                 chunk.push(item);
                 self.chunks.push(chunk);
@@ -153,11 +161,13 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_push_never_moves_an_item_already_held() {
+    fn once_a_log_is_a_chunk_long_a_push_never_moves_an_item_already_held() {
         let mut items = Chunked::from(Vec::with_capacity(3));
-        items.push(0u32);
+        for n in 0..(CHUNK as u32) {
+            items.push(n);
+        }
         let first: *const u32 = items.iter().next().unwrap();
-        for n in 1..(CHUNK as u32 * 3) {
+        for n in (CHUNK as u32)..(CHUNK as u32 * 3) {
             items.push(n);
         }
         assert_eq!(items.iter().next().map(|n| n as *const u32), Some(first));
@@ -182,19 +192,35 @@ mod tests {
     }
 
     #[test]
+    fn a_log_shorter_than_a_chunk_is_one_slice() {
+        let mut items = Chunked::default();
+        for n in 0..(CHUNK as u32) {
+            items.push(n);
+            assert_eq!(items.chunks.len(), 1);
+            assert!(items.contiguous_from(0).is_some());
+        }
+        items.push(CHUNK as u32);
+        assert_eq!(items.chunks.len(), 2);
+        assert_eq!(items.contiguous_from(CHUNK), Some(&[CHUNK as u32][..]));
+        assert_eq!(items.contiguous_from(0), None);
+    }
+
+    #[test]
     fn an_adopted_vector_is_not_copied_and_fills_its_spare_capacity_first() {
-        let mut seed = Vec::with_capacity(10);
+        let full = CHUNK as u32 + 10;
+        let mut seed = Vec::with_capacity(full as usize);
         seed.extend(0u32..4);
         let address = seed.as_ptr();
         let mut items = Chunked::from(seed);
-        for n in 4..10 {
+        for n in 4..full {
             items.push(n);
         }
         assert_eq!(items.chunks.len(), 1);
         assert_eq!(items.chunks[0].as_ptr(), address);
-        items.push(10);
+        items.push(full);
         assert_eq!(items.chunks.len(), 2);
-        assert!(items.iter().copied().eq(0..11));
+        assert_eq!(items.chunks[0].as_ptr(), address);
+        assert!(items.iter().copied().eq(0..=full));
     }
 
     #[test]
