@@ -94,13 +94,15 @@ fn steps(c: &mut Criterion) {
                         // The activation's first turn projects the
                         // transcript from the log once (as a resume does);
                         // the steps after it are what a long session pays.
-                        // The second wakes the runtime's other worker,
-                        // parked during the untimed setup: a wake-up from
-                        // idle (100 µs-1 ms on this virtual machine, longer
-                        // the longer the setup ran) is not a step's cost,
-                        // and the step after it runs the same instructions
-                        // at either length (callgrind: 38.9k at 10, 36.5k
-                        // at 10,000).
+                        // The second absorbs the first step after the
+                        // untimed setup, which took 100 µs-1 ms on the
+                        // clock here (longer after a longer setup) with
+                        // only 8k more instructions than the steps after
+                        // it, and 21 µs on a current-thread runtime: most
+                        // likely the wake-up of the worker parked during
+                        // the setup, not a step's cost. The steps after it
+                        // run the same instructions at either length
+                        // (callgrind: 38.9k at 10, 36.5k at 10,000).
                         for _ in 0..2 {
                             agent.followup(UserMessage::user_text("go")).await.unwrap();
                             agent.wait_idle().await;
