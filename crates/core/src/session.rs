@@ -380,9 +380,9 @@ impl SessionEvent {
     /// accept exactly the same lines.
     fn from_written_line(line: &str) -> Option<Self> {
         let rest = line.strip_prefix(r#"{"seq":"#)?;
-        let (seq, rest) = leading_u64(rest)?;
+        let (seq, rest) = crate::written::number(rest)?;
         let rest = rest.strip_prefix(r#","time":"#)?;
-        let (time, rest) = leading_u64(rest)?;
+        let (time, rest) = crate::written::number(rest)?;
         let rest = rest.strip_prefix(r#","type":""#)?;
         // The type is short: a plain loop beats a `memchr` call's set-up.
         let end = rest
@@ -408,33 +408,6 @@ impl SessionEvent {
     pub fn is_turn_end(&self) -> bool {
         matches!(self.payload, EventPayload::TurnEnd(_))
     }
-}
-
-/// A JSON unsigned integer at the start of `text` in its only valid form
-/// (no leading zero, no sign, no fraction or exponent after it) and the
-/// text after it; `None` otherwise, or when it does not fit a `u64`.
-fn leading_u64(text: &str) -> Option<(u64, &str)> {
-    let bytes = text.as_bytes();
-    let digits = bytes
-        .iter()
-        .position(|byte| !byte.is_ascii_digit())
-        .unwrap_or(bytes.len());
-    let (number, rest) = bytes.split_at(digits);
-    if number.is_empty()
-        || number.len() > 20
-        || (number.len() > 1 && number.first() == Some(&b'0'))
-        || matches!(rest.first(), Some(b'.' | b'e' | b'E'))
-    {
-        return None;
-    }
-    let mut value: u64 = 0;
-    for &digit in number {
-        value = value
-            .checked_mul(10)?
-            .checked_add(u64::from(digit - b'0'))?;
-    }
-    // Digits are ASCII, so `digits` is a character boundary.
-    Some((value, text.get(digits..)?))
 }
 
 /// Parses a payload straight into the type its `type` tag names.
