@@ -78,7 +78,11 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
     scan.warn();
     let roots = scan.roots();
     let orphans = sessions::orphans(&scan, store.as_ref()).await;
-    if roots.is_empty() && scan.unreadable.is_empty() && orphans.is_empty() {
+    if roots.is_empty()
+        && scan.unreadable.is_empty()
+        && orphans.is_empty()
+        && scan.unfinished.is_empty()
+    {
         return Err(CliError::NoSessions(dir.to_path_buf()));
     }
     // Listing loads no agent; the model is never asked.
@@ -178,6 +182,35 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
             if args.prune_orphans {
                 match store.remove(&orphan.id).await {
                     Ok(()) => line.push_str(": removed"),
+                    Err(err) => {
+                        line.push_str(&format!(": kept ({})", crate::one_line(&err.to_string())))
+                    }
+                }
+            }
+            out.push_str(&line);
+            out.push('\n');
+        }
+    }
+    if !scan.unfinished.is_empty() {
+        if !out.is_empty() {
+            out.push('\n');
+        }
+        if args.prune_orphans {
+            out.push_str("unfinished creates (no session header written whole)\n");
+        } else {
+            out.push_str(
+                "unfinished creates (no session header written whole: a create running now, or one a crash cut short; `dsh agents --prune-orphans` removes them)\n",
+            );
+        }
+        for unfinished in &scan.unfinished {
+            let mut line = format!("  {}", unfinished.id);
+            if args.prune_orphans {
+                // Only a file still torn and held by no writer goes.
+                match store.remove_torn(&unfinished.id).await {
+                    Ok(true) => line.push_str(": removed"),
+                    Ok(false) => {
+                        line.push_str(": kept (a writer holds it, or it is no longer torn)")
+                    }
                     Err(err) => {
                         line.push_str(&format!(": kept ({})", crate::one_line(&err.to_string())))
                     }

@@ -222,15 +222,17 @@ enum Command {
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
-    /// Also the logs that cannot be read, and the orphans: child logs that
-    /// no catalog names (left by a crash between creating a child and
-    /// recording it). A file that is not a session log is skipped with a
-    /// warning.
+    /// Also the logs that cannot be read, the orphans (child logs that no
+    /// catalog names, left by a crash between creating a child and
+    /// recording it) and the unfinished creates (logs whose header was
+    /// never written whole, left by a crash in the middle of a create). A
+    /// file that is not a session log is skipped with a warning.
     Agents {
         #[command(flatten)]
         dir: DirArg,
-        /// Remove the orphans' logs (a log that another process is still
-        /// writing is kept). Nothing else is changed.
+        /// Remove the orphans' logs and the unfinished creates (a log that
+        /// another process is still writing is kept). Nothing else is
+        /// changed.
         #[arg(long)]
         prune_orphans: bool,
     },

@@ -1,11 +1,14 @@
 //! Reading a session directory as trees: its roots (sessions with no parent),
 //! the most recent one, a name resolved within a root's tree from the
 //! persisted catalogs, and the debris a crash can leave (child logs that no
-//! catalog names). One bad file affects only what needs it (B57): a
-//! `*.jsonl` that is not a session log (empty, or a header that does not
-//! parse) is skipped with one warning line; a log that cannot be read is
-//! kept aside as unreadable; only a directory that cannot be listed at all
-//! fails a command here. Everything here only reads.
+//! catalog names, and creates a crash cut short). One bad file affects only
+//! what needs it (B57): a `*.jsonl` that is not a session log (a first line
+//! that is not a session header) is skipped with one warning line; an
+//! unfinished create (a file whose header was never written whole) is
+//! skipped silently, being the store's own, and `dsh agents` lists it; a
+//! log that cannot be read is kept aside as unreadable; only a directory
+//! that cannot be listed at all fails a command here. Everything here only
+//! reads.
 
 use std::collections::{HashMap, HashSet};
 
@@ -61,6 +64,15 @@ pub struct Foreign {
     pub reason: String,
 }
 
+/// What a create leaves before its header is whole
+/// ([`StoreError::TornCreate`]): a create running right now, or one a crash
+/// cut short. Nobody's session; skipped without a warning.
+#[derive(Debug, Clone)]
+pub struct Unfinished {
+    /// The session the file name claims.
+    pub id: SessionId,
+}
+
 /// A log whose header cannot be read (permission, a medium error, a path
 /// that is not a readable file, a damaged header, a newer format).
 #[derive(Debug, Clone)]
@@ -80,6 +92,8 @@ pub struct Scan {
     pub unreadable: Vec<Unreadable>,
     /// Files that are not session logs, in id order.
     pub foreign: Vec<Foreign>,
+    /// Unfinished creates, in id order.
+    pub unfinished: Vec<Unfinished>,
 }
 
 /// The file and the reason, when a header error means "this file is not a
@@ -96,7 +110,7 @@ fn not_a_session(err: &StoreError) -> Option<Foreign> {
 
 /// Read every log's header. Only a directory that cannot be listed fails;
 /// each file that cannot be read is sorted into [`Scan::unreadable`] or
-/// [`Scan::foreign`].
+/// [`Scan::foreign`] (or, an unfinished create, [`Scan::unfinished`]).
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads headers; a drop leaves the directory as it
@@ -114,6 +128,9 @@ pub async fn scan(store: &dyn SessionStore) -> Result<Scan, CliError> {
         for (id, header) in chunk.iter().zip(headers) {
             match header {
                 Ok(header) => scan.headers.push(header),
+                Err(StoreError::TornCreate { .. }) => {
+                    scan.unfinished.push(Unfinished { id: id.clone() });
+                }
                 Err(err) => match not_a_session(&err) {
                     Some(foreign) => scan.foreign.push(foreign),
                     None => scan.unreadable.push(Unreadable {
@@ -141,8 +158,8 @@ pub fn foreign_warning(foreign: &Foreign) -> String {
 
 impl Scan {
     /// Print a warning line on stderr for each skipped file. Unreadable
-    /// logs are not warned about: `dsh agents` lists them, and a command
-    /// that needs one fails with its error.
+    /// logs and unfinished creates are not warned about: `dsh agents` lists
+    /// them, and a command that needs one fails with its error.
     pub fn warn(&self) {
         for foreign in &self.foreign {
             eprintln!("{}", foreign_warning(foreign));

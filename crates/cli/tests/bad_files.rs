@@ -31,7 +31,7 @@ fn trees(agents: &str) -> Vec<String> {
 }
 
 #[test]
-fn a_stray_or_empty_jsonl_is_skipped_by_every_command_with_one_warning() {
+fn a_stray_jsonl_is_skipped_by_every_command_with_one_warning_and_an_empty_one_silently() {
     let scratch = Scratch::new();
     scratch.demo();
     std::fs::write(scratch.sessions().join("README.jsonl"), "# notes\n").unwrap();
@@ -64,6 +64,64 @@ fn a_stray_or_empty_jsonl_is_skipped_by_every_command_with_one_warning() {
         b"# notes\n"
     );
     assert!(scratch.sessions().join("empty.jsonl").exists());
+}
+
+/// What a kill between a create's file and its header leaves (an empty
+/// file, or part of a header line) is the store's own debris, not a
+/// stranger's file: no command warns about it, `dsh agents` lists it, and
+/// `--prune-orphans` removes it, leaving a stray that is not a session.
+#[test]
+fn an_unfinished_create_is_listed_not_warned_about_and_pruned_on_request() {
+    let scratch = Scratch::new();
+    scratch.demo();
+    let sessions = scratch.sessions();
+    let header = header_line(&scratch, &scratch.child_id("researcher"));
+    let empty = "s-00000000000000000000000000000001";
+    let torn = "s-00000000000000000000000000000002";
+    std::fs::write(sessions.join(format!("{empty}.jsonl")), "").unwrap();
+    std::fs::write(
+        sessions.join(format!("{torn}.jsonl")),
+        &header[..header.len() / 2],
+    )
+    .unwrap();
+    std::fs::write(sessions.join("README.jsonl"), "# notes\n").unwrap();
+    let agents = scratch.dsh(&["agents"], &[]);
+    assert!(agents.status.success(), "{}", text(&agents.stderr));
+    let listing = text(&agents.stdout);
+    let section = listing
+        .split("\n\n")
+        .find(|part| part.starts_with("unfinished creates"))
+        .unwrap_or_else(|| panic!("no unfinished creates in:\n{listing}"));
+    snapshot!(&scratch, "unfinished_creates", section);
+    let warning = text(&agents.stderr);
+    assert_eq!(warning.lines().count(), 1, "{warning}");
+    assert!(warning.contains("README.jsonl"), "{warning}");
+    for args in [
+        &["show", "researcher"][..],
+        &["send", "researcher", "Still there?"],
+    ] {
+        let output = scratch.dsh(args, &[]);
+        assert!(
+            output.status.success(),
+            "dsh {args:?}: {}",
+            text(&output.stderr)
+        );
+        assert_eq!(text(&output.stderr), warning, "dsh {args:?}");
+    }
+    let pruned = scratch.dsh(&["agents", "--prune-orphans"], &[]);
+    assert!(pruned.status.success(), "{}", text(&pruned.stderr));
+    let listing = text(&pruned.stdout);
+    for id in [empty, torn] {
+        assert!(listing.contains(&format!("  {id}: removed")), "{listing}");
+        assert!(!sessions.join(format!("{id}.jsonl")).exists(), "{id}");
+    }
+    assert!(sessions.join("README.jsonl").exists());
+    let after = scratch.dsh(&["agents"], &[]);
+    assert!(
+        !text(&after.stdout).contains("unfinished"),
+        "{}",
+        text(&after.stdout)
+    );
 }
 
 #[test]

@@ -168,17 +168,30 @@ pub enum StoreError {
         /// The seq offered.
         got: u64,
     },
-    /// The file is not a session log at all (an empty file, or a first line
-    /// that is not a session header, such as a stray `README.jsonl`). A
-    /// consumer listing a directory can skip it with a warning; nothing was
-    /// changed. A log created under [`Durability::None`] can be left empty by
-    /// a power loss, and is then reported so.
+    /// The file is not a session log at all (a first line that is not a
+    /// session header, such as a stray `README.jsonl`). A consumer listing a
+    /// directory can skip it with a warning; nothing was changed.
     #[error("{}: not a session log: {reason}", path.display())]
     NotASession {
         /// The file.
         path: PathBuf,
         /// Why it is not one.
         reason: String,
+    },
+    /// The file is what a create leaves before its header is whole: empty,
+    /// or one line without its newline that is not a header. Either the
+    /// create is running right now (in this process or another) or it
+    /// ended before it was acknowledged: killed, or a power loss under
+    /// [`Durability::None`] or [`Durability::Batched`] before the file was
+    /// written back. It never held an acknowledged log, so it is nobody's
+    /// session: a consumer listing a directory skips it without a warning
+    /// (it is the store's own, not a stranger's file), and
+    /// [`SessionStore::remove_torn`] removes it once no writer holds it.
+    /// Nothing was changed.
+    #[error("{}: an unfinished create: the session header was never written whole", path.display())]
+    TornCreate {
+        /// The file.
+        path: PathBuf,
     },
     /// The log was written in a newer durable format than this build reads
     /// (its header's `format` is above [`crate::session::FORMAT_VERSION`]).
@@ -219,6 +232,7 @@ impl StoreError {
             Self::Corrupt { .. } => "SESSION_CORRUPT",
             Self::OutOfSequence { .. } => "OUT_OF_SEQUENCE",
             Self::NotASession { .. } => "NOT_A_SESSION",
+            Self::TornCreate { .. } => "TORN_CREATE",
             Self::UnsupportedFormat { .. } => "SESSION_FORMAT_UNSUPPORTED",
             Self::Closed(_) => "SESSION_CLOSED",
             Self::Io { .. } => "STORE_IO",
@@ -322,7 +336,7 @@ pub trait SessionStore: Send + Sync + 'static {
     /// # Errors
     /// [`StoreError::NotFound`], [`StoreError::Busy`], [`StoreError::Locked`],
     /// [`StoreError::Corrupt`], [`StoreError::NotASession`],
-    /// [`StoreError::UnsupportedFormat`], or I/O.
+    /// [`StoreError::TornCreate`], [`StoreError::UnsupportedFormat`], or I/O.
     ///
     /// # Cancel safety
     /// Cancel safe: a dropped open leaves the log closed, with at most its
@@ -338,7 +352,8 @@ pub trait SessionStore: Send + Sync + 'static {
     ///
     /// # Errors
     /// [`StoreError::NotFound`], [`StoreError::Corrupt`],
-    /// [`StoreError::NotASession`], [`StoreError::UnsupportedFormat`], or I/O.
+    /// [`StoreError::NotASession`], [`StoreError::TornCreate`],
+    /// [`StoreError::UnsupportedFormat`], or I/O.
     ///
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
@@ -457,7 +472,7 @@ pub trait SessionStore: Send + Sync + 'static {
 
     /// Delete the log of `id` if it is what a create that crashed before
     /// its header was written leaves (a torn, header-only file: `load`
-    /// says [`StoreError::NotASession`]) and no writer holds it; `true`
+    /// says [`StoreError::TornCreate`]) and no writer holds it; `true`
     /// when it was removed or was already gone. Such a file is nobody's
     /// session, so recovery may remove it. The default (a store whose
     /// creates are atomic) removes nothing.

@@ -221,7 +221,7 @@ fn a_sigkill_after_a_flush_leaves_everything_flushed_readable() {
             match store.open(&id).await {
                 Ok((_, log)) => log.close().await,
                 Err(err) => {
-                    assert_eq!(err.code(), "NOT_A_SESSION", "{id}: {err}");
+                    assert_eq!(err.code(), "TORN_CREATE", "{id}: {err}");
                     let log = store.create(&header(id.as_str()), &[]).await.unwrap();
                     log.close().await;
                 }

@@ -181,7 +181,7 @@ async fn check(
         let before = fs::read(&path).unwrap();
         let opened = store.open(&id).await;
         if let Err(err) = &opened
-            && err.code() == "NOT_A_SESSION"
+            && err.code() == "TORN_CREATE"
             && interrupted.creates_in_place()
             && interrupted.id == id
         {

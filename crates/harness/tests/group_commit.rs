@@ -211,7 +211,7 @@ fn a_kill_between_write_and_sync_loses_only_unacknowledged_writes() {
             match store.open(id).await {
                 Ok((_, log)) => log.close().await,
                 Err(err) => {
-                    assert_eq!(err.code(), "NOT_A_SESSION", "{id}: {err}");
+                    assert_eq!(err.code(), "TORN_CREATE", "{id}: {err}");
                     let log = store.create(&header(id.as_str()), &[]).await.unwrap();
                     log.close().await;
                 }

@@ -564,12 +564,17 @@ async fn h10_a_corrupt_header_is_corrupt_at_line_one() {
     let err = store.load(&sid("a")).await.err().unwrap();
     expect_corrupt(err, &path, 1, "`b`");
 
-    // No header at all: not a session (what a power loss can leave of a
-    // log created under `Durability::None`).
+    // No header at all: an unfinished create (what a kill in the middle of
+    // a create, or a power loss under `Durability::None`, leaves).
     std::fs::write(&path, "").unwrap();
     let err = store.load(&sid("a")).await.err().unwrap();
+    assert_eq!(err.code(), "TORN_CREATE", "{err}");
+    assert!(err.to_string().contains("unfinished create"), "{err}");
+    // A blank first line with lines after it is no create's: not a session.
+    std::fs::write(&path, "\n{}\n").unwrap();
+    let err = store.load(&sid("a")).await.err().unwrap();
     assert_eq!(err.code(), "NOT_A_SESSION", "{err}");
-    assert!(err.to_string().contains("empty"), "{err}");
+    assert!(err.to_string().contains("blank"), "{err}");
 }
 
 #[tokio::test]

@@ -338,7 +338,7 @@ impl SubagentRuntime {
                 Ok(loaded) => loaded,
                 // A create that crashed before its header: nobody's session.
                 // The store removes it only if it is still torn and unheld.
-                Err(dsh_core::StoreError::NotASession { .. }) => {
+                Err(dsh_core::StoreError::TornCreate { .. }) => {
                     match self.inner.store.remove_torn(&id).await {
                         Ok(true) => removed.push(id),
                         Ok(false)

@@ -703,7 +703,7 @@ fn still_created(file: &File, path: &Path) -> Result<bool, StoreError> {
 ///
 /// Under [`Durability::None`] nothing is fsynced, before or after the link:
 /// a power loss can leave the published log empty (or its header unwritten),
-/// which loading then reports as [`StoreError::NotASession`].
+/// which loading then reports as [`StoreError::TornCreate`].
 fn create_log(
     dir: &Path,
     slot: WriterSlot,
@@ -768,8 +768,8 @@ fn create_log(
 ///
 /// Atomicity comes from the header instead of a rename: until the write
 /// lands, the file holds nothing or part of a header line, which no log
-/// ever does. Reading reports such a file as [`StoreError::NotASession`]
-/// (a torn header), and the next create of the id replaces it. Under
+/// ever does. Reading reports such a file as [`StoreError::TornCreate`],
+/// and the next create of the id replaces it. Under
 /// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`] the file and
 /// the directory are forced here; under [`Durability::Grouped`] the result
 /// is marked unsynced and [`Published::keep`] waits for the committer;
@@ -788,37 +788,44 @@ fn create_in_place(
     let shared = Arc::clone(&slot.shared);
     let batched = shared.batched.as_ref();
     let mut reclaimed = false;
+    let mut recreated = false;
     let file = loop {
-        match OpenOptions::new()
+        let file = match OpenOptions::new()
             .read(true)
             .append(true)
             .create_new(true)
             .open(path)
         {
-            Ok(file) => break file,
+            Ok(file) => file,
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists && !reclaimed => {
                 reclaimed = true;
                 if !reclaim_torn(&id, path)? {
                     return Err(StoreError::Exists(id));
                 }
+                continue;
             }
             Err(err) if err.kind() == io::ErrorKind::AlreadyExists => {
                 return Err(StoreError::Exists(id));
             }
             Err(source) => return Err(io_error(path, source)),
+        };
+        // Between the create and the lock, another process may have found
+        // the empty file, taken it for a crashed create and removed it:
+        // another create of this id (which then holds the name, and nothing
+        // here may touch it), or `remove_torn` (`dsh agents
+        // --prune-orphans`), after which the name is free again. One more
+        // exclusive create tells them apart.
+        // A lock already taken is such a reclaimer at work on this file.
+        match LockedFile::lock(file, &id, path) {
+            Ok(file) if still_created(&file, path)? => break file,
+            Ok(_) | Err(StoreError::Locked(_)) => {}
+            Err(err) => return Err(err),
         }
+        if recreated {
+            return Err(StoreError::Exists(id));
+        }
+        recreated = true;
     };
-    // Between the create and the lock, another process's create may have
-    // found the empty file, taken it for a crashed create and replaced it:
-    // then the name is theirs, and nothing here may touch it.
-    let file = match LockedFile::lock(file, &id, path) {
-        Ok(file) => file,
-        Err(StoreError::Locked(_)) => return Err(StoreError::Exists(id)),
-        Err(err) => return Err(err),
-    };
-    if !still_created(&file, path)? {
-        return Err(StoreError::Exists(id));
-    }
     let published = Published {
         withdraw: Withdraw {
             armed: true,

@@ -93,7 +93,7 @@ impl Shared {
 /// decides only when the file is also forced to stable storage. Under
 /// [`Durability::None`] a create is not fsynced either: after a power loss
 /// (never after a mere crash) its log may be empty, which then loads as
-/// [`StoreError::NotASession`].
+/// [`StoreError::TornCreate`].
 #[derive(Debug, Clone)]
 pub struct JsonlStore {
     shared: Arc<Shared>,

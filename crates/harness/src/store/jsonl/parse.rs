@@ -88,10 +88,9 @@ fn classify_header(path: &Path, line: &[u8], err: &serde_json::Error) -> StoreEr
     };
     let text = line.trim_ascii_start();
     if text.is_empty() {
-        return not_a_session(
-            "the file is empty, with no session header (a log created under durability `none` \
-             is left so by a power loss before its first write-back)",
-        );
+        // A whole file this empty is an unfinished create (see
+        // `parse_lone_header`); here a blank line is followed by others.
+        return not_a_session("its first line is blank");
     }
     if text.first() != Some(&b'{') {
         return not_a_session("its first line is not a JSON object");
@@ -116,10 +115,6 @@ fn classify_header(path: &Path, line: &[u8], err: &serde_json::Error) -> StoreEr
     }
 }
 
-/// Why a file holding only part of a header is not a session log.
-const TORN_HEADER: &str = "its only line is a torn session header: a create that \
-     crashed before it was acknowledged";
-
 /// Whether `bytes`, a whole file, is what a create that crashed before it was
 /// acknowledged leaves: nothing, or a first line without its `\n` that is not
 /// a whole header. Such a file never held an acknowledged log, so the next
@@ -129,18 +124,20 @@ pub(super) fn torn_header(bytes: &[u8]) -> bool {
 }
 
 /// Parse a file's only line, which has no `\n`: a header whose newline was
-/// lost, or (see [`torn_header`]) the torn header of a crashed create,
-/// [`StoreError::NotASession`].
+/// lost, or (see [`torn_header`]) what an unfinished create leaves, nothing
+/// or part of a header, [`StoreError::TornCreate`]. A whole header in a
+/// newer format stays [`StoreError::UnsupportedFormat`].
 pub(super) fn parse_lone_header(
     id: &SessionId,
     path: &Path,
     bytes: &[u8],
 ) -> Result<SessionHeader, StoreError> {
     parse_header(id, path, bytes).map_err(|err| match err {
-        StoreError::Corrupt { .. } if torn_header(bytes) => StoreError::NotASession {
-            path: path.to_path_buf(),
-            reason: TORN_HEADER.to_owned(),
-        },
+        StoreError::Corrupt { .. } | StoreError::NotASession { .. } if torn_header(bytes) => {
+            StoreError::TornCreate {
+                path: path.to_path_buf(),
+            }
+        }
         other => other,
     })
 }
