@@ -920,12 +920,15 @@ impl Agent for LoopAgent {
                 state.parked = false;
                 agent.start_driver(state);
             }
+            // Announced as it is applied, not after this future resumes: a
+            // send dropped mid-write still finishes the write (detached), and
+            // its item must still end a `wait` that observes the inbox.
+            if let Some(arrivals) = agent.arrivals.get() {
+                // Observers that all went away are fine.
+                let _ = arrivals.send(arrival);
+            }
         })
         .await?;
-        if let Some(arrivals) = self.arrivals.get() {
-            // Observers that all went away are fine.
-            let _ = arrivals.send(arrival);
-        }
         Ok(id)
     }
 

@@ -313,6 +313,31 @@ async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
     assert!(stop_reasons(&stored.events).is_empty(), "no turn ran");
 }
 
+// A send dropped mid-write still accepts its message, and so must announce
+// it: a `wait` observing the inbox (a lead waiting for a teammate's notice)
+// would otherwise sleep to its timeout beside a pending item.
+#[tokio::test]
+async fn a_send_dropped_mid_write_still_announces_its_arrival() {
+    let world = world(Durability::EveryEvent);
+    let agent = create(&world.harness, "a").await.agent().clone();
+    let mut arrivals = agent.observe_inbox();
+    let gate = world.store.gate(Op::Append, Point::Before);
+    let mut send = agent.send(UserMessage::user_text("one"), InboxTarget::NextStep, false);
+    bounded(async {
+        tokio::select! {
+            _ = &mut send => panic!("the send passed the gate"),
+            () = gate.reached() => {}
+        }
+    })
+    .await;
+    drop(send);
+    gate.release();
+    bounded(until(|| gate.has_left())).await;
+    bounded(until(|| agent.pending().len() == 1)).await;
+    let arrival = bounded(arrivals.recv()).await.unwrap();
+    assert_eq!(arrival.message_id, agent.pending()[0]);
+}
+
 // A create whose token fires while the store is creating rolls back (close,
 // then remove); dropped at either of those awaits, it leaves no live agent,
 // and whatever log remains reopens and resumes.
