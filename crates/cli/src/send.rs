@@ -8,10 +8,13 @@
 //! live root), the runtime resumes the cold child and delivers the message
 //! under the user's authority, and the child's reply is printed when that
 //! turn ends. The child settles as any resumed child does, so its notice
-//! reaches the root's inbox; then the tree is stopped: the root's reaction
-//! to the notice is not this command's work (it could wait for a sibling
-//! that nothing resumes), so a notice it has not claimed stays queued for
-//! the root's next run, and a turn it started is interrupted.
+//! reaches its creator's inbox; the creator's reaction to it is not this
+//! command's work (it could wait for a sibling that nothing resumes), so
+//! the tree is quiet for the whole command
+//! ([`SubagentRuntime::quiet_tree`](dsh_subagent::SubagentRuntime::quiet_tree)):
+//! no notice wakes anyone, and each stays queued for its creator's next
+//! run, never spent on a model call the command would then interrupt.
+//! Then the tree is stopped.
 //!
 //! The tree is rebuilt as `dsh run` builds it: a tree whose lead's log
 //! holds team records gets the team tools (and its team is opened for the
@@ -207,6 +210,9 @@ async fn deliver(
         .await?;
     let lead = lead.agent().clone();
     *resumed = Some(lead.clone());
+    // No notice starts a turn while this command works (see the module
+    // docs), the lost ones delivered below included.
+    let _quiet = world.runtime.quiet_tree(root);
     if let Some(recovery) = world.open_team(&lead).await? {
         for (member, error) in &recovery.errors {
             eprintln!(
@@ -342,10 +348,10 @@ async fn answered(
         }),
         None => println!("{name}: {}", answer.trim().replace('\n', "\n  ")),
     }
-    // The child's notice is in the root's inbox (the runtime notifies the
-    // parent before it reports the end). The root's reaction to it is not
-    // this command's work, and may wait on siblings no one resumes: stop
-    // the tree, keeping what is still queued for the root's next run.
+    // The child's notice is queued in its creator's inbox (the runtime
+    // notifies the parent before it reports the end; the tree is quiet, so
+    // it woke no one): stop the tree, keeping what is queued for the next
+    // run.
     crate::run::stop(world, lead, None).await;
     if let Some(err) = lead.fault() {
         return Err(err.into());

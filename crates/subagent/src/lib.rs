@@ -45,6 +45,7 @@ pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
 pub use names::{ROOT_NAME, validate_name};
+pub use notice::QuietTree;
 pub use progress::{
     CurrentActivity, PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember,
     ProgressSink, ProgressStream, TextFeed, ToolInProgress,

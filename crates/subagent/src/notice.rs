@@ -386,15 +386,85 @@ impl SubagentRuntime {
     }
 
     /// Whether the exact live agent `agent` is a child being stopped or
-    /// taking no more input, or a root whose tree is draining (its notices
-    /// must not wake it).
+    /// taking no more input, a root whose tree is draining, or a member of
+    /// a quiet tree (its notices must not wake it).
     fn is_stopping(&self, agent: &dsh_core::AgentRef) -> bool {
-        let stopping = self
-            .inner
-            .activations
-            .of_agent(agent)
+        let activation = self.inner.activations.of_agent(agent);
+        let stopping = activation
+            .as_ref()
             .is_some_and(|activation| activation.stop.is_cancelled() || activation.input_closed());
-        stopping || self.inner.admissions.is_draining(self.registry(), agent)
+        let root = activation
+            .as_ref()
+            .map_or(&agent.id, |activation| &activation.root);
+        stopping
+            || self.inner.quiet.contains(root)
+            || self.inner.admissions.is_draining(self.registry(), agent)
+    }
+
+    /// Keep settlement notices from waking any agent of `root`'s tree while
+    /// the returned guard lives: each is still delivered exactly once, but
+    /// injected, so a running agent reads it at its next step and an idle
+    /// one keeps it queued for its next turn instead of starting one. Lost
+    /// notices ([`SubagentRuntime::deliver_lost_notices`]) are delivered
+    /// the same way. Nothing else changes: the tree's agents run, start
+    /// children and take messages as before.
+    ///
+    /// For a host that wakes one member for one piece of work and stops the
+    /// tree after it (`dsh send <child>`): without it, the child's notice
+    /// would start its creator on a model call that the stop then
+    /// interrupts, or that races the stop and wins. Guards nest; the tree
+    /// is quiet until the last one is dropped.
+    pub fn quiet_tree(&self, root: &SessionId) -> QuietTree {
+        self.inner.quiet.hold(root)
+    }
+}
+
+/// The roots of quiet trees, each with how many [`QuietTree`] guards hold it.
+#[derive(Default)]
+pub(crate) struct QuietTrees {
+    held: Arc<std::sync::Mutex<crate::ids::IdMap<SessionId, usize>>>,
+}
+
+impl QuietTrees {
+    fn hold(&self, root: &SessionId) -> QuietTree {
+        *lock(&self.held).entry(root.clone()).or_insert(0) += 1;
+        QuietTree {
+            held: Arc::clone(&self.held),
+            root: root.clone(),
+        }
+    }
+
+    fn contains(&self, root: &SessionId) -> bool {
+        let held = lock(&self.held);
+        !held.is_empty() && held.contains_key(root)
+    }
+}
+
+/// A tree kept quiet by [`SubagentRuntime::quiet_tree`] until this is
+/// dropped: its settlement notices wake no one.
+#[must_use = "the tree is quiet only while the guard lives"]
+pub struct QuietTree {
+    held: Arc<std::sync::Mutex<crate::ids::IdMap<SessionId, usize>>>,
+    root: SessionId,
+}
+
+impl std::fmt::Debug for QuietTree {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("QuietTree")
+            .field("root", &self.root)
+            .finish()
+    }
+}
+
+impl Drop for QuietTree {
+    fn drop(&mut self) {
+        let mut held = lock(&self.held);
+        if let Some(count) = held.get_mut(&self.root) {
+            *count -= 1;
+            if *count == 0 {
+                held.remove(&self.root);
+            }
+        }
     }
 }
 

@@ -81,6 +81,8 @@ pub(crate) struct Inner {
     max_depth: AtomicU32,
     /// The host's attachment store, which admits a prompt's attachments.
     pub(crate) attachments: Mutex<Option<Arc<dyn dsh_core::AttachmentStore>>>,
+    /// Trees whose notices wake no one (`crate::notice::QuietTree`).
+    pub(crate) quiet: crate::notice::QuietTrees,
 }
 
 impl Inner {
@@ -211,6 +213,7 @@ impl SubagentRuntime {
                 progress: crate::progress::ProgressHub::default(),
                 max_depth: AtomicU32::new(DEFAULT_MAX_DEPTH),
                 attachments: Mutex::new(None),
+                quiet: crate::notice::QuietTrees::default(),
             }),
         }
     }

@@ -307,3 +307,51 @@ async fn b9_orphan_logs_a_kill_left_are_removed_and_nothing_else() {
     );
     drop(live);
 }
+
+/// How many turns `agent`'s log has started.
+fn turns(agent: &Arc<dyn dsh_core::Agent>) -> usize {
+    agent
+        .events()
+        .iter()
+        .filter(|event| matches!(event.payload, dsh_core::EventPayload::TurnStart(_)))
+        .count()
+}
+
+// A quiet tree (`dsh send <child>`): the child's notice reaches its idle
+// root exactly once but starts no turn; it stays queued and the next waking
+// message's turn reads it. Once the guard is gone, a notice wakes again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn in_a_quiet_tree_a_notice_is_queued_for_its_idle_creator_and_wakes_no_one() {
+    let world = World::new(Backing::Jsonl(DURABILITY), RuntimeConfig::default()).await;
+    let root = world.root.agent().clone();
+    let quiet = world.runtime.quiet_tree(&sid("lead"));
+    let nested = world.runtime.quiet_tree(&sid("lead"));
+    world.model.push(Scripted::Text("first answer".into()));
+    let mut spec = world.spec(Some("worker"));
+    spec.child_id = Some(sid("child"));
+    world.runtime.start_activation(spec).await.unwrap();
+    until(|| notices_from(&root, "child").len() == 1).await;
+    world.quiesce().await;
+    assert_eq!(turns(&root), 0, "the notice started a turn");
+    assert_eq!(root.pending().len(), 1, "the notice is queued");
+    // One of two guards gone: still quiet.
+    drop(nested);
+    world.model.push(Scripted::Text("second answer".into()));
+    bounded(world.tell("child", "again")).await.unwrap();
+    until(|| notices_from(&root, "child").len() == 2).await;
+    world.quiesce().await;
+    assert_eq!(turns(&root), 0, "a nested guard's drop woke the tree");
+    // The last guard gone: the next notice wakes the root, whose turn reads
+    // all three.
+    drop(quiet);
+    world.model.push(Scripted::Text("third answer".into()));
+    world
+        .model
+        .push(Scripted::Text("the lead read them".into()));
+    bounded(world.tell("child", "once more")).await.unwrap();
+    until(|| notices_from(&root, "child").len() == 3).await;
+    world.quiesce().await;
+    bounded(root.wait_idle()).await;
+    assert_eq!(turns(&root), 1);
+    assert!(root.pending().is_empty(), "{:?}", root.pending());
+}
