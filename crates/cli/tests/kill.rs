@@ -282,10 +282,11 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
                 child.kill().unwrap();
                 break;
             }
-            assert!(
-                Instant::now() < deadline,
-                "kill {kill}: the run did not finish"
-            );
+            if Instant::now() >= deadline {
+                let report = support::hang_report(&child);
+                let _ = child.kill();
+                panic!("kill {kill}: the run did not finish{report}");
+            }
             std::thread::sleep(Duration::from_micros(50));
         }
         let _ = wait_bounded(child, BOUND, "the killed dsh run");
@@ -358,7 +359,8 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
         if hung {
             hung_sends += 1;
             failures.push(format!(
-                "{at}: dsh send {name} did not answer within {SEND_BOUND:?}"
+                "{at}: dsh send {name} did not answer within {SEND_BOUND:?}{}",
+                text(&send.stderr)
             ));
         } else if tasked && (!send.status.success() || !reply.starts_with(&format!("{name}: "))) {
             failures.push(format!(

@@ -257,7 +257,11 @@ fn the_team_demo_killed_anywhere_recovers_without_losing_or_repeating_a_message(
                 killed += 1;
                 break;
             }
-            assert!(Instant::now() < deadline, "{at}: the run did not finish");
+            if Instant::now() >= deadline {
+                let report = support::hang_report(&child);
+                let _ = child.kill();
+                panic!("{at}: the run did not finish{report}");
+            }
             std::thread::sleep(Duration::from_micros(50));
         }
         let _ = wait_bounded(child, BOUND, "the killed dsh run");

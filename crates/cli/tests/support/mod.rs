@@ -51,24 +51,85 @@ pub fn within(mut child: Child, bound: Duration) -> Result<Output, Output> {
             .map(|r| Box::new(r) as Box<dyn Read + Send>),
     );
     let deadline = Instant::now() + bound;
-    let mut hung = false;
+    let mut hung = None;
     let status = loop {
         if let Some(status) = child.try_wait().unwrap() {
             break status;
         }
         if Instant::now() > deadline {
+            hung = Some(hang_report(&child));
             let _ = child.kill();
-            hung = true;
             break child.wait().unwrap();
         }
         std::thread::sleep(Duration::from_millis(10));
     };
-    let output = Output {
+    let mut output = Output {
         status,
         stdout: stdout.join().unwrap(),
         stderr: stderr.join().unwrap(),
     };
-    if hung { Err(output) } else { Ok(output) }
+    match hung {
+        Some(report) => {
+            output.stderr.extend_from_slice(report.as_bytes());
+            Err(output)
+        }
+        None => Ok(output),
+    }
+}
+
+/// What a process that did not exit in time is doing, for the failure
+/// message: each thread's name, state, kernel wait channel and system call
+/// (from `/proc`, so a hang in CI says whether it waits on a lock, a
+/// timer or the disk), then the last line of every session log under its
+/// working directory. Best effort: what cannot be read is left out.
+pub fn hang_report(child: &Child) -> String {
+    let pid = child.id();
+    let mut report = format!("\n--- pid {pid} did not exit in time: its threads ---\n");
+    let read = |path: PathBuf| std::fs::read_to_string(path).unwrap_or_default();
+    if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
+        let mut tasks: Vec<PathBuf> = tasks.flatten().map(|task| task.path()).collect();
+        tasks.sort();
+        for task in tasks {
+            let stat = read(task.join("stat"));
+            // The state follows the parenthesised name.
+            let state = stat
+                .rsplit_once(") ")
+                .and_then(|(_, rest)| rest.split(' ').next())
+                .unwrap_or("?")
+                .to_owned();
+            report.push_str(&format!(
+                "{} {:<16} {state} wchan={} syscall={}\n",
+                task.file_name().unwrap_or_default().to_string_lossy(),
+                read(task.join("comm")).trim(),
+                read(task.join("wchan")).trim(),
+                read(task.join("syscall"))
+                    .split(' ')
+                    .next()
+                    .unwrap_or("")
+                    .trim(),
+            ));
+        }
+    }
+    let sessions = std::fs::read_link(format!("/proc/{pid}/cwd"))
+        .map(|cwd| cwd.join("sessions"))
+        .ok();
+    if let Some(entries) = sessions.and_then(|dir| std::fs::read_dir(dir).ok()) {
+        report.push_str("--- the last line of each session log ---\n");
+        let mut paths: Vec<PathBuf> = entries.flatten().map(|entry| entry.path()).collect();
+        paths.sort();
+        for path in paths {
+            let text = read(path.clone());
+            let last = text.lines().last().unwrap_or("");
+            let cut: String = last.chars().take(300).collect();
+            report.push_str(&format!(
+                "{} ({} bytes, {} lines): {cut}\n",
+                path.file_name().unwrap_or_default().to_string_lossy(),
+                text.len(),
+                text.lines().count()
+            ));
+        }
+    }
+    report
 }
 
 /// A scratch directory with the sessions under `sessions/`.
