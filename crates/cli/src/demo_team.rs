@@ -12,8 +12,9 @@
 //!
 //! As in the plain demo ([`crate::demo`]), the order in which things
 //! become visible is fixed by gates that causally earlier events release
-//! (the reviewer's decision to wait, the surveyor's `subagent/end`, the
-//! lead seeing the surveyor's notice, the reviewer's `subagent/end`),
+//! (the reviewer's decision to wait, the lead's first wait, the surveyor's
+//! `subagent/end`, the lead seeing the surveyor's notice, the reviewer's
+//! `subagent/end`),
 //! never by timing, so the output and every log are the same on every
 //! run. Nothing here sleeps, spawns a task or reads a clock.
 
@@ -113,6 +114,14 @@ struct Gates {
     /// Released when the reviewer decides to wait: the surveyor may send.
     reviewer_waiting: Arc<Semaphore>,
     reviewer_waiting_once: AtomicBool,
+    /// Released when the lead, both teammates spawned, decides to wait: the
+    /// surveyor may settle. Without it a loaded machine could let the
+    /// surveyor settle while the lead's `spawn_teammate` for the reviewer
+    /// was still returning; the lead then met the notice in its first wait
+    /// request, never made the second that tells the reviewer to answer,
+    /// and waited for the reviewer for ever.
+    lead_waiting: Arc<Semaphore>,
+    lead_waiting_once: AtomicBool,
     /// Released when the surveyor has settled: the reviewer may thank it
     /// (the message then stays queued for an inactive member).
     surveyor_gone: Arc<Semaphore>,
@@ -132,6 +141,8 @@ impl Gates {
         Self {
             reviewer_waiting: closed(),
             reviewer_waiting_once: AtomicBool::new(false),
+            lead_waiting: closed(),
+            lead_waiting_once: AtomicBool::new(false),
             surveyor_gone: closed(),
             reviewer_go: closed(),
             reviewer_marks: AtomicU8::new(0),
@@ -215,8 +226,11 @@ impl TeamDemo {
                 message("reviewer", FINDINGS),
             ),
             2 => update("task-1", 2, "complete"),
-            _ => Scripted::Text(
-                "Surveyed: `core` is the vocabulary, `harness` the loop and the JSONL store, `subagent` the runtime that owns children; the reviewer has my findings and task-1 is complete.".to_owned(),
+            _ => Self::gated(
+                &self.gates.lead_waiting,
+                Scripted::Text(
+                    "Surveyed: `core` is the vocabulary, `harness` the loop and the JSONL store, `subagent` the runtime that owns children; the reviewer has my findings and task-1 is complete.".to_owned(),
+                ),
             ),
         }
     }
@@ -300,7 +314,12 @@ impl TeamDemo {
             }
             3 => return spawn("surveyor", "survey the crates", SURVEY_PROMPT),
             4 => return spawn("reviewer", "review the runtime", REVIEW_PROMPT),
-            5 => return wait(None),
+            5 => {
+                if first_time(&self.gates.lead_waiting_once) {
+                    self.gates.lead_waiting.add_permits(1);
+                }
+                return wait(None);
+            }
             _ => {}
         }
         match last_tool(request).as_deref() {
@@ -317,5 +336,60 @@ impl TeamDemo {
                 ),
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use dsh_core::{CallId, ContentBlock, Transcript};
+
+    use super::*;
+
+    /// A request of the agent whose task prompt is `prompt`, after `calls`
+    /// tool calls.
+    fn request(prompt: &str, calls: usize) -> ModelRequest {
+        let mut messages = vec![Message::User {
+            content: vec![ContentBlock::text(prompt)],
+            source: MessageSource::User,
+        }];
+        messages.extend((0..calls).map(|n| Message::Assistant {
+            content: Vec::new(),
+            tool_calls: vec![dsh_core::ToolCall {
+                call_id: CallId::new(format!("call-{n}")),
+                name: "team_task_update".into(),
+                input: json!({}),
+            }],
+        }));
+        ModelRequest {
+            model: None,
+            system: String::new(),
+            messages: Transcript::from(messages),
+            tools: Vec::new(),
+            max_output_tokens: None,
+            reasoning_effort: None,
+        }
+    }
+
+    // The hang a loaded CI machine found: the surveyor's last answer (whose
+    // end sends the lead its notice) waits until the lead, both teammates
+    // spawned, has decided to wait, so the notice never lands in the step
+    // that spawns the reviewer.
+    #[test]
+    fn the_surveyor_settles_only_once_the_lead_waits() {
+        let demo = TeamDemo::new();
+        let Scripted::Gated { gate, .. } = demo.respond(&request(SURVEY_PROMPT, 3)) else {
+            panic!("the surveyor's last answer is not gated");
+        };
+        assert_eq!(gate.available_permits(), 0);
+        // The lead spawning the reviewer releases nothing.
+        demo.respond(&request(TEAM_DEMO_PROMPT, 4));
+        assert_eq!(gate.available_permits(), 0);
+        demo.respond(&request(TEAM_DEMO_PROMPT, 5));
+        assert_eq!(gate.available_permits(), 1);
+        // Asked again (a retried request), it releases no second permit.
+        demo.respond(&request(TEAM_DEMO_PROMPT, 5));
+        assert_eq!(gate.available_permits(), 1);
     }
 }
