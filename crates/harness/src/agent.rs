@@ -145,6 +145,8 @@ impl std::fmt::Debug for LoopAgent {
 enum StepOutcome {
     Continue,
     End(StopReason, Option<String>),
+    /// The turn ended, its `turn/end` written with the step's last events.
+    Ended,
 }
 
 struct ModelReply {
@@ -499,6 +501,13 @@ impl LoopAgent {
         };
         let mut payloads = vec![EventPayload::TurnStart(TurnStart { turn })];
         payloads.extend(claim_payloads(batch));
+        // The first step's start goes out with the turn's: one write fewer
+        // per turn, and the same log as two writes would leave (a turn
+        // already cancelled starts no step).
+        let mut started = !cancel.is_cancelled();
+        if started {
+            payloads.push(EventPayload::StepStart(StepStart { turn, step: 0 }));
+        }
         if let Err(err) = self.driver_commit(payloads, |_, _| ()).await {
             self.end_turn_in_memory(turn, &err);
             return Err(err);
@@ -513,25 +522,28 @@ impl LoopAgent {
             // a long history left behind, a cost that grows with the heap.
             // A step's box is small enough to be recycled from the
             // allocator's per-thread cache.
-            match Box::pin(self.run_step(turn, step, &cancel)).await {
+            let run = self.run_step(turn, step, std::mem::take(&mut started), &cancel);
+            match Box::pin(run).await {
                 Ok(StepOutcome::Continue) => {
                     step += 1;
                     if step >= limit {
-                        break Ok((
+                        break Ok(Some((
                             StopReason::STEP_LIMIT,
                             Some(format!(
                                 "the turn reached its limit of {limit} steps while the model \
                                  was still calling tools"
                             )),
-                        ));
+                        )));
                     }
                 }
-                Ok(StepOutcome::End(reason, diagnostic)) => break Ok((reason, diagnostic)),
+                Ok(StepOutcome::End(reason, diagnostic)) => break Ok(Some((reason, diagnostic))),
+                Ok(StepOutcome::Ended) => break Ok(None),
                 Err(err) => break Err(err),
             }
         };
         let (stop_reason, diagnostic) = match outcome {
-            Ok(end) => end,
+            Ok(Some(end)) => end,
+            Ok(None) => return self.checkpoint().await,
             Err(err) => {
                 self.end_turn_in_memory(turn, &err);
                 return Err(err);
@@ -586,20 +598,25 @@ impl LoopAgent {
         state.turn_cancel = None;
     }
 
+    /// One step of turn `turn`; `started` when its `step/start` is
+    /// already written (the first step's goes out with the turn's start).
     async fn run_step(
         &self,
         turn: u64,
         step: u64,
+        started: bool,
         cancel: &CancellationToken,
     ) -> Result<StepOutcome, AgentError> {
         if cancel.is_cancelled() {
             return Ok(StepOutcome::End(StopReason::ABORTED, None));
         }
-        self.driver_commit(
-            vec![EventPayload::StepStart(StepStart { turn, step })],
-            |_, _| (),
-        )
-        .await?;
+        if !started {
+            self.driver_commit(
+                vec![EventPayload::StepStart(StepStart { turn, step })],
+                |_, _| (),
+            )
+            .await?;
+        }
         // Shares the transcript: nothing of the conversation is copied.
         let messages = self.state().transcript.clone().unwrap_or_default();
         let request = ModelRequest {
@@ -626,7 +643,7 @@ impl LoopAgent {
                 Some((StopReason::ABORTED, None))
             }
             Some(Err(err)) => Some((StopReason::ERROR, Some(err.to_string()))),
-            Some(Ok(reply)) => return self.finish_step(reply, streamed, cancel).await,
+            Some(Ok(reply)) => return self.finish_step(turn, reply, streamed, cancel).await,
         };
         if let Some((reason, diagnostic)) = failed {
             if !streamed.is_empty() {
@@ -644,6 +661,7 @@ impl LoopAgent {
     /// boundary's input.
     async fn finish_step(
         &self,
+        turn: u64,
         reply: ModelReply,
         text: String,
         cancel: &CancellationToken,
@@ -666,6 +684,25 @@ impl LoopAgent {
             payloads.push(EventPayload::Usage(reply.usage));
         }
         let usage = reply.usage;
+        // A reply that calls no tool ends the turn unless waking steering
+        // is pending: then its `turn/end` goes out in the same write (the
+        // check is the one the step boundary below makes, made first).
+        if finished_normally && calls.is_empty() && !cancel.is_cancelled() {
+            let steering_wakes = self.state().next_step.iter().any(|item| item.wake);
+            if !steering_wakes {
+                payloads.push(EventPayload::TurnEnd(TurnEnd {
+                    turn,
+                    stop_reason: StopReason::COMPLETED,
+                    diagnostic: None,
+                }));
+                self.driver_commit(payloads, move |_, state| {
+                    state.usage += usage;
+                    state.turn_cancel = None;
+                })
+                .await?;
+                return Ok(StepOutcome::Ended);
+            }
+        }
         self.driver_commit(payloads, move |_, state| state.usage += usage)
             .await?;
         if !finished_normally {
