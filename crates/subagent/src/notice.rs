@@ -403,8 +403,9 @@ impl SubagentRuntime {
 
     /// Keep settlement notices from waking any agent of `root`'s tree while
     /// the returned guard lives: each is still delivered exactly once, but
-    /// injected, so a running agent reads it at its next step and an idle
-    /// one keeps it queued for its next turn instead of starting one. Lost
+    /// injected, so a running agent reads it at its next step boundary if
+    /// its turn goes on (else in its next turn), and an idle one keeps it
+    /// queued for its next turn instead of starting one. Lost
     /// notices ([`SubagentRuntime::deliver_lost_notices`]) are delivered
     /// the same way. Nothing else changes: the tree's agents run, start
     /// children and take messages as before.
