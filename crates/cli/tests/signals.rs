@@ -166,9 +166,14 @@ fn a_second_ctrl_c_while_stopping_quits_at_once_and_leaves_no_agent_process() {
     }]);
     let env = model_env(&model);
     let mut args = support::acp_run(&agent);
+    // Both, so that the orderly stop really waits out the ladder (3 s of
+    // EOF grace, then 2 s after SIGTERM): with the agent leaving at EOF,
+    // a loaded machine could finish the stop before the second signal.
     args.extend([
         "--acp-arg",
         "--ignore-term",
+        "--acp-arg",
+        "--ignore-eof",
         "--acp-arg",
         &marker,
         "delegate",
