@@ -327,15 +327,17 @@ impl EventPayload {
     }
 
     /// The commonest payloads read by hand, when `payload` is exactly as
-    /// this crate writes it: a turn's or step's start, usage without the
-    /// optional counts, and an assistant message of one text block whose
-    /// text has no escape. `None` for anything else (another form, another
-    /// type), which serde then reads or refuses; a text with neither an
-    /// escape nor a control character is the same string serde reads, so
-    /// both give the same payload. Replaying a log spends most of its time
-    /// in serde's visitors for these small objects and in that text.
+    /// this crate writes it: a turn's or step's start or end (without a
+    /// diagnostic), usage without the optional counts, inbox ids, and
+    /// assistant, user and accepted messages of text blocks (a user
+    /// message from the user). Every string must be free of escapes.
+    /// `None` for anything else (another form, another type, another
+    /// source), which serde then reads or refuses; a string with neither an
+    /// escape nor a control character is the text serde reads, so both
+    /// give the same payload. Replaying a log spends most of its time in
+    /// serde's visitors for these small objects.
     fn from_written(kind: &str, payload: &str) -> Option<Self> {
-        use crate::written::number;
+        use crate::written::{number, string};
         match kind {
             "step/start" => {
                 let (turn, rest) = number(payload.strip_prefix(r#"{"turn":"#)?)?;
@@ -345,6 +347,18 @@ impl EventPayload {
             "turn/start" => {
                 let (turn, rest) = number(payload.strip_prefix(r#"{"turn":"#)?)?;
                 (rest == "}").then_some(Self::TurnStart(TurnStart { turn }))
+            }
+            "turn/end" => {
+                let (turn, rest) = number(payload.strip_prefix(r#"{"turn":"#)?)?;
+                let (reason, rest) = string(rest.strip_prefix(r#","stop_reason":""#)?)?;
+                let de =
+                    serde::de::value::BorrowedStrDeserializer::<serde_json::Error>::new(reason);
+                let stop_reason = StopReason::deserialize(de).ok()?;
+                (rest == "}").then_some(Self::TurnEnd(TurnEnd {
+                    turn,
+                    stop_reason,
+                    diagnostic: None,
+                }))
             }
             "usage" => {
                 let (input_tokens, rest) = number(payload.strip_prefix(r#"{"input_tokens":"#)?)?;
@@ -356,17 +370,58 @@ impl EventPayload {
                 }))
             }
             "assistant/message" => {
-                let text = payload.strip_prefix(r#"{"content":[{"type":"text","text":""#)?;
-                let end = memchr::memchr2(b'"', b'\\', text.as_bytes())?;
-                let (text, rest) = text.split_at(end);
-                // A plain loop the compiler vectorises: a control character
-                // must be escaped in JSON, so serde would refuse it.
-                if rest != r#""}]}"# || text.bytes().any(|byte| byte < 0x20) {
+                let (content, rest) = written_content(payload.strip_prefix(r#"{"content":"#)?)?;
+                (rest == "}").then_some(Self::AssistantMessage(AssistantEntry { content }))
+            }
+            "user/message" => {
+                let (message, rest) = written_message(payload.strip_prefix(r#"{"message":"#)?)?;
+                (rest == "}").then_some(Self::UserMessage(UserEntry { message }))
+            }
+            "inbox/accepted" => {
+                let (message, rest) = written_message(payload.strip_prefix(r#"{"message":"#)?)?;
+                let rest = rest.strip_prefix(r#","target":""#)?;
+                let (target, rest) = if let Some(rest) = rest.strip_prefix(r#"next-turn""#) {
+                    (InboxTarget::NextTurn, rest)
+                } else {
+                    (InboxTarget::NextStep, rest.strip_prefix(r#"next-step""#)?)
+                };
+                let wake = match rest {
+                    r#","wake":true}"# => true,
+                    r#","wake":false}"# => false,
+                    _ => return None,
+                };
+                Some(Self::InboxAccepted(InboxAccepted {
+                    message,
+                    target,
+                    wake,
+                }))
+            }
+            "inbox/claimed" | "inbox/discarded" => {
+                let mut rest = payload.strip_prefix(r#"{"message_ids":["#)?;
+                let mut message_ids = Vec::new();
+                if let Some(after) = rest.strip_prefix(']') {
+                    rest = after;
+                } else {
+                    loop {
+                        let (id, after) = string(rest.strip_prefix('"')?)?;
+                        message_ids.push(MessageId::new(id));
+                        if let Some(after) = after.strip_prefix(',') {
+                            rest = after;
+                        } else {
+                            rest = after.strip_prefix(']')?;
+                            break;
+                        }
+                    }
+                }
+                if rest != "}" {
                     return None;
                 }
-                Some(Self::AssistantMessage(AssistantEntry {
-                    content: vec![ContentBlock::text(text)],
-                }))
+                let ids = InboxIds { message_ids };
+                Some(if kind == "inbox/claimed" {
+                    Self::InboxClaimed(ids)
+                } else {
+                    Self::InboxDiscarded(ids)
+                })
             }
             _ => None,
         }
@@ -461,6 +516,43 @@ impl SessionEvent {
     pub fn is_turn_end(&self) -> bool {
         matches!(self.payload, EventPayload::TurnEnd(_))
     }
+}
+
+/// Content blocks as written, text only (`[{"type":"text","text":".."},..]`),
+/// and the text after the closing `]`.
+fn written_content(text: &str) -> Option<(Vec<ContentBlock>, &str)> {
+    use crate::written::string;
+    let mut rest = text.strip_prefix('[')?;
+    let mut content = Vec::with_capacity(1);
+    if let Some(after) = rest.strip_prefix(']') {
+        return Some((content, after));
+    }
+    loop {
+        let (block, after) = string(rest.strip_prefix(r#"{"type":"text","text":""#)?)?;
+        content.push(ContentBlock::text(block));
+        let after = after.strip_prefix('}')?;
+        if let Some(after) = after.strip_prefix(',') {
+            rest = after;
+        } else {
+            return Some((content, after.strip_prefix(']')?));
+        }
+    }
+}
+
+/// A user message as written with the user as its source
+/// (`{"id":"..","content":[..],"source":{"kind":"user"}}`), and the text
+/// after it.
+fn written_message(text: &str) -> Option<(UserMessage, &str)> {
+    use crate::written::string;
+    let (id, rest) = string(text.strip_prefix(r#"{"id":""#)?)?;
+    let (content, rest) = written_content(rest.strip_prefix(r#","content":"#)?)?;
+    let rest = rest.strip_prefix(r#","source":{"kind":"user"}}"#)?;
+    let message = UserMessage {
+        id: MessageId::new(id),
+        content,
+        source: crate::message::MessageSource::User,
+    };
+    Some((message, rest))
 }
 
 /// Parses a payload straight into the type its `type` tag names.
@@ -757,6 +849,33 @@ mod tests {
             r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a"}]}"#,
             r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a}]}}"#,
             r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"image","text":"a"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a"},]}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"completed"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"a-new-reason"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"aborted","diagnostic":"d"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"x\u0041"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":7}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":[]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-1"]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/discarded","payload":{"message_ids":["m-1","m-2",""]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-1",]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-1""m-2"]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-\u00e9"]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":[1]}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"},{"type":"text","text":"\u00e9"}],"source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[],"source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user","client_time_zone":"UTC"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"agent-message","form":"relay","sender_session_id":"s-1"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"x":1}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"content":[{"type":"text","text":"hi"}],"id":"m-1","source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":true}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-step","wake":false}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"later","wake":true}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":1}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn"}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":true,"wake":false}}"#,
         ];
         for line in lines {
             let fast = SessionEvent::from_written_line(line);
@@ -786,6 +905,39 @@ mod tests {
                 content: vec![ContentBlock::text(
                     "I will fix it: `parse` (\u{e9}, \u{2603}).",
                 )],
+            }),
+            EventPayload::AssistantMessage(AssistantEntry { content: vec![] }),
+            EventPayload::TurnEnd(TurnEnd {
+                turn: 2,
+                stop_reason: StopReason::COMPLETED,
+                diagnostic: None,
+            }),
+            EventPayload::TurnEnd(TurnEnd {
+                turn: 2,
+                stop_reason: StopReason::new("made-up"),
+                diagnostic: None,
+            }),
+            EventPayload::InboxClaimed(InboxIds {
+                message_ids: vec![MessageId::new("m-1"), MessageId::new("m-2")],
+            }),
+            EventPayload::InboxDiscarded(InboxIds {
+                message_ids: vec![],
+            }),
+            EventPayload::UserMessage(UserEntry {
+                message: UserMessage {
+                    id: MessageId::new("m-3"),
+                    content: vec![ContentBlock::text("a"), ContentBlock::text("b")],
+                    source: MessageSource::User,
+                },
+            }),
+            EventPayload::InboxAccepted(InboxAccepted {
+                message: UserMessage {
+                    id: MessageId::new("m-4"),
+                    content: vec![ContentBlock::text("fix the parser")],
+                    source: MessageSource::User,
+                },
+                target: InboxTarget::NextStep,
+                wake: false,
             }),
         ];
         for payload in payloads {
