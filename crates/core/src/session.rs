@@ -330,12 +330,14 @@ impl EventPayload {
     /// this crate writes it: a turn's or step's start or end (without a
     /// diagnostic), usage without the optional counts, inbox ids, and
     /// assistant, user and accepted messages of text blocks (a user
-    /// message from the user). Every string must be free of escapes.
-    /// `None` for anything else (another form, another type, another
-    /// source), which serde then reads or refuses; a string with neither an
-    /// escape nor a control character is the text serde reads, so both
-    /// give the same payload. Replaying a log spends most of its time in
-    /// serde's visitors for these small objects.
+    /// message from the user), tool results, and tool calls (whose input
+    /// serde reads as the value it is). Ids, names and kinds must be free
+    /// of escapes; a text with escapes is read by serde on its own
+    /// ([`escaped_string`]). `None` for anything else (another form,
+    /// another type, another source), which serde then reads or refuses;
+    /// a string with neither an escape nor a control character is the text
+    /// serde reads, so both give the same payload. Replaying a log spent
+    /// most of its time in serde's visitors for these small objects.
     fn from_written(kind: &str, payload: &str) -> Option<Self> {
         use crate::written::{number, string};
         match kind {
@@ -422,6 +424,34 @@ impl EventPayload {
                 } else {
                     Self::InboxDiscarded(ids)
                 })
+            }
+            "tool/result" => {
+                let (call_id, rest) = string(payload.strip_prefix(r#"{"call_id":""#)?)?;
+                let (name, rest) = string(rest.strip_prefix(r#","name":""#)?)?;
+                let (content, rest) = written_content(rest.strip_prefix(r#","content":"#)?)?;
+                let is_error = match rest {
+                    "}" => false,
+                    r#","is_error":true}"# => true,
+                    _ => return None,
+                };
+                Some(Self::ToolResult(ToolResultEntry {
+                    call_id: CallId::new(call_id),
+                    name: name.to_owned(),
+                    content,
+                    is_error,
+                }))
+            }
+            "tool/call" => {
+                let (call_id, rest) = string(payload.strip_prefix(r#"{"call_id":""#)?)?;
+                let (name, rest) = string(rest.strip_prefix(r#","name":""#)?)?;
+                // The input is the rest of the object: serde reads it as
+                // it would inside it, and refuses anything after it.
+                let input = rest.strip_prefix(r#","input":"#)?.strip_suffix('}')?;
+                Some(Self::ToolCall(ToolCall {
+                    call_id: CallId::new(call_id),
+                    name: name.to_owned(),
+                    input: serde_json::from_str(input).ok()?,
+                }))
             }
             _ => None,
         }
@@ -521,14 +551,13 @@ impl SessionEvent {
 /// Content blocks as written, text only (`[{"type":"text","text":".."},..]`),
 /// and the text after the closing `]`.
 fn written_content(text: &str) -> Option<(Vec<ContentBlock>, &str)> {
-    use crate::written::string;
     let mut rest = text.strip_prefix('[')?;
     let mut content = Vec::with_capacity(1);
     if let Some(after) = rest.strip_prefix(']') {
         return Some((content, after));
     }
     loop {
-        let (block, after) = string(rest.strip_prefix(r#"{"type":"text","text":""#)?)?;
+        let (block, after) = escaped_string(rest.strip_prefix(r#"{"type":"text","text":"#)?)?;
         content.push(ContentBlock::text(block));
         let after = after.strip_prefix('}')?;
         if let Some(after) = after.strip_prefix(',') {
@@ -537,6 +566,33 @@ fn written_content(text: &str) -> Option<(Vec<ContentBlock>, &str)> {
             return Some((content, after.strip_prefix(']')?));
         }
     }
+}
+
+/// A JSON string at the start of `text` (its opening quote included),
+/// escapes and all, and the text after it. Without an escape it is
+/// [`crate::written::string`]; with one, the string's end is found by
+/// skipping each escape and serde reads that slice alone, to the same text
+/// it reads in place (a slice it refuses, such as a lone surrogate, is
+/// `None`).
+fn escaped_string(text: &str) -> Option<(String, &str)> {
+    let body = text.strip_prefix('"')?;
+    if let Some((plain, rest)) = crate::written::string(body) {
+        return Some((plain.to_owned(), rest));
+    }
+    let bytes = body.as_bytes();
+    let mut at = 0;
+    let end = loop {
+        let found = at + memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
+        if bytes[found] == b'"' {
+            break found;
+        }
+        // The byte after a backslash never ends the string.
+        at = found + 2;
+    };
+    // Both ends are ASCII quotes, so character boundaries.
+    let quoted = text.get(..end + 2)?;
+    let rest = text.get(end + 2..)?;
+    Some((serde_json::from_str(quoted).ok()?, rest))
 }
 
 /// A user message as written with the user as its source
@@ -876,6 +932,30 @@ mod tests {
             r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":1}}"#,
             r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn"}}"#,
             r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":true,"wake":false}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"fn a() {\n    b(\"x\\y\");\n}\n"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"\u00e9\ud834\udd1e\/\b\f\r\t"}],"is_error":true}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"ends in a backslash \\"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"lone \ud800 surrogate"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"bad \x escape"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"cut \u"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"open \"}]}}"#,
+            "{\"seq\":1,\"time\":1,\"type\":\"tool/result\",\"payload\":{\"call_id\":\"c-1\",\"name\":\"read\",\"content\":[{\"type\":\"text\",\"text\":\"raw\ttab \\n\"}]}}",
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[],"is_error":false}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"image","media_type":"image/png","data":"AAAA"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[],"is_error":true,"x":1}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-\u0031","name":"read","content":[]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"path":"src/a.rs","offset":0,"limit":200}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"big":18446744073709551616,"neg":-9223372036854775808,"f":0.1,"e":1e-7,"z":-0.0}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"huge":1e400}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"a":1,"a":2,"b":"\ud834\udd1e","c":"\ud800"}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"a":1,"a":2,"b":"\u00e9"}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":[[[[[[[[[[[[[[[[{"deep":[null,true,false]}]]]]]]]]]]]]]]]]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":"text"}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{} }}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{}},"x":1}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{},"x":1}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read"}}"#,
         ];
         for line in lines {
             let fast = SessionEvent::from_written_line(line);
@@ -929,6 +1009,23 @@ mod tests {
                     content: vec![ContentBlock::text("a"), ContentBlock::text("b")],
                     source: MessageSource::User,
                 },
+            }),
+            EventPayload::ToolResult(ToolResultEntry {
+                call_id: CallId::new("c-1"),
+                name: "read_file".into(),
+                content: vec![ContentBlock::text("fn a() {\n    \"\\\u{1}\u{e9}\"\n}")],
+                is_error: false,
+            }),
+            EventPayload::ToolResult(ToolResultEntry {
+                call_id: CallId::new("c-2"),
+                name: "read_file".into(),
+                content: vec![],
+                is_error: true,
+            }),
+            EventPayload::ToolCall(ToolCall {
+                call_id: CallId::new("c-3"),
+                name: "read_file".into(),
+                input: serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200, "f": 0.1}),
             }),
             EventPayload::InboxAccepted(InboxAccepted {
                 message: UserMessage {
