@@ -326,6 +326,137 @@ impl EventPayload {
         )
     }
 
+    /// The commonest payloads read by hand, when `payload` is exactly as
+    /// this crate writes it: a turn's or step's start or end (without a
+    /// diagnostic), usage without the optional counts, inbox ids, and
+    /// assistant, user and accepted messages of text blocks (a user
+    /// message from the user), tool results, and tool calls (whose input
+    /// serde reads as the value it is). Ids, names and kinds must be free
+    /// of escapes; a text with escapes is read by serde on its own
+    /// ([`escaped_string`]). `None` for anything else (another form,
+    /// another type, another source), which serde then reads or refuses;
+    /// a string with neither an escape nor a control character is the text
+    /// serde reads, so both give the same payload. Replaying a log spent
+    /// most of its time in serde's visitors for these small objects.
+    fn from_written(kind: &str, payload: &str) -> Option<Self> {
+        use crate::written::{number, string};
+        match kind {
+            "step/start" => {
+                let (turn, rest) = number(payload.strip_prefix(r#"{"turn":"#)?)?;
+                let (step, rest) = number(rest.strip_prefix(r#","step":"#)?)?;
+                (rest == "}").then_some(Self::StepStart(StepStart { turn, step }))
+            }
+            "turn/start" => {
+                let (turn, rest) = number(payload.strip_prefix(r#"{"turn":"#)?)?;
+                (rest == "}").then_some(Self::TurnStart(TurnStart { turn }))
+            }
+            "turn/end" => {
+                let (turn, rest) = number(payload.strip_prefix(r#"{"turn":"#)?)?;
+                let (reason, rest) = string(rest.strip_prefix(r#","stop_reason":""#)?)?;
+                let de =
+                    serde::de::value::BorrowedStrDeserializer::<serde_json::Error>::new(reason);
+                let stop_reason = StopReason::deserialize(de).ok()?;
+                (rest == "}").then_some(Self::TurnEnd(TurnEnd {
+                    turn,
+                    stop_reason,
+                    diagnostic: None,
+                }))
+            }
+            "usage" => {
+                let (input_tokens, rest) = number(payload.strip_prefix(r#"{"input_tokens":"#)?)?;
+                let (output_tokens, rest) = number(rest.strip_prefix(r#","output_tokens":"#)?)?;
+                (rest == "}").then_some(Self::Usage(Usage {
+                    input_tokens,
+                    output_tokens,
+                    ..Usage::default()
+                }))
+            }
+            "assistant/message" => {
+                let (content, rest) = written_content(payload.strip_prefix(r#"{"content":"#)?)?;
+                (rest == "}").then_some(Self::AssistantMessage(AssistantEntry { content }))
+            }
+            "user/message" => {
+                let (message, rest) = written_message(payload.strip_prefix(r#"{"message":"#)?)?;
+                (rest == "}").then_some(Self::UserMessage(UserEntry { message }))
+            }
+            "inbox/accepted" => {
+                let (message, rest) = written_message(payload.strip_prefix(r#"{"message":"#)?)?;
+                let rest = rest.strip_prefix(r#","target":""#)?;
+                let (target, rest) = if let Some(rest) = rest.strip_prefix(r#"next-turn""#) {
+                    (InboxTarget::NextTurn, rest)
+                } else {
+                    (InboxTarget::NextStep, rest.strip_prefix(r#"next-step""#)?)
+                };
+                let wake = match rest {
+                    r#","wake":true}"# => true,
+                    r#","wake":false}"# => false,
+                    _ => return None,
+                };
+                Some(Self::InboxAccepted(InboxAccepted {
+                    message,
+                    target,
+                    wake,
+                }))
+            }
+            "inbox/claimed" | "inbox/discarded" => {
+                let mut rest = payload.strip_prefix(r#"{"message_ids":["#)?;
+                let mut message_ids = Vec::new();
+                if let Some(after) = rest.strip_prefix(']') {
+                    rest = after;
+                } else {
+                    loop {
+                        let (id, after) = string(rest.strip_prefix('"')?)?;
+                        message_ids.push(MessageId::new(id));
+                        if let Some(after) = after.strip_prefix(',') {
+                            rest = after;
+                        } else {
+                            rest = after.strip_prefix(']')?;
+                            break;
+                        }
+                    }
+                }
+                if rest != "}" {
+                    return None;
+                }
+                let ids = InboxIds { message_ids };
+                Some(if kind == "inbox/claimed" {
+                    Self::InboxClaimed(ids)
+                } else {
+                    Self::InboxDiscarded(ids)
+                })
+            }
+            "tool/result" => {
+                let (call_id, rest) = string(payload.strip_prefix(r#"{"call_id":""#)?)?;
+                let (name, rest) = string(rest.strip_prefix(r#","name":""#)?)?;
+                let (content, rest) = written_content(rest.strip_prefix(r#","content":"#)?)?;
+                let is_error = match rest {
+                    "}" => false,
+                    r#","is_error":true}"# => true,
+                    _ => return None,
+                };
+                Some(Self::ToolResult(ToolResultEntry {
+                    call_id: CallId::new(call_id),
+                    name: name.to_owned(),
+                    content,
+                    is_error,
+                }))
+            }
+            "tool/call" => {
+                let (call_id, rest) = string(payload.strip_prefix(r#"{"call_id":""#)?)?;
+                let (name, rest) = string(rest.strip_prefix(r#","name":""#)?)?;
+                // The input is the rest of the object: serde reads it as
+                // it would inside it, and refuses anything after it.
+                let input = rest.strip_prefix(r#","input":"#)?.strip_suffix('}')?;
+                Some(Self::ToolCall(ToolCall {
+                    call_id: CallId::new(call_id),
+                    name: name.to_owned(),
+                    input: serde_json::from_str(input).ok()?,
+                }))
+            }
+            _ => None,
+        }
+    }
+
     fn from_raw(kind: &str, payload: &str) -> serde_json::Result<Self> {
         use serde_json::from_str as parse;
         Ok(match kind {
@@ -391,10 +522,17 @@ impl SessionEvent {
         let (kind, rest) = rest.split_at(end);
         let payload = rest.strip_prefix(r#"","payload":"#)?;
         let payload = payload.strip_suffix('}')?;
-        let mut deserializer = serde_json::Deserializer::from_str(payload);
-        let payload =
-            serde::de::DeserializeSeed::deserialize(PayloadSeed(kind), &mut deserializer).ok()?;
-        deserializer.end().ok()?;
+        let payload = match EventPayload::from_written(kind, payload) {
+            Some(payload) => payload,
+            None => {
+                let mut deserializer = serde_json::Deserializer::from_str(payload);
+                let payload =
+                    serde::de::DeserializeSeed::deserialize(PayloadSeed(kind), &mut deserializer)
+                        .ok()?;
+                deserializer.end().ok()?;
+                payload
+            }
+        };
         Some(Self { seq, time, payload })
     }
 
@@ -408,6 +546,69 @@ impl SessionEvent {
     pub fn is_turn_end(&self) -> bool {
         matches!(self.payload, EventPayload::TurnEnd(_))
     }
+}
+
+/// Content blocks as written, text only (`[{"type":"text","text":".."},..]`),
+/// and the text after the closing `]`.
+fn written_content(text: &str) -> Option<(Vec<ContentBlock>, &str)> {
+    let mut rest = text.strip_prefix('[')?;
+    let mut content = Vec::with_capacity(1);
+    if let Some(after) = rest.strip_prefix(']') {
+        return Some((content, after));
+    }
+    loop {
+        let (block, after) = escaped_string(rest.strip_prefix(r#"{"type":"text","text":"#)?)?;
+        content.push(ContentBlock::text(block));
+        let after = after.strip_prefix('}')?;
+        if let Some(after) = after.strip_prefix(',') {
+            rest = after;
+        } else {
+            return Some((content, after.strip_prefix(']')?));
+        }
+    }
+}
+
+/// A JSON string at the start of `text` (its opening quote included),
+/// escapes and all, and the text after it. Without an escape it is
+/// [`crate::written::string`]; with one, the string's end is found by
+/// skipping each escape and serde reads that slice alone, to the same text
+/// it reads in place (a slice it refuses, such as a lone surrogate, is
+/// `None`).
+fn escaped_string(text: &str) -> Option<(String, &str)> {
+    let body = text.strip_prefix('"')?;
+    if let Some((plain, rest)) = crate::written::string(body) {
+        return Some((plain.to_owned(), rest));
+    }
+    let bytes = body.as_bytes();
+    let mut at = 0;
+    let end = loop {
+        let found = at + memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
+        if bytes[found] == b'"' {
+            break found;
+        }
+        // The byte after a backslash never ends the string.
+        at = found + 2;
+    };
+    // Both ends are ASCII quotes, so character boundaries.
+    let quoted = text.get(..end + 2)?;
+    let rest = text.get(end + 2..)?;
+    Some((serde_json::from_str(quoted).ok()?, rest))
+}
+
+/// A user message as written with the user as its source
+/// (`{"id":"..","content":[..],"source":{"kind":"user"}}`), and the text
+/// after it.
+fn written_message(text: &str) -> Option<(UserMessage, &str)> {
+    use crate::written::string;
+    let (id, rest) = string(text.strip_prefix(r#"{"id":""#)?)?;
+    let (content, rest) = written_content(rest.strip_prefix(r#","content":"#)?)?;
+    let rest = rest.strip_prefix(r#","source":{"kind":"user"}}"#)?;
+    let message = UserMessage {
+        id: MessageId::new(id),
+        content,
+        source: crate::message::MessageSource::User,
+    };
+    Some((message, rest))
 }
 
 /// Parses a payload straight into the type its `type` tag names.
@@ -674,6 +875,87 @@ mod tests {
             r#"{"seq":1,"time":1,"type":"x/y","payload":}"#,
             r#"{"seq":1,"time":1,"type":"x/y","payload":{}"#,
             r#"{"seq": 1,"time":1,"type":"turn/start","payload":{"turn":0}}"#,
+            // The payloads read by hand, and forms next to theirs.
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":18446744073709551615}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":18446744073709551616}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":-1}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":1e400}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":01}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":1,"x":2}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/start","payload":{"turn":1,"turn":2}}"#,
+            r#"{"seq":1,"time":1,"type":"step/start","payload":{"turn":1,"step":2}}"#,
+            r#"{"seq":1,"time":1,"type":"step/start","payload":{"step":2,"turn":1}}"#,
+            r#"{"seq":1,"time":1,"type":"step/start","payload":{"turn":1}}"#,
+            r#"{"seq":1,"time":1,"type":"step/start","payload":{"turn":1,"step":2.0}}"#,
+            r#"{"seq":1,"time":1,"type":"usage","payload":{"input_tokens":4000,"output_tokens":120}}"#,
+            r#"{"seq":1,"time":1,"type":"usage","payload":{"input_tokens":4,"output_tokens":1,"cached_input_tokens":3}}"#,
+            r#"{"seq":1,"time":1,"type":"usage","payload":{"input_tokens":4,"output_tokens":1,"reasoning_tokens":0}}"#,
+            r#"{"seq":1,"time":1,"type":"usage","payload":{"input_tokens":4,"output_tokens":0.1}}"#,
+            r#"{"seq":1,"time":1,"type":"usage","payload":{"output_tokens":1,"input_tokens":4}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"plain"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":""}]}}"#,
+            "{\"seq\":1,\"time\":1,\"type\":\"assistant/message\",\"payload\":{\"content\":[{\"type\":\"text\",\"text\":\"h\u{e9}llo \u{2603} \u{1d11e}\"}]}}",
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a\"b\n\u00e9\ud834\udd1e"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"lone \ud800"}]}}"#,
+            "{\"seq\":1,\"time\":1,\"type\":\"assistant/message\",\"payload\":{\"content\":[{\"type\":\"text\",\"text\":\"a\tb\"}]}}",
+            "{\"seq\":1,\"time\":1,\"type\":\"assistant/message\",\"payload\":{\"content\":[{\"type\":\"text\",\"text\":\"a\u{7f}b\"}]}}",
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a"},{"type":"text","text":"b"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a","cache":true}]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a"}],"x":1}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a"}]}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a}]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"image","text":"a"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[]}}"#,
+            r#"{"seq":1,"time":1,"type":"assistant/message","payload":{"content":[{"type":"text","text":"a"},]}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"completed"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"a-new-reason"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"aborted","diagnostic":"d"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":"x\u0041"}}"#,
+            r#"{"seq":1,"time":1,"type":"turn/end","payload":{"turn":3,"stop_reason":7}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":[]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-1"]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/discarded","payload":{"message_ids":["m-1","m-2",""]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-1",]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-1""m-2"]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":["m-\u00e9"]}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/claimed","payload":{"message_ids":[1]}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"},{"type":"text","text":"\u00e9"}],"source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[],"source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user","client_time_zone":"UTC"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"agent-message","form":"relay","sender_session_id":"s-1"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"x":1}}"#,
+            r#"{"seq":1,"time":1,"type":"user/message","payload":{"message":{"content":[{"type":"text","text":"hi"}],"id":"m-1","source":{"kind":"user"}}}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":true}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-step","wake":false}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"later","wake":true}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":1}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn"}}"#,
+            r#"{"seq":1,"time":1,"type":"inbox/accepted","payload":{"message":{"id":"m-1","content":[{"type":"text","text":"hi"}],"source":{"kind":"user"}},"target":"next-turn","wake":true,"wake":false}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"fn a() {\n    b(\"x\\y\");\n}\n"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"\u00e9\ud834\udd1e\/\b\f\r\t"}],"is_error":true}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"ends in a backslash \\"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"lone \ud800 surrogate"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"bad \x escape"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"cut \u"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"text","text":"open \"}]}}"#,
+            "{\"seq\":1,\"time\":1,\"type\":\"tool/result\",\"payload\":{\"call_id\":\"c-1\",\"name\":\"read\",\"content\":[{\"type\":\"text\",\"text\":\"raw\ttab \\n\"}]}}",
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[],"is_error":false}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[{"type":"image","media_type":"image/png","data":"AAAA"}]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-1","name":"read","content":[],"is_error":true,"x":1}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/result","payload":{"call_id":"c-\u0031","name":"read","content":[]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"path":"src/a.rs","offset":0,"limit":200}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"big":18446744073709551616,"neg":-9223372036854775808,"f":0.1,"e":1e-7,"z":-0.0}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"huge":1e400}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"a":1,"a":2,"b":"\ud834\udd1e","c":"\ud800"}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{"a":1,"a":2,"b":"\u00e9"}}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":[[[[[[[[[[[[[[[[{"deep":[null,true,false]}]]]]]]]]]]]]]]]]}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":"text"}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{} }}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{}},"x":1}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{},"x":1}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read","input":{}}"#,
+            r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read"}}"#,
         ];
         for line in lines {
             let fast = SessionEvent::from_written_line(line);
@@ -685,6 +967,87 @@ mod tests {
         }
         let written = event(3, EventPayload::TurnStart(TurnStart { turn: 1 })).to_json_line();
         assert!(SessionEvent::from_written_line(&written).is_some());
+    }
+
+    /// The payloads read by hand are read by hand as written (so the hand
+    /// path is not dead), to what serde reads.
+    #[test]
+    fn the_written_payloads_are_read_by_hand() {
+        let payloads = [
+            EventPayload::TurnStart(TurnStart { turn: 7 }),
+            EventPayload::StepStart(StepStart { turn: 7, step: 1 }),
+            EventPayload::Usage(Usage {
+                input_tokens: 4_000,
+                output_tokens: 120,
+                ..Usage::default()
+            }),
+            EventPayload::AssistantMessage(AssistantEntry {
+                content: vec![ContentBlock::text(
+                    "I will fix it: `parse` (\u{e9}, \u{2603}).",
+                )],
+            }),
+            EventPayload::AssistantMessage(AssistantEntry { content: vec![] }),
+            EventPayload::TurnEnd(TurnEnd {
+                turn: 2,
+                stop_reason: StopReason::COMPLETED,
+                diagnostic: None,
+            }),
+            EventPayload::TurnEnd(TurnEnd {
+                turn: 2,
+                stop_reason: StopReason::new("made-up"),
+                diagnostic: None,
+            }),
+            EventPayload::InboxClaimed(InboxIds {
+                message_ids: vec![MessageId::new("m-1"), MessageId::new("m-2")],
+            }),
+            EventPayload::InboxDiscarded(InboxIds {
+                message_ids: vec![],
+            }),
+            EventPayload::UserMessage(UserEntry {
+                message: UserMessage {
+                    id: MessageId::new("m-3"),
+                    content: vec![ContentBlock::text("a"), ContentBlock::text("b")],
+                    source: MessageSource::User,
+                },
+            }),
+            EventPayload::ToolResult(ToolResultEntry {
+                call_id: CallId::new("c-1"),
+                name: "read_file".into(),
+                content: vec![ContentBlock::text("fn a() {\n    \"\\\u{1}\u{e9}\"\n}")],
+                is_error: false,
+            }),
+            EventPayload::ToolResult(ToolResultEntry {
+                call_id: CallId::new("c-2"),
+                name: "read_file".into(),
+                content: vec![],
+                is_error: true,
+            }),
+            EventPayload::ToolCall(ToolCall {
+                call_id: CallId::new("c-3"),
+                name: "read_file".into(),
+                input: serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200, "f": 0.1}),
+            }),
+            EventPayload::InboxAccepted(InboxAccepted {
+                message: UserMessage {
+                    id: MessageId::new("m-4"),
+                    content: vec![ContentBlock::text("fix the parser")],
+                    source: MessageSource::User,
+                },
+                target: InboxTarget::NextStep,
+                wake: false,
+            }),
+        ];
+        for payload in payloads {
+            let line = event(9, payload.clone()).to_json_line();
+            let (_, text) = line.split_once(r#""payload":"#).unwrap();
+            let text = text.strip_suffix('}').unwrap();
+            assert_eq!(
+                EventPayload::from_written(payload.kind(), text),
+                Some(payload.clone()),
+                "{line}"
+            );
+            assert_eq!(SessionEvent::from_any_line(&line).unwrap().payload, payload);
+        }
     }
 
     #[test]
