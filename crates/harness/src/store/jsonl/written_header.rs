@@ -15,9 +15,14 @@ use dsh_core::{Composition, SessionHeader, SessionId};
 
 /// The header of `id`'s log when `line` (without its `\n`) is exactly in
 /// the written form, names `id` and a format this build reads; `None`
-/// whenever the general parser must decide.
-pub(super) fn written_header(id: &SessionId, line: &[u8]) -> Option<SessionHeader> {
-    let line = std::str::from_utf8(line).ok()?;
+/// whenever the general parser must decide. A parent equal to `known` (an
+/// id already validated, a sibling's parent say) is shared, not validated
+/// and allocated again.
+pub(super) fn written_header(
+    id: &SessionId,
+    line: &str,
+    known: Option<&SessionId>,
+) -> Option<SessionHeader> {
     let rest = line.strip_prefix(r#"{"format":"#)?;
     let (format, rest) = number(rest)?;
     let format = u32::try_from(format).ok()?;
@@ -31,7 +36,11 @@ pub(super) fn written_header(id: &SessionId, line: &[u8]) -> Option<SessionHeade
     let (parent_session, rest) = match rest.strip_prefix(r#","parent_session":""#) {
         Some(rest) => {
             let (parent, rest) = string(rest)?;
-            (Some(SessionId::new(parent).ok()?), rest)
+            let parent = match known {
+                Some(known) if known.as_str() == parent => known.clone(),
+                _ => SessionId::new(parent).ok()?,
+            };
+            (Some(parent), rest)
         }
         None => (None, rest),
     };
@@ -97,7 +106,7 @@ mod tests {
         header.composition.preset = Some("reviewer".into());
         let composed = serde_json::to_string(&header).unwrap();
         for line in [plain, child, composed] {
-            let fast = written_header(&id(), line.as_bytes());
+            let fast = written_header(&id(), &line, None);
             assert!(fast.is_some(), "{line}");
             assert_eq!(fast, general(&line), "{line}");
         }
@@ -128,9 +137,29 @@ mod tests {
             "{\"format\":1,\"id\":\"s-1\",\"delegation_depth\":0,\"cwd\":\"a\tb\",\"seed_len\":0,\"created_at\":1,\"composition\":{}}",
         ];
         for line in lines {
-            assert_eq!(written_header(&id(), line.as_bytes()), None, "{line}");
+            assert_eq!(written_header(&id(), line, None), None, "{line}");
         }
-        // Not UTF-8.
-        assert_eq!(written_header(&id(), b"{\"format\":1,\xff"), None);
+    }
+
+    #[test]
+    fn a_known_parent_is_shared_only_when_the_header_names_it() {
+        let mut header = SessionHeader::new(id(), "/");
+        let parent = SessionId::new("s-0").unwrap();
+        header.parent_session = Some(parent.clone());
+        let line = serde_json::to_string(&header).unwrap();
+        let shared = written_header(&id(), &line, Some(&parent)).unwrap();
+        let named = shared.parent_session.unwrap();
+        assert_eq!(named, parent);
+        assert_eq!(named.as_str().as_ptr(), parent.as_str().as_ptr());
+        // Another known id is not taken for the one the header names.
+        let other = SessionId::new("s-9").unwrap();
+        let read = written_header(&id(), &line, Some(&other)).unwrap();
+        assert_eq!(read, general(&line).unwrap());
+        assert_eq!(read.parent_session, Some(parent));
+        // A header without a parent stays without one.
+        header.parent_session = None;
+        let line = serde_json::to_string(&header).unwrap();
+        let read = written_header(&id(), &line, Some(&other)).unwrap();
+        assert_eq!(read.parent_session, None);
     }
 }
