@@ -96,6 +96,9 @@ struct LogDir<'a> {
     /// own), which is then opened without it, as are the rest.
     #[cfg(unix)]
     no_atime: std::cell::Cell<bool>,
+    /// The buffer a log's file name is built in.
+    #[cfg(unix)]
+    name: std::cell::Cell<String>,
 }
 
 impl<'a> LogDir<'a> {
@@ -111,6 +114,8 @@ impl<'a> LogDir<'a> {
             },
             #[cfg(unix)]
             no_atime: std::cell::Cell::new(true),
+            #[cfg(unix)]
+            name: std::cell::Cell::new(String::new()),
         }
     }
 
@@ -123,22 +128,34 @@ impl<'a> LogDir<'a> {
     fn open_log(&self, id: &SessionId) -> io::Result<File> {
         #[cfg(unix)]
         if let Some(fd) = &self.fd {
-            use rustix::fs::{Mode, OFlags};
-            let name = super::file_name(id);
-            let flags = OFlags::RDONLY | OFlags::CLOEXEC;
-            if self.no_atime.get() {
-                match rustix::fs::openat(fd, name.as_str(), flags | OFlags::NOATIME, Mode::empty())
-                {
-                    Ok(file) => return Ok(File::from(file)),
-                    // Not this user's file: no `O_NOATIME` from here on.
-                    Err(rustix::io::Errno::PERM) => self.no_atime.set(false),
-                    Err(err) => return Err(err.into()),
-                }
-            }
-            let file = rustix::fs::openat(fd, name.as_str(), flags, Mode::empty())?;
-            return Ok(File::from(file));
+            // The name is built in a buffer the batch reuses, not a fresh
+            // `String` per log.
+            let mut name = self.name.take();
+            name.clear();
+            name.push_str(id.as_str());
+            name.push_str(super::EXTENSION);
+            let opened = self.open_at(fd, &name);
+            self.name.set(name);
+            return opened;
         }
         File::open(self.path(id))
+    }
+
+    /// Open the log called `name` in the directory `fd`.
+    #[cfg(unix)]
+    fn open_at(&self, fd: &rustix::fd::OwnedFd, name: &str) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        if self.no_atime.get() {
+            match rustix::fs::openat(fd, name, flags | OFlags::NOATIME, Mode::empty()) {
+                Ok(file) => return Ok(File::from(file)),
+                // Not this user's file: no `O_NOATIME` from here on.
+                Err(rustix::io::Errno::PERM) => self.no_atime.set(false),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let file = rustix::fs::openat(fd, name, flags, Mode::empty())?;
+        Ok(File::from(file))
     }
 }
 

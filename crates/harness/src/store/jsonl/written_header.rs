@@ -29,19 +29,22 @@ pub(super) fn written_header(
     if format > FORMAT_VERSION {
         return None;
     }
-    let (named, rest) = string(rest.strip_prefix(r#","id":""#)?)?;
-    if named != id.as_str() {
-        return None;
-    }
+    // The id is compared in place (a valid id holds no quote, escape or
+    // control character, so this is the string's whole value), not scanned.
+    let rest = rest
+        .strip_prefix(r#","id":""#)?
+        .strip_prefix(id.as_str())?
+        .strip_prefix('"')?;
     let (parent_session, rest) = match rest.strip_prefix(r#","parent_session":""#) {
-        Some(rest) => {
-            let (parent, rest) = string(rest)?;
-            let parent = match known {
-                Some(known) if known.as_str() == parent => known.clone(),
-                _ => SessionId::new(parent).ok()?,
-            };
-            (Some(parent), rest)
-        }
+        Some(rest) => match known
+            .and_then(|known| Some((known, rest.strip_prefix(known.as_str())?.strip_prefix('"')?)))
+        {
+            Some((known, rest)) => (Some(known.clone()), rest),
+            None => {
+                let (parent, rest) = string(rest)?;
+                (Some(SessionId::new(parent).ok()?), rest)
+            }
+        },
         None => (None, rest),
     };
     let (origin, rest) = match rest.strip_prefix(r#","origin":""#) {
@@ -118,8 +121,11 @@ mod tests {
             // Extensions, which the fast path never reads.
             r#"{"format":1,"id":"s-1","cwd":"/","delegation_depth":0,"seed_len":0,"created_at":1,"composition":{},"extensions":{"a":1}}"#,
             r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{},"extensions":{"a":1}}"#,
-            // Another session, a newer format, a bad parent id.
+            // Another session (one the id only begins too), a newer
+            // format, a bad parent id.
             r#"{"format":1,"id":"s-2","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-10","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-1"","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
             r#"{"format":2,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
             r#"{"format":1,"id":"s-1","parent_session":"..","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
             // Escapes, whitespace, number forms, overflow.
@@ -151,6 +157,10 @@ mod tests {
         let named = shared.parent_session.unwrap();
         assert_eq!(named, parent);
         assert_eq!(named.as_str().as_ptr(), parent.as_str().as_ptr());
+        // A known id that only begins the named one is not taken for it.
+        let prefix = SessionId::new("s").unwrap();
+        let read = written_header(&id(), &line, Some(&prefix)).unwrap();
+        assert_eq!(read.parent_session.as_ref(), Some(&parent));
         // Another known id is not taken for the one the header names.
         let other = SessionId::new("s-9").unwrap();
         let read = written_header(&id(), &line, Some(&other)).unwrap();
