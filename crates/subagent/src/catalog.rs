@@ -366,6 +366,16 @@ pub fn fold_catalog(
         return Ok(Catalog::default());
     }
     let mut fold = CatalogFold::default();
+    // Sized once for every entry the events can add (a cold parent of
+    // thousands of children would otherwise rehash and move them as it
+    // grows); only this one-off fold does it, not a live agent's fold.
+    let entries = events
+        .iter()
+        .filter(|event| event.payload.kind() == CATALOG_EVENT)
+        .count();
+    fold.ids.reserve(entries);
+    fold.names.reserve(entries);
+    fold.catalog.entries.reserve_exact(entries);
     fold.apply(header, events)?;
     Ok(fold.catalog)
 }
