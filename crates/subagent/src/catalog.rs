@@ -331,22 +331,22 @@ impl CatalogFold {
     /// Add one child's entry; a repeated child id adds nothing (the first
     /// record stands).
     fn add(&mut self, header: &SessionHeader, entry: CatalogEntry) -> Result<(), SubagentError> {
-        if self.ids.contains_key(&entry.child_id) {
+        // One hash of the id and one of the name; nothing changes when the
+        // name is refused (a vacant entry dropped inserts nothing).
+        let std::collections::hash_map::Entry::Vacant(place) =
+            self.ids.entry(entry.child_id.clone())
+        else {
             return Ok(());
-        }
+        };
         if let Some(name) = &entry.name
-            && self.names.contains(name)
+            && !self.names.insert(name.clone())
         {
             return Err(SubagentError::Infra(InfraError::DuplicateName {
                 parent: header.id.clone(),
                 name: name.clone(),
             }));
         }
-        self.ids
-            .insert(entry.child_id.clone(), self.catalog.entries.len());
-        if let Some(name) = &entry.name {
-            self.names.insert(name.clone());
-        }
+        place.insert(self.catalog.entries.len());
         self.catalog.entries.push(entry);
         Ok(())
     }
@@ -361,7 +361,21 @@ pub fn fold_catalog(
     header: &SessionHeader,
     events: &[SessionEvent],
 ) -> Result<Catalog, SubagentError> {
+    if events.is_empty() {
+        // A leaf's log: no fold (and none of its maps) to build.
+        return Ok(Catalog::default());
+    }
     let mut fold = CatalogFold::default();
+    // Sized once for every entry the events can add (a cold parent of
+    // thousands of children would otherwise rehash and move them as it
+    // grows); only this one-off fold does it, not a live agent's fold.
+    let entries = events
+        .iter()
+        .filter(|event| event.payload.kind() == CATALOG_EVENT)
+        .count();
+    fold.ids.reserve(entries);
+    fold.names.reserve(entries);
+    fold.catalog.entries.reserve_exact(entries);
     fold.apply(header, events)?;
     Ok(fold.catalog)
 }

@@ -13,23 +13,30 @@ use dsh_core::written::string;
 
 use crate::catalog::{CatalogEntry, ChildMode};
 
+/// Each field's key as written, opening quote to the value's opening
+/// quote, in the order of the slots `written_entry` fills.
+const KEYS: [&str; 5] = [
+    r#""child_id":""#,
+    r#""name":""#,
+    r#""label":""#,
+    r#""provider":""#,
+    r#""mode":""#,
+];
+
 /// The entry `payload` holds when it is in the written form; `None`
 /// whenever serde must decide.
 pub(crate) fn written_entry(payload: &str) -> Option<CatalogEntry> {
     let mut rest = payload.strip_prefix('{')?;
     let mut fields: [Option<&str>; 5] = [None; 5];
     loop {
-        let (key, after) = string(rest.strip_prefix('"')?)?;
-        let (value, after) = string(after.strip_prefix(":\"")?)?;
-        let slot = match key {
-            "child_id" => 0,
-            "name" => 1,
-            "label" => 2,
-            "provider" => 3,
-            "mode" => 4,
-            // An unknown key is serde's to skip.
-            _ => return None,
-        };
+        // A key is matched with its quotes and colon in place, so it is
+        // never scanned on its own; any other key (unknown, escaped) is
+        // serde's to read.
+        let (slot, after) = KEYS
+            .iter()
+            .enumerate()
+            .find_map(|(slot, key)| Some((slot, rest.strip_prefix(key)?)))?;
+        let (value, after) = string(after)?;
         // A repeated key is serde's to refuse.
         if fields[slot].replace(value).is_some() {
             return None;

@@ -428,8 +428,11 @@ impl SubagentRuntime {
                     None => self.observe_catalog(&entry.child_id, cancel).await?,
                 };
                 match read {
+                    // A leaf's empty catalog has nothing to read ahead or
+                    // queue (and its path is not shared with children).
+                    Ok(catalog) if catalog.is_empty() => {}
                     Ok(catalog) => {
-                        has_children = !catalog.is_empty();
+                        has_children = true;
                         self.read_ahead(&catalog, &mut met, &mut readers, cancel)?;
                         push_children(
                             &mut stack,

@@ -39,10 +39,13 @@ pub(super) fn skim_many(
     kinds: &[&str],
 ) -> Vec<Result<KindEvents, StoreError>> {
     let logs = LogDir::new(dir);
+    // The previous log's parent: siblings skimmed in one batch name the
+    // same one, which is then shared instead of validated again.
+    let mut parent: Option<SessionId> = None;
     BUFFER.with_borrow_mut(|buffer| {
         ids.iter()
             .map(|id| {
-                let read = skim_log(&logs, buffer, id, kinds);
+                let read = skim_log(&logs, buffer, id, kinds, &mut parent);
                 if buffer.len() > KEPT_BUFFER {
                     *buffer = Vec::new();
                 }
@@ -52,23 +55,31 @@ pub(super) fn skim_many(
     })
 }
 
-/// [`skim_many`] of one log, read into `buffer`.
+/// [`skim_many`] of one log, read into `buffer`; `parent` is the parent
+/// the previous log named, and becomes this one's.
 fn skim_log(
     logs: &LogDir<'_>,
     buffer: &mut Vec<u8>,
     id: &SessionId,
     kinds: &[&str],
+    parent: &mut Option<SessionId>,
 ) -> Result<KindEvents, StoreError> {
     let plain = || logs.path(id);
-    match logs.open_log(id).and_then(|file| read_plain(file, buffer)) {
-        Ok(filled) => skim_bytes(id, &plain, &buffer[..filled], kinds),
+    let read = match logs.open_log(id).and_then(|file| read_plain(file, buffer)) {
+        Ok(filled) => skim_bytes(id, &plain, &buffer[..filled], kinds, parent.as_ref()),
         // Plain or sealed, as `load` reads it.
         Err(err) if err.kind() == io::ErrorKind::NotFound => {
             let (path, bytes) = super::sealed::read_either(id, &plain())?;
-            skim_bytes(id, &|| path.clone(), &bytes, kinds)
+            skim_bytes(id, &|| path.clone(), &bytes, kinds, parent.as_ref())
         }
         Err(source) => Err(super::io_error(&plain(), source)),
+    };
+    if let Ok(log) = &read
+        && log.header.parent_session.is_some()
+    {
+        parent.clone_from(&log.header.parent_session);
     }
+    read
 }
 
 /// The store's directory, opened once for a batch of reads so that each
@@ -78,6 +89,16 @@ struct LogDir<'a> {
     path: &'a Path,
     #[cfg(unix)]
     fd: Option<rustix::fd::OwnedFd>,
+    /// Whether logs are still opened with `O_NOATIME`: a read then never
+    /// writes the inode's access time back (relatime writes it on the
+    /// first read after each write), nor checks whether it must. Cleared
+    /// at the first log the kernel refuses it for (one this user does not
+    /// own), which is then opened without it, as are the rest.
+    #[cfg(unix)]
+    no_atime: std::cell::Cell<bool>,
+    /// The buffer a log's file name is built in.
+    #[cfg(unix)]
+    name: std::cell::Cell<String>,
 }
 
 impl<'a> LogDir<'a> {
@@ -91,6 +112,10 @@ impl<'a> LogDir<'a> {
                 // A failure here is met again, and reported, per log.
                 rustix::fs::open(path, flags, Mode::empty()).ok()
             },
+            #[cfg(unix)]
+            no_atime: std::cell::Cell::new(true),
+            #[cfg(unix)]
+            name: std::cell::Cell::new(String::new()),
         }
     }
 
@@ -103,12 +128,34 @@ impl<'a> LogDir<'a> {
     fn open_log(&self, id: &SessionId) -> io::Result<File> {
         #[cfg(unix)]
         if let Some(fd) = &self.fd {
-            use rustix::fs::{Mode, OFlags};
-            let flags = OFlags::RDONLY | OFlags::CLOEXEC;
-            let file = rustix::fs::openat(fd, super::file_name(id).as_str(), flags, Mode::empty())?;
-            return Ok(File::from(file));
+            // The name is built in a buffer the batch reuses, not a fresh
+            // `String` per log.
+            let mut name = self.name.take();
+            name.clear();
+            name.push_str(id.as_str());
+            name.push_str(super::EXTENSION);
+            let opened = self.open_at(fd, &name);
+            self.name.set(name);
+            return opened;
         }
         File::open(self.path(id))
+    }
+
+    /// Open the log called `name` in the directory `fd`.
+    #[cfg(unix)]
+    fn open_at(&self, fd: &rustix::fd::OwnedFd, name: &str) -> io::Result<File> {
+        use rustix::fs::{Mode, OFlags};
+        let flags = OFlags::RDONLY | OFlags::CLOEXEC;
+        if self.no_atime.get() {
+            match rustix::fs::openat(fd, name, flags | OFlags::NOATIME, Mode::empty()) {
+                Ok(file) => return Ok(File::from(file)),
+                // Not this user's file: no `O_NOATIME` from here on.
+                Err(rustix::io::Errno::PERM) => self.no_atime.set(false),
+                Err(err) => return Err(err.into()),
+            }
+        }
+        let file = rustix::fs::openat(fd, name, flags, Mode::empty())?;
+        Ok(File::from(file))
     }
 }
 
@@ -170,8 +217,9 @@ fn skim_bytes(
     path: &dyn Fn() -> PathBuf,
     bytes: &[u8],
     kinds: &[&str],
+    parent: Option<&SessionId>,
 ) -> Result<KindEvents, StoreError> {
-    if let Some(skimmed) = skim(id, path, bytes, kinds)? {
+    if let Some(skimmed) = skim(id, path, bytes, kinds, parent)? {
         return Ok(skimmed);
     }
     let parsed = parse_log(id, &path(), bytes.to_vec())?;
@@ -185,12 +233,14 @@ fn skim_bytes(
     ))
 }
 
-/// The happy path: `None` whenever the full parse must decide.
+/// The happy path: `None` whenever the full parse must decide. `parent`
+/// is a parent id already read, shared when this header names it too.
 fn skim(
     id: &SessionId,
     path: &dyn Fn() -> PathBuf,
     bytes: &[u8],
     kinds: &[&str],
+    parent: Option<&SessionId>,
 ) -> Result<Option<KindEvents>, StoreError> {
     // A last line without `\n` (torn or not) is the full parse's call.
     if bytes.last() != Some(&b'\n') {
@@ -201,7 +251,7 @@ fn skim(
     };
     let body = &text[..text.len() - 1];
     let (header_line, rest) = body.split_once('\n').unwrap_or((body, ""));
-    let header = match written_header(id, header_line.as_bytes()) {
+    let header = match written_header(id, header_line, parent) {
         Some(header) => header,
         None => parse_header(id, &path(), header_line.as_bytes())?,
     };
@@ -495,6 +545,49 @@ mod tests {
         }
         drop(log);
         (dir, store, id)
+    }
+
+    /// A batch shares a parent id between siblings that name it, and
+    /// still gives each log the parent its own header names.
+    #[tokio::test]
+    async fn a_batch_gives_each_log_the_parent_its_header_names() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = JsonlStore::new(dir.path(), dsh_core::Durability::None).unwrap();
+        let parents = ["p-1", "p-1", "p-2", "", "p-2"];
+        let mut ids = Vec::new();
+        for (at, parent) in parents.iter().enumerate() {
+            let id = SessionId::new(format!("c-{at}")).unwrap();
+            let mut header = SessionHeader::new(id.clone(), "/");
+            header.parent_session = (!parent.is_empty()).then(|| SessionId::new(*parent).unwrap());
+            drop(store.create(&header, &[]).await.unwrap());
+            ids.push(id);
+        }
+        let read = skim_many(store.dir(), &ids, &["subagent/child"]);
+        for ((id, parent), read) in ids.iter().zip(parents).zip(read) {
+            let header = read.unwrap().header;
+            assert_eq!(header, store.header(id).await.unwrap());
+            let named = header.parent_session.as_ref().map(SessionId::as_str);
+            assert_eq!(named, (!parent.is_empty()).then_some(parent));
+        }
+    }
+
+    /// A skim leaves a log's access time as it was, even where the mount's
+    /// relatime would write it (an access time older than the last write).
+    #[cfg(unix)]
+    #[tokio::test]
+    async fn a_skim_does_not_touch_a_logs_access_time() {
+        let (_dir, store, id) = store_with(&[extension(0, "subagent/child")]).await;
+        let path = store.log_path(&id);
+        let written = std::fs::metadata(&path).unwrap().modified().unwrap();
+        let old = written - std::time::Duration::from_secs(3_600);
+        let file = std::fs::File::options().write(true).open(&path).unwrap();
+        file.set_times(std::fs::FileTimes::new().set_accessed(old))
+            .unwrap();
+        drop(file);
+        let skimmed = skim_one(&store, &id, &["subagent/child"]).unwrap();
+        assert_eq!(skimmed.events.len(), 1);
+        let accessed = std::fs::metadata(&path).unwrap().accessed().unwrap();
+        assert_eq!(accessed, old);
     }
 
     #[tokio::test]

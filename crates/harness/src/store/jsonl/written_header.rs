@@ -15,24 +15,36 @@ use dsh_core::{Composition, SessionHeader, SessionId};
 
 /// The header of `id`'s log when `line` (without its `\n`) is exactly in
 /// the written form, names `id` and a format this build reads; `None`
-/// whenever the general parser must decide.
-pub(super) fn written_header(id: &SessionId, line: &[u8]) -> Option<SessionHeader> {
-    let line = std::str::from_utf8(line).ok()?;
+/// whenever the general parser must decide. A parent equal to `known` (an
+/// id already validated, a sibling's parent say) is shared, not validated
+/// and allocated again.
+pub(super) fn written_header(
+    id: &SessionId,
+    line: &str,
+    known: Option<&SessionId>,
+) -> Option<SessionHeader> {
     let rest = line.strip_prefix(r#"{"format":"#)?;
     let (format, rest) = number(rest)?;
     let format = u32::try_from(format).ok()?;
     if format > FORMAT_VERSION {
         return None;
     }
-    let (named, rest) = string(rest.strip_prefix(r#","id":""#)?)?;
-    if named != id.as_str() {
-        return None;
-    }
+    // The id is compared in place (a valid id holds no quote, escape or
+    // control character, so this is the string's whole value), not scanned.
+    let rest = rest
+        .strip_prefix(r#","id":""#)?
+        .strip_prefix(id.as_str())?
+        .strip_prefix('"')?;
     let (parent_session, rest) = match rest.strip_prefix(r#","parent_session":""#) {
-        Some(rest) => {
-            let (parent, rest) = string(rest)?;
-            (Some(SessionId::new(parent).ok()?), rest)
-        }
+        Some(rest) => match known
+            .and_then(|known| Some((known, rest.strip_prefix(known.as_str())?.strip_prefix('"')?)))
+        {
+            Some((known, rest)) => (Some(known.clone()), rest),
+            None => {
+                let (parent, rest) = string(rest)?;
+                (Some(SessionId::new(parent).ok()?), rest)
+            }
+        },
         None => (None, rest),
     };
     let (origin, rest) = match rest.strip_prefix(r#","origin":""#) {
@@ -97,7 +109,7 @@ mod tests {
         header.composition.preset = Some("reviewer".into());
         let composed = serde_json::to_string(&header).unwrap();
         for line in [plain, child, composed] {
-            let fast = written_header(&id(), line.as_bytes());
+            let fast = written_header(&id(), &line, None);
             assert!(fast.is_some(), "{line}");
             assert_eq!(fast, general(&line), "{line}");
         }
@@ -109,8 +121,11 @@ mod tests {
             // Extensions, which the fast path never reads.
             r#"{"format":1,"id":"s-1","cwd":"/","delegation_depth":0,"seed_len":0,"created_at":1,"composition":{},"extensions":{"a":1}}"#,
             r#"{"format":1,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{},"extensions":{"a":1}}"#,
-            // Another session, a newer format, a bad parent id.
+            // Another session (one the id only begins too), a newer
+            // format, a bad parent id.
             r#"{"format":1,"id":"s-2","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-10","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
+            r#"{"format":1,"id":"s-1"","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
             r#"{"format":2,"id":"s-1","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
             r#"{"format":1,"id":"s-1","parent_session":"..","delegation_depth":0,"cwd":"/","seed_len":0,"created_at":1,"composition":{}}"#,
             // Escapes, whitespace, number forms, overflow.
@@ -128,9 +143,33 @@ mod tests {
             "{\"format\":1,\"id\":\"s-1\",\"delegation_depth\":0,\"cwd\":\"a\tb\",\"seed_len\":0,\"created_at\":1,\"composition\":{}}",
         ];
         for line in lines {
-            assert_eq!(written_header(&id(), line.as_bytes()), None, "{line}");
+            assert_eq!(written_header(&id(), line, None), None, "{line}");
         }
-        // Not UTF-8.
-        assert_eq!(written_header(&id(), b"{\"format\":1,\xff"), None);
+    }
+
+    #[test]
+    fn a_known_parent_is_shared_only_when_the_header_names_it() {
+        let mut header = SessionHeader::new(id(), "/");
+        let parent = SessionId::new("s-0").unwrap();
+        header.parent_session = Some(parent.clone());
+        let line = serde_json::to_string(&header).unwrap();
+        let shared = written_header(&id(), &line, Some(&parent)).unwrap();
+        let named = shared.parent_session.unwrap();
+        assert_eq!(named, parent);
+        assert_eq!(named.as_str().as_ptr(), parent.as_str().as_ptr());
+        // A known id that only begins the named one is not taken for it.
+        let prefix = SessionId::new("s").unwrap();
+        let read = written_header(&id(), &line, Some(&prefix)).unwrap();
+        assert_eq!(read.parent_session.as_ref(), Some(&parent));
+        // Another known id is not taken for the one the header names.
+        let other = SessionId::new("s-9").unwrap();
+        let read = written_header(&id(), &line, Some(&other)).unwrap();
+        assert_eq!(read, general(&line).unwrap());
+        assert_eq!(read.parent_session, Some(parent));
+        // A header without a parent stays without one.
+        header.parent_session = None;
+        let line = serde_json::to_string(&header).unwrap();
+        let read = written_header(&id(), &line, Some(&other)).unwrap();
+        assert_eq!(read.parent_session, None);
     }
 }
