@@ -27,6 +27,15 @@ use crate::store::check_contiguous;
 /// A write buffer larger than this is released after use rather than kept.
 const KEEP_BUFFER: usize = 1 << 20;
 
+thread_local! {
+    /// The buffer an append serialises its batch into, one per thread
+    /// rather than one per log: an idle log (a parked child's, of which a
+    /// process may hold thousands) keeps none, and a batch is serialised
+    /// and written with no await in between, so no two appends on a
+    /// thread ever share it.
+    static LINES: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
 /// A reservation in the in-process writer registry. Dropping it releases the
 /// id and then tells the log's [`JsonlLog::close`] that the log is free.
 #[derive(Debug)]
@@ -215,8 +224,6 @@ struct WriterState {
     len: u64,
     /// The failure that made the handle unusable, if any.
     poisoned: Option<StoreError>,
-    /// Reused serialisation buffer.
-    buf: Vec<u8>,
 }
 
 impl JsonlLog {
@@ -241,7 +248,6 @@ impl JsonlLog {
                     next_seq,
                     len,
                     poisoned: None,
-                    buf: Vec::new(),
                 }),
             }),
             released,
@@ -352,7 +358,6 @@ impl SessionLog for JsonlLog {
                 next_seq,
                 len,
                 poisoned,
-                buf,
             } = &mut *state;
             if let Some(err) = poisoned {
                 return Err(err.clone());
@@ -369,35 +374,41 @@ impl SessionLog for JsonlLog {
                 return Ok(());
             }
             check_contiguous(&self.log.id, *next_seq, events)?;
-            buf.clear();
-            for event in events {
-                serde_json::to_writer(&mut *buf, event).map_err(|err| {
-                    io_error(
-                        &self.log.path,
-                        io::Error::new(io::ErrorKind::InvalidData, err),
-                    )
-                })?;
-                buf.push(b'\n');
-            }
-            // One write of whole lines: a crash can tear only the last one.
             let start = *len;
-            if let Err(source) = (&*held.file).write_all(buf) {
-                // Nothing of a failed batch may stay: cut what reached the file.
-                let err = cut(
-                    &held.file,
-                    &self.log.path,
-                    start,
-                    io_error(&self.log.path, source),
-                );
-                *poisoned = Some(err.clone());
-                return Err(err);
+            let written = LINES.with_borrow_mut(|buf| {
+                buf.clear();
+                for event in events {
+                    serde_json::to_writer(&mut *buf, event).map_err(|err| {
+                        io_error(
+                            &self.log.path,
+                            io::Error::new(io::ErrorKind::InvalidData, err),
+                        )
+                    })?;
+                    buf.push(b'\n');
+                }
+                // One write of whole lines: a crash can tear only the last one.
+                let wrote = (&*held.file).write_all(buf).map(|()| buf.len() as u64);
+                if buf.capacity() > KEEP_BUFFER {
+                    *buf = Vec::new();
+                }
+                Ok(wrote)
+            })?;
+            match written {
+                Ok(bytes) => *len += bytes,
+                Err(source) => {
+                    // Nothing of a failed batch may stay: cut what reached the file.
+                    let err = cut(
+                        &held.file,
+                        &self.log.path,
+                        start,
+                        io_error(&self.log.path, source),
+                    );
+                    *poisoned = Some(err.clone());
+                    return Err(err);
+                }
             }
-            *len += buf.len() as u64;
             *next_seq += events.len() as u64;
             let end = *len;
-            if buf.capacity() > KEEP_BUFFER {
-                *buf = Vec::new();
-            }
             if let Some(batched) = held.batched() {
                 batched.wrote(held, &self.log.path);
             }
