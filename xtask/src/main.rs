@@ -123,6 +123,8 @@ struct BenchArgs {
 fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| tree.root().join("target"), std::path::PathBuf::from);
+    // Whether every bench ran to its end; the table is printed either way.
+    let mut complete = true;
     if !args.report_only {
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut command = std::process::Command::new(cargo);
@@ -131,6 +133,9 @@ fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
             "--workspace",
             "--benches",
             "--locked",
+            // One bench binary that fails (the ACP overhead bench without
+            // its peers, say) must not keep the others from running.
+            "--no-fail-fast",
             "--",
         ]);
         if args.quick {
@@ -140,7 +145,11 @@ fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
         match command.status() {
             Ok(status) if status.success() => {}
             Ok(status) => {
-                eprintln!("xtask: `cargo bench` failed ({status}); the table shows what ran");
+                complete = false;
+                eprintln!(
+                    "xtask: `cargo bench` failed ({status}; its output above says which bench); \
+                     the table shows what ran"
+                );
             }
             Err(err) => {
                 eprintln!("xtask: cannot run cargo: {err}");
@@ -151,7 +160,11 @@ fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
     match xtask::bench::collect(&target) {
         Ok(results) => {
             println!("{}", xtask::bench::render(xtask::bench::AIMS, &results));
-            ExitCode::SUCCESS
+            if complete {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
+            }
         }
         Err(err) => failed(&err),
     }
