@@ -149,10 +149,10 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
         .filter(|log| !listed.contains(&log.id))
         .collect();
     if !stray.is_empty() {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        out.push_str("logs that cannot be read (no listed tree names them)\n");
+        open_section(
+            &mut out,
+            "logs that cannot be read (no listed tree names them)",
+        );
         for log in stray {
             let kind = match &log.error {
                 StoreError::Corrupt { .. } | StoreError::OutOfSequence { .. } => "corrupt",
@@ -167,24 +167,20 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
         }
     }
     if !orphans.is_empty() {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        if args.prune_orphans {
-            out.push_str("orphans (child logs no catalog names)\n");
-        } else {
-            out.push_str(
-                "orphans (child logs no catalog names; `dsh agents --prune-orphans` removes them)\n",
-            );
-        }
+        open_section(
+            &mut out,
+            if args.prune_orphans {
+                "orphans (child logs no catalog names)"
+            } else {
+                "orphans (child logs no catalog names; `dsh agents --prune-orphans` removes them)"
+            },
+        );
         for orphan in &orphans {
             let mut line = format!("  {}  {}", orphan.id, orphan_text(orphan));
             if args.prune_orphans {
                 match store.remove(&orphan.id).await {
                     Ok(()) => line.push_str(": removed"),
-                    Err(err) => {
-                        line.push_str(&format!(": kept ({})", crate::one_line(&err.to_string())))
-                    }
+                    Err(err) => line.push_str(&kept(&err)),
                 }
             }
             out.push_str(&line);
@@ -192,16 +188,14 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
         }
     }
     if !scan.unfinished.is_empty() {
-        if !out.is_empty() {
-            out.push('\n');
-        }
-        if args.prune_orphans {
-            out.push_str("unfinished creates (no session header written whole)\n");
-        } else {
-            out.push_str(
-                "unfinished creates (no session header written whole: a create running now, or one a crash cut short; `dsh agents --prune-orphans` removes them)\n",
-            );
-        }
+        open_section(
+            &mut out,
+            if args.prune_orphans {
+                "unfinished creates (no session header written whole)"
+            } else {
+                "unfinished creates (no session header written whole: a create running now, or one a crash cut short; `dsh agents --prune-orphans` removes them)"
+            },
+        );
         for unfinished in &scan.unfinished {
             let mut line = format!("  {}", unfinished.id);
             if args.prune_orphans {
@@ -211,9 +205,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
                     Ok(false) => {
                         line.push_str(": kept (a writer holds it, or it is no longer torn)")
                     }
-                    Err(err) => {
-                        line.push_str(&format!(": kept ({})", crate::one_line(&err.to_string())))
-                    }
+                    Err(err) => line.push_str(&kept(&err)),
                 }
             }
             out.push_str(&line);
@@ -221,6 +213,21 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
         }
     }
     Ok(out)
+}
+
+/// Start a section of the report: a blank line after any before it, then
+/// its heading.
+fn open_section(out: &mut String, heading: &str) {
+    if !out.is_empty() {
+        out.push('\n');
+    }
+    out.push_str(heading);
+    out.push('\n');
+}
+
+/// How a log that could not be removed is marked, with why.
+fn kept(err: &StoreError) -> String {
+    format!(": kept ({})", crate::one_line(&err.to_string()))
 }
 
 /// What an orphan is, in a few words.

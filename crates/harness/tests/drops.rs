@@ -23,7 +23,7 @@ use dsh_core::{
     EventPayload, InboxTarget, SessionHeader, SessionStore, ToolCall, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, LoopAgent, Scripted, ScriptedModel};
-use dsh_test_support::store::{GatedStore, Op, Point};
+use dsh_test_support::store::{Gate, GatedStore, Op, Point};
 use serde_json::json;
 use support::*;
 
@@ -286,15 +286,10 @@ async fn every_await_of_the_loop_dropped_without_durability() {
     run_all(Durability::None).await;
 }
 
-// The finding of runtime.md §3.1.1 in its plainest form: a send dropped
-// after its write (at the fsync) left memory behind the log, and every later
-// write failed `OUT_OF_SEQUENCE`.
-#[tokio::test]
-async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
-    let world = world(Durability::EveryEvent);
-    let agent = create(&world.harness, "a").await.agent().clone();
-    let gate = world.store.gate(Op::Append, Point::After);
-    let mut send = agent.send(UserMessage::user_text("one"), InboxTarget::NextTurn, false);
+/// Poll `send` until it reaches `gate`, drop it there, then let the write
+/// it left behind through and wait until that write has left the gate.
+async fn drop_at_gate<F: Future>(send: F, gate: &Gate) {
+    let mut send = Box::pin(send);
     bounded(async {
         tokio::select! {
             _ = &mut send => panic!("the send passed the gate"),
@@ -305,6 +300,18 @@ async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
     drop(send);
     gate.release();
     bounded(until(|| gate.has_left())).await;
+}
+
+// The finding of runtime.md §3.1.1 in its plainest form: a send dropped
+// after its write (at the fsync) left memory behind the log, and every later
+// write failed `OUT_OF_SEQUENCE`.
+#[tokio::test]
+async fn a_send_dropped_after_its_write_leaves_the_agent_working() {
+    let world = world(Durability::EveryEvent);
+    let agent = create(&world.harness, "a").await.agent().clone();
+    let gate = world.store.gate(Op::Append, Point::After);
+    let send = agent.send(UserMessage::user_text("one"), InboxTarget::NextTurn, false);
+    drop_at_gate(send, &gate).await;
     // The dropped message was accepted after all: it is pending.
     assert_eq!(agent.pending().len(), 1);
     agent.record("test/mark", json!({}).into()).await.unwrap();
@@ -322,17 +329,8 @@ async fn a_send_dropped_mid_write_still_announces_its_arrival() {
     let agent = create(&world.harness, "a").await.agent().clone();
     let mut arrivals = agent.observe_inbox();
     let gate = world.store.gate(Op::Append, Point::Before);
-    let mut send = agent.send(UserMessage::user_text("one"), InboxTarget::NextStep, false);
-    bounded(async {
-        tokio::select! {
-            _ = &mut send => panic!("the send passed the gate"),
-            () = gate.reached() => {}
-        }
-    })
-    .await;
-    drop(send);
-    gate.release();
-    bounded(until(|| gate.has_left())).await;
+    let send = agent.send(UserMessage::user_text("one"), InboxTarget::NextStep, false);
+    drop_at_gate(send, &gate).await;
     bounded(until(|| agent.pending().len() == 1)).await;
     let arrival = bounded(arrivals.recv()).await.unwrap();
     assert_eq!(arrival.message_id, agent.pending()[0]);

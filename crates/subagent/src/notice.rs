@@ -436,8 +436,7 @@ impl QuietTrees {
     }
 
     fn contains(&self, root: &SessionId) -> bool {
-        let held = lock(&self.held);
-        !held.is_empty() && held.contains_key(root)
+        lock(&self.held).contains_key(root)
     }
 }
 
@@ -496,4 +495,26 @@ pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<Conte
         text.push_str(diagnostic);
     }
     vec![ContentBlock::text(text)]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Guards nest: a tree stays quiet until its last guard is dropped, and
+    /// quieting one tree leaves another as it was.
+    #[test]
+    fn a_tree_is_quiet_until_its_last_guard_is_dropped() {
+        let quiet = QuietTrees::default();
+        let root = SessionId::new("r-1").unwrap();
+        let other = SessionId::new("r-2").unwrap();
+        let outer = quiet.hold(&root);
+        let inner = quiet.hold(&root);
+        assert!(quiet.contains(&root));
+        assert!(!quiet.contains(&other));
+        drop(inner);
+        assert!(quiet.contains(&root), "one guard still holds it");
+        drop(outer);
+        assert!(!quiet.contains(&root));
+    }
 }
