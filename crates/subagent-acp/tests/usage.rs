@@ -11,12 +11,12 @@ mod support;
 
 use std::sync::Arc;
 
-use dsh_core::{StopReason, Usage};
+use dsh_core::{EventPayload, StopReason, Usage};
 use dsh_subagent::SubagentResult;
 use dsh_subagent_acp::AcpProvider;
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
-use dsh_test_support::wait::bounded;
+use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{WorldBuilder, models, named_spec, sid};
 use support::{MARK_VAR, peers, quick};
 use tokio::sync::Semaphore;
@@ -59,6 +59,17 @@ async fn an_acp_childs_reported_usage_rolls_up_with_spawn_and_fork_children() {
     .await
     .unwrap();
     let a_agent = world.live(&sid("s-a"));
+    // `a` is held only if its first request carries its prompt alone: wait
+    // for its first step to start (its inbox is claimed by then), or `f`'s
+    // notice could reach that claim first and `a` would answer at once and
+    // be gone before `x` starts under it (one run in about 30 under load).
+    bounded(until(|| {
+        a_agent
+            .events()
+            .iter()
+            .any(|event| matches!(event.payload, EventPayload::StepStart(_)))
+    }))
+    .await;
     let f = bounded(
         world
             .runtime
