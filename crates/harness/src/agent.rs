@@ -275,10 +275,11 @@ impl LoopAgent {
     /// discards is kept as the agent's [`fault`](Agent::fault).
     ///
     /// # Cancel safety
-    /// The work runs on the harness's task tracker: dropping the future at
-    /// any await leaves the disposal going on to its end, so the agent is
-    /// then gone (or about to be) exactly as if this had returned; calling
-    /// `dispose` again waits for it.
+    /// The work runs in this future's poll (no task hop, so an idle agent is
+    /// disposed without waking another worker), and dropping the future at
+    /// any await hands the rest to the harness's task tracker, where it
+    /// goes on to its end: the agent is then gone (or about to be) exactly
+    /// as if this had returned; calling `dispose` again waits for it.
     pub async fn dispose(&self) {
         {
             let mut state = self.state();
@@ -290,14 +291,7 @@ impl LoopAgent {
         self.lifetime.cancel();
         match self.this.upgrade() {
             // In place, and finished on the tracker if this is dropped.
-            Some(this) => {
-                let task = self.shared.tasks.spawn(this.finish_disposal());
-                if let Err(err) = task.await
-                    && err.is_panic()
-                {
-                    std::panic::resume_unwind(err.into_panic());
-                }
-            }
+            Some(this) => Finish::new(this.finish_disposal(), &self.shared.tasks).await,
             // Only while the last reference is being dropped; nothing else
             // can observe the agent then.
             None => self.finish_disposal_inline().await,

@@ -16,7 +16,8 @@
 //! it, and a result never does (usage reaches the result separately).
 //!
 //! Local children report from their session log, which the activation's
-//! monitor reads every `LOCAL_POLL` while someone listens: a step start,
+//! monitor reads every `LOCAL_POLL` while someone listens (and does not
+//! tick at all while nobody does, so a child run unobserved sets no timer): a step start,
 //! each tool call and its result, and the usage of each model request.
 //! Their text comes token by token when the host hands its agent loop's
 //! streamed text to a [`TextFeed`] ([`SubagentRuntime::text_feed`]): each
@@ -29,7 +30,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dsh_core::{SessionId, Usage};
-use tokio::sync::broadcast;
+use tokio::sync::{Notify, broadcast};
 
 use crate::runtime::{SubagentRuntime, lock};
 
@@ -159,6 +160,9 @@ pub(crate) struct ProgressHub {
     /// Whether a host streams local text through a [`TextFeed`] (the log's
     /// assistant messages then make no text event of their own).
     streamed: Arc<AtomicBool>,
+    /// Woken when a listener subscribes, so that reporters which stopped
+    /// ticking while nobody listened start again.
+    listened: Arc<Notify>,
 }
 
 impl std::fmt::Debug for ProgressHub {
@@ -175,6 +179,7 @@ impl Default for ProgressHub {
             sender: broadcast::Sender::new(PROGRESS_BUFFER),
             reporters: Arc::default(),
             streamed: Arc::default(),
+            listened: Arc::default(),
         }
     }
 }
@@ -322,9 +327,10 @@ impl SubagentRuntime {
     /// Listen to every member's progress from now on (see the module
     /// documentation of [`crate::progress`] for the buffer and ordering).
     pub fn progress(&self) -> ProgressStream {
-        ProgressStream {
-            receiver: self.inner.progress.sender.subscribe(),
-        }
+        let receiver = self.inner.progress.sender.subscribe();
+        // Reporters idle while nobody listened start ticking again.
+        self.inner.progress.listened.notify_waiters();
+        ProgressStream { receiver }
     }
 
     /// The feed a host hands its agent loop's streamed text to (the
@@ -452,6 +458,10 @@ pub(crate) struct LocalReporter {
 /// A local child's reporter, as its activation's monitor runs it.
 pub(crate) struct Reporting {
     reporter: Arc<Mutex<LocalReporter>>,
+    /// The hub's signal that a listener subscribed.
+    listened: Arc<Notify>,
+    /// The hub's bus, for whether anyone listens.
+    sender: broadcast::Sender<ProgressEvent>,
 }
 
 impl ProgressHub {
@@ -483,6 +493,8 @@ impl ProgressHub {
             .filter(|(held, _)| *held == serial)
             .map(|(_, reporter)| Reporting {
                 reporter: reporter.clone(),
+                listened: self.listened.clone(),
+                sender: self.sender.clone(),
             })
     }
 
@@ -505,17 +517,32 @@ impl Reporting {
         lock(&self.reporter).report();
     }
 
-    /// Report forever, every [`LOCAL_POLL`].
+    /// Report forever, every [`LOCAL_POLL`] while anyone listens. While
+    /// nobody does it sets no timer and waits for a listener: a report then
+    /// would read nothing, and a timer per child run costs a wake-up of
+    /// whichever worker thread is parked on the timer driver.
     ///
     /// # Cancel safety
     /// Cancel safe: a drop between reads loses nothing; the next
     /// [`Self::report`] continues from the cursor.
     pub(crate) async fn run(&self) -> std::convert::Infallible {
-        let mut tick = tokio::time::interval(LOCAL_POLL);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tick.tick().await;
-            self.report();
+            loop {
+                // Created before the check, so a subscription between the
+                // two still wakes it (`notify_waiters` reaches a `Notified`
+                // from its creation on).
+                let arrival = self.listened.notified();
+                if self.sender.receiver_count() > 0 {
+                    break;
+                }
+                arrival.await;
+            }
+            let mut tick = tokio::time::interval(LOCAL_POLL);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            while self.sender.receiver_count() > 0 {
+                tick.tick().await;
+                self.report();
+            }
         }
     }
 }

@@ -403,6 +403,15 @@ impl SubagentRuntime {
         };
         match accepted {
             Ok(message_id) => {
+                // The prompt has just started the child's driver, which sits
+                // in this worker's next-task slot: spawning the monitor now
+                // would push it out and wake another worker to run it, a
+                // cross-thread hand-off on every start. Yielding once lets the
+                // driver run first (until it waits) on this worker; the
+                // monitor, spawned after, takes the empty slot. A drop here
+                // finishes this on the tracker (`Owned`), so the monitor is
+                // still launched.
+                tokio::task::yield_now().await;
                 self.launch(&activation);
                 drop(ticket);
                 Ok(SubagentActivation::new(&activation, Some(message_id)))

@@ -181,6 +181,72 @@ async fn a_listener_that_does_not_read_never_slows_a_child_and_learns_what_it_lo
     );
 }
 
+/// A listener that subscribes while a child is already running, with no
+/// one listening before it, hears the child's progress while the child still
+/// runs, not only once it has finished: a reporter that set no timer while
+/// nobody listened starts again when someone subscribes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_listener_that_arrives_mid_run_hears_the_child_before_it_finishes() {
+    let world = World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await;
+    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    world.model.push(Scripted::ToolCalls {
+        text: Some("looking".into()),
+        calls: vec![(HOST_TOOLS[0].to_owned(), json!({}))],
+    });
+    world.model.push(Scripted::Gated {
+        gate: gate.clone(),
+        then: Box::new(Scripted::Text("late".into())),
+    });
+    let activation = bounded(world.runtime.start_activation(world.spec(Some("late"))))
+        .await
+        .unwrap();
+    // The first step is done (its tool answered) and the second waits at the gate.
+    let child = activation.child_id().clone();
+    bounded(dsh_test_support::wait::until(|| {
+        world.registry().get(&child).is_some_and(|agent| {
+            agent
+                .events()
+                .iter()
+                .filter(|event| matches!(event.payload, dsh_core::EventPayload::StepStart(_)))
+                .count()
+                == 2
+        })
+    }))
+    .await;
+
+    let mut progress = world.runtime.progress();
+    let mut heard = Vec::new();
+    bounded(async {
+        while !heard.iter().any(|line: &String| line == "step 0.1") {
+            match progress.next().await {
+                Some(ProgressItem::Event(event)) if event.member.child_id == child => {
+                    heard.push(line(&event.kind));
+                }
+                Some(_) => {}
+                None => panic!("the runtime went away"),
+            }
+        }
+    })
+    .await;
+    // Everything the child did before anyone listened arrives too, in order.
+    assert_eq!(
+        heard,
+        [
+            "step 0.0",
+            "text looking",
+            "tool alpha call-1",
+            "usage 2/1 None",
+            "done alpha call-1 failed=false",
+            "step 0.1"
+        ],
+    );
+
+    gate.add_permits(1);
+    let result = bounded(activation.result()).await.unwrap();
+    assert!(result.stop_reason.is_completed(), "{result:?}");
+    world.quiesce().await;
+}
+
 /// Two members running at once with their text streamed token by token,
 /// and a listener that reads nothing until both have finished: neither
 /// child waits for it, and each member's events arrive in the order it
