@@ -16,9 +16,9 @@
 //! it, and a result never does (usage reaches the result separately).
 //!
 //! Local children report from their session log, which the activation's
-//! monitor reads every `LOCAL_POLL` while someone listens (and does not
-//! tick at all while nobody does, so a child run unobserved sets no timer): a step start,
-//! each tool call and its result, and the usage of each model request.
+//! monitor reads every `LOCAL_POLL` while someone listens (while nobody
+//! does it sets no timer and waits for a subscription): a step start, each
+//! tool call and its result, and the usage of each model request.
 //! Their text comes token by token when the host hands its agent loop's
 //! streamed text to a [`TextFeed`] ([`SubagentRuntime::text_feed`]): each
 //! delta first reports what the log gained, so it follows its step's start;
@@ -460,8 +460,6 @@ pub(crate) struct Reporting {
     reporter: Arc<Mutex<LocalReporter>>,
     /// The hub's signal that a listener subscribed.
     listened: Arc<Notify>,
-    /// The hub's bus, for whether anyone listens.
-    sender: broadcast::Sender<ProgressEvent>,
 }
 
 impl ProgressHub {
@@ -494,7 +492,6 @@ impl ProgressHub {
             .map(|(_, reporter)| Reporting {
                 reporter: reporter.clone(),
                 listened: self.listened.clone(),
-                sender: self.sender.clone(),
             })
     }
 
@@ -527,22 +524,32 @@ impl Reporting {
     /// [`Self::report`] continues from the cursor.
     pub(crate) async fn run(&self) -> std::convert::Infallible {
         loop {
-            loop {
-                // Created before the check, so a subscription between the
-                // two still wakes it (`notify_waiters` reaches a `Notified`
-                // from its creation on).
-                let arrival = self.listened.notified();
-                if self.sender.receiver_count() > 0 {
-                    break;
-                }
-                arrival.await;
-            }
+            self.listener().await;
             let mut tick = tokio::time::interval(LOCAL_POLL);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            while self.sender.receiver_count() > 0 {
+            while self.observed() {
                 tick.tick().await;
                 self.report();
             }
+        }
+    }
+
+    /// Whether anyone listens to the bus.
+    fn observed(&self) -> bool {
+        lock(&self.reporter).sink.observed()
+    }
+
+    /// Wait until someone listens (at once if someone does).
+    async fn listener(&self) {
+        loop {
+            // Created before the check, so a subscription between the two
+            // still wakes it (`notify_waiters` reaches a `Notified` from its
+            // creation on).
+            let arrival = self.listened.notified();
+            if self.observed() {
+                return;
+            }
+            arrival.await;
         }
     }
 }

@@ -8,13 +8,15 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::collections::HashMap;
+use std::sync::Arc;
 
-use dsh_core::{Durability, Usage};
+use dsh_core::{Durability, EventPayload, Usage};
 use dsh_harness::Scripted;
 use dsh_subagent::{PROGRESS_BUFFER, ProgressItem, ProgressKind, RuntimeConfig};
-use dsh_test_support::wait::bounded;
+use dsh_test_support::wait::{bounded, until};
 use dsh_test_support::world::{Backing, HOST_TOOLS, World};
 use serde_json::json;
+use tokio::sync::Semaphore;
 
 /// A compact line per event kind, for comparing sequences.
 fn line(kind: &ProgressKind) -> String {
@@ -188,7 +190,7 @@ async fn a_listener_that_does_not_read_never_slows_a_child_and_learns_what_it_lo
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_listener_that_arrives_mid_run_hears_the_child_before_it_finishes() {
     let world = World::new(Backing::Jsonl(Durability::None), RuntimeConfig::default()).await;
-    let gate = std::sync::Arc::new(tokio::sync::Semaphore::new(0));
+    let gate = Arc::new(Semaphore::new(0));
     world.model.push(Scripted::ToolCalls {
         text: Some("looking".into()),
         calls: vec![(HOST_TOOLS[0].to_owned(), json!({}))],
@@ -202,12 +204,12 @@ async fn a_listener_that_arrives_mid_run_hears_the_child_before_it_finishes() {
         .unwrap();
     // The first step is done (its tool answered) and the second waits at the gate.
     let child = activation.child_id().clone();
-    bounded(dsh_test_support::wait::until(|| {
+    bounded(until(|| {
         world.registry().get(&child).is_some_and(|agent| {
             agent
                 .events()
                 .iter()
-                .filter(|event| matches!(event.payload, dsh_core::EventPayload::StepStart(_)))
+                .filter(|event| matches!(event.payload, EventPayload::StepStart(_)))
                 .count()
                 == 2
         })
