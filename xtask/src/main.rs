@@ -14,7 +14,8 @@ commands:
                 or names no item, or a public item has no doc comment
   sync-docs     rewrite every type-equiv block from its source item
   bench         run every bench (`cargo bench --workspace`), then print one
-                table: each performance aim, its result, met or not
+                table: each performance aim, its result, met or not; the
+                benches' stores (target/bench-stores) are removed at the end
                   --quick    criterion's quick mode (a few seconds each)
                   --report   only print the table of the last run
                   -- ARGS    passed to every bench (a filter, criterion flags)
@@ -142,7 +143,20 @@ fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
             command.arg("--quick");
         }
         command.args(&args.passed);
-        match command.status() {
+        let ran = command.status();
+        // The benches' stores are kept while any bench runs (deleting
+        // thousands of files slows the creates of the benches after it on
+        // ext4) and removed here, once the last has ended.
+        let stores = target.join("bench-stores");
+        if let Err(err) = std::fs::remove_dir_all(&stores)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            eprintln!(
+                "xtask: cannot remove the benches' stores in {}: {err}",
+                stores.display()
+            );
+        }
+        match ran {
             Ok(status) if status.success() => {}
             Ok(status) => {
                 complete = false;

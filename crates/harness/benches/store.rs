@@ -11,9 +11,10 @@
 //! with the store's `flush`, so it counts children on stable storage; the
 //! child rows run on a runtime worker ([`on_worker`]), where a child's
 //! driver task writes its log. Replay is in `replay.rs`. They
-//! write only under a fresh directory in the system temporary directory;
-//! nothing is deleted before the end (creating files soon after deleting
-//! many would measure the file system's allocator), when it all is.
+//! write only under fresh directories of
+//! [`dsh_test_support::bench::store_dir`], and delete nothing (creating
+//! files soon after deleting many would measure the file system's
+//! allocator, here and in the benches that run next).
 
 #![allow(clippy::unwrap_used, clippy::expect_used, reason = "benchmark code")]
 
@@ -37,8 +38,10 @@ fn runtime() -> Runtime {
         .unwrap()
 }
 
+/// A fresh directory for one group's logs, never deleted by the bench
+/// (see [`dsh_test_support::bench::store_dir`]).
 fn scratch_dir(name: &str) -> PathBuf {
-    std::env::temp_dir().join(format!("dsh-store-bench-{}-{name}", std::process::id()))
+    dsh_test_support::bench::store_dir(&format!("store-{name}"))
 }
 
 fn header(id: &SessionId) -> SessionHeader {
@@ -101,7 +104,6 @@ fn append(c: &mut Criterion) {
         });
     }
     group.finish();
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 /// The events of one short turn of a child, after its create: what a
@@ -245,7 +247,6 @@ fn create(c: &mut Criterion) {
         }
     }
     group.finish();
-    let _ = std::fs::remove_dir_all(&root);
 }
 
 fn memory(c: &mut Criterion) {

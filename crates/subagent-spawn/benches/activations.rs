@@ -7,8 +7,10 @@
 //! that every child counted is on stable storage), plus fork seeding cost
 //! against the parent log's length. Criterion reports children per second
 //! (elements/s). Every iteration gets a fresh store directory, and none is
-//! deleted before the bench ends: creating files soon after deleting many
-//! costs this ext4 ten times more, which would measure the allocator. The
+//! deleted, not even when the bench ends (see
+//! [`dsh_test_support::bench::store_dir`]): creating files soon after
+//! deleting many costs this ext4 ten times more, which would measure the
+//! allocator. The
 //! parent's side runs on a runtime worker, as a parent's tool call does
 //! inside its driver task ([`on_worker`]).
 
@@ -145,7 +147,7 @@ fn start_and_settle(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let root = tempfile::tempdir().unwrap();
+    let root = dsh_test_support::bench::store_dir("activations");
     let mut group = c.benchmark_group("spawn");
     group.sample_size(10);
     group.measurement_time(Duration::from_secs(5));
@@ -170,7 +172,7 @@ fn start_and_settle(c: &mut Criterion) {
                     &n,
                     |b, &n| {
                         b.iter_custom(|iters| {
-                            let root = root.path().to_path_buf();
+                            let root = root.clone();
                             on_worker(&runtime, async move {
                                 let mut spent = Duration::ZERO;
                                 for _ in 0..iters {

@@ -36,10 +36,10 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    let dir = dsh_test_support::bench::store_dir("resident-memory");
     let memory: Arc<dyn SessionStore> = Arc::new(MemoryStore::new());
     resident(&runtime, "memory", memory, 1_000, None);
-    let jsonl = Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
+    let jsonl = Arc::new(JsonlStore::new(&dir, Durability::None).unwrap());
     resident(&runtime, "jsonl", jsonl.clone(), 10_000, Some(&jsonl));
 }
 

@@ -48,12 +48,12 @@ struct World {
     harness: Arc<Harness>,
     store: Arc<JsonlStore>,
     root: AgentHandle,
-    _dir: tempfile::TempDir,
 }
 
 async fn make_world() -> World {
-    let dir = tempfile::tempdir().unwrap();
-    let store = Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
+    // Kept after the bench ends, as every bench store is.
+    let dir = dsh_test_support::bench::store_dir("tree");
+    let store = Arc::new(JsonlStore::new(&dir, Durability::None).unwrap());
     let model = Arc::new(
         ScriptedModel::new()
             .without_recording()
@@ -87,7 +87,6 @@ async fn make_world() -> World {
         harness,
         store,
         root,
-        _dir: dir,
     }
 }
 

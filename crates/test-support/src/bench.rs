@@ -37,15 +37,60 @@ pub fn results_dir() -> PathBuf {
     if let Some(dir) = std::env::var_os("DSH_BENCH_RESULTS") {
         return PathBuf::from(dir);
     }
-    // A bench runs as `<target>/<profile>/deps/<name>-<hash>`.
+    target_dir().join("bench-results")
+}
+
+/// The target directory the running bench was built into: a bench runs
+/// as `<target>/<profile>/deps/<name>-<hash>`.
+fn target_dir() -> PathBuf {
     std::env::current_exe()
         .ok()
-        .and_then(|exe| {
-            exe.ancestors()
-                .nth(3)
-                .map(|target| target.join("bench-results"))
-        })
-        .unwrap_or_else(|| PathBuf::from("target/bench-results"))
+        .and_then(|exe| exe.ancestors().nth(3).map(PathBuf::from))
+        .unwrap_or_else(|| PathBuf::from("target"))
+}
+
+/// The directory `cargo xtask bench` keeps the benches' stores in,
+/// `bench-stores/` in the target directory, and removes once its table is
+/// printed.
+pub fn stores_root() -> PathBuf {
+    target_dir().join(STORES)
+}
+
+/// The name of [`stores_root`] inside the target directory.
+pub const STORES: &str = "bench-stores";
+
+/// A fresh, empty directory for the logs of the bench `name` (under
+/// [`stores_root`], named after it, this process and the call's number
+/// within it), which the bench must
+/// not delete. On this machine's ext4, creating files within minutes of
+/// deleting many costs up to ten times more (the inode allocator skips, one
+/// inode-table lookup each, every inode freed in the last minutes): a bench
+/// that removes its thousands of logs when it ends slows every create of
+/// the benches that run after it, and they would measure the allocator
+/// instead of the store. `cargo xtask bench` removes them all after the
+/// last bench; after a plain `cargo bench`, `cargo clean` or removing the
+/// directory does.
+///
+/// # Panics
+/// When the directory cannot be created: a bench cannot run without it.
+#[allow(clippy::expect_used)]
+pub fn store_dir(name: &str) -> PathBuf {
+    static CALLS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let dir = stores_root().join(format!("{name}-{}-{call}", std::process::id()));
+    // A leftover of an earlier process with the same pid is moved aside,
+    // not deleted (deleting is what must not happen mid-run).
+    if dir.exists() {
+        let aside = dir.with_extension(format!(
+            "old-{}",
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |since| since.as_nanos())
+        ));
+        std::fs::rename(&dir, aside).expect("move an old bench store aside");
+    }
+    std::fs::create_dir_all(&dir).expect("create a bench store directory");
+    dir
 }
 
 /// Records `measurement` (replacing an earlier one of the same workload
