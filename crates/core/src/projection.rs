@@ -107,7 +107,9 @@ pub struct PendingItem {
 #[derive(Debug, Clone, Default)]
 pub struct PendingInbox {
     items: BTreeMap<u64, PendingItem>,
-    index: HashMap<MessageId, u64>,
+    /// Message ids hashed with a fast seeded hasher: ids are short and
+    /// every accept and claim hashes one.
+    index: HashMap<MessageId, u64, foldhash::fast::RandomState>,
 }
 
 impl PendingInbox {
@@ -183,7 +185,7 @@ impl Projection for PendingInboxProjection {
 /// them again. For a resume, which needs the end state only.
 pub fn pending_items(events: &[SessionEvent]) -> Vec<PendingItem> {
     let mut pending: BTreeMap<u64, &crate::session::InboxAccepted> = BTreeMap::new();
-    let mut index: HashMap<&MessageId, u64> = HashMap::new();
+    let mut index: HashMap<&MessageId, u64, foldhash::fast::RandomState> = HashMap::default();
     for event in events {
         match &event.payload {
             EventPayload::InboxAccepted(accepted) => {

@@ -332,7 +332,7 @@ impl EventPayload {
     /// assistant, user and accepted messages of text blocks (a user
     /// message from the user), tool results, and tool calls (whose input
     /// serde reads as the value it is). Ids, names and kinds must be free
-    /// of escapes; a text with escapes is read by serde on its own
+    /// of escapes; a text's escapes are decoded by hand
     /// ([`escaped_string`]). `None` for anything else (another form,
     /// another type, another source), which serde then reads or refuses;
     /// a string with neither an escape nor a control character is the text
@@ -569,26 +569,17 @@ fn written_content(text: &str) -> Option<(Vec<ContentBlock>, &str)> {
 }
 
 /// A JSON string at the start of `text` (its opening quote included),
-/// escapes and all, and the text after it. Without an escape it is
-/// [`crate::written::string`]; with one, the string's end is found by
-/// skipping each escape and serde reads that slice alone, to the same text
-/// it reads in place (a slice it refuses, such as a lone surrogate, is
-/// `None`).
+/// escapes and all, and the text after it: decoded by hand
+/// ([`crate::written::unescaped`]) into a string allocated once. A
+/// surrogate escape is left to serde, which reads the string's slice alone
+/// to the same text it reads in place (a slice it refuses, such as a lone
+/// surrogate, is `None`).
 fn escaped_string(text: &str) -> Option<(String, &str)> {
     let body = text.strip_prefix('"')?;
-    if let Some((plain, rest)) = crate::written::string(body) {
-        return Some((plain.to_owned(), rest));
+    if let Some(decoded) = crate::written::unescaped(body) {
+        return Some(decoded);
     }
-    let bytes = body.as_bytes();
-    let mut at = 0;
-    let end = loop {
-        let found = at + memchr::memchr2(b'"', b'\\', bytes.get(at..)?)?;
-        if bytes[found] == b'"' {
-            break found;
-        }
-        // The byte after a backslash never ends the string.
-        at = found + 2;
-    };
+    let end = crate::written::closing_quote(body)?;
     // Both ends are ASCII quotes, so character boundaries.
     let quoted = text.get(..end + 2)?;
     let rest = text.get(end + 2..)?;

@@ -1,0 +1,92 @@
+//! Reading a log line allocates what the event owns and nothing else: an
+//! id, a name, a content list, one string per text, each once, at its
+//! final size. A text with escapes (a file's lines, a command's output)
+//! is decoded into a string allocated once, however long it is, not grown
+//! in a scratch buffer by doubling and copied out; replaying a long session
+//! made glibc's allocator spend more time consolidating those scratch
+//! buffers' frees than the parse took. Counted in allocations, so the
+//! bounds hold on any machine. The only test in its binary: the counters
+//! are process-wide.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use dsh_core::session::{EventPayload, SessionEvent, ToolResultEntry};
+use dsh_core::{CallId, ContentBlock};
+use dsh_test_support::alloc::{CountingAllocator, allocations, large_allocations};
+use dsh_test_support::bench::mixed_event;
+
+#[global_allocator]
+static ALLOCATOR: CountingAllocator = CountingAllocator;
+
+/// Parse `line`, returning the event and the allocations and large
+/// allocations the parse made (the event's own included).
+fn parse_counted(line: &str) -> (SessionEvent, usize, usize) {
+    let (before, large_before) = (allocations(), large_allocations());
+    let event = SessionEvent::from_json_line(line).unwrap();
+    let spent = allocations() - before;
+    let large = large_allocations() - large_before;
+    (event, spent, large)
+}
+
+/// A tool result whose text is `text`, as a log line.
+fn tool_result_line(text: &str) -> String {
+    SessionEvent {
+        seq: 7,
+        time: 1_700_000_000_000,
+        payload: EventPayload::ToolResult(ToolResultEntry {
+            call_id: CallId::new("call-1"),
+            name: "read_file".into(),
+            content: vec![ContentBlock::text(text)],
+            is_error: false,
+        }),
+    }
+    .to_json_line()
+}
+
+#[test]
+fn a_line_allocates_only_what_its_event_owns() {
+    // One turn of a realistic log, by seq within the turn: what each event
+    // owns (ids, names, lists and texts; numbers and fixed names own
+    // nothing). The tool call's input is a JSON value whose map type
+    // depends on serde_json's features, so it is not counted here.
+    let owned: [Option<usize>; 13] = [
+        Some(0), // turn/start
+        Some(3), // inbox/accepted: the message's id, content list and text
+        Some(2), // inbox/claimed: the id list and one id
+        Some(3), // user/message: id, content list, text
+        Some(0), // step/start
+        Some(2), // assistant/message: content list, text
+        None,    // tool/call
+        Some(4), // tool/result: call id, name, content list, text with escapes
+        Some(0), // usage
+        Some(0), // step/start
+        Some(2), // assistant/message
+        Some(0), // usage
+        Some(0), // turn/end
+    ];
+    for (seq, owned) in (0..).zip(owned) {
+        let written = mixed_event(seq);
+        let line = written.to_json_line();
+        let (event, spent, _) = parse_counted(&line);
+        assert_eq!(event, written, "seq {seq}");
+        if let Some(owned) = owned {
+            assert_eq!(spent, owned, "seq {seq}: {line}");
+        }
+    }
+    // The tool result's text in the realistic log has escapes: it is the
+    // case the bound is about.
+    assert!(mixed_event(7).to_json_line().contains("\\n"));
+
+    // A long text with escapes on every line, the shape of a file read:
+    // still four allocations, and only its text is a large one.
+    let file: String = (0..2_000)
+        .map(|line| format!("\tline {line}: \"quoted\" \\ and \u{e9}\n"))
+        .collect();
+    let line = tool_result_line(&file);
+    let (event, spent, large) = parse_counted(&line);
+    let EventPayload::ToolResult(result) = &event.payload else {
+        panic!("not a tool result: {event:?}");
+    };
+    assert_eq!(result.content, vec![ContentBlock::text(file.as_str())]);
+    assert_eq!((spent, large), (4, 1), "allocations, large allocations");
+}
