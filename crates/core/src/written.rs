@@ -99,6 +99,8 @@ pub fn unescaped(text: &str) -> Option<(String, &str)> {
             b't' => ('\t', 2),
             b'u' => {
                 let hex = body.get(escape + 2..escape + 6)?;
+                // `from_str_radix` also takes a leading `+`, which JSON
+                // does not.
                 if !hex.bytes().all(|byte| byte.is_ascii_hexdigit()) {
                     return None;
                 }

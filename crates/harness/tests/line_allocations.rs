@@ -2,13 +2,12 @@
 //! id, a name, a content list, one string per text, each once, at its
 //! final size. A text with escapes (a file's lines, a command's output)
 //! is decoded into a string allocated once, however long it is, not grown
-//! in a scratch buffer by doubling and copied out; replaying a long session
-//! made glibc's allocator spend more time consolidating those scratch
-//! buffers' frees than the parse took. Counted in allocations, so the
-//! bounds hold on any machine. The only test in its binary: the counters
-//! are process-wide.
+//! in a scratch buffer by doubling and copied out (a realistic tool
+//! result's line took 8 allocations that way, against the 4 its event
+//! owns). Counted in allocations, so the bounds hold on any machine. The
+//! only test in its binary: the counters are process-wide.
 
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+#![allow(clippy::unwrap_used)]
 
 use dsh_core::session::{EventPayload, SessionEvent, ToolResultEntry};
 use dsh_core::{CallId, ContentBlock};
