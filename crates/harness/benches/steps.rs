@@ -7,8 +7,15 @@
 //! row at 10 (`step/history/10000` against `step/history/10`). Each agent's
 //! first turn, which projects the transcript from the log once per
 //! activation (a resume's cost, not a step's), and a second that wakes the
-//! runtime from the setup's idle, are run before the clock starts. The caller runs on a runtime worker ([`on_worker`]), as a
-//! parent's driver does.
+//! runtime from the setup's idle, are run before the clock starts. The caller
+//! runs on a runtime worker ([`on_worker`]), as a parent's driver does.
+//!
+//! Each agent's log is removed from the store once the agent is disposed,
+//! off the clock. Criterion runs about thirty times as many agents for the
+//! row at 10 as for the row at 10,000, and a store that kept every finished
+//! agent's log grew the process by each of them, so the two rows measured
+//! different heaps, not different histories: on one build, a step at 10
+//! read 10.7 µs with the logs kept and 4.8 µs with them removed.
 
 #![allow(missing_docs, clippy::unwrap_used, clippy::expect_used)]
 
@@ -19,7 +26,8 @@ use async_trait::async_trait;
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dsh_core::{
     AgentFactory, AgentHandle, CancellationToken, CreateAgent, FinishReason, Model, ModelError,
-    ModelEvent, ModelRequest, ModelStream, SessionEvent, SessionHeader, SessionId, UserMessage,
+    ModelEvent, ModelRequest, ModelStream, SessionEvent, SessionHeader, SessionId, SessionStore,
+    UserMessage,
 };
 use dsh_harness::{Harness, MemoryStore};
 use dsh_test_support::bench::on_worker;
@@ -72,8 +80,9 @@ fn steps(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
+    let store = Arc::new(MemoryStore::new());
     let harness = Arc::new(
-        Harness::builder(Arc::new(MemoryStore::new()))
+        Harness::builder(store.clone())
             .model(Arc::new(Constant))
             .build()
             .unwrap(),
@@ -84,7 +93,7 @@ fn steps(c: &mut Criterion) {
         let seed = conversation(prior);
         group.bench_with_input(BenchmarkId::new("history", prior), &seed, |b, seed| {
             b.iter_custom(|iters| {
-                let (harness, seed) = (harness.clone(), seed.clone());
+                let (harness, store, seed) = (harness.clone(), store.clone(), seed.clone());
                 on_worker(&runtime, async move {
                     let mut spent = Duration::ZERO;
                     let mut done = 0;
@@ -115,7 +124,9 @@ fn steps(c: &mut Criterion) {
                         }
                         spent += start.elapsed();
                         done += batch;
+                        let id = agent.id().clone();
                         handle.dispose().await;
+                        store.remove(&id).await.unwrap();
                     }
                     spent
                 })
