@@ -13,9 +13,11 @@ commands:
   check-docs    fail when the catalogue is stale, a type-equiv block drifted
                 or names no item, or a public item has no doc comment
   sync-docs     rewrite every type-equiv block from its source item
-  bench         run every bench (`cargo bench --workspace`), then print one
-                table: each performance aim, its result, met or not; the
-                benches' stores (target/bench-stores) are removed at the end
+  bench         install the ACP bench's agent programs
+                (crates/subagent-acp/peers/install.sh), run every bench
+                (`cargo bench --workspace`), then print one table: each
+                performance aim, its result, met or not; the benches'
+                stores (target/bench-stores) are removed at the end
                   --quick    criterion's quick mode (a few seconds each)
                   --report   only print the table of the last run
                   -- ARGS    passed to every bench (a filter, criterion flags)
@@ -121,18 +123,58 @@ struct BenchArgs {
     passed: Vec<String>,
 }
 
+/// Run `crates/subagent-acp/peers/install.sh`, which installs the ACP
+/// agent programs the ACP bench runs; whether they are in place. When they
+/// are not, it says why and that the ACP rows will read "not run".
+fn install_acp_peers(tree: &Tree) -> bool {
+    let script = tree.root().join("crates/subagent-acp/peers/install.sh");
+    if !script.is_file() {
+        // A fixture tree without the ACP crate has no ACP bench either.
+        return true;
+    }
+    match std::process::Command::new("bash").arg(&script).status() {
+        Ok(status) if status.success() => true,
+        Ok(status) => {
+            eprintln!(
+                "xtask: {} failed ({status}; its output above says why): the ACP bench \
+                 cannot run, and its rows will read \"not run\"",
+                script.display()
+            );
+            false
+        }
+        Err(err) => {
+            eprintln!(
+                "xtask: cannot run {} with bash: {err}: the ACP bench cannot run, and its \
+                 rows will read \"not run\"",
+                script.display()
+            );
+            false
+        }
+    }
+}
+
 fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
     let target = std::env::var_os("CARGO_TARGET_DIR")
         .map_or_else(|| tree.root().join("target"), std::path::PathBuf::from);
     // Whether every bench ran to its end; the table is printed either way.
     let mut complete = true;
     if !args.report_only {
+        // The ACP bench runs real agent programs: install them first (the
+        // script is idempotent), as the workspace's test command does. A
+        // machine without Node.js or Python still runs every other bench.
+        if !install_acp_peers(tree) {
+            complete = false;
+        }
         let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
         let mut command = std::process::Command::new(cargo);
         command.current_dir(tree.root()).args([
             "bench",
             "--workspace",
-            "--benches",
+            // The bench targets only: `--benches` also runs every library
+            // and binary as a libtest harness, which rejects criterion's
+            // flags (`--quick` failed nine targets).
+            "--bench",
+            "*",
             "--locked",
             // One bench binary that fails (the ACP overhead bench without
             // its peers, say) must not keep the others from running.
