@@ -412,6 +412,7 @@ impl LoopAgent {
         }
         let mut state = self.state();
         let state = &mut *state;
+        state.events.reserve(events.len());
         for event in events {
             if let Some(transcript) = &mut state.transcript
                 && is_conversation(&event.payload)

@@ -83,6 +83,29 @@ impl<T> Chunked<T> {
         self.len += 1;
     }
 
+    /// Makes room for `extra` more items in a log still kept as one `Vec`
+    /// (shorter than a chunk), so a batch appended next grows it at most
+    /// once rather than doubling item by item. A log already in chunks is
+    /// left as it is: its pushes never copy more than a chunk anyway.
+    pub(crate) fn reserve(&mut self, extra: usize) {
+        if extra == 0 {
+            return;
+        }
+        match self.chunks.as_mut_slice() {
+            [] => {
+                self.chunks
+                    .push(Vec::with_capacity(extra.clamp(FIRST_CHUNK, CHUNK)));
+            }
+            [only] if only.len() + extra > only.capacity() && only.capacity() < CHUNK => {
+                // At least a doubling, as a push would, and never past a
+                // chunk's room: the pushes beyond it start a chunk.
+                let room = (only.len() + extra).max(2 * only.capacity()).min(CHUNK);
+                only.reserve_exact(room - only.len());
+            }
+            _ => {}
+        }
+    }
+
     /// The items, oldest first (reversible).
     pub(crate) fn iter(&self) -> impl DoubleEndedIterator<Item = &T> + Clone {
         self.chunks.iter().flatten()
@@ -141,6 +164,7 @@ impl<T: Clone> Chunked<T> {
 
     /// Appends a copy of every item of `items`.
     pub(crate) fn extend_from_slice(&mut self, items: &[T]) {
+        self.reserve(items.len());
         for item in items {
             self.push(item.clone());
         }
@@ -189,6 +213,34 @@ mod tests {
         let room: usize = items.chunks.iter().map(Vec::capacity).sum();
         assert!(room - items.len() < CHUNK, "{room} for {}", items.len());
         assert!(items.chunks.iter().all(|chunk| chunk.capacity() <= CHUNK));
+    }
+
+    #[test]
+    fn a_reserved_batch_grows_a_short_log_once_and_never_past_a_chunk() {
+        let mut items: Chunked<u32> = Chunked::default();
+        items.reserve(0);
+        assert!(items.chunks.is_empty(), "nothing to make room for");
+        items.reserve(9);
+        let first = items.chunks[0].capacity();
+        assert!((9..=CHUNK).contains(&first), "{first}");
+        items.extend_from_slice(&[1; 9]);
+        assert_eq!(items.chunks[0].capacity(), first, "the batch fitted");
+        // A batch past a chunk's room fills the first chunk to exactly a
+        // chunk and goes on in chunks of their own.
+        items.extend_from_slice(&vec![2; CHUNK + 5]);
+        assert_eq!(items.len(), CHUNK + 14);
+        assert_eq!(items.chunks[0].capacity(), CHUNK);
+        assert!(items.chunks.iter().all(|chunk| chunk.capacity() <= CHUNK));
+        assert!(
+            items
+                .iter()
+                .copied()
+                .eq(std::iter::repeat_n(1, 9).chain(std::iter::repeat_n(2, CHUNK + 5)))
+        );
+        // A log in chunks is left as it is.
+        let chunks = items.chunks.len();
+        items.reserve(10_000);
+        assert_eq!(items.chunks.len(), chunks);
     }
 
     #[test]

@@ -5,12 +5,14 @@
 //! reservation that no longer owns its entry (stale or repeated) is a no-op,
 //! so it can never drop a newer reservation of the same name.
 
-use crate::AdmissionError;
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dsh_core::SessionId;
+use foldhash::fast::RandomState;
+
+use crate::AdmissionError;
 
 use crate::error::SubagentError;
 
@@ -71,10 +73,10 @@ struct Inner {
 
 #[derive(Debug, Default)]
 struct Held {
-    names: HashMap<(SessionId, String), u64>,
+    names: HashMap<(SessionId, String), u64, RandomState>,
     /// Per parent, the lowest N whose `agent-N` may be free: defaults are
     /// found without rescanning every name taken before.
-    default_hint: HashMap<SessionId, u64>,
+    default_hint: HashMap<SessionId, u64, RandomState>,
 }
 
 impl NameReservations {
