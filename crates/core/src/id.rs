@@ -36,13 +36,31 @@ impl SessionId {
 
     /// Mint a fresh random id (`s-` followed by 32 hex digits).
     pub fn generate() -> Self {
-        Self(Arc::from(format!("s-{}", uuid::Uuid::new_v4().simple())))
+        Self(minted("s-"))
     }
 
     /// The id as text.
     pub fn as_str(&self) -> &str {
         &self.0
     }
+}
+
+/// `prefix` (at most 8 bytes) followed by the 32 lower-case hex digits of
+/// a fresh random UUID, in one allocation: composed on the stack and copied
+/// once into the shared text (a `format!` grew a `String` several times and
+/// then copied it into the `Arc`).
+fn minted(prefix: &str) -> Arc<str> {
+    const HEX: usize = uuid::fmt::Simple::LENGTH;
+    let mut text = [0u8; 8 + HEX];
+    let (head, tail) = text.split_at_mut(prefix.len());
+    head.copy_from_slice(prefix.as_bytes());
+    let hex = uuid::Uuid::new_v4()
+        .simple()
+        .encode_lower(&mut tail[..HEX])
+        .len();
+    let text = &text[..prefix.len() + hex];
+    // ASCII prefix and hex digits: always UTF-8.
+    Arc::from(std::str::from_utf8(text).unwrap_or_default())
 }
 
 fn validate_session_id(id: &str) -> Result<(), CoreError> {
@@ -150,7 +168,7 @@ macro_rules! opaque_id {
 
             /// Mint a fresh random id.
             pub fn generate() -> Self {
-                Self(Arc::from(format!(concat!($prefix, "{}"), uuid::Uuid::new_v4().simple())))
+                Self(minted($prefix))
             }
 
             /// The id as text.
@@ -235,5 +253,20 @@ mod tests {
         assert_ne!(a, b);
         assert!(SessionId::new(a.as_str()).is_ok());
         assert_ne!(MessageId::generate(), MessageId::generate());
+        // The documented forms: a prefix and 32 lower-case hex digits.
+        let hex = |text: &str| {
+            text.len() == 32
+                && text
+                    .bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        };
+        for (id, prefix) in [
+            (a.as_str().to_owned(), "s-"),
+            (MessageId::generate().as_str().to_owned(), "m-"),
+            (CallId::generate().as_str().to_owned(), "c-"),
+        ] {
+            let digits = id.strip_prefix(prefix).unwrap_or_else(|| panic!("{id}"));
+            assert!(hex(digits), "{id}");
+        }
     }
 }

@@ -99,6 +99,22 @@ impl<E: Send + Sync + 'static> EventBus<E> {
     /// logged and skipped; `emit` itself never panics.
     pub fn emit(&self, event: &E) {
         let snapshot: Vec<(u64, Listener<E>)> = lock(&self.registry).listeners.clone();
+        Self::deliver(snapshot, event);
+    }
+
+    /// [`emit`](Self::emit) the event `build` makes, calling `build` only
+    /// when a listener is registered: an emitter whose event costs copies
+    /// (ids, names, a result) pays nothing while nobody listens. Listeners
+    /// are snapshotted as by `emit`, before `build` runs.
+    pub fn emit_with(&self, build: impl FnOnce() -> E) {
+        let snapshot: Vec<(u64, Listener<E>)> = lock(&self.registry).listeners.clone();
+        if snapshot.is_empty() {
+            return;
+        }
+        Self::deliver(snapshot, &build());
+    }
+
+    fn deliver(snapshot: Vec<(u64, Listener<E>)>, event: &E) {
         for (id, listener) in snapshot {
             if let Err(payload) = catch_unwind(AssertUnwindSafe(|| listener(event))) {
                 let message = payload
@@ -182,6 +198,28 @@ mod tests {
         bus.emit(&1);
         assert_eq!(*log.lock().unwrap(), ["a1", "b1", "c1"]);
         assert_eq!(format!("{bus:?}"), "EventBus { listeners: 3 }");
+    }
+
+    #[test]
+    fn emit_with_builds_the_event_only_for_a_listener() {
+        let bus = EventBus::new();
+        let built = AtomicUsize::new(0);
+        let build = || {
+            built.fetch_add(1, Ordering::SeqCst);
+            5
+        };
+        bus.emit_with(build);
+        assert_eq!(built.load(Ordering::SeqCst), 0, "nobody listens");
+        let log = Arc::new(Mutex::new(Vec::new()));
+        let a = recorder(&bus, &log, "a");
+        let b = recorder(&bus, &log, "b");
+        bus.emit_with(build);
+        assert_eq!(built.load(Ordering::SeqCst), 1, "built once for both");
+        assert_eq!(*log.lock().unwrap(), ["a5", "b5"]);
+        drop(a);
+        drop(b);
+        bus.emit_with(build);
+        assert_eq!(built.load(Ordering::SeqCst), 1, "nobody listens again");
     }
 
     #[test]

@@ -290,19 +290,23 @@ fn cancelled() -> ModelError {
     ModelError::new(ModelErrorKind::Cancelled, CANCELLED_MESSAGE)
 }
 
-/// Split `text` into one to three chunks of near-equal character counts.
-fn chunks(text: &str) -> Vec<String> {
-    let chars: Vec<char> = text.chars().collect();
-    if chars.is_empty() {
-        return Vec::new();
-    }
-    let size = chars.len().div_ceil(chars.len().min(3));
-    chars.chunks(size).map(|c| c.iter().collect()).collect()
-}
-
+/// Queue `text` as one to three deltas of near-equal character counts (the
+/// last may be shorter), each cut on a character boundary.
 fn push_text(steps: &mut VecDeque<Step>, text: &str) {
-    for chunk in chunks(text) {
-        steps.push_back(Step::Emit(Ok(ModelEvent::TextDelta(chunk))));
+    let count = text.chars().count();
+    if count == 0 {
+        return;
+    }
+    let size = count.div_ceil(count.min(3));
+    let mut rest = text;
+    while !rest.is_empty() {
+        let end = rest
+            .char_indices()
+            .nth(size)
+            .map_or(rest.len(), |(at, _)| at);
+        let (chunk, tail) = rest.split_at(end);
+        steps.push_back(Step::Emit(Ok(ModelEvent::TextDelta(chunk.to_owned()))));
+        rest = tail;
     }
 }
 
@@ -428,6 +432,27 @@ mod tests {
         send_sync::<ScriptedModel>();
         send_sync::<Scripted>();
     };
+
+    #[test]
+    fn text_is_streamed_in_up_to_three_deltas_cut_on_characters() {
+        let deltas = |text: &str| {
+            let mut steps = VecDeque::new();
+            push_text(&mut steps, text);
+            steps
+                .into_iter()
+                .map(|step| match step {
+                    Step::Emit(Ok(ModelEvent::TextDelta(delta))) => delta,
+                    _ => panic!("only text deltas"),
+                })
+                .collect::<Vec<_>>()
+        };
+        assert!(deltas("").is_empty());
+        assert_eq!(deltas("a"), ["a"]);
+        assert_eq!(deltas("ab"), ["a", "b"]);
+        assert_eq!(deltas("done"), ["do", "ne"]);
+        // 13 characters, several of them more than one byte: 5, 5 and 3.
+        assert_eq!(deltas("héllo wörld ☃"), ["héllo", " wörl", "d ☃"]);
+    }
 
     /// A request with this system prompt and one user message.
     fn request(system: &str, user: &str) -> ModelRequest {

@@ -384,7 +384,7 @@ impl SubagentRuntime {
     pub(crate) fn launch(&self, activation: &Arc<Activation>) {
         self.inner
             .events
-            .emit(&SubagentEvent::Start(activation.info.clone()));
+            .emit_with(|| SubagentEvent::Start(activation.info.clone()));
         let runtime = self.clone();
         let activation = activation.clone();
         self.inner.tasks.spawn(async move {
@@ -504,15 +504,19 @@ impl SubagentRuntime {
         self.record_usage(&activation, &result).await;
         // The input is closed now: a reply to the notice goes to a resume.
         // An infrastructure failure is reported too, never swallowed.
+        let failed;
         let heard = match &result {
-            Ok(result) => result.clone(),
-            Err(err) => SubagentResult::stopped(StopReason::ERROR)
-                .with_diagnostic(bound_diagnostic(err.to_string())),
+            Ok(result) => result,
+            Err(err) => {
+                failed = SubagentResult::stopped(StopReason::ERROR)
+                    .with_diagnostic(bound_diagnostic(err.to_string()));
+                &failed
+            }
         };
-        if let Err(err) = self.record_outcome(&activation, &heard).await {
+        if let Err(err) = self.record_outcome(&activation, heard).await {
             tracing::warn!(child = %activation.child_id, "the foreground outcome was not recorded: {err}");
         }
-        self.notify_parent(&activation, &heard, last_turn_end).await;
+        self.notify_parent(&activation, heard, last_turn_end).await;
         let teardown = match (&activation.execution, early_teardown) {
             (Execution::Local { handle, .. }, _) => {
                 handle.dispose().await;
@@ -522,16 +526,22 @@ impl SubagentRuntime {
             (Execution::External { run }, None) => run.dispose().await,
         };
         self.uninstall(&activation);
-        let outcome = match (&result, &teardown) {
-            (Ok(result), Ok(())) => RunOutcome::Settled(result.clone()),
-            (Err(err), _) | (_, Err(err)) => RunOutcome::Error(err.to_string()),
-        };
+        // Built only for a listener (the result and the info are copied),
+        // before the result moves into the settlement, which every
+        // listener must be able to see when the end reaches it.
+        let end = (self.inner.events.listener_count() > 0).then(|| {
+            let outcome = match (&result, &teardown) {
+                (Ok(result), Ok(())) => RunOutcome::Settled(result.clone()),
+                (Err(err), _) | (_, Err(err)) => RunOutcome::Error(err.to_string()),
+            };
+            SubagentEvent::End(activation.info.clone(), outcome)
+        });
         activation
             .settled
             .send_replace(Some(Settled { result, teardown }));
-        self.inner
-            .events
-            .emit(&SubagentEvent::End(activation.info.clone(), outcome));
+        if let Some(end) = end {
+            self.inner.events.emit(&end);
+        }
     }
 
     /// Where `activation` reports its progress.
