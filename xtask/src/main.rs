@@ -132,25 +132,16 @@ fn install_acp_peers(tree: &Tree) -> bool {
         // A fixture tree without the ACP crate has no ACP bench either.
         return true;
     }
-    match std::process::Command::new("bash").arg(&script).status() {
-        Ok(status) if status.success() => true,
-        Ok(status) => {
-            eprintln!(
-                "xtask: {} failed ({status}; its output above says why): the ACP bench \
-                 cannot run, and its rows will read \"not run\"",
-                script.display()
-            );
-            false
-        }
-        Err(err) => {
-            eprintln!(
-                "xtask: cannot run {} with bash: {err}: the ACP bench cannot run, and its \
-                 rows will read \"not run\"",
-                script.display()
-            );
-            false
-        }
-    }
+    let failure = match std::process::Command::new("bash").arg(&script).status() {
+        Ok(status) if status.success() => return true,
+        Ok(status) => format!("failed ({status}; its output above says why)"),
+        Err(err) => format!("cannot be run with bash: {err}"),
+    };
+    eprintln!(
+        "xtask: {} {failure}: the ACP bench cannot run, and its rows will read \"not run\"",
+        script.display()
+    );
+    false
 }
 
 fn run_bench(tree: &Tree, args: &BenchArgs) -> ExitCode {
