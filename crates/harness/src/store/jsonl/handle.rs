@@ -20,7 +20,8 @@ use tokio::sync::watch;
 
 use super::batched::{Creating, Mark, WriteBehind};
 use super::group::GroupCommit;
-use super::parse::{parse_log, torn_header};
+use super::parse::torn_header;
+use super::stream::read_log;
 use super::{Shared, blocking, io_error, open_error};
 use crate::store::check_contiguous;
 
@@ -938,12 +939,11 @@ pub(super) fn open_log(
             Err(err) => return Err(err),
         }
     };
-    let size = file.metadata().map_or(0, |meta| meta.len());
-    let mut bytes = Vec::with_capacity(usize::try_from(size).unwrap_or(0).saturating_add(1));
-    (&*file)
-        .read_to_end(&mut bytes)
-        .map_err(|source| io_error(path, source))?;
-    let parsed = parse_log(&id, path, bytes)?;
+    let size = file
+        .metadata()
+        .map_err(|source| io_error(path, source))?
+        .len();
+    let parsed = read_log(&id, path, &file, size)?;
     let mut len = parsed.keep;
     if let Some(torn) = &parsed.torn_tail {
         file.set_len(parsed.keep)

@@ -21,6 +21,7 @@ mod limits;
 mod parse;
 mod sealed;
 mod skim;
+mod stream;
 mod written_header;
 
 use std::collections::HashSet;
@@ -577,9 +578,20 @@ where
 
 /// Read the log of `id` without locking or changing it.
 fn load_log(id: &SessionId, path: &Path) -> Result<LoadedSession, StoreError> {
-    let (path, bytes) = sealed::read_either(id, path)?;
+    let (path, parsed) = match sealed::open_either(id, path)? {
+        sealed::Found::Plain(file) => {
+            let size = file
+                .metadata()
+                .map_err(|source| io_error(path, source))?
+                .len();
+            (path.to_path_buf(), stream::read_log(id, path, &file, size)?)
+        }
+        sealed::Found::Sealed(sealed, bytes) => {
+            let parsed = parse_log(id, &sealed, bytes)?;
+            (sealed, parsed)
+        }
+    };
     let path = path.as_path();
-    let parsed = parse_log(id, path, bytes)?;
     if let Some(torn) = &parsed.torn_tail {
         tracing::debug!(
             path = %path.display(),

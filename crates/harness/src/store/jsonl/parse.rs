@@ -159,19 +159,12 @@ pub(super) fn parse_log(id: &SessionId, path: &Path, bytes: Vec<u8>) -> Result<P
             missing_newline: !bytes.is_empty(),
         });
     };
-    let complete = last_newline + 1;
-    let tail = &bytes[complete..];
-    let tail_event = (!tail.is_empty()).then(|| {
-        std::str::from_utf8(tail)
-            .ok()
-            .and_then(|text| SessionEvent::from_json_line(text).ok())
-    });
     let header_end = bytes
         .iter()
         .position(|&byte| byte == b'\n')
         .unwrap_or(last_newline);
     let header = parse_header(id, path, &bytes[..header_end])?;
-    let mut events = if header_end < last_newline {
+    let events = if header_end < last_newline {
         let region = &bytes[header_end + 1..last_newline];
         let threads = if region.len() >= PARALLEL_PARSE_BYTES {
             parse_threads()
@@ -182,17 +175,36 @@ pub(super) fn parse_log(id: &SessionId, path: &Path, bytes: Vec<u8>) -> Result<P
     } else {
         Vec::new()
     };
+    finish_log(path, header, events, &bytes[last_newline + 1..], total)
+}
+
+/// A log of `total` bytes from its header, the events of its complete
+/// lines, and `tail`, what follows its last `\n`: a last line that parses
+/// (and is in place) is kept and its `\n` reported missing; anything else
+/// there is a torn tail, cut.
+pub(super) fn finish_log(
+    path: &Path,
+    header: SessionHeader,
+    mut events: Vec<SessionEvent>,
+    tail: &[u8],
+    total: u64,
+) -> Result<Parsed, StoreError> {
     // The header, one line per event, then the tail.
     let next_line = events.len() as u64 + 2;
-    match tail_event {
-        None => Ok(Parsed {
+    if tail.is_empty() {
+        return Ok(Parsed {
             header,
             events,
             keep: total,
             torn_tail: None,
             missing_newline: false,
-        }),
-        Some(Some(event)) => {
+        });
+    }
+    let tail_event = std::str::from_utf8(tail)
+        .ok()
+        .and_then(|text| SessionEvent::from_json_line(text).ok());
+    match tail_event {
+        Some(event) => {
             check_seq(path, next_line, events.len() as u64, &event)?;
             events.push(event);
             Ok(Parsed {
@@ -203,10 +215,10 @@ pub(super) fn parse_log(id: &SessionId, path: &Path, bytes: Vec<u8>) -> Result<P
                 missing_newline: true,
             })
         }
-        Some(None) => Ok(Parsed {
+        None => Ok(Parsed {
             header,
             events,
-            keep: complete as u64,
+            keep: total - tail.len() as u64,
             torn_tail: Some(TornTail {
                 path: path.to_path_buf(),
                 line: next_line,
@@ -254,9 +266,9 @@ pub(super) fn split_lines(region: &[u8], parts: usize) -> Vec<&[u8]> {
 
 /// The events parsed from one run of lines, up to the first line that is
 /// not a well-formed event (its problem in `failure`).
-struct ChunkOutcome {
-    events: Vec<SessionEvent>,
-    failure: Option<String>,
+pub(super) struct ChunkOutcome {
+    pub(super) events: Vec<SessionEvent>,
+    pub(super) failure: Option<String>,
 }
 
 /// How many lines `chunk` (`\n`-separated, the last without its `\n`) holds.
@@ -267,7 +279,7 @@ fn line_count(chunk: &[u8]) -> usize {
 /// Parse one run of `\n`-separated lines onto the end of `events`, stopping
 /// at the first bad one, whose problem it returns. Seqs are checked by the
 /// caller, which knows where the run starts.
-fn parse_chunk(chunk: &[u8], events: &mut Vec<SessionEvent>) -> Option<String> {
+pub(super) fn parse_chunk(chunk: &[u8], events: &mut Vec<SessionEvent>) -> Option<String> {
     let (text, mut failure) = match std::str::from_utf8(chunk) {
         Ok(text) => (Some(text), None),
         Err(err) => {
@@ -380,6 +392,17 @@ fn parse_events(
         }),
         [] => Vec::new(),
     };
+    merge_runs(path, outcomes)
+}
+
+/// The events of consecutive runs of lines, the first run's vector
+/// extended by the others, each event checked to carry its index as its
+/// seq; the first bad line (a seq out of place or a run's failure) fails
+/// the log.
+pub(super) fn merge_runs(
+    path: &Path,
+    outcomes: Vec<ChunkOutcome>,
+) -> Result<Vec<SessionEvent>, StoreError> {
     let mut events: Vec<SessionEvent> = Vec::new();
     for (run, mut outcome) in outcomes.into_iter().enumerate() {
         for (index, event) in (events.len() as u64..).zip(&outcome.events) {

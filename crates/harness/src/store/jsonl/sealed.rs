@@ -55,25 +55,33 @@ pub struct Sealed {
     pub sealed_bytes: u64,
 }
 
-/// The bytes of the log of `id` in whichever form it is (plain first), and
-/// the path they were read from.
+/// A log found in one of its forms.
+pub(super) enum Found {
+    /// The plain log, open for reading.
+    Plain(File),
+    /// The sealed log's decompressed bytes, and the path they were read from.
+    Sealed(PathBuf, Vec<u8>),
+}
+
+/// The log of `id` in whichever form it is (plain first): the plain file
+/// open, or the sealed one read and decompressed.
 ///
 /// # Errors
 /// [`StoreError::NotFound`] when neither form exists; [`StoreError::Corrupt`]
 /// when the compressed form does not decompress; [`StoreError::Io`] on any
 /// other failure to read.
-pub(super) fn read_either(id: &SessionId, plain: &Path) -> Result<(PathBuf, Vec<u8>), StoreError> {
+pub(super) fn open_either(id: &SessionId, plain: &Path) -> Result<Found, StoreError> {
     let sealed = sealed_path(plain);
     for _ in 0..ATTEMPTS {
-        match fs::read(plain) {
-            Ok(bytes) => return Ok((plain.to_path_buf(), bytes)),
+        match File::open(plain) {
+            Ok(file) => return Ok(Found::Plain(file)),
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
             Err(source) => return Err(io_error(plain, source)),
         }
         match fs::read(&sealed) {
             Ok(compressed) => {
                 let bytes = decompress(&sealed, &compressed)?;
-                return Ok((sealed, bytes));
+                return Ok(Found::Sealed(sealed, bytes));
             }
             // Unsealed between the two reads: the plain log is there now.
             Err(err) if err.kind() == io::ErrorKind::NotFound => {}
@@ -81,6 +89,23 @@ pub(super) fn read_either(id: &SessionId, plain: &Path) -> Result<(PathBuf, Vec<
         }
     }
     Err(StoreError::NotFound(id.clone()))
+}
+
+/// The bytes of the log of `id` in whichever form it is (plain first), and
+/// the path they were read from.
+///
+/// # Errors
+/// As [`open_either`].
+pub(super) fn read_either(id: &SessionId, plain: &Path) -> Result<(PathBuf, Vec<u8>), StoreError> {
+    match open_either(id, plain)? {
+        Found::Plain(mut file) => {
+            let mut bytes = Vec::new();
+            file.read_to_end(&mut bytes)
+                .map_err(|source| io_error(plain, source))?;
+            Ok((plain.to_path_buf(), bytes))
+        }
+        Found::Sealed(path, bytes) => Ok((path, bytes)),
+    }
 }
 
 /// Decompress the zstd frame read from `path`.
