@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
-use dsh_core::projection::pending_items;
+use dsh_core::projection::{PendingItem, PendingItemsFold};
 use dsh_core::session::{ToolResultEntry, TurnEnd, completed_turn_prefix};
 use dsh_core::{
     AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, CallId,
@@ -422,10 +422,10 @@ impl AgentFactory for Harness {
             }
             events.extend(repair);
         }
+        let (turns, pending) = fold_restored(&header, &events);
         let restored = Restored {
-            turns: count_turns(&events),
-            // Input pending in a seed belongs to the log it was copied from.
-            pending: pending_items(own_events(&header, &events)),
+            turns,
+            pending,
             events,
         };
         let agent = LoopAgent::new(self.shared.clone(), header, composed, log, restored);
@@ -514,9 +514,23 @@ fn close_interrupted_turn(turn: u64, events: &[SessionEvent]) -> Vec<SessionEven
 }
 
 /// The events this session wrote itself, after any seed.
-fn own_events<'a>(header: &SessionHeader, events: &'a [SessionEvent]) -> &'a [SessionEvent] {
+/// What a resume needs of its log, in one pass over it (a pass over a
+/// 100,000-event log reads 12.8 MB): how many turns it started, seed
+/// included, and the input still pending, seed excluded (input pending in
+/// a seed belongs to the log it was copied from).
+fn fold_restored(header: &SessionHeader, events: &[SessionEvent]) -> (u64, Vec<PendingItem>) {
     let seed = usize::try_from(header.seed_len).unwrap_or(usize::MAX);
-    events.get(seed..).unwrap_or_default()
+    let mut turns = 0;
+    let mut pending = PendingItemsFold::new();
+    for (index, event) in events.iter().enumerate() {
+        if matches!(event.payload, EventPayload::TurnStart(_)) {
+            turns += 1;
+        }
+        if index >= seed {
+            pending.apply(event);
+        }
+    }
+    (turns, pending.finish())
 }
 
 fn count_turns(events: &[SessionEvent]) -> u64 {
@@ -524,4 +538,60 @@ fn count_turns(events: &[SessionEvent]) -> u64 {
         .iter()
         .filter(|event| matches!(event.payload, EventPayload::TurnStart(_)))
         .count() as u64
+}
+
+#[cfg(test)]
+mod tests {
+    use dsh_core::session::{InboxAccepted, InboxIds, TurnStart};
+    use dsh_core::{InboxTarget, SessionId, UserMessage};
+
+    use super::*;
+
+    fn event(seq: u64, payload: EventPayload) -> SessionEvent {
+        SessionEvent {
+            seq,
+            time: seq,
+            payload,
+        }
+    }
+
+    fn accepted(seq: u64, text: &str) -> (SessionEvent, UserMessage) {
+        let message = UserMessage::user_text(text);
+        let payload = EventPayload::InboxAccepted(InboxAccepted {
+            message: message.clone(),
+            target: InboxTarget::NextTurn,
+            wake: true,
+        });
+        (event(seq, payload), message)
+    }
+
+    /// Turns count the seed's too (the next turn's number follows them),
+    /// pending input only the log's own, in acceptance order.
+    #[test]
+    fn a_resume_counts_every_turn_and_keeps_only_its_own_pending_input() {
+        let (seed_input, _) = accepted(1, "the parent's, never claimed");
+        let (claimed, claimed_message) = accepted(3, "claimed");
+        let (first, first_message) = accepted(5, "pending first");
+        let (second, second_message) = accepted(6, "pending second");
+        let events = vec![
+            event(0, EventPayload::TurnStart(TurnStart { turn: 0 })),
+            seed_input,
+            event(2, EventPayload::TurnStart(TurnStart { turn: 1 })),
+            claimed,
+            event(
+                4,
+                EventPayload::InboxClaimed(InboxIds {
+                    message_ids: vec![claimed_message.id],
+                }),
+            ),
+            first,
+            second,
+        ];
+        let mut header = SessionHeader::new(SessionId::new("s-fold").unwrap(), "/work");
+        header.seed_len = 2;
+        let (turns, pending) = fold_restored(&header, &events);
+        assert_eq!(turns, 2);
+        let ids: Vec<_> = pending.into_iter().map(|item| item.message.id).collect();
+        assert_eq!(ids, [first_message.id, second_message.id]);
+    }
 }
