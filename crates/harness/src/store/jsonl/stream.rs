@@ -33,19 +33,40 @@ const HEADER_PROBE: usize = 64 << 10;
 /// is 43 bytes): it bounds how many events a byte count can hold.
 const SHORTEST_EVENT: u64 = 40;
 
+/// How many times a read starts over on a file that changed under it.
+const ATTEMPTS: usize = 3;
+
 /// Read and parse the plain log open as `file`, `size` bytes long (its
-/// length when it was opened and locked). A log of a megabyte or more is
-/// streamed, on [`parse_threads`] threads; a smaller one is read whole.
+/// length when it was opened). A log of a megabyte or more is streamed, on
+/// [`parse_threads`] threads; a smaller one is read whole. A reader without
+/// the lock (a `load`) can see the log cut under it (its owner cutting a
+/// torn last line when it opens it): the read then starts over at the
+/// file's new length, and fails only if the file keeps changing.
 pub(super) fn read_log(
     id: &SessionId,
     path: &Path,
     file: &File,
     size: u64,
 ) -> Result<Parsed, StoreError> {
-    if size < PARALLEL_PARSE_BYTES as u64 {
-        return parse_log(id, path, read_whole(path, file, size)?);
+    let mut size = size;
+    let mut attempt = 1;
+    loop {
+        if size < PARALLEL_PARSE_BYTES as u64 {
+            return parse_log(id, path, read_whole(path, file, size)?);
+        }
+        match stream_log(id, path, file, size, parse_threads(), BLOCK) {
+            Err(StoreError::Io { source, .. })
+                if source.kind() == io::ErrorKind::UnexpectedEof && attempt < ATTEMPTS =>
+            {
+                attempt += 1;
+                size = file
+                    .metadata()
+                    .map_err(|source| io_error(path, source))?
+                    .len();
+            }
+            other => return other,
+        }
     }
-    stream_log(id, path, file, size, parse_threads(), BLOCK)
 }
 
 /// Read all `size` bytes of `file` from its start.
@@ -463,6 +484,23 @@ mod tests {
                 other => panic!("{threads} threads: {}", outcome(other)),
             }
         }
+    }
+
+    /// A log cut after its length was read (its owner cutting a torn last
+    /// line while a `load` reads it) is read again at its new length.
+    #[test]
+    fn a_log_cut_under_a_reader_is_read_again_at_its_new_length() {
+        let bytes = log(20_000, 40);
+        assert!(
+            bytes.len() >= PARALLEL_PARSE_BYTES,
+            "streamed, not read whole"
+        );
+        let (_temp, file) = file_of(&bytes);
+        let id = SessionId::new("s-streamed").unwrap();
+        let parsed =
+            read_log(&id, Path::new("log.jsonl"), &file, bytes.len() as u64 + 300).unwrap();
+        assert_eq!(parsed.events.len(), 20_000);
+        assert_eq!(parsed.keep, bytes.len() as u64);
     }
 
     #[test]
