@@ -260,6 +260,20 @@ pub const AIMS: &[Aim] = &[
         unit: "ms",
     },
     Aim {
+        workload: "replay (load) of a plain JSONL log, under dsh's allocator (mimalloc)",
+        n: "100,000 events",
+        reading: Reading::Bandwidth("dsh-alloc/load/100000"),
+        bound: Bound::AtLeast(600.0),
+        unit: "MB/s",
+    },
+    Aim {
+        workload: "cold resume until a follow-up is accepted, under dsh's allocator (mimalloc)",
+        n: "100,000 events",
+        reading: Reading::Millis("dsh-alloc/cold-resume/100000"),
+        bound: Bound::AtMost(20.0),
+        unit: "ms",
+    },
+    Aim {
         workload: "replay of a sealed (zstd) log, decompressed bytes",
         n: "100,000 events",
         reading: Reading::Bandwidth("replay/load-sealed/100000"),

@@ -8,13 +8,16 @@
 //! feature, the one configurable subagent test world
 //! (`world::WorldBuilder`), its scripted models and providers, and killing
 //! a re-executed test process (`world::process`); a counting allocator for
-//! the memory benches ([`alloc`]); and the measurements benches record for
-//! `cargo xtask bench` ([`bench`](mod@bench)). Used only as a dev-dependency; it must
+//! the memory benches ([`alloc`]); the measurements benches record for
+//! `cargo xtask bench` ([`bench`](mod@bench)); and with the `replay`
+//! feature, the replay workload two benches share (`replay`). Used only as a dev-dependency; it must
 //! never become a dependency of a library crate.
 
 pub mod alloc;
 pub mod bench;
 pub mod logs;
+#[cfg(feature = "replay")]
+pub mod replay;
 pub mod requests;
 pub mod specs;
 pub mod store;
