@@ -422,6 +422,12 @@ mod tests {
         let mut torn = clean.clone();
         torn.extend_from_slice(br#"{"seq":40,"ti"#);
         assert_same_as_whole(&torn, "a torn last line");
+        let mut lone_torn = header_line();
+        lone_torn.extend_from_slice(br#"{"seq":0,"ti"#);
+        assert_same_as_whole(&lone_torn, "a header, then a torn line");
+        let mut lone_whole = log(1, 0);
+        lone_whole.pop();
+        assert_same_as_whole(&lone_whole, "a header, then a line without its newline");
         let mut wrong_seq = clean.clone();
         wrong_seq.extend(event_line(41, 5));
         wrong_seq.pop();
