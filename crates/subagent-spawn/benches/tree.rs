@@ -17,15 +17,15 @@ use dsh_core::session::{
     AssistantEntry, InboxAccepted, InboxIds, StepStart, TurnEnd, TurnStart, UserEntry,
 };
 use dsh_core::{
-    Agent, AgentFactory, AgentHandle, AgentStatus, CancellationToken, ContentBlock, CreateAgent,
-    Durability, EventPayload, InboxTarget, MessageSource, ResumeAgent, SessionEvent, SessionHeader,
-    SessionId, SessionStore, StopReason, Usage, UserMessage,
+    Agent, AgentError, AgentFactory, AgentHandle, AgentStatus, CancellationToken, ContentBlock,
+    CreateAgent, Durability, EventPayload, InboxTarget, MessageSource, ResumeAgent, SessionEvent,
+    SessionHeader, SessionId, SessionStore, StopReason, Usage, UserMessage,
 };
 use dsh_harness::{Harness, JsonlStore, Scripted, ScriptedModel};
 use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
 use dsh_subagent::{
     ActivationSpec, CatalogEntry, ChildMode, Delivery, InterruptAuthority, RuntimeConfig,
-    StartRequest, SubagentRuntime,
+    StartRequest, SubagentError, SubagentRuntime,
 };
 use dsh_subagent_spawn::SpawnProvider;
 
@@ -347,11 +347,17 @@ async fn start_children(world: &World, n: usize, park: bool) -> Vec<SessionId> {
             .unwrap();
         let id = activation.child_id().clone();
         if park {
-            world
+            match world
                 .runtime
                 .interrupt(&id, &InterruptAuthority::User)
                 .await
-                .unwrap();
+            {
+                Ok(_) => {}
+                // Settled and released between its start and the
+                // interrupt: it cannot be parked; start another.
+                Err(SubagentError::Agent(AgentError::Disposed(_))) => continue,
+                Err(err) => panic!("interrupting child {id}: {err}"),
+            }
             if world.runtime.registry().get(&id).is_none() {
                 continue;
             }
