@@ -547,6 +547,35 @@ async fn h10_large_logs_report_the_same_lines() {
     expect_corrupt(err, &path, 9_001, "expected seq 8999, found 9001");
 }
 
+/// A log of over a megabyte is read as it is parsed, on several threads
+/// where there are cores: its torn last line is still cut and reported on
+/// open, and a whole last line without its `\n` still kept and mended.
+#[tokio::test]
+async fn h10_a_large_log_opened_with_a_torn_last_line_cuts_it() {
+    let (_dir, store, path) = closed_log(Durability::None, "a", 12_000).await;
+    let intact = std::fs::read(&path).unwrap();
+    assert!(intact.len() > 1 << 20);
+    let torn = br#"{"seq":12000,"time":1700000012000,"type":"turn/st"#;
+    append_raw(&path, torn);
+    let loaded = store.load(&sid("a")).await.unwrap();
+    assert_eq!(loaded.torn_tail.unwrap().line, 12_002);
+    let (opened, log) = store.open(&sid("a")).await.unwrap();
+    let tail = opened.torn_tail.unwrap();
+    assert_eq!((tail.line, tail.bytes), (12_002, torn.len() as u64));
+    assert_eq!(opened.events, events(0, 12_000));
+    assert_eq!(std::fs::read(&path).unwrap(), intact);
+    // A whole last line without its `\n`: kept, and the `\n` restored.
+    log.append(&events(12_000, 1)).await.unwrap();
+    drop(log);
+    let full = std::fs::read(&path).unwrap();
+    std::fs::write(&path, &full[..full.len() - 1]).unwrap();
+    let (opened, log) = store.open(&sid("a")).await.unwrap();
+    assert!(opened.torn_tail.is_none());
+    assert_eq!(opened.events, events(0, 12_001));
+    assert_eq!(std::fs::read(&path).unwrap(), full);
+    drop(log);
+}
+
 #[tokio::test]
 async fn h10_a_corrupt_header_is_corrupt_at_line_one() {
     let (_dir, store, path) = closed_log(Durability::None, "a", 1).await;

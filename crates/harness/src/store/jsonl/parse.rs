@@ -242,6 +242,48 @@ pub(super) fn parse_threads() -> usize {
     })
 }
 
+/// `work` done on every one of `parts`, results in order: the first part
+/// on the calling thread, each other on a thread of its own named `name`
+/// (or here, after the first, when no thread can be started). A panic in
+/// any part is resumed here. `work` is told each part's index.
+pub(super) fn on_threads<P, R, F>(name: &str, parts: &[P], work: F) -> Vec<R>
+where
+    P: Sync,
+    R: Send,
+    F: Fn(usize, &P) -> R + Sync,
+{
+    let Some((head, rest)) = parts.split_first() else {
+        return Vec::new();
+    };
+    if rest.is_empty() {
+        return vec![work(0, head)];
+    }
+    std::thread::scope(|scope| {
+        let work = &work;
+        let pending: Vec<_> = (1..)
+            .zip(rest)
+            .map(|(index, part)| {
+                let spawned = std::thread::Builder::new()
+                    .name(name.to_owned())
+                    .spawn_scoped(scope, move || work(index, part));
+                (index, part, spawned.ok())
+            })
+            .collect();
+        let mut results = Vec::with_capacity(parts.len());
+        results.push(work(0, head));
+        for (index, part, spawned) in pending {
+            results.push(match spawned {
+                Some(handle) => handle
+                    .join()
+                    .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
+                // No thread to spare: do it here.
+                None => work(index, part),
+            });
+        }
+        results
+    })
+}
+
 /// Split `region` (event lines without the final `\n`) into up to `parts`
 /// runs of whole lines of about equal size, dropping the `\n` between runs.
 pub(super) fn split_lines(region: &[u8], parts: usize) -> Vec<&[u8]> {

@@ -22,7 +22,9 @@ use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
 use serde::{Deserialize, Deserializer};
 use serde_json::value::RawValue;
 
-use super::parse::{PARALLEL_PARSE_BYTES, parse_header, parse_log, parse_threads, split_lines};
+use super::parse::{
+    PARALLEL_PARSE_BYTES, on_threads, parse_header, parse_log, parse_threads, split_lines,
+};
 use super::written_header::written_header;
 use dsh_core::written::{number, string};
 
@@ -285,33 +287,9 @@ fn skim(
         runs.push((first, run));
         first += chunk.iter().filter(|&&byte| byte == b'\n').count() as u64 + 1;
     }
-    let outcomes: Vec<Option<Vec<SessionEvent>>> = match runs.as_slice() {
-        [(at, only)] => vec![skim_run(*at, only, &wanted)],
-        [(at, head), rest @ ..] => std::thread::scope(|scope| {
-            let wanted = &wanted;
-            let pending: Vec<_> = rest
-                .iter()
-                .map(|&(at, run)| {
-                    let spawned = std::thread::Builder::new()
-                        .name("dsh-store-skim".into())
-                        .spawn_scoped(scope, move || skim_run(at, run, wanted));
-                    (at, run, spawned.ok())
-                })
-                .collect();
-            let mut outcomes = vec![skim_run(*at, head, wanted)];
-            for (at, run, handle) in pending {
-                outcomes.push(match handle {
-                    Some(handle) => handle
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    // No thread to spare: skim it here.
-                    None => skim_run(at, run, wanted),
-                });
-            }
-            outcomes
-        }),
-        [] => Vec::new(),
-    };
+    let outcomes = on_threads("dsh-store-skim", &runs, |_, &(at, run)| {
+        skim_run(at, run, &wanted)
+    });
     let mut events = Vec::new();
     for outcome in outcomes {
         let Some(run) = outcome else {

@@ -18,8 +18,8 @@ use dsh_core::{SessionId, StoreError};
 
 use super::io_error;
 use super::parse::{
-    ChunkOutcome, PARALLEL_PARSE_BYTES, Parsed, finish_log, merge_runs, parse_chunk, parse_header,
-    parse_log, parse_threads,
+    ChunkOutcome, PARALLEL_PARSE_BYTES, Parsed, finish_log, merge_runs, on_threads, parse_chunk,
+    parse_header, parse_log, parse_threads,
 };
 
 /// How much of its run a parsing thread reads at a time.
@@ -155,38 +155,17 @@ fn stream_log(
 
     // Sized from the probe's lines, so that the head's vector, which
     // becomes the log's, is rarely grown.
-    let estimate = estimated_events(&probe[header_end + 1..], size - start);
+    let estimate =
+        usize::try_from(estimated_events(&probe[header_end + 1..], size - start)).unwrap_or(0);
     let capacity = |(from, to): (u64, u64)| {
-        let share = estimate.saturating_mul(to - from) / (size - start).max(1);
+        let share = (estimate as u64).saturating_mul(to - from) / (size - start).max(1);
         usize::try_from(share + 1).unwrap_or(0)
     };
-    let outcomes = match runs.as_slice() {
-        [] => Vec::new(),
-        [only] => vec![parse_run(file, *only, block, estimate_usize(estimate))],
-        [head, rest @ ..] => std::thread::scope(|scope| {
-            let pending: Vec<_> = rest
-                .iter()
-                .map(|&run| {
-                    let spawned = std::thread::Builder::new()
-                        .name("dsh-store-parse".into())
-                        .spawn_scoped(scope, move || parse_run(file, run, block, capacity(run)));
-                    (run, spawned.ok())
-                })
-                .collect();
-            let mut outcomes = Vec::with_capacity(runs.len());
-            outcomes.push(parse_run(file, *head, block, estimate_usize(estimate)));
-            for (run, spawned) in pending {
-                outcomes.push(match spawned {
-                    Some(handle) => handle
-                        .join()
-                        .unwrap_or_else(|panic| std::panic::resume_unwind(panic)),
-                    // No thread to spare: parse it here.
-                    None => parse_run(file, run, block, capacity(run)),
-                });
-            }
-            outcomes
-        }),
-    };
+    let outcomes = on_threads("dsh-store-parse", &runs, |index, &run| {
+        // The head's vector is sized for the whole log.
+        let capacity = if index == 0 { estimate } else { capacity(run) };
+        parse_run(file, run, block, capacity)
+    });
     let (chunks, tail) = runs_and_tail(outcomes).map_err(io)?;
     let events = merge_runs(path, chunks)?;
     finish_log(path, header, events, &tail, size)
@@ -219,24 +198,22 @@ fn estimated_events(sample: &[u8], size: u64) -> u64 {
     let most = size / SHORTEST_EVENT + 1;
     match memchr::memrchr(b'\n', sample) {
         Some(end) if lines > 0 => {
-            let average = (end as u64 + 1) / lines;
+            let average = ((end as u64 + 1) / lines).max(1);
             // A tenth more than the average says: the rest may run shorter.
-            (size / average.max(1) + size / average.max(1) / 10 + 1).min(most)
+            let events = size / average;
+            (events + events / 10 + 1).min(most)
         }
         _ => 0,
     }
 }
 
-fn estimate_usize(estimate: u64) -> usize {
-    usize::try_from(estimate).unwrap_or(0)
-}
-
 /// The start of the first line at or after `from` (a line starts after a
 /// `\n`), or `size` if no line starts there. `from` is past the header, so
-/// the byte before it exists.
+/// the byte before it exists. It reads a page at a time (at most `block`):
+/// the next `\n` is usually a line away.
 fn line_start(file: &File, from: u64, size: u64, block: usize) -> io::Result<u64> {
     let mut at = from - 1;
-    let mut buf = vec![0; block.max(1)];
+    let mut buf = vec![0; block.clamp(1, 4096)];
     while at < size {
         let want = usize::try_from(size - at)
             .unwrap_or(usize::MAX)
