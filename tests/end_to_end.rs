@@ -265,7 +265,7 @@ fn transcript(messages: &dsh_core::Transcript, answer: &str) -> String {
                         "\n-> {}({})",
                         call.name,
                         // Sorted keys, under either serde_json map.
-                        dsh_test_support::specs::canonical(call.input.clone())
+                        dsh_test_support::specs::canonical(call.input.to_value().unwrap())
                     ));
                 }
                 text

@@ -359,7 +359,7 @@ mod tests {
             tool_calls: vec![dsh_core::ToolCall {
                 call_id: CallId::new(format!("call-{n}")),
                 name: "team_task_update".into(),
-                input: json!({}),
+                input: json!({}).into(),
             }],
         }));
         ModelRequest {

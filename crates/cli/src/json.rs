@@ -11,9 +11,8 @@
 //! in this mode; the person's lines go to stderr.
 
 use dsh_core::content::joined_text;
-use dsh_core::{EventPayload, MessageSource, SessionEvent};
+use dsh_core::{EventPayload, MessageSource, SessionEvent, ToolInput};
 use serde::Serialize;
-use serde_json::Value;
 
 /// The version of the line schema, in every `run_started` line.
 pub const SCHEMA_VERSION: u32 = 1;
@@ -76,7 +75,7 @@ pub enum Line<'a> {
         /// The tool.
         tool: &'a str,
         /// The arguments as the model wrote them.
-        input: &'a Value,
+        input: &'a ToolInput,
     },
     /// A tool call's result, as the model is shown it.
     ToolResult {

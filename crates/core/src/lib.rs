@@ -5,6 +5,7 @@ pub mod attachment;
 pub mod content;
 pub mod error;
 pub mod id;
+mod json_text;
 pub mod message;
 pub mod model;
 pub mod observe;
@@ -30,7 +31,8 @@ pub use content::ContentBlock;
 pub use error::CoreError;
 pub use id::{CallId, MessageId, SessionId};
 pub use message::{
-    InboxTarget, Message, MessageSource, PromptProvenance, ToolCall, Transcript, Usage, UserMessage,
+    InboxTarget, Message, MessageSource, PromptProvenance, ToolCall, ToolInput, Transcript, Usage,
+    UserMessage,
 };
 pub use model::{
     FinishReason, Model, ModelError, ModelErrorKind, ModelEvent, ModelRequest, ModelStream,

@@ -10,6 +10,7 @@ use serde_json::{Map, Value};
 use crate::attachment::AttachmentRef;
 use crate::content::ContentBlock;
 use crate::id::{CallId, MessageId, SessionId};
+use crate::json_text::JsonText;
 use crate::session::BorrowedStr;
 use crate::stop::StopReason;
 
@@ -293,8 +294,111 @@ pub struct ToolCall {
     pub call_id: CallId,
     /// The tool's registered name.
     pub name: String,
-    /// The arguments as the model wrote them.
-    pub input: Value,
+    /// The arguments as the model wrote them, as JSON text.
+    pub input: ToolInput,
+}
+
+/// A tool call's arguments: the JSON text the model wrote, kept as text.
+/// Only whoever acts on the call parses it (the tool registry, to check it
+/// against the tool's schema and hand it to the tool); reading a log,
+/// folding it and sending the transcript back to a model never build a
+/// value tree for it. Two inputs are equal when their texts are.
+///
+/// The text is valid JSON and holds no line break outside a string (a
+/// session log is one event per line): text written across lines is kept
+/// without its whitespace between tokens, everything else as it was.
+///
+/// It serialises as its JSON text through `serde_json` (the log, a
+/// model's wire, `serde_json::to_value`). Other serde formats see
+/// `serde_json`'s raw-value marker instead, as they do for
+/// [`RawValue`](serde_json::value::RawValue): give them
+/// [`ToolInput::to_value`].
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ToolInput(JsonText);
+
+impl ToolInput {
+    /// The empty object, `{}`: the input of a call that takes no arguments.
+    pub fn empty_object() -> Self {
+        Self(JsonText::from_value(&Value::Object(Map::new())))
+    }
+
+    /// The input whose JSON text is `text` (without the whitespace around
+    /// it).
+    ///
+    /// # Errors
+    /// `text` is not one JSON value.
+    pub fn from_json(text: &str) -> serde_json::Result<Self> {
+        JsonText::from_json(text).map(Self)
+    }
+
+    /// Serialise `value` as an input.
+    ///
+    /// # Errors
+    /// `value`'s `Serialize` implementation failed (a map with non-string
+    /// keys, say).
+    pub fn new<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Self> {
+        JsonText::new(value).map(Self)
+    }
+
+    /// The input's JSON text.
+    pub fn get(&self) -> &str {
+        self.0.get()
+    }
+
+    /// Parse the input into `T`.
+    ///
+    /// # Errors
+    /// The text is not a `T`.
+    pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
+        self.0.parse()
+    }
+
+    /// The input as a JSON value tree.
+    ///
+    /// # Errors
+    /// The text is valid JSON that a [`Value`] cannot hold: a number out of
+    /// `f64`'s range, or nesting deeper than 128 levels.
+    pub fn to_value(&self) -> serde_json::Result<Value> {
+        self.parse()
+    }
+}
+
+impl Default for ToolInput {
+    fn default() -> Self {
+        Self::empty_object()
+    }
+}
+
+impl From<Value> for ToolInput {
+    fn from(value: Value) -> Self {
+        Self(JsonText::from_value(&value))
+    }
+}
+
+impl From<&Value> for ToolInput {
+    fn from(value: &Value) -> Self {
+        Self(JsonText::from_value(value))
+    }
+}
+
+/// Equal when the text parses to `other`.
+impl PartialEq<Value> for ToolInput {
+    fn eq(&self, other: &Value) -> bool {
+        self.to_value().is_ok_and(|value| value == *other)
+    }
+}
+
+impl std::fmt::Debug for ToolInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+impl std::fmt::Display for ToolInput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.get())
+    }
 }
 
 /// Token usage reported for one model request.
@@ -705,7 +809,7 @@ mod tests {
             tool_calls.push(ToolCall {
                 call_id: CallId::new("c1"),
                 name: "read".into(),
-                input: Value::Null,
+                input: Value::Null.into(),
             });
         }
         assert_eq!(request.len(), CHUNK);
@@ -725,5 +829,56 @@ mod tests {
             r#"{"kind":"agent-message","sender_session_id":"../x"}"#,
         );
         assert!(bad_id.is_err());
+    }
+
+    #[test]
+    fn a_tool_input_keeps_the_text_it_was_given() {
+        let input = ToolInput::from_json(r#"  {"z": 1, "a": [1e400, "x"], "z": 2} "#).unwrap();
+        // Key order, duplicate keys, spacing inside and a number no `f64`
+        // holds all kept; only the whitespace around the value goes.
+        assert_eq!(input.get(), r#"{"z": 1, "a": [1e400, "x"], "z": 2}"#);
+        assert_eq!(input.to_string(), input.get());
+        assert_eq!(format!("{input:?}"), input.get());
+        // The value tree cannot hold 1e400: parsing is where that shows.
+        assert!(input.to_value().is_err());
+        assert!(ToolInput::from_json(r#"{"a":"#).is_err());
+        assert!(ToolInput::from_json("{} {}").is_err());
+        assert!(ToolInput::from_json("").is_err());
+    }
+
+    #[test]
+    fn a_tool_call_read_across_lines_keeps_its_input_on_one_line() {
+        let call: ToolCall = serde_json::from_str(
+            "{\"call_id\": \"c\", \"name\": \"read\",\n \"input\": {\n  \"p\": \"a\\nb\"\n}\n}",
+        )
+        .unwrap();
+        assert_eq!(call.input.get(), r#"{"p":"a\nb"}"#);
+        assert_eq!(call.input, serde_json::json!({"p": "a\nb"}));
+    }
+
+    #[test]
+    fn tool_inputs_compare_by_text_and_against_a_value_by_value() {
+        let spaced = ToolInput::from_json(r#"{"a": 1}"#).unwrap();
+        let tight = ToolInput::from(serde_json::json!({"a": 1}));
+        assert_eq!(tight.get(), r#"{"a":1}"#);
+        assert_ne!(spaced, tight);
+        assert_eq!(spaced, serde_json::json!({"a": 1}));
+        assert_ne!(spaced, serde_json::json!({"a": 2}));
+        assert_eq!(ToolInput::default().get(), "{}");
+        assert_eq!(ToolInput::empty_object(), serde_json::json!({}));
+        // Through serde_json, the text itself, not a string holding it.
+        let call = ToolCall {
+            call_id: CallId::new("c"),
+            name: "read".into(),
+            input: spaced,
+        };
+        assert_eq!(
+            serde_json::to_string(&call).unwrap(),
+            r#"{"call_id":"c","name":"read","input":{"a": 1}}"#
+        );
+        assert_eq!(
+            serde_json::to_value(&call).unwrap()["input"],
+            serde_json::json!({"a": 1})
+        );
     }
 }

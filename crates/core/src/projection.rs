@@ -335,7 +335,7 @@ mod tests {
         let call = ToolCall {
             call_id: CallId::new("c1"),
             name: "read".into(),
-            input: serde_json::json!({}),
+            input: serde_json::json!({}).into(),
         };
         let events = log(vec![
             EventPayload::UserMessage(UserEntry {

@@ -15,7 +15,8 @@ use serde_json::value::RawValue;
 
 use crate::content::ContentBlock;
 use crate::id::{CallId, MessageId, SessionId};
-use crate::message::{InboxTarget, ToolCall, Usage, UserMessage};
+use crate::json_text::JsonText;
+use crate::message::{InboxTarget, ToolCall, ToolInput, Usage, UserMessage};
 use crate::options::Composition;
 use crate::stop::StopReason;
 
@@ -214,9 +215,16 @@ pub enum EventPayload {
 /// as. Reading a log never builds a value tree for a payload: the crate that
 /// owns the event type parses it straight into its own type with
 /// [`ExtensionPayload::parse`], and everyone else passes it through untouched.
-/// Two payloads are equal when their texts are.
-#[derive(Clone)]
-pub struct ExtensionPayload(Box<RawValue>);
+/// Two payloads are equal when their texts are. The text is on one line (a
+/// log holds one event per line): text across lines is kept without the
+/// whitespace between its tokens.
+///
+/// It serialises as its JSON text through `serde_json`; other serde
+/// formats see `serde_json`'s raw-value marker, as they do for
+/// [`RawValue`]: give them [`ExtensionPayload::to_value`].
+#[derive(Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct ExtensionPayload(JsonText);
 
 impl ExtensionPayload {
     /// Serialise `value` as a payload.
@@ -225,7 +233,7 @@ impl ExtensionPayload {
     /// `value`'s `Serialize` implementation failed (a map with non-string
     /// keys, say).
     pub fn new<T: Serialize + ?Sized>(value: &T) -> serde_json::Result<Self> {
-        serde_json::value::to_raw_value(value).map(Self)
+        JsonText::new(value).map(Self)
     }
 
     /// The payload's JSON text.
@@ -238,12 +246,13 @@ impl ExtensionPayload {
     /// # Errors
     /// The text is not a `T`.
     pub fn parse<'a, T: Deserialize<'a>>(&'a self) -> serde_json::Result<T> {
-        serde_json::from_str(self.0.get())
+        self.0.parse()
     }
 
-    /// The payload as a JSON value tree.
+    /// The payload as a JSON value tree ([`Value::Null`] for text no value
+    /// tree holds: a number out of `f64`'s range, or nesting deeper than
+    /// 128 levels).
     pub fn to_value(&self) -> Value {
-        // The text is valid JSON by construction, so this cannot fail.
         self.parse().unwrap_or(Value::Null)
     }
 }
@@ -256,35 +265,13 @@ impl From<Value> for ExtensionPayload {
 
 impl From<&Value> for ExtensionPayload {
     fn from(value: &Value) -> Self {
-        // Every `Value` serialises (its map keys are strings); the fallback
-        // is never taken.
-        Self(serde_json::value::to_raw_value(value).unwrap_or_else(|_| RawValue::NULL.to_owned()))
+        Self(JsonText::from_value(value))
     }
 }
-
-impl PartialEq for ExtensionPayload {
-    fn eq(&self, other: &Self) -> bool {
-        self.get() == other.get()
-    }
-}
-
-impl Eq for ExtensionPayload {}
 
 impl std::fmt::Debug for ExtensionPayload {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.get())
-    }
-}
-
-impl Serialize for ExtensionPayload {
-    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.0.serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for ExtensionPayload {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        Box::<RawValue>::deserialize(deserializer).map(Self)
+        self.0.fmt(f)
     }
 }
 
@@ -331,7 +318,7 @@ impl EventPayload {
     /// diagnostic), usage without the optional counts, inbox ids, and
     /// assistant, user and accepted messages of text blocks (a user
     /// message from the user), tool results, and tool calls (whose input
-    /// serde reads as the value it is). Ids, names and kinds must be free
+    /// serde checks and keeps as text). Ids, names and kinds must be free
     /// of escapes; a text's escapes are decoded by hand
     /// ([`escaped_string`]). `None` for anything else (another form,
     /// another type, another source), which serde then reads or refuses;
@@ -444,13 +431,14 @@ impl EventPayload {
             "tool/call" => {
                 let (call_id, rest) = string(payload.strip_prefix(r#"{"call_id":""#)?)?;
                 let (name, rest) = string(rest.strip_prefix(r#","name":""#)?)?;
-                // The input is the rest of the object: serde reads it as
-                // it would inside it, and refuses anything after it.
+                // The input is the rest of the object: serde checks it as
+                // it would inside it, and refuses anything after it. It is
+                // kept as text, never parsed into a value tree.
                 let input = rest.strip_prefix(r#","input":"#)?.strip_suffix('}')?;
                 Some(Self::ToolCall(ToolCall {
                     call_id: CallId::new(call_id),
                     name: name.to_owned(),
-                    input: serde_json::from_str(input).ok()?,
+                    input: ToolInput::from_json(input).ok()?,
                 }))
             }
             _ => None,
@@ -1016,7 +1004,9 @@ mod tests {
             EventPayload::ToolCall(ToolCall {
                 call_id: CallId::new("c-3"),
                 name: "read_file".into(),
-                input: serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200, "f": 0.1}),
+                input:
+                    serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200, "f": 0.1})
+                        .into(),
             }),
             EventPayload::InboxAccepted(InboxAccepted {
                 message: UserMessage {

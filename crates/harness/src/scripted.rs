@@ -231,7 +231,7 @@ impl ScriptedModel {
                     let call = ToolCall {
                         call_id: self.call_id(),
                         name,
-                        input,
+                        input: input.into(),
                     };
                     steps.push_back(Step::Emit(Ok(ModelEvent::ToolCall(call))));
                 }
@@ -497,7 +497,7 @@ mod tests {
         Ok(ModelEvent::ToolCall(ToolCall {
             call_id: CallId::new(id),
             name: name.to_owned(),
-            input,
+            input: input.into(),
         }))
     }
 

@@ -17,6 +17,7 @@ use std::sync::Arc;
 use dsh_core::schema::JsonSchema;
 use dsh_core::{Agent, Tool, ToolCall, ToolContext, ToolOutput, ToolRestriction, ToolSpec};
 use futures::FutureExt;
+use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 /// A registered tool: the tool, its compiled input schema and its spec.
@@ -300,7 +301,7 @@ impl ScopedTools {
             let prepared = self.prepare(call, agent.as_ref());
             let safe = prepared
                 .as_ref()
-                .map_or(true, |entry| entry.tool.concurrency_safe());
+                .map_or(true, |(entry, _)| entry.tool.concurrency_safe());
             let run = self.run(call, prepared, Arc::clone(&agent), cancel.clone());
             if safe {
                 batch.push(run);
@@ -313,8 +314,13 @@ impl ScopedTools {
         results
     }
 
-    /// The tool to execute for `call`, or the result that replaces executing it.
-    fn prepare(&self, call: &ToolCall, agent: &dyn Agent) -> Result<Arc<Entry>, ToolOutput> {
+    /// The tool to execute for `call` and its parsed input, or the result
+    /// that replaces executing it.
+    fn prepare(
+        &self,
+        call: &ToolCall,
+        agent: &dyn Agent,
+    ) -> Result<(Arc<Entry>, Value), ToolOutput> {
         let name = &call.name;
         let Some(slot) = self.slots.get(name) else {
             let visible: Vec<&str> = self
@@ -348,7 +354,14 @@ impl ScopedTools {
                 "Tool `{name}` is not available to this agent."
             )));
         }
-        if let Err(err) = slot.entry.schema.validate(&call.input) {
+        // The one place a call's input is parsed: the log and the
+        // transcript keep it as text.
+        let input = call.input.to_value().map_err(|err| {
+            ToolOutput::error(format!(
+                "Invalid arguments for `{name}`: {err}. Fix the arguments and call the tool again."
+            ))
+        })?;
+        if let Err(err) = slot.entry.schema.validate(&input) {
             // Sorted so the text does not depend on the validator's keyword order.
             let mut violations = err.violations;
             violations.sort_by(|a, b| {
@@ -370,19 +383,19 @@ impl ScopedTools {
                 violations.join("; ")
             )));
         }
-        Ok(Arc::clone(&slot.entry))
+        Ok((Arc::clone(&slot.entry), input))
     }
 
     /// Execute a prepared call, turning every outcome into a result.
     async fn run(
         &self,
         call: &ToolCall,
-        prepared: Result<Arc<Entry>, ToolOutput>,
+        prepared: Result<(Arc<Entry>, Value), ToolOutput>,
         agent: Arc<dyn Agent>,
         cancel: CancellationToken,
     ) -> ToolOutput {
-        let entry = match prepared {
-            Ok(entry) => entry,
+        let (entry, input) = match prepared {
+            Ok(prepared) => prepared,
             Err(output) => return output,
         };
         let name = &call.name;
@@ -395,8 +408,7 @@ impl ScopedTools {
             call_id: call.call_id.clone(),
             cancel: cancel.clone(),
         };
-        let execution =
-            AssertUnwindSafe(entry.tool.execute(call.input.clone(), ctx)).catch_unwind();
+        let execution = AssertUnwindSafe(entry.tool.execute(input, ctx)).catch_unwind();
         let outcome = tokio::select! {
             biased;
             () = cancel.cancelled() => return cancelled(),

@@ -713,6 +713,9 @@ async fn the_model_visible_request_is_pinned() {
     // build (a dependency enables it), and the pinned content must not
     // depend on which crates happen to be built together.
     insta::with_settings!({ sort_maps => true }, {
+        // Through serde_json first: a tool call's input serialises as its
+        // JSON text only there.
+        let request = serde_json::to_value(&request).unwrap();
         insta::assert_json_snapshot!("model_visible_request", request);
     });
     assert_eq!(

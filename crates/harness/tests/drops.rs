@@ -103,7 +103,7 @@ async fn write_open_turn(store: &Store) {
         EventPayload::ToolCall(ToolCall {
             call_id: CallId::new("call-1"),
             name: "read".into(),
-            input: json!({}),
+            input: json!({}).into(),
         }),
     ];
     let events = numbered(payloads);

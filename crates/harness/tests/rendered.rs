@@ -56,7 +56,7 @@ async fn repairs_and_failures_as_a_model_and_a_person_see_them() {
                 EventPayload::ToolCall(ToolCall {
                     call_id: CallId::new("call-1"),
                     name: "read".into(),
-                    input: json!({"path": "notes.md"}),
+                    input: json!({"path": "notes.md"}).into(),
                 }),
             ]),
         )

@@ -13,8 +13,8 @@ use dsh_core::content::ContentBlock;
 use dsh_core::message::{InboxTarget, MessageSource, ToolCall, Usage, UserMessage};
 use dsh_core::options::{AgentOptions, Composition};
 use dsh_core::session::{
-    AssistantEntry, EventPayload, FORMAT_VERSION, InboxAccepted, InboxIds, SessionEvent,
-    SessionHeader, StepStart, ToolResultEntry, TurnEnd, TurnStart, UserEntry,
+    AssistantEntry, EventPayload, ExtensionPayload, FORMAT_VERSION, InboxAccepted, InboxIds,
+    SessionEvent, SessionHeader, StepStart, ToolResultEntry, TurnEnd, TurnStart, UserEntry,
 };
 use dsh_core::{CallId, Durability, MessageId, SessionId, SessionStore, StopReason, StoreError};
 use dsh_harness::store::{JsonlStore, MemoryStore};
@@ -269,6 +269,46 @@ async fn appends_continue_the_log() {
         if let Some(bytes) = fx.bytes("a") {
             assert_eq!(line_count(&bytes), 9);
             assert!(bytes.ends_with(b"\n"));
+        }
+    }
+}
+
+#[tokio::test]
+async fn json_text_read_across_lines_is_logged_on_one_line() {
+    // A tool call and an extension payload read from pretty-printed JSON
+    // (a model, a host, a file): their raw text spans lines, and written
+    // as it was it would split their event into torn lines.
+    let pretty = "{\n  \"path\": \"src/a.rs\",\n  \"note\": \"two\\nlines\"\n}";
+    let call: ToolCall = serde_json::from_str(&format!(
+        "{{\"call_id\": \"c-1\", \"name\": \"read\", \"input\": {pretty}}}"
+    ))
+    .unwrap();
+    let payload: ExtensionPayload = serde_json::from_str(pretty).unwrap();
+    let logged = vec![
+        event(0, EventPayload::ToolCall(call)),
+        event(
+            1,
+            EventPayload::Extension {
+                kind: "test/pretty".into(),
+                payload,
+            },
+        ),
+    ];
+    for fx in fixtures() {
+        let log = fx.store.create(&header("p"), &logged).await.unwrap();
+        drop(log);
+        let (opened, _log) = fx.store.open(&sid("p")).await.unwrap();
+        assert_eq!(opened.events, logged, "{}", fx.name);
+        for event in &opened.events {
+            let text = match &event.payload {
+                EventPayload::ToolCall(call) => call.input.get(),
+                EventPayload::Extension { payload, .. } => payload.get(),
+                other => panic!("{other:?}"),
+            };
+            assert_eq!(text, r#"{"path":"src/a.rs","note":"two\nlines"}"#);
+        }
+        if let Some(bytes) = fx.bytes("p") {
+            assert_eq!(line_count(&bytes), 3, "{}", fx.name);
         }
     }
 }
@@ -859,7 +899,7 @@ fn format_fixture() -> (SessionHeader, Vec<SessionEvent>) {
         EventPayload::ToolCall(ToolCall {
             call_id: CallId::new("c-1"),
             name: "read_file".into(),
-            input: serde_json::json!({"limit": 20, "path": "src/main.rs"}),
+            input: serde_json::json!({"limit": 20, "path": "src/main.rs"}).into(),
         }),
         EventPayload::ToolResult(ToolResultEntry {
             call_id: CallId::new("c-1"),

@@ -9,7 +9,9 @@
 
 use std::collections::BTreeMap;
 
-use dsh_core::{CallId, FinishReason, ModelError, ModelErrorKind, ModelEvent, ToolCall, Usage};
+use dsh_core::{
+    CallId, FinishReason, ModelError, ModelErrorKind, ModelEvent, ToolCall, ToolInput, Usage,
+};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -364,16 +366,16 @@ impl StreamDecoder {
 /// calls anyway). A call without an id gets one made from its index.
 fn assemble(index: u64, call: PartialCall) -> ToolCall {
     let input = if call.arguments.trim().is_empty() {
-        Value::Object(serde_json::Map::new())
+        ToolInput::empty_object()
     } else {
-        match serde_json::from_str::<Value>(&call.arguments) {
-            Ok(value) => value,
+        match ToolInput::from_json(&call.arguments) {
+            Ok(input) => input,
             Err(err) => {
                 tracing::warn!(
                     tool = %call.name,
                     "the model's tool-call arguments are not valid JSON ({err}); passing them on as text"
                 );
-                Value::String(call.arguments)
+                ToolInput::from(Value::String(call.arguments))
             }
         }
     };
@@ -457,12 +459,12 @@ mod tests {
                 ModelEvent::ToolCall(ToolCall {
                     call_id: CallId::new("a"),
                     name: "read".into(),
-                    input: json!({"p": 1})
+                    input: json!({"p": 1}).into()
                 }),
                 ModelEvent::ToolCall(ToolCall {
                     call_id: CallId::new("b"),
                     name: "grep".into(),
-                    input: json!({})
+                    input: ToolInput::empty_object()
                 }),
                 ModelEvent::Finish(FinishReason::ToolUse),
             ]
@@ -484,8 +486,40 @@ mod tests {
             ModelEvent::ToolCall(ToolCall {
                 call_id: CallId::new("a"),
                 name: "read".into(),
-                input: json!("{\"p\": ")
+                input: json!("{\"p\": ").into()
             })
+        );
+    }
+
+    #[test]
+    fn arguments_are_kept_as_written_and_only_line_breaks_between_tokens_go() {
+        let body = sse(&[
+            delta(
+                json!({"tool_calls": [{"index": 0, "id": "a", "function": {"name": "read", "arguments": "{\"z\": 1, \"a\": [1e400]}"}}]}),
+            ),
+            delta(
+                json!({"tool_calls": [{"index": 1, "id": "b", "function": {"name": "read", "arguments": "{\n  \"p\": \"two\\nlines \\\" {x}\",\n  \"q\": [1, 2]\n}\n"}}]}),
+            ),
+            finish("tool_calls"),
+        ]);
+        let (events, result) = decode(&body);
+        result.unwrap();
+        let inputs: Vec<&str> = events
+            .iter()
+            .filter_map(|event| match event {
+                ModelEvent::ToolCall(call) => Some(call.input.get()),
+                _ => None,
+            })
+            .collect();
+        // Key order, spacing and a number no `f64` holds are kept; text
+        // across lines loses the whitespace between its tokens, never what
+        // is inside a string.
+        assert_eq!(
+            inputs,
+            [
+                r#"{"z": 1, "a": [1e400]}"#,
+                r#"{"p":"two\nlines \" {x}","q":[1,2]}"#
+            ]
         );
     }
 

@@ -9,7 +9,7 @@
 use std::borrow::Cow;
 
 use dsh_core::content::ContentBlock;
-use dsh_core::{Message, MessageSource, ModelRequest, ToolCall, ToolSpec};
+use dsh_core::{Message, MessageSource, ModelRequest, ToolCall, ToolInput, ToolSpec};
 use serde::Serialize;
 use serde_json::Value;
 
@@ -95,7 +95,7 @@ struct WireCall<'a> {
 #[derive(Debug, Serialize)]
 struct WireFunctionCall<'a> {
     name: &'a str,
-    arguments: String,
+    arguments: Cow<'a, str>,
 }
 
 #[derive(Debug, Serialize)]
@@ -163,13 +163,17 @@ fn user_content<'a>(content: &'a [ContentBlock], source: &MessageSource) -> Wire
     )
 }
 
-/// Arguments as the wire carries them: JSON text. Arguments kept as text
-/// because they were not valid JSON go back exactly as the model wrote them.
-fn arguments(input: &Value) -> String {
-    match input {
-        Value::String(raw) => raw.clone(),
-        other => other.to_string(),
+/// Arguments as the wire carries them: JSON text, which the call keeps, so
+/// it is sent as it is. Arguments kept as a JSON string because they were
+/// not valid JSON go back exactly as the model wrote them.
+fn arguments(input: &ToolInput) -> Cow<'_, str> {
+    let text = input.get();
+    if text.starts_with('"')
+        && let Ok(raw) = input.parse::<String>()
+    {
+        return Cow::Owned(raw);
     }
+    Cow::Borrowed(text)
 }
 
 fn wire_call(call: &ToolCall) -> WireCall<'_> {

@@ -181,11 +181,12 @@ async fn a_streamed_tool_call_runs_and_its_result_goes_back_on_the_wire() {
     assert_eq!(requests.len(), 2);
     let second = requests[1].json();
     let messages = second["messages"].as_array().unwrap();
+    // The arguments go back byte for byte as the model streamed them.
     assert_eq!(
         messages[messages.len() - 2..],
         [
             json!({"role": "assistant", "content": null, "tool_calls": [{"id": "call_echo1",
-                "type": "function", "function": {"name": "echo", "arguments": "{\"text\":\"ping\"}"}}]}),
+                "type": "function", "function": {"name": "echo", "arguments": "{\"text\": \"ping\"}"}}]}),
             json!({"role": "tool", "tool_call_id": "call_echo1", "content": "echo: ping"}),
         ]
     );

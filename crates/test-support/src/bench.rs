@@ -200,7 +200,7 @@ pub fn mixed_event(seq: u64) -> SessionEvent {
         6 => EventPayload::ToolCall(ToolCall {
             call_id,
             name: "read_file".into(),
-            input: serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200}),
+            input: serde_json::json!({"path": "src/list.rs", "offset": 0, "limit": 200}).into(),
         }),
         7 => EventPayload::ToolResult(ToolResultEntry {
             call_id,

@@ -16,7 +16,8 @@ use async_trait::async_trait;
 use dsh_core::agent::{AgentStatus, CancelCause, CancelOptions, Epoch, InboxArrival};
 use dsh_core::session::{SessionEvent, SessionHeader};
 use dsh_core::{
-    AgentError, AgentOptions, CallId, InboxTarget, MessageId, SessionId, ToolError, UserMessage,
+    AgentError, AgentOptions, CallId, InboxTarget, MessageId, SessionId, ToolError, ToolInput,
+    UserMessage,
 };
 use serde_json::{Value, json};
 use tokio::sync::{Barrier, broadcast, watch};
@@ -233,7 +234,7 @@ fn tool_call(id: &str, name: &str, input: Value) -> ToolCall {
     ToolCall {
         call_id: CallId::new(id),
         name: name.to_owned(),
-        input,
+        input: input.into(),
     }
 }
 
@@ -460,6 +461,30 @@ async fn invalid_arguments_list_every_violation_and_do_not_run() {
             .await
             .is_error
     );
+}
+
+#[tokio::test]
+async fn arguments_no_value_tree_holds_are_refused_without_running() {
+    let journal = Arc::default();
+    let reg = registry([TestTool::new("read", &journal).arc()]);
+    let scope = ScopedTools::compose(&reg, None, None, &[]).unwrap();
+    // Valid JSON, so the call and its log line keep it; its number is out
+    // of `f64`'s range, so it is parsed (here, once) only to be refused.
+    let huge = ToolCall {
+        call_id: CallId::new("c1"),
+        name: "read".into(),
+        input: ToolInput::from_json(r#"{"path": 1e400}"#).unwrap(),
+    };
+    let out = scope
+        .call(&huge, StubAgent::shared(), CancellationToken::new())
+        .await;
+    assert!(out.is_error);
+    assert!(
+        text_of(&out).starts_with("Invalid arguments for `read`: number out of range"),
+        "{}",
+        text_of(&out)
+    );
+    assert_eq!(journal.runs_of("read"), 0);
 }
 
 #[tokio::test]
