@@ -325,7 +325,7 @@ impl EventPayload {
     /// a string with neither an escape nor a control character is the text
     /// serde reads, so both give the same payload. Replaying a log spent
     /// most of its time in serde's visitors for these small objects.
-    fn from_written(kind: &str, payload: &str) -> Option<Self> {
+    fn from_written(kind: &str, payload: &str, recent: &mut RecentIds) -> Option<Self> {
         use crate::written::{number, string};
         match kind {
             "step/start" => {
@@ -363,11 +363,13 @@ impl EventPayload {
                 (rest == "}").then_some(Self::AssistantMessage(AssistantEntry { content }))
             }
             "user/message" => {
-                let (message, rest) = written_message(payload.strip_prefix(r#"{"message":"#)?)?;
+                let (message, rest) =
+                    written_message(payload.strip_prefix(r#"{"message":"#)?, recent)?;
                 (rest == "}").then_some(Self::UserMessage(UserEntry { message }))
             }
             "inbox/accepted" => {
-                let (message, rest) = written_message(payload.strip_prefix(r#"{"message":"#)?)?;
+                let (message, rest) =
+                    written_message(payload.strip_prefix(r#"{"message":"#)?, recent)?;
                 let rest = rest.strip_prefix(r#","target":""#)?;
                 let (target, rest) = if let Some(rest) = rest.strip_prefix(r#"next-turn""#) {
                     (InboxTarget::NextTurn, rest)
@@ -393,7 +395,7 @@ impl EventPayload {
                 } else {
                     loop {
                         let (id, after) = string(rest.strip_prefix('"')?)?;
-                        message_ids.push(MessageId::new(id));
+                        message_ids.push(recent.message(id));
                         if let Some(after) = after.strip_prefix(',') {
                             rest = after;
                         } else {
@@ -422,7 +424,7 @@ impl EventPayload {
                     _ => return None,
                 };
                 Some(Self::ToolResult(ToolResultEntry {
-                    call_id: CallId::new(call_id),
+                    call_id: recent.call(call_id),
                     name: name.to_owned(),
                     content,
                     is_error,
@@ -436,7 +438,7 @@ impl EventPayload {
                 // kept as text, never parsed into a value tree.
                 let input = rest.strip_prefix(r#","input":"#)?.strip_suffix('}')?;
                 Some(Self::ToolCall(ToolCall {
-                    call_id: CallId::new(call_id),
+                    call_id: recent.call(call_id),
                     name: name.to_owned(),
                     input: ToolInput::from_json(input).ok()?,
                 }))
@@ -467,6 +469,62 @@ impl EventPayload {
     }
 }
 
+/// Reads a log's lines into events one after another, as
+/// [`SessionEvent::from_json_line`] does, and lets an event share the ids it
+/// repeats from the events just before it: an inbox message's id is named
+/// by its `inbox/accepted`, `inbox/claimed` and `user/message` events, a
+/// tool call's id by its call and its result. A long log read back through
+/// one reader holds each such id once (one allocation where there were
+/// three), and its events are equal to those read line by line.
+#[derive(Debug, Default)]
+pub struct LineReader {
+    recent: RecentIds,
+}
+
+impl LineReader {
+    /// A reader that has read nothing yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Parse the next line.
+    ///
+    /// # Errors
+    /// The line is not a well-formed event.
+    pub fn read(&mut self, line: &str) -> serde_json::Result<SessionEvent> {
+        match SessionEvent::from_written_line(line, &mut self.recent) {
+            Some(event) => Ok(event),
+            None => SessionEvent::from_any_line(line),
+        }
+    }
+}
+
+/// The last message id and call id a [`LineReader`] read, for the next
+/// event naming the same one to share.
+#[derive(Debug, Default)]
+struct RecentIds {
+    message: Option<MessageId>,
+    call: Option<CallId>,
+}
+
+impl RecentIds {
+    /// The message id `id`, shared with the last one read if it is the same.
+    fn message(&mut self, id: &str) -> MessageId {
+        match &self.message {
+            Some(recent) if recent.as_str() == id => recent.clone(),
+            _ => self.message.insert(MessageId::new(id)).clone(),
+        }
+    }
+
+    /// The call id `id`, shared with the last one read if it is the same.
+    fn call(&mut self, id: &str) -> CallId {
+        match &self.call {
+            Some(recent) if recent.as_str() == id => recent.clone(),
+            _ => self.call.insert(CallId::new(id)).clone(),
+        }
+    }
+}
+
 impl SessionEvent {
     /// Parse one log line. Faster than going through [`serde_json::Value`]:
     /// the payload is parsed once, straight into its type.
@@ -474,10 +532,7 @@ impl SessionEvent {
     /// # Errors
     /// The line is not a well-formed event.
     pub fn from_json_line(line: &str) -> serde_json::Result<Self> {
-        match Self::from_written_line(line) {
-            Some(event) => Ok(event),
-            None => Self::from_any_line(line),
-        }
+        LineReader::new().read(line)
     }
 
     /// The general path of [`from_json_line`](Self::from_json_line): any key
@@ -497,7 +552,7 @@ impl SessionEvent {
     /// `None` for any other line (another key order, whitespace, a bad
     /// payload), which the general path then reads or refuses, so both
     /// accept exactly the same lines.
-    fn from_written_line(line: &str) -> Option<Self> {
+    fn from_written_line(line: &str, recent: &mut RecentIds) -> Option<Self> {
         let rest = line.strip_prefix(r#"{"seq":"#)?;
         let (seq, rest) = crate::written::number(rest)?;
         let rest = rest.strip_prefix(r#","time":"#)?;
@@ -510,7 +565,7 @@ impl SessionEvent {
         let (kind, rest) = rest.split_at(end);
         let payload = rest.strip_prefix(r#"","payload":"#)?;
         let payload = payload.strip_suffix('}')?;
-        let payload = match EventPayload::from_written(kind, payload) {
+        let payload = match EventPayload::from_written(kind, payload, recent) {
             Some(payload) => payload,
             None => {
                 let mut deserializer = serde_json::Deserializer::from_str(payload);
@@ -577,13 +632,13 @@ fn escaped_string(text: &str) -> Option<(String, &str)> {
 /// A user message as written with the user as its source
 /// (`{"id":"..","content":[..],"source":{"kind":"user"}}`), and the text
 /// after it.
-fn written_message(text: &str) -> Option<(UserMessage, &str)> {
+fn written_message<'t>(text: &'t str, recent: &mut RecentIds) -> Option<(UserMessage, &'t str)> {
     use crate::written::string;
     let (id, rest) = string(text.strip_prefix(r#"{"id":""#)?)?;
     let (content, rest) = written_content(rest.strip_prefix(r#","content":"#)?)?;
     let rest = rest.strip_prefix(r#","source":{"kind":"user"}}"#)?;
     let message = UserMessage {
-        id: MessageId::new(id),
+        id: recent.message(id),
         content,
         source: crate::message::MessageSource::User,
     };
@@ -937,7 +992,7 @@ mod tests {
             r#"{"seq":1,"time":1,"type":"tool/call","payload":{"call_id":"c-1","name":"read"}}"#,
         ];
         for line in lines {
-            let fast = SessionEvent::from_written_line(line);
+            let fast = SessionEvent::from_written_line(line, &mut RecentIds::default());
             let general = SessionEvent::from_any_line(line).ok();
             if fast.is_some() {
                 assert_eq!(fast, general, "{line}");
@@ -945,7 +1000,7 @@ mod tests {
             assert_eq!(SessionEvent::from_json_line(line).ok(), general, "{line}");
         }
         let written = event(3, EventPayload::TurnStart(TurnStart { turn: 1 })).to_json_line();
-        assert!(SessionEvent::from_written_line(&written).is_some());
+        assert!(SessionEvent::from_written_line(&written, &mut RecentIds::default()).is_some());
     }
 
     /// The payloads read by hand are read by hand as written (so the hand
@@ -1023,7 +1078,7 @@ mod tests {
             let (_, text) = line.split_once(r#""payload":"#).unwrap();
             let text = text.strip_suffix('}').unwrap();
             assert_eq!(
-                EventPayload::from_written(payload.kind(), text),
+                EventPayload::from_written(payload.kind(), text, &mut RecentIds::default()),
                 Some(payload.clone()),
                 "{line}"
             );

@@ -4,12 +4,13 @@
 //! is decoded into a string allocated once, however long it is, not grown
 //! in a scratch buffer by doubling and copied out (a realistic tool
 //! result's line took 8 allocations that way, against the 4 its event
-//! owns). Counted in allocations, so the bounds hold on any machine. The
-//! only test in its binary: the counters are process-wide.
+//! owns). Read through one [`LineReader`], a turn's events share the ids
+//! they repeat. Counted in allocations, so the bounds hold on any machine.
+//! The only test in its binary: the counters are process-wide.
 
 #![allow(clippy::unwrap_used)]
 
-use dsh_core::session::{EventPayload, SessionEvent, ToolResultEntry};
+use dsh_core::session::{EventPayload, LineReader, SessionEvent, ToolResultEntry};
 use dsh_core::{CallId, ContentBlock};
 use dsh_test_support::alloc::{CountingAllocator, allocations, large_allocations};
 use dsh_test_support::bench::mixed_event;
@@ -46,32 +47,45 @@ fn tool_result_line(text: &str) -> String {
 fn a_line_allocates_only_what_its_event_owns() {
     // One turn of a realistic log, by seq within the turn: what each event
     // owns (ids, names, lists and texts; numbers and fixed names own
-    // nothing). The tool call's input is a JSON value whose map type
-    // depends on serde_json's features, so it is not counted here.
-    let owned: [Option<usize>; 13] = [
-        Some(0), // turn/start
-        Some(3), // inbox/accepted: the message's id, content list and text
-        Some(2), // inbox/claimed: the id list and one id
-        Some(3), // user/message: id, content list, text
-        Some(0), // step/start
-        Some(2), // assistant/message: content list, text
-        None,    // tool/call
-        Some(4), // tool/result: call id, name, content list, text with escapes
-        Some(0), // usage
-        Some(0), // step/start
-        Some(2), // assistant/message
-        Some(0), // usage
-        Some(0), // turn/end
+    // nothing), read line by line, and read through one reader, where an
+    // event shares the ids the events before it named.
+    let owned: [(usize, usize); 13] = [
+        (0, 0), // turn/start
+        (3, 3), // inbox/accepted: the message's id, content list and text
+        (2, 1), // inbox/claimed: the id list and one id (shared)
+        (3, 2), // user/message: id (shared), content list, text
+        (0, 0), // step/start
+        (2, 2), // assistant/message: content list, text
+        (3, 3), // tool/call: call id, name, input text (never a value tree)
+        (4, 3), // tool/result: call id (shared), name, content list, text with escapes
+        (0, 0), // usage
+        (0, 0), // step/start
+        (2, 2), // assistant/message
+        (0, 0), // usage
+        (0, 0), // turn/end
     ];
-    for (seq, owned) in (0..).zip(owned) {
+    let mut reader = LineReader::new();
+    for (seq, (alone, shared)) in (0..).zip(owned) {
         let written = mixed_event(seq);
         let line = written.to_json_line();
         let (event, spent, _) = parse_counted(&line);
         assert_eq!(event, written, "seq {seq}");
-        if let Some(owned) = owned {
-            assert_eq!(spent, owned, "seq {seq}: {line}");
-        }
+        assert_eq!(spent, alone, "seq {seq}: {line}");
+        let before = allocations();
+        let event = reader.read(&line).unwrap();
+        let spent = allocations() - before;
+        assert_eq!(event, written, "seq {seq}, through the reader");
+        assert_eq!(spent, shared, "seq {seq}, through the reader: {line}");
     }
+    // The next turn's ids are new: nothing is shared across turns.
+    let line = mixed_event(13 + 1).to_json_line();
+    let before = allocations();
+    reader.read(&line).unwrap();
+    assert_eq!(
+        allocations() - before,
+        3,
+        "the next turn's accepted message"
+    );
     // The tool result's text in the realistic log has escapes: it is the
     // case the bound is about.
     assert!(mixed_event(7).to_json_line().contains("\\n"));

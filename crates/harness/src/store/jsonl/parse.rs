@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use dsh_core::session::FORMAT_VERSION;
+use dsh_core::session::{FORMAT_VERSION, LineReader};
 use dsh_core::{SessionEvent, SessionHeader, SessionId, StoreError, TornTail};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -334,8 +334,10 @@ pub(super) fn parse_chunk(chunk: &[u8], events: &mut Vec<SessionEvent>) -> Optio
             (before, Some("invalid UTF-8".to_owned()))
         }
     };
+    // One reader for the run: consecutive events share the ids they repeat.
+    let mut reader = LineReader::new();
     for line in text.into_iter().flat_map(lines_of) {
-        match SessionEvent::from_json_line(line) {
+        match reader.read(line) {
             Ok(event) => events.push(event),
             Err(err) => {
                 failure = Some(format!("unreadable event: {err}"));
