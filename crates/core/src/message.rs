@@ -372,7 +372,7 @@ impl Default for ToolInput {
 
 impl From<Value> for ToolInput {
     fn from(value: Value) -> Self {
-        Self(JsonText::from_value(&value))
+        Self::from(&value)
     }
 }
 

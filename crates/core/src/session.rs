@@ -510,18 +510,27 @@ struct RecentIds {
 impl RecentIds {
     /// The message id `id`, shared with the last one read if it is the same.
     fn message(&mut self, id: &str) -> MessageId {
-        match &self.message {
-            Some(recent) if recent.as_str() == id => recent.clone(),
-            _ => self.message.insert(MessageId::new(id)).clone(),
-        }
+        shared(&mut self.message, id, MessageId::as_str, |id| {
+            MessageId::new(id)
+        })
     }
 
     /// The call id `id`, shared with the last one read if it is the same.
     fn call(&mut self, id: &str) -> CallId {
-        match &self.call {
-            Some(recent) if recent.as_str() == id => recent.clone(),
-            _ => self.call.insert(CallId::new(id)).clone(),
-        }
+        shared(&mut self.call, id, CallId::as_str, |id| CallId::new(id))
+    }
+}
+
+/// The id in `last` if its text is `id`; otherwise a new one, kept there.
+fn shared<I: Clone>(
+    last: &mut Option<I>,
+    id: &str,
+    text: impl Fn(&I) -> &str,
+    make: impl FnOnce(&str) -> I,
+) -> I {
+    match last {
+        Some(recent) if text(recent) == id => recent.clone(),
+        _ => last.insert(make(id)).clone(),
     }
 }
 
