@@ -44,6 +44,7 @@ pub mod bench;
 pub mod catalog;
 pub mod equiv;
 pub mod error;
+pub mod expand;
 pub mod model;
 pub mod render;
 

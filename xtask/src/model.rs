@@ -7,8 +7,11 @@
 //! defined in a chain of `pub mod`s, or re-exported by a `pub use` in a
 //! public module (chains and globs of local re-exports are followed). Code
 //! under `#[cfg(test)]` and items marked `#[doc(hidden)]` are not part of
-//! the surface. Nothing is compiled and no macro is expanded: an item a macro
-//! generates is invisible here.
+//! the surface (attributes are read as attributes, never as words). Nothing
+//! is compiled. A crate's own `macro_rules!` macros are expanded where they
+//! are invoked as items or impl items ([`crate::expand`]), so the ids
+//! `opaque_id!` makes are public items; any other macro's output is
+//! invisible here.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -16,6 +19,7 @@ use std::path::{Path, PathBuf};
 
 use proc_macro2::{LineColumn, TokenStream};
 use quote::ToTokens;
+use syn::parse::Parser as _;
 use syn::spanned::Spanned;
 
 use crate::error::Error;
@@ -330,6 +334,7 @@ fn load_crate(root: &Path, dir: &str) -> Result<Crate, Error> {
             files: BTreeMap::new(),
         },
         impls: Vec::new(),
+        macros: BTreeMap::new(),
     };
     let lib_rs = format!("{dir}/src/lib.rs");
     let file = loader.parse(&lib_rs)?;
@@ -361,16 +366,69 @@ struct Loader<'a> {
     root: &'a Path,
     krate: Crate,
     impls: Vec<PendingImpl>,
+    /// The crate's `macro_rules!` macros seen so far, by name.
+    macros: BTreeMap<String, crate::expand::Rules>,
 }
 
-/// Whether attributes hide the item from the public surface: test-only
-/// code, `#[doc(hidden)]`.
+/// Whether attributes hide the item from the public surface: `#[doc(hidden)]`,
+/// or a `#[cfg(..)]` that holds only under `test`. Attributes are read as
+/// attributes: the words of a doc comment never count.
 fn excluded(attrs: &[syn::Attribute]) -> bool {
     attrs.iter().any(|attr| {
-        let words = attr.meta.to_token_stream().to_string();
-        (attr.path().is_ident("cfg") && words.contains("test"))
-            || (attr.path().is_ident("doc") && words.contains("hidden"))
+        if attr.path().is_ident("cfg") {
+            attr.parse_args::<syn::Meta>()
+                .is_ok_and(|meta| only_under_test(&meta))
+        } else if attr.path().is_ident("doc") {
+            doc_hidden(attr)
+        } else {
+            false
+        }
     })
+}
+
+/// Whether `#[doc(..)]` says `hidden` (a `#[doc = "..."]` comment never does).
+fn doc_hidden(attr: &syn::Attribute) -> bool {
+    let syn::Meta::List(_) = &attr.meta else {
+        return false;
+    };
+    let mut hidden = false;
+    // Other `doc(..)` arguments (`alias = "x"`, `cfg(..)`) are skipped whole.
+    let _ = attr.parse_nested_meta(|nested| {
+        if nested.path.is_ident("hidden") {
+            hidden = true;
+        } else if nested.input.peek(syn::Token![=]) {
+            nested.value()?.parse::<syn::Expr>()?;
+        } else if nested.input.peek(syn::token::Paren) {
+            let _content;
+            syn::parenthesized!(_content in nested.input);
+        }
+        Ok(())
+    });
+    hidden
+}
+
+/// Whether a `cfg` predicate can hold only in a test build: `test`, an
+/// `all(..)` with such a part, an `any(..)` whose every part is such.
+/// `not(..)` and anything else (`feature = "test"`, `unix`) can hold in a
+/// library build.
+fn only_under_test(meta: &syn::Meta) -> bool {
+    match meta {
+        syn::Meta::Path(path) => path.is_ident("test"),
+        syn::Meta::List(list) => {
+            let parts = list.parse_args_with(
+                syn::punctuated::Punctuated::<syn::Meta, syn::Token![,]>::parse_terminated,
+            );
+            let Ok(parts) = parts else { return false };
+            if list.path.is_ident("all") {
+                parts.iter().any(only_under_test)
+            } else if list.path.is_ident("any") {
+                !parts.is_empty() && parts.iter().all(only_under_test)
+            } else {
+                false
+            }
+        }
+        syn::Meta::NameValue(_) => false,
+    }
 }
 
 /// The doc comment of an item: its `doc` attributes joined by newlines,
@@ -382,12 +440,9 @@ pub fn doc_of(attrs: &[syn::Attribute]) -> Option<String> {
             continue;
         }
         if let syn::Meta::NameValue(nv) = &attr.meta
-            && let syn::Expr::Lit(syn::ExprLit {
-                lit: syn::Lit::Str(s),
-                ..
-            }) = &nv.value
+            && let Some(text) = doc_text(&nv.value)
         {
-            lines.extend(s.value().split('\n').map(str::to_owned));
+            lines.extend(text.split('\n').map(str::to_owned));
         }
     }
     let indent = lines
@@ -403,6 +458,38 @@ pub fn doc_of(attrs: &[syn::Attribute]) -> Option<String> {
         .join("\n");
     let text = text.trim_matches('\n').to_owned();
     (!text.trim().is_empty()).then_some(text)
+}
+
+/// The text of a `#[doc = ...]` value: a string literal, or a `concat!` of
+/// literals (a macro's way to put its argument into a doc comment).
+fn doc_text(value: &syn::Expr) -> Option<String> {
+    match value {
+        syn::Expr::Lit(syn::ExprLit {
+            lit: syn::Lit::Str(s),
+            ..
+        }) => Some(s.value()),
+        syn::Expr::Macro(m) if m.mac.path.is_ident("concat") => {
+            let parts = m
+                .mac
+                .parse_body_with(
+                    syn::punctuated::Punctuated::<syn::Lit, syn::Token![,]>::parse_terminated,
+                )
+                .ok()?;
+            let mut text = String::new();
+            for part in parts {
+                match part {
+                    syn::Lit::Str(s) => text.push_str(&s.value()),
+                    syn::Lit::Char(c) => text.push(c.value()),
+                    syn::Lit::Int(i) => text.push_str(i.base10_digits()),
+                    syn::Lit::Float(f) => text.push_str(f.base10_digits()),
+                    syn::Lit::Bool(b) => text.push_str(if b.value { "true" } else { "false" }),
+                    _ => return None,
+                }
+            }
+            Some(text)
+        }
+        _ => None,
+    }
 }
 
 /// A crate's own doc: its `//!` lines and `#![doc = "..."]` attributes, and
@@ -477,6 +564,7 @@ impl Loader<'_> {
                 syn::Item::Union(i) => (&i.attrs, Some(&i.vis)),
                 syn::Item::Use(i) => (&i.attrs, Some(&i.vis)),
                 syn::Item::Impl(i) => (&i.attrs, None),
+                syn::Item::Macro(i) => (&i.attrs, None),
                 _ => continue,
             };
             if excluded(attrs) {
@@ -500,6 +588,7 @@ impl Loader<'_> {
                         });
                     }
                 }
+                syn::Item::Macro(mac) => self.walk_macro(module, mac, file, dir)?,
                 syn::Item::Impl(imp) => self.impls.push(PendingImpl {
                     module,
                     file: file.to_owned(),
@@ -517,6 +606,41 @@ impl Loader<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Record a `macro_rules!` definition, or expand an invocation of one
+    /// in place: the items it makes belong to `module` and `file`, and
+    /// their extent is the invocation's.
+    fn walk_macro(
+        &mut self,
+        module: usize,
+        mac: &syn::ItemMacro,
+        file: &str,
+        dir: &str,
+    ) -> Result<(), Error> {
+        if let Some((name, rules)) = crate::expand::rules(mac) {
+            self.macros.insert(name, rules);
+            return Ok(());
+        }
+        let Some(expanded) = self.expansion(&mac.mac) else {
+            return Ok(());
+        };
+        let Ok(parsed) = syn::parse2::<syn::File>(expanded) else {
+            return Ok(());
+        };
+        let first = self.krate.items.len();
+        self.walk(module, &parsed.items, file, dir)?;
+        let at = Extent::of(mac.to_token_stream(), None);
+        for item in &mut self.krate.items[first..] {
+            item.extent = at;
+        }
+        Ok(())
+    }
+
+    /// The tokens an invocation of one of the crate's macros expands to.
+    fn expansion(&self, mac: &syn::Macro) -> Option<TokenStream> {
+        let name = mac.path.get_ident()?.to_string();
+        self.macros.get(&name)?.expand(mac.tokens.clone())
     }
 
     fn walk_mod(
@@ -591,7 +715,20 @@ impl Loader<'_> {
                 continue;
             }
             for impl_item in &pending.imp.items {
-                if let Some(member) = impl_member(impl_item, &pending.file) {
+                if let syn::ImplItem::Macro(mac) = impl_item {
+                    if excluded(&mac.attrs) {
+                        continue;
+                    }
+                    let made = self
+                        .expansion(&mac.mac)
+                        .and_then(|tokens| impl_items.parse2(tokens).ok())
+                        .unwrap_or_default();
+                    for made in &made {
+                        if let Some(member) = impl_member(made, &pending.file) {
+                            self.krate.items[target].members.push(member);
+                        }
+                    }
+                } else if let Some(member) = impl_member(impl_item, &pending.file) {
                     self.krate.items[target].members.push(member);
                 }
             }
@@ -746,6 +883,15 @@ impl Loader<'_> {
     fn item_is_pub(&self, item: usize) -> bool {
         self_pub(&self.krate.items[item].ast)
     }
+}
+
+/// The items of an impl block, as a macro expands to them.
+fn impl_items(input: syn::parse::ParseStream<'_>) -> syn::Result<Vec<syn::ImplItem>> {
+    let mut items = Vec::new();
+    while !input.is_empty() {
+        items.push(input.parse()?);
+    }
+    Ok(items)
 }
 
 fn module_file(krate: &Crate, module: usize) -> String {

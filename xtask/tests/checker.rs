@@ -271,3 +271,55 @@ fn the_fixture_catalogue() {
     let catalogue = generate_catalog(&Tree::at(fixture(), None)).unwrap();
     insta::assert_snapshot!(catalogue);
 }
+
+#[test]
+fn attributes_leave_an_item_out_and_the_words_of_a_doc_never_do() {
+    let catalogue = generate_catalog(&Tree::at(fixture(), None)).unwrap();
+    for kept in [
+        "#### struct `Words`",
+        "`pub fn check(&self)`",
+        "#### struct `OutsideTests`",
+        "#### struct `FeatureNamedTest`",
+    ] {
+        assert!(catalogue.contains(kept), "{kept} is missing");
+    }
+    for left_out in ["Concealed", "secret", "OnlyInTests", "AlsoOnlyInTests"] {
+        assert!(!catalogue.contains(left_out), "{left_out} is listed");
+    }
+}
+
+#[test]
+fn an_id_a_macro_of_the_crate_makes_is_an_item() {
+    let catalogue = generate_catalog(&Tree::at(fixture(), None)).unwrap();
+    assert!(
+        catalogue.contains("#### struct `TicketId`\n\n`demo::ids::TicketId`"),
+        "{catalogue}"
+    );
+    assert!(catalogue.contains("A ticket's id, made by a macro."));
+    assert!(catalogue.contains("`pub fn fresh() -> Self`"));
+    assert!(catalogue.contains("A fresh id starting `t-`."));
+}
+
+#[test]
+fn items_whose_docs_say_hidden_and_made_items_are_doc_checked() {
+    let scratch = Scratch::new();
+    scratch.edit(
+        "crates/demo/src/ids.rs",
+        "    /// Runs the test suite's hidden half. Still public.\n",
+        "",
+    );
+    scratch.edit(
+        "crates/demo/src/ids.rs",
+        "    /// A ticket's id, made by a macro.\n",
+        "",
+    );
+    write_catalog(&scratch.tree()).unwrap();
+    let lines: Vec<String> = scratch.problems().iter().map(Problem::to_string).collect();
+    assert_eq!(
+        lines,
+        [
+            "crates/demo/src/ids.rs:21: struct `demo::ids::TicketId` has no doc comment",
+            "crates/demo/src/ids.rs:29: method `demo::ids::Words::check` has no doc comment",
+        ]
+    );
+}
