@@ -1,6 +1,7 @@
-//! Workspace hygiene, checked by `cargo test`: every Rust file opens with a
-//! `//!` paragraph saying its role (a library's may be its included README), and no `todo!`, `unimplemented!` or
-//! `dbg!` is left behind.
+//! Workspace hygiene, checked by `cargo test --workspace` from xtask (the
+//! crate that owns the workspace's checks): every Rust file opens with a
+//! `//!` paragraph saying its role (a library's may be its included
+//! README), and no `todo!`, `unimplemented!` or `dbg!` is left behind.
 
 use std::path::{Path, PathBuf};
 
@@ -26,7 +27,7 @@ fn rust_files(dir: &Path, out: &mut Vec<PathBuf>) {
 
 #[test]
 fn every_file_says_what_it_is_and_nothing_is_left_unfinished() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let root = xtask::Tree::workspace().root().to_path_buf();
     let mut files = Vec::new();
     for dir in ["crates", "xtask", "examples", "tests"] {
         rust_files(&root.join(dir), &mut files);
