@@ -1,8 +1,9 @@
 //! What the runtime keeps per child, counted: the live activations, the
 //! names reserved and not yet cataloged, the deliveries and resumes in
-//! flight and the external run ids. Every count but the cached catalogs
-//! (one per live parent) goes back to zero once the children settle, so a
-//! long-lived runtime does not grow with the number of children it ran.
+//! flight and the external run ids. Every count but two goes back to zero
+//! once the children settle: the cached catalogs (one per live parent) and
+//! the external run ids, which are kept for the runtime's life so that a
+//! run id is never reused (one per external start, never pruned).
 //! Read-only; for hosts' diagnostics and the tests that hold it to that.
 
 use crate::runtime::{SubagentRuntime, lock};

@@ -5,6 +5,14 @@
 //! store. This module only reads: it must never create, resume, message or
 //! dispose an agent, never call the agent factory, and never write to a log.
 //! Resolution grants no authority; whoever acts on a resolved id checks it.
+//!
+//! A listing is in stable pre-order. While the walk goes on, it reads the
+//! catalogs of a node's children ahead: live ones folded at once, cold
+//! ones in batches through `SessionStore::load_kind_many`, one batch more
+//! in flight than the machine has cores. They are handed to the walk in
+//! catalog order, so each catalog is read once and the output is exactly
+//! the sequential walk's. Only external children are leaves (seed 002);
+//! an unreadable branch is marked and stops there.
 
 use crate::DeliveryError;
 use std::collections::hash_map::Entry;

@@ -6,8 +6,11 @@
 //! as the full parse does. A listing folds catalogs this way without
 //! parsing message content. Anything unusual (bytes that are not UTF-8, a
 //! line that is not a well-formed event, a repeated key, a seq out of
-//! place, a last line without its `\n`) falls back to the full parse, so a
-//! skimmed log fails exactly where and how [`super::load_log`] would.
+//! place, a last line without its `\n`) falls back to the full parse. A
+//! skim is looser than a load: it never builds a payload whose type it was
+//! not asked for, so a known type with a payload of the wrong shape fails
+//! [`super::load_log`] but not a skim (the contract `load_kind_many`
+//! states).
 
 use std::borrow::Cow;
 use std::cell::RefCell;
