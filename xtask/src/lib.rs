@@ -12,11 +12,16 @@
 //!   the top-level `*.md`), rewritten from the source by `cargo xtask
 //!   sync-docs`.
 //!
+//! - `ARCHITECTURE.md`, the map, checked by [`map`]: every path and item it
+//!   names exists, every crate has a paragraph, and it stays short.
+//!
 //! `cargo xtask check-docs` fails, naming the file and the item, when the
 //! catalogue is stale, when a block differs from its item or names one that
-//! does not exist, or when a public item has no doc comment. The same check
-//! runs as an ordinary test (`tests/workspace.rs`), so `cargo test` covers
-//! it.
+//! does not exist, when a public item has no doc comment, or when the map
+//! names what does not exist. The same check runs as an ordinary test
+//! (`tests/workspace.rs`, and `tests/map.rs` for the map), so `cargo test`
+//! covers it. The workspace's tidy test (`tests/tidy.rs`: every file opens
+//! with its `//!`, nothing unfinished is left) lives here too.
 //!
 //! # The `type-equiv` convention
 //!
@@ -34,7 +39,8 @@
 //!
 //! It never changes a crate's source, and it reads only the tree it is
 //! given: `crates/*/src/**.rs`, `crates/*/Cargo.toml`,
-//! `crates/*/tools/*.json` and the Markdown pages.
+//! `crates/*/tools/*.json`, `xtask/src/**.rs` (for the map) and the
+//! Markdown pages.
 
 use std::fmt;
 use std::fs;
@@ -45,6 +51,7 @@ pub mod catalog;
 pub mod equiv;
 pub mod error;
 pub mod expand;
+pub mod map;
 pub mod model;
 pub mod render;
 
@@ -207,7 +214,8 @@ fn block_target_problem(
 }
 
 /// Every problem with the docs of a tree: a stale catalogue, blocks that
-/// drifted from or name no source item, public items without docs.
+/// drifted from or name no source item, public items without docs, and an
+/// architecture map that names what does not exist ([`map`]).
 ///
 /// # Errors
 /// Source or pages that cannot be read.
@@ -248,6 +256,7 @@ pub fn check_docs(tree: &Tree) -> Result<Vec<Problem>, Error> {
         }
     }
     check_missing_docs(&ws, &mut problems);
+    problems.extend(map::check(tree.root(), &ws)?);
     Ok(problems)
 }
 

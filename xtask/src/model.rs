@@ -297,7 +297,7 @@ impl Workspace {
 
 /// The package name in a manifest's `[package]` table, read line by line
 /// (the manifests here keep `name = "..."` on one line).
-fn package_name(manifest: &str) -> Option<String> {
+pub(crate) fn package_name(manifest: &str) -> Option<String> {
     let mut in_package = false;
     for line in manifest.lines() {
         let line = line.trim();
