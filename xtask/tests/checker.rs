@@ -5,6 +5,8 @@
 //! generator's output is a reviewed diff.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::fs;
 use std::path::{Path, PathBuf};
 
@@ -16,19 +18,6 @@ fn fixture() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo")
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 /// A scratch copy of the fixture, to break in one way.
 struct Scratch {
     dir: tempfile::TempDir,
@@ -37,7 +26,7 @@ struct Scratch {
 impl Scratch {
     fn new() -> Self {
         let dir = tempfile::tempdir().unwrap();
-        copy_dir(&fixture(), dir.path());
+        common::copy_dir(&fixture(), dir.path());
         Self { dir }
     }
 

@@ -4,6 +4,8 @@
 //! tree, each way a map can drift fails naming the line and the span.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::fs;
 use std::path::Path;
 
@@ -23,19 +25,6 @@ fn the_workspace_map_names_only_what_exists() {
     assert!(tree.root().join(MAP_PATH).is_file());
 }
 
-fn copy_dir(from: &Path, to: &Path) {
-    fs::create_dir_all(to).unwrap();
-    for entry in fs::read_dir(from).unwrap() {
-        let entry = entry.unwrap();
-        let target = to.join(entry.file_name());
-        if entry.file_type().unwrap().is_dir() {
-            copy_dir(&entry.path(), &target);
-        } else {
-            fs::copy(entry.path(), &target).unwrap();
-        }
-    }
-}
-
 const MAP: &str = "# Architecture\n\n\
     ### `crates/demo`\n\n\
     Ids live in `crates/demo/src/ids.rs`; `crates/*/src/lib.rs` roots each crate.\n\
@@ -46,7 +35,7 @@ const MAP: &str = "# Architecture\n\n\
 /// A copy of the fixture tree with a map and a numbers page.
 fn scratch(map: &str) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
-    copy_dir(
+    common::copy_dir(
         &Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/demo"),
         dir.path(),
     );
