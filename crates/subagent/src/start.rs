@@ -6,6 +6,10 @@
 //! monitored activation. Publication is: the catalog entry in the parent's
 //! log, the activation installed, the initial prompt accepted, the monitor
 //! running.
+//!
+//! A start wakes no second worker thread. Tokio wakes a parked worker
+//! whenever a worker holds two runnable tasks, so the monitor is spawned
+//! only after the child's driver has run once on the starting worker.
 
 use crate::{AdmissionError, DeliveryError, InfraError, RegistryError};
 use std::path::PathBuf;
