@@ -38,6 +38,21 @@ pub enum Error {
         /// The module's name.
         module: String,
     },
+    /// An invocation of one of the crate's own `macro_rules!` macros that
+    /// `xtask::expand` cannot expand, so its items would be missing.
+    #[error(
+        "{path}:{line}: cannot expand `{name}!` ({message}); its items would be missing from the catalogue: keep the macro to the forms xtask/src/expand.rs reads"
+    )]
+    Macro {
+        /// The file of the invocation.
+        path: String,
+        /// 1-based line of the invocation.
+        line: usize,
+        /// The macro's name.
+        name: String,
+        /// Why it cannot be expanded.
+        message: String,
+    },
     /// A tool spec file that is not `{name, description, input_schema}`.
     #[error("{path}: not a tool spec: {message}")]
     ToolSpec {

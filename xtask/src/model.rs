@@ -351,7 +351,7 @@ fn load_crate(root: &Path, dir: &str) -> Result<Crate, Error> {
         defined: BTreeMap::new(),
     });
     loader.walk(0, &file.items, &lib_rs, &format!("{dir}/src"))?;
-    loader.attach_impls();
+    loader.attach_impls()?;
     loader.publish();
     Ok(loader.krate)
 }
@@ -366,8 +366,9 @@ struct Loader<'a> {
     root: &'a Path,
     krate: Crate,
     impls: Vec<PendingImpl>,
-    /// The crate's `macro_rules!` macros seen so far, by name.
-    macros: BTreeMap<String, crate::expand::Rules>,
+    /// The crate's `macro_rules!` macros seen so far, by name; `None` for
+    /// one whose arms the expander cannot read.
+    macros: BTreeMap<String, Option<crate::expand::Rules>>,
 }
 
 /// Whether attributes hide the item from the public surface: `#[doc(hidden)]`,
@@ -618,16 +619,18 @@ impl Loader<'_> {
         file: &str,
         dir: &str,
     ) -> Result<(), Error> {
-        if let Some((name, rules)) = crate::expand::rules(mac) {
-            self.macros.insert(name, rules);
+        if mac.mac.path.is_ident("macro_rules") {
+            if let Some(name) = &mac.ident {
+                let rules = crate::expand::rules(mac).map(|(_, rules)| rules);
+                self.macros.insert(name.to_string(), rules);
+            }
             return Ok(());
         }
-        let Some(expanded) = self.expansion(&mac.mac) else {
+        let Some(expanded) = self.expansion(&mac.mac, file)? else {
             return Ok(());
         };
-        let Ok(parsed) = syn::parse2::<syn::File>(expanded) else {
-            return Ok(());
-        };
+        let parsed = syn::parse2::<syn::File>(expanded)
+            .map_err(|err| unexpandable(&mac.mac, file, &err.to_string()))?;
         let first = self.krate.items.len();
         self.walk(module, &parsed.items, file, dir)?;
         let at = Extent::of(mac.to_token_stream(), None);
@@ -637,10 +640,30 @@ impl Loader<'_> {
         Ok(())
     }
 
-    /// The tokens an invocation of one of the crate's macros expands to.
-    fn expansion(&self, mac: &syn::Macro) -> Option<TokenStream> {
-        let name = mac.path.get_ident()?.to_string();
-        self.macros.get(&name)?.expand(mac.tokens.clone())
+    /// The tokens an invocation of one of the crate's macros expands to;
+    /// `None` for a macro from elsewhere.
+    ///
+    /// # Errors
+    /// One of the crate's macros that the expander cannot expand: its items
+    /// would silently be missing from the surface.
+    fn expansion(&self, mac: &syn::Macro, file: &str) -> Result<Option<TokenStream>, Error> {
+        let Some(name) = mac.path.get_ident() else {
+            return Ok(None);
+        };
+        let Some(rules) = self.macros.get(&name.to_string()) else {
+            return Ok(None);
+        };
+        let Some(rules) = rules else {
+            return Err(unexpandable(
+                mac,
+                file,
+                "its arms use a form the expander does not read",
+            ));
+        };
+        rules
+            .expand(mac.tokens.clone())
+            .map(Some)
+            .ok_or_else(|| unexpandable(mac, file, "no arm matches the invocation"))
     }
 
     fn walk_mod(
@@ -697,7 +720,7 @@ impl Loader<'_> {
 
     /// Attach inherent methods and constants, and implemented traits, to
     /// the items they belong to.
-    fn attach_impls(&mut self) {
+    fn attach_impls(&mut self) -> Result<(), Error> {
         for pending in std::mem::take(&mut self.impls) {
             let Some(target) = self.impl_target(pending.module, &pending.imp.self_ty) else {
                 continue;
@@ -719,10 +742,12 @@ impl Loader<'_> {
                     if excluded(&mac.attrs) {
                         continue;
                     }
-                    let made = self
-                        .expansion(&mac.mac)
-                        .and_then(|tokens| impl_items.parse2(tokens).ok())
-                        .unwrap_or_default();
+                    let made = match self.expansion(&mac.mac, &pending.file)? {
+                        Some(tokens) => impl_items.parse2(tokens).map_err(|err| {
+                            unexpandable(&mac.mac, &pending.file, &err.to_string())
+                        })?,
+                        None => Vec::new(),
+                    };
                     for made in &made {
                         if let Some(member) = impl_member(made, &pending.file) {
                             self.krate.items[target].members.push(member);
@@ -733,6 +758,7 @@ impl Loader<'_> {
                 }
             }
         }
+        Ok(())
     }
 
     /// The item an `impl` block's self type names, resolved from the
@@ -882,6 +908,15 @@ impl Loader<'_> {
 
     fn item_is_pub(&self, item: usize) -> bool {
         self_pub(&self.krate.items[item].ast)
+    }
+}
+
+fn unexpandable(mac: &syn::Macro, file: &str, why: &str) -> Error {
+    Error::Macro {
+        path: file.to_owned(),
+        line: mac.path.span().start().line,
+        name: mac.path.to_token_stream().to_string(),
+        message: why.to_owned(),
     }
 }
 

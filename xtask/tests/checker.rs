@@ -312,3 +312,14 @@ fn items_whose_docs_say_hidden_and_made_items_are_doc_checked() {
         ]
     );
 }
+
+#[test]
+fn a_macro_of_the_crate_that_cannot_be_expanded_stops_the_check() {
+    let scratch = Scratch::new();
+    scratch.edit("crates/demo/src/ids.rs", "    \"t-\"\n", "    t_\n");
+    let err = check_docs(&scratch.tree()).unwrap_err().to_string();
+    assert!(
+        err.starts_with("crates/demo/src/ids.rs:20: cannot expand `demo_id!` (no arm matches"),
+        "{err}"
+    );
+}
