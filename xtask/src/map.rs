@@ -8,17 +8,19 @@
 //!   since only a path from the root can be checked.
 //! - an item path (`dsh_core::store::SessionStore`, `Durability::Grouped`)
 //!   must have each segment after the crate defined in that crate's source
-//!   (an item, a module, a field or variant, a method of any impl); one
-//!   that starts with a type, in some crate of the workspace. A path into a
-//!   known outside crate (`std`, `tokio`, ...) is not checked.
+//!   (an item, a module, a field or variant, a method of any impl), and a
+//!   segment after a type must be one of that type's members; a path that
+//!   starts with a type is looked up in every crate of the workspace. A
+//!   path into a known outside crate (`std`, `tokio`, ...) is not checked.
 //! - a single CamelCase name (`LoopAgent`) must be defined in some crate,
 //!   or be one of the outside types the map mentions.
 //!
 //! Anything else (commands, event names, codes, placeholders with `<>`) is
-//! prose. The file must be at most [`MAX_BYTES`], and `docs/performance.md`,
+//! prose. Every `###` section under `## Code map` has an
+//! `**Architecture invariant:**` and an `**API boundary:**` line. The file must be at most [`MAX_BYTES`], and `docs/performance.md`,
 //! where the numbers it leaves out live, must exist.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs;
 use std::path::Path;
 
@@ -135,11 +137,12 @@ pub fn check(root: &Path, ws: &Workspace) -> Result<Vec<Problem>, Error> {
             dirs.push(format!("crates/{}", entry.file_name().to_string_lossy()));
         }
     }
-    let defined: Vec<(String, BTreeSet<String>)> = dirs
+    let defined: Vec<Defs> = dirs
         .iter()
         .filter(|dir| root.join(dir).join("src").is_dir())
         .map(|dir| definitions(root, dir, ws))
         .collect();
+    shape(&text, &mut problems);
     let spans = spans(&text);
     for (line, span) in &spans {
         let location = format!("{MAP_PATH}:{line}");
@@ -175,9 +178,36 @@ pub fn check(root: &Path, ws: &Workspace) -> Result<Vec<Problem>, Error> {
     Ok(problems)
 }
 
+/// The markers every crate section of the code map carries.
+const MARKERS: [&str; 2] = ["**Architecture invariant:**", "**API boundary:**"];
+
+/// Every `###` section under `## Code map` has an invariant and a boundary.
+fn shape(text: &str, problems: &mut Vec<Problem>) {
+    let mut in_map = false;
+    let mut sections: Vec<(usize, &str, String)> = Vec::new();
+    for (n, line) in text.lines().enumerate() {
+        if let Some(title) = line.strip_prefix("## ") {
+            in_map = title.trim() == "Code map";
+        } else if let Some(title) = line.strip_prefix("### ").filter(|_| in_map) {
+            sections.push((n + 1, title, String::new()));
+        } else if let Some((_, _, body)) = sections.last_mut().filter(|_| in_map) {
+            body.push_str(line);
+            body.push('\n');
+        }
+    }
+    for (line, title, body) in sections {
+        for marker in MARKERS.iter().filter(|m| !body.contains(*m)) {
+            problems.push(Problem::new(
+                format!("{MAP_PATH}:{line}"),
+                format!("the section {title} has no {marker} line"),
+            ));
+        }
+    }
+}
+
 /// What is wrong with one span, if it is a path or an item that does not
 /// exist.
-fn judge(root: &Path, defined: &[(String, BTreeSet<String>)], span: &str) -> Option<String> {
+fn judge(root: &Path, defined: &[Defs], span: &str) -> Option<String> {
     if span
         .chars()
         .any(|c| c.is_whitespace() || matches!(c, '<' | '>' | '{' | '"'))
@@ -212,7 +242,7 @@ fn judge(root: &Path, defined: &[(String, BTreeSet<String>)], span: &str) -> Opt
     if segments.len() == 1 {
         let camel = head.starts_with(|c: char| c.is_ascii_uppercase())
             && head.chars().any(|c| c.is_ascii_lowercase());
-        if !camel || OUTSIDE_TYPES.contains(&head) || defined.iter().any(|(_, d)| d.contains(head))
+        if !camel || OUTSIDE_TYPES.contains(&head) || defined.iter().any(|d| d.names.contains(head))
         {
             return None;
         }
@@ -221,19 +251,13 @@ fn judge(root: &Path, defined: &[(String, BTreeSet<String>)], span: &str) -> Opt
     if OUTSIDE_CRATES.contains(&head) {
         return None;
     }
-    if let Some((_, names)) = defined.iter().find(|(lib, _)| lib == head) {
-        let missing: Vec<&str> = segments[1..]
-            .iter()
-            .copied()
-            .filter(|s| !names.contains(*s))
-            .collect();
-        return (!missing.is_empty())
-            .then(|| format!("`{span}`: `{head}` defines no `{}`", missing.join("`, `")));
+    if let Some(defs) = defined.iter().find(|d| d.lib == head) {
+        return defs
+            .missing(&segments[1..])
+            .map(|why| format!("`{span}`: {why}"));
     }
     if head.starts_with(|c: char| c.is_ascii_uppercase()) {
-        let found = defined
-            .iter()
-            .any(|(_, names)| segments.iter().all(|s| names.contains(*s)));
+        let found = defined.iter().any(|d| d.missing(&segments).is_none());
         return (!found).then(|| format!("`{span}` is defined in no crate of the workspace"));
     }
     Some(format!(
@@ -319,19 +343,26 @@ fn spans(text: &str) -> Vec<(usize, String)> {
     out
 }
 
-/// A crate's library name and every name its source defines: items,
-/// modules, fields, variants and the items of every impl, in any file under
-/// its `src/` (a binary's too, test code included), and the items its own
-/// macros make.
-fn definitions(root: &Path, dir: &str, ws: &Workspace) -> (String, BTreeSet<String>) {
+/// What a crate defines, read from every file under its `src/` (a
+/// binary's too, test code included), with the items its own macros make.
+fn definitions(root: &Path, dir: &str, ws: &Workspace) -> Defs {
     let fallback = dir.rsplit('/').next().unwrap_or(dir).to_owned();
     let package = fs::read_to_string(root.join(dir).join("Cargo.toml"))
         .ok()
         .and_then(|manifest| crate::model::package_name(&manifest))
         .unwrap_or(fallback);
-    let mut names = BTreeSet::new();
+    let mut defs = Defs {
+        lib: package.replace('-', "_"),
+        ..Defs::default()
+    };
     if let Some(krate) = ws.crates.iter().find(|k| k.dir == dir) {
-        names.extend(krate.items.iter().map(|item| item.name.clone()));
+        for item in &krate.items {
+            defs.define(&item.name);
+            for member in &item.members {
+                let owner = syn::Ident::new(&item.name, proc_macro2::Span::call_site());
+                defs.member(&owner, &member.name);
+            }
+        }
     }
     let mut files = Vec::new();
     rust_files(&root.join(dir).join("src"), &mut files);
@@ -340,13 +371,13 @@ fn definitions(root: &Path, dir: &str, ws: &Workspace) -> (String, BTreeSet<Stri
             continue;
         };
         if let Ok(parsed) = syn::parse_file(&text) {
-            items(&parsed.items, &mut names);
+            defs.items(&parsed.items);
         }
         if let Some(stem) = file.file_stem() {
-            names.insert(stem.to_string_lossy().into_owned());
+            defs.define(stem.to_string_lossy());
         }
     }
-    (package.replace('-', "_"), names)
+    defs
 }
 
 fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
@@ -360,75 +391,125 @@ fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
     }
 }
 
-fn items(items_: &[syn::Item], names: &mut BTreeSet<String>) {
-    let fields = |fields: &syn::Fields, names: &mut BTreeSet<String>| {
-        names.extend(
-            fields
-                .iter()
-                .filter_map(|f| f.ident.as_ref().map(ToString::to_string)),
-        );
-    };
-    for item in items_ {
-        match item {
-            syn::Item::Const(i) => {
-                names.insert(i.ident.to_string());
+/// What one crate defines.
+#[derive(Default)]
+struct Defs {
+    /// The library name (`dsh_core`).
+    lib: String,
+    /// Every name defined: items, modules, files, fields, variants, the
+    /// items of traits and impls.
+    names: BTreeSet<String>,
+    /// For each type or trait, the names defined inside it: fields,
+    /// variants, trait items, the items of every impl of it.
+    members: BTreeMap<String, BTreeSet<String>>,
+}
+
+impl Defs {
+    fn define(&mut self, name: impl ToString) {
+        self.names.insert(name.to_string());
+    }
+
+    fn member(&mut self, owner: &syn::Ident, name: impl ToString) {
+        let name = name.to_string();
+        self.names.insert(name.clone());
+        self.members
+            .entry(owner.to_string())
+            .or_default()
+            .insert(name);
+    }
+
+    fn fields(&mut self, owner: &syn::Ident, fields: &syn::Fields) {
+        for field in fields {
+            if let Some(name) = &field.ident {
+                self.member(owner, name);
             }
-            syn::Item::Static(i) => {
-                names.insert(i.ident.to_string());
-            }
-            syn::Item::Type(i) => {
-                names.insert(i.ident.to_string());
-            }
-            syn::Item::Fn(i) => {
-                names.insert(i.sig.ident.to_string());
-            }
-            syn::Item::Struct(i) => {
-                names.insert(i.ident.to_string());
-                fields(&i.fields, names);
-            }
-            syn::Item::Union(i) => {
-                names.insert(i.ident.to_string());
-            }
-            syn::Item::Enum(i) => {
-                names.insert(i.ident.to_string());
-                for variant in &i.variants {
-                    names.insert(variant.ident.to_string());
-                    fields(&variant.fields, names);
+        }
+    }
+
+    /// Why `segments` (the path after the crate) names nothing here: a
+    /// segment defined nowhere in the crate, or a member its type lacks.
+    fn missing(&self, segments: &[&str]) -> Option<String> {
+        let undefined: Vec<&str> = segments
+            .iter()
+            .copied()
+            .filter(|s| !self.names.contains(*s))
+            .collect();
+        if !undefined.is_empty() {
+            return Some(format!(
+                "`{}` defines no `{}`",
+                self.lib,
+                undefined.join("`, `")
+            ));
+        }
+        segments.windows(2).find_map(|pair| {
+            let members = self.members.get(pair[0])?;
+            let nested = self.members.contains_key(pair[1]);
+            (!members.contains(pair[1]) && !nested)
+                .then(|| format!("`{}` has no `{}`", pair[0], pair[1]))
+        })
+    }
+
+    fn items(&mut self, items: &[syn::Item]) {
+        for item in items {
+            match item {
+                syn::Item::Const(i) => self.define(&i.ident),
+                syn::Item::Static(i) => self.define(&i.ident),
+                syn::Item::Type(i) => self.define(&i.ident),
+                syn::Item::Fn(i) => self.define(&i.sig.ident),
+                syn::Item::Union(i) => self.define(&i.ident),
+                syn::Item::Struct(i) => {
+                    self.define(&i.ident);
+                    self.members.entry(i.ident.to_string()).or_default();
+                    self.fields(&i.ident, &i.fields);
                 }
-            }
-            syn::Item::Trait(i) => {
-                names.insert(i.ident.to_string());
-                for ti in &i.items {
-                    match ti {
-                        syn::TraitItem::Fn(f) => names.insert(f.sig.ident.to_string()),
-                        syn::TraitItem::Const(c) => names.insert(c.ident.to_string()),
-                        syn::TraitItem::Type(t) => names.insert(t.ident.to_string()),
-                        _ => false,
+                syn::Item::Enum(i) => {
+                    self.define(&i.ident);
+                    for variant in &i.variants {
+                        self.member(&i.ident, &variant.ident);
+                        self.fields(&i.ident, &variant.fields);
+                    }
+                }
+                syn::Item::Trait(i) => {
+                    self.define(&i.ident);
+                    self.members.entry(i.ident.to_string()).or_default();
+                    for ti in &i.items {
+                        match ti {
+                            syn::TraitItem::Fn(f) => self.member(&i.ident, &f.sig.ident),
+                            syn::TraitItem::Const(c) => self.member(&i.ident, &c.ident),
+                            syn::TraitItem::Type(t) => self.member(&i.ident, &t.ident),
+                            _ => {}
+                        }
+                    }
+                }
+                syn::Item::Impl(i) => {
+                    let syn::Type::Path(ty) = &*i.self_ty else {
+                        continue;
                     };
-                }
-            }
-            syn::Item::Impl(i) => {
-                for ii in &i.items {
-                    match ii {
-                        syn::ImplItem::Fn(f) => names.insert(f.sig.ident.to_string()),
-                        syn::ImplItem::Const(c) => names.insert(c.ident.to_string()),
-                        syn::ImplItem::Type(t) => names.insert(t.ident.to_string()),
-                        _ => false,
+                    let Some(owner) = ty.path.segments.last().map(|s| s.ident.clone()) else {
+                        continue;
                     };
+                    for ii in &i.items {
+                        match ii {
+                            syn::ImplItem::Fn(f) => self.member(&owner, &f.sig.ident),
+                            syn::ImplItem::Const(c) => self.member(&owner, &c.ident),
+                            syn::ImplItem::Type(t) => self.member(&owner, &t.ident),
+                            _ => {}
+                        }
+                    }
                 }
-            }
-            syn::Item::Mod(i) => {
-                names.insert(i.ident.to_string());
-                if let Some((_, inner)) = &i.content {
-                    items(inner, names);
+                syn::Item::Mod(i) => {
+                    self.define(&i.ident);
+                    if let Some((_, inner)) = &i.content {
+                        self.items(inner);
+                    }
                 }
-            }
-            syn::Item::Macro(i) => {
-                if let Some(ident) = &i.ident {
-                    names.insert(ident.to_string());
+                syn::Item::Macro(i) => {
+                    if let Some(ident) = &i.ident {
+                        self.define(ident);
+                    }
                 }
+                _ => {}
             }
-            _ => {}
         }
     }
 }

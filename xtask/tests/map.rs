@@ -26,10 +26,12 @@ fn the_workspace_map_names_only_what_exists() {
 }
 
 const MAP: &str = "# Architecture\n\n\
+    ## Code map\n\n\
     ### `crates/demo`\n\n\
     Ids live in `crates/demo/src/ids.rs`; `crates/*/src/lib.rs` roots each crate.\n\
     `demo::ids::Words::check` and `Words::check` and `TicketId` exist.\n\
     `std::sync::Arc` is outside; `turn/start`, `dsh run` and `<id>.jsonl` are prose.\n\n\
+    **Architecture invariant:** none.\n\n**API boundary:** all.\n\n\
     ```\n`crates/fenced/nothing.rs` is code\n```\n";
 
 /// A copy of the fixture tree with a map and a numbers page.
@@ -65,10 +67,10 @@ fn a_missing_file_item_or_crate_paragraph_fails_naming_its_line() {
     assert_eq!(
         lines(&check(dir.path())),
         [
-            "ARCHITECTURE.md:5: `crates/demo/src/names.rs` does not exist",
-            "ARCHITECTURE.md:6: `demo::ids::Words::verify`: `demo` defines no `verify`",
-            "ARCHITECTURE.md:6: `Words::verify` is defined in no crate of the workspace",
-            "ARCHITECTURE.md:6: `TokenId` is defined in no crate of the workspace",
+            "ARCHITECTURE.md:7: `crates/demo/src/names.rs` does not exist",
+            "ARCHITECTURE.md:8: `demo::ids::Words::verify`: `demo` defines no `verify`",
+            "ARCHITECTURE.md:8: `Words::verify` is defined in no crate of the workspace",
+            "ARCHITECTURE.md:8: `TokenId` is defined in no crate of the workspace",
             "ARCHITECTURE.md: the map never names `crates/demo`: give it a paragraph",
         ]
     );
@@ -80,8 +82,8 @@ fn a_relative_file_or_a_crateless_path_cannot_be_checked_and_fails() {
     assert_eq!(
         lines(&check(dir.path())),
         [
-            "ARCHITECTURE.md:12: `src/ids.rs`: name a file from the workspace root (`crates/<crate>/src/...`), so it can be checked",
-            "ARCHITECTURE.md:12: `ids::Words`: start an item path with its crate (`dsh_core::...`) or its type",
+            "ARCHITECTURE.md:18: `src/ids.rs`: name a file from the workspace root (`crates/<crate>/src/...`), so it can be checked",
+            "ARCHITECTURE.md:18: `ids::Words`: start an item path with its crate (`dsh_core::...`) or its type",
         ]
     );
 }
@@ -97,4 +99,27 @@ fn a_long_map_or_a_missing_numbers_page_fails() {
         "{found:?}"
     );
     assert!(found[1].starts_with("docs/performance.md: "), "{found:?}");
+}
+
+#[test]
+fn a_member_named_on_the_wrong_type_fails() {
+    let dir = scratch(&format!(
+        "{MAP}`demo::ids::Words::fresh` and `Words::fresh` name TicketId's method.\n"
+    ));
+    assert_eq!(
+        lines(&check(dir.path())),
+        [
+            "ARCHITECTURE.md:18: `demo::ids::Words::fresh`: `Words` has no `fresh`",
+            "ARCHITECTURE.md:18: `Words::fresh` is defined in no crate of the workspace",
+        ]
+    );
+}
+
+#[test]
+fn a_crate_section_without_its_invariant_or_boundary_fails() {
+    let dir = scratch(&MAP.replace("**API boundary:** all.", ""));
+    assert_eq!(
+        lines(&check(dir.path())),
+        ["ARCHITECTURE.md:5: the section `crates/demo` has no **API boundary:** line"]
+    );
 }
