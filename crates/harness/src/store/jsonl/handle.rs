@@ -596,7 +596,7 @@ pub(super) const TEMP_SUFFIX: &str = ".tmp";
 
 /// A fresh name for a hidden temporary file next to the log of `id`,
 /// `.<id>.<pid>-<nanos>-<n>.tmp`, so that a sweep can tell which process
-/// wrote it; every temporary file of the store (creates, seals) is named
+/// wrote it; every temporary file of the store is named
 /// here.
 pub(super) fn next_temp_path(dir: &Path, id: &SessionId) -> std::path::PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
