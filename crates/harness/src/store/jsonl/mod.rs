@@ -15,6 +15,9 @@
 
 mod batched;
 mod dirsync;
+#[cfg(test)]
+mod durability_tests;
+mod fsync;
 mod group;
 mod handle;
 mod limits;
