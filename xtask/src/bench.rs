@@ -274,13 +274,6 @@ pub const AIMS: &[Aim] = &[
         unit: "ms",
     },
     Aim {
-        workload: "replay of a sealed (zstd) log, decompressed bytes",
-        n: "100,000 events",
-        reading: Reading::Bandwidth("replay/load-sealed/100000"),
-        bound: Bound::AtLeast(300.0),
-        unit: "MB/s",
-    },
-    Aim {
         workload: "message to a cold child (resume, turn, settle)",
         n: "1,000",
         reading: Reading::Rate("message/1000-cold"),
@@ -321,13 +314,6 @@ pub const AIMS: &[Aim] = &[
         workload: "disk bytes per event, plain JSONL",
         n: "100,000 events",
         reading: Reading::Recorded("replay log on disk, plain JSONL/100000"),
-        bound: Bound::Report,
-        unit: "B/event",
-    },
-    Aim {
-        workload: "disk bytes per event, sealed (zstd)",
-        n: "100,000 events",
-        reading: Reading::Recorded("replay log on disk, sealed (zstd)/100000"),
         bound: Bound::Report,
         unit: "B/event",
     },

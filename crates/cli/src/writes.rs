@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use dsh_core::{
     LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
+    StoreLayer,
 };
 use tokio::sync::watch;
 
@@ -124,7 +125,11 @@ impl Watched {
 }
 
 #[async_trait]
-impl SessionStore for Watched {
+impl StoreLayer for Watched {
+    fn wrapped(&self) -> &dyn SessionStore {
+        &*self.inner
+    }
+
     async fn create(
         &self,
         header: &SessionHeader,
@@ -147,34 +152,6 @@ impl SessionStore for Watched {
     ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
         let (loaded, log) = self.inner.open(id).await?;
         Ok((loaded, self.log(id, log)))
-    }
-
-    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
-        self.inner.load(id).await
-    }
-
-    async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
-        self.inner.load_many(ids).await
-    }
-
-    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
-        self.inner.header(id).await
-    }
-
-    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.inner.exists(id).await
-    }
-
-    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
-        self.inner.list().await
-    }
-
-    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.inner.remove(id).await
-    }
-
-    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.inner.remove_torn(id).await
     }
 
     async fn flush(&self) -> Result<(), StoreError> {
@@ -315,6 +292,19 @@ mod tests {
             .await
             .expect("a recorded failure is seen at once");
         assert!(seen.to_string().contains("No space left on device"));
+    }
+
+    /// `Watched` is transparent: every method reaches the store it wraps,
+    /// so the runtime's cold catalog reads (`load_kind_many`) and header
+    /// scans (`header_many`) reach the JSONL store's own batched readers.
+    #[tokio::test]
+    async fn every_method_reaches_the_wrapped_store() {
+        use dsh_test_support::store::{ProbeStore, call_every_method};
+        let probe = ProbeStore::new();
+        let faults = WriteFaults::new();
+        let watched = Watched::wrap(Arc::new(probe.clone()), &faults);
+        call_every_method(&*watched).await;
+        assert!(probe.missed().is_empty(), "missed {:?}", probe.missed());
     }
 
     /// Poll `future` once.

@@ -487,3 +487,214 @@ pub trait SessionStore: Send + Sync + 'static {
         Ok(false)
     }
 }
+
+/// A store that wraps another and changes only some of its methods (a fault
+/// injector, a gate, a recorder, a watcher of failed writes): implement
+/// this, and every [`SessionStore`] method it does not override forwards
+/// to [`StoreLayer::wrapped`], defaulted methods included. A layer thus never
+/// hides an override of the store it wraps (a batched `load_kind_many`,
+/// say) behind the trait's default. Each method means what the
+/// [`SessionStore`] method of the same name means.
+#[async_trait]
+pub trait StoreLayer: Send + Sync + 'static {
+    /// The store every method not overridden forwards to.
+    fn wrapped(&self) -> &dyn SessionStore;
+
+    /// [`SessionStore::create`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::create`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::create`].
+    async fn create(
+        &self,
+        header: &SessionHeader,
+        seed: &[SessionEvent],
+    ) -> Result<Arc<dyn SessionLog>, StoreError> {
+        self.wrapped().create(header, seed).await
+    }
+
+    /// [`SessionStore::open`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::open`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::open`].
+    async fn open(
+        &self,
+        id: &SessionId,
+    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
+        self.wrapped().open(id).await
+    }
+
+    /// [`SessionStore::load`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::load`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::load`].
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
+        self.wrapped().load(id).await
+    }
+
+    /// [`SessionStore::load_many`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::load_many`].
+    async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
+        self.wrapped().load_many(ids).await
+    }
+
+    /// [`SessionStore::load_kind_many`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::load_kind_many`].
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kinds: &[&str],
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        self.wrapped().load_kind_many(ids, kinds).await
+    }
+
+    /// [`SessionStore::header`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::header`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::header`].
+    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
+        self.wrapped().header(id).await
+    }
+
+    /// [`SessionStore::header_many`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::header_many`].
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        self.wrapped().header_many(ids).await
+    }
+
+    /// [`SessionStore::exists`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::exists`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::exists`].
+    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.wrapped().exists(id).await
+    }
+
+    /// [`SessionStore::list`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::list`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::list`].
+    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        self.wrapped().list().await
+    }
+
+    /// [`SessionStore::flush`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::flush`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::flush`].
+    async fn flush(&self) -> Result<(), StoreError> {
+        self.wrapped().flush().await
+    }
+
+    /// [`SessionStore::remove`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::remove`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::remove`].
+    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        self.wrapped().remove(id).await
+    }
+
+    /// [`SessionStore::remove_torn`].
+    ///
+    /// # Errors
+    /// As [`SessionStore::remove_torn`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionStore::remove_torn`].
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        self.wrapped().remove_torn(id).await
+    }
+}
+
+/// Every layer is a store: each method is the layer's own (its override,
+/// or the forward to its inner store).
+#[async_trait]
+impl<L: StoreLayer> SessionStore for L {
+    async fn create(
+        &self,
+        header: &SessionHeader,
+        seed: &[SessionEvent],
+    ) -> Result<Arc<dyn SessionLog>, StoreError> {
+        StoreLayer::create(self, header, seed).await
+    }
+
+    async fn open(
+        &self,
+        id: &SessionId,
+    ) -> Result<(LoadedSession, Arc<dyn SessionLog>), StoreError> {
+        StoreLayer::open(self, id).await
+    }
+
+    async fn load(&self, id: &SessionId) -> Result<LoadedSession, StoreError> {
+        StoreLayer::load(self, id).await
+    }
+
+    async fn load_many(&self, ids: &[SessionId]) -> Vec<Result<LoadedSession, StoreError>> {
+        StoreLayer::load_many(self, ids).await
+    }
+
+    async fn load_kind_many(
+        &self,
+        ids: &[SessionId],
+        kinds: &[&str],
+    ) -> Vec<Result<KindEvents, StoreError>> {
+        StoreLayer::load_kind_many(self, ids, kinds).await
+    }
+
+    async fn header(&self, id: &SessionId) -> Result<SessionHeader, StoreError> {
+        StoreLayer::header(self, id).await
+    }
+
+    async fn header_many(&self, ids: &[SessionId]) -> Vec<Result<SessionHeader, StoreError>> {
+        StoreLayer::header_many(self, ids).await
+    }
+
+    async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
+        StoreLayer::exists(self, id).await
+    }
+
+    async fn list(&self) -> Result<Vec<SessionId>, StoreError> {
+        StoreLayer::list(self).await
+    }
+
+    async fn flush(&self) -> Result<(), StoreError> {
+        StoreLayer::flush(self).await
+    }
+
+    async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
+        StoreLayer::remove(self, id).await
+    }
+
+    async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
+        StoreLayer::remove_torn(self, id).await
+    }
+}

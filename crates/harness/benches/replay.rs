@@ -5,14 +5,12 @@
 //!
 //! - `replay/load/100000`: `SessionStore::load` of the plain log, bytes of
 //!   JSONL per second (aim: ≥ 600 MB/s on 2 cores);
-//! - `replay/load-sealed/100000`: the same log sealed (zstd), bytes of
-//!   decompressed JSONL per second (aim: ≥ 300 MB/s);
 //! - `replay/cold-resume/100000`: `Harness::resume` of the log until a
 //!   follow-up is accepted (aim: ≤ 20 ms); the log is cut back to its
 //!   length after each iteration, untimed, so every resume reads the same
 //!   log.
 //!
-//! It also records bytes per event on disk, plain and sealed
+//! It also records bytes per event on disk
 //! (`dsh_test_support::bench::record`). Files go under a fresh directory in
 //! the system temporary directory, removed when done.
 
@@ -43,21 +41,13 @@ fn replay(c: &mut Criterion) {
     let rt = runtime();
     let replay = ReplayStore::new("dsh-replay-bench-");
     let plain = replay.write(&rt, "plain");
-    let sealed = replay.write(&rt, "sealed");
-    let seal = rt.block_on(replay.store().seal(&sealed.id)).unwrap();
-    assert_eq!(seal.plain_bytes, sealed.size);
     per_event("replay log on disk, plain JSONL", plain.size);
-    per_event("replay log on disk, sealed (zstd)", seal.sealed_bytes);
 
     let mut group = c.benchmark_group("replay");
     group.throughput(Throughput::Bytes(plain.size));
     group.sample_size(20);
     group.bench_function(format!("load/{EVENTS}"), |b| {
         b.iter_custom(|iters| time_loads(&rt, &replay, &plain, iters));
-    });
-    group.throughput(Throughput::Bytes(sealed.size));
-    group.bench_function(format!("load-sealed/{EVENTS}"), |b| {
-        b.iter_custom(|iters| time_loads(&rt, &replay, &sealed, iters));
     });
     group.finish();
 

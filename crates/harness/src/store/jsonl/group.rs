@@ -183,8 +183,10 @@ const SYNC_THREADS: usize = 16;
 /// in one journal transaction, where one after another would pay a commit
 /// each.
 pub(super) fn sync_all_of(requests: &[(&Held, &Path)]) -> Vec<Result<(), StoreError>> {
-    let sync =
-        |(held, path): &(&Held, &Path)| held.sync_data().map_err(|source| io_error(path, source));
+    let sync = |(held, path): &(&Held, &Path)| {
+        held.sync_data(path)
+            .map_err(|source| io_error(path, source))
+    };
     if requests.len() <= 1 {
         return requests.iter().map(sync).collect();
     }

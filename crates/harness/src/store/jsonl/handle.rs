@@ -19,6 +19,7 @@ use dsh_core::{Durability, LoadedSession, SessionEvent, SessionId, SessionLog, S
 use tokio::sync::watch;
 
 use super::batched::{Creating, Mark, WriteBehind};
+use super::fsync;
 use super::group::GroupCommit;
 use super::parse::torn_header;
 use super::stream::read_log;
@@ -90,9 +91,10 @@ impl Held {
         }
     }
 
-    /// Force the file's data (and the metadata needed to read it back).
-    pub(super) fn sync_data(&self) -> io::Result<()> {
-        self.file.sync_data()
+    /// Force the file's data (and the metadata needed to read it back);
+    /// `path` names it.
+    pub(super) fn sync_data(&self, path: &Path) -> io::Result<()> {
+        fsync::data(&self.file, path)
     }
 
     /// What the write-behind committer knows of this log.
@@ -306,7 +308,7 @@ impl LogState {
 
     /// The blocking half of [`JsonlLog::sync`].
     fn sync(&self, held: &Held, batch: Option<(u64, u64)>) -> Result<(), StoreError> {
-        let synced = held.file.sync_data();
+        let synced = held.sync_data(&self.path);
         let mut state = self.state();
         match synced {
             Ok(()) => match batch {
@@ -570,9 +572,7 @@ fn same_file(_: &fs::Metadata, _: &fs::Metadata) -> bool {
 
 /// Fsync a directory so that a link or unlink in it survives a power failure.
 pub(super) fn sync_dir(dir: &Path) -> Result<(), StoreError> {
-    File::open(dir)
-        .and_then(|handle| handle.sync_all())
-        .map_err(|source| io_error(dir, source))
+    fsync::dir(dir)
 }
 
 /// A temporary file removed when dropped.
@@ -596,7 +596,7 @@ pub(super) const TEMP_SUFFIX: &str = ".tmp";
 
 /// A fresh name for a hidden temporary file next to the log of `id`,
 /// `.<id>.<pid>-<nanos>-<n>.tmp`, so that a sweep can tell which process
-/// wrote it; every temporary file of the store (creates, seals) is named
+/// wrote it; every temporary file of the store is named
 /// here.
 pub(super) fn next_temp_path(dir: &Path, id: &SessionId) -> std::path::PathBuf {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
@@ -739,8 +739,7 @@ fn create_log(
         .write_all(contents)
         .map_err(|source| io_error(&temp.path, source))?;
     if inline {
-        file.sync_all()
-            .map_err(|source| io_error(&temp.path, source))?;
+        fsync::all(&file, &temp.path).map_err(|source| io_error(&temp.path, source))?;
     }
     match fs::hard_link(&temp.path, path) {
         Ok(()) => {}
@@ -855,7 +854,7 @@ fn create_in_place(
     if create_forces(durability, true) {
         let sync_file = || {
             (published.held)
-                .sync_data()
+                .sync_data(path)
                 .map_err(|source| io_error(path, source))
         };
         match shared.dir_sync.as_ref() {
@@ -963,7 +962,7 @@ pub(super) fn open_log(
         tracing::warn!(path = %path.display(), "restored the missing newline after the last line of a session log");
     }
     if durability.syncs() && (parsed.torn_tail.is_some() || parsed.missing_newline) {
-        file.sync_data().map_err(|source| io_error(path, source))?;
+        fsync::data(&file, path).map_err(|source| io_error(path, source))?;
     }
     Ok(Opened {
         loaded: LoadedSession {

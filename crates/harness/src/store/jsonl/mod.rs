@@ -15,11 +15,13 @@
 
 mod batched;
 mod dirsync;
+#[cfg(test)]
+mod durability_tests;
+mod fsync;
 mod group;
 mod handle;
 mod limits;
 mod parse;
-mod sealed;
 mod skim;
 mod stream;
 mod written_header;
@@ -47,9 +49,7 @@ use handle::{
     still_linked, sync_dir,
 };
 pub use limits::{OpenFileLimit, raise_open_file_limit};
-use parse::{parse_header, parse_log, parse_lone_header};
-pub use sealed::Sealed;
-use sealed::{SEALED_EXTENSION, seal_log, sealed_path, unseal_for_open};
+use parse::{parse_header, parse_lone_header};
 
 use super::check_contiguous;
 
@@ -234,30 +234,6 @@ impl JsonlStore {
         self.shared.dir.join(file_name(id))
     }
 
-    /// Seal the settled log of `id`: replace `<id>.jsonl` by its compressed
-    /// form `<id>.jsonl.zst` (zstd; the same bytes inside). Opt-in: plain
-    /// JSONL stays the default. Every read of the store reads a sealed log
-    /// transparently, and [`SessionStore::open`] unseals it before writing
-    /// (publishing the plain log whole before removing the compressed one).
-    /// A crash at any point leaves one readable form (see `sealed`).
-    ///
-    /// # Errors
-    /// [`StoreError::Busy`] when this process holds the log (an agent is
-    /// live on it); [`StoreError::Locked`] when another process does;
-    /// [`StoreError::NotFound`] when there is no plain log (already sealed,
-    /// or never created); [`StoreError::Corrupt`] (or another load error)
-    /// when the log does not parse whole, a torn tail included;
-    /// [`StoreError::Io`] when a file cannot be written, synced, renamed or
-    /// removed, in which case the plain log is still the log.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: the work runs on the blocking pool, and a dropped
-    /// future lets it finish detached (the log is then sealed, or still
-    /// plain if it failed); the id is `Busy` until then.
-    pub async fn seal(&self, id: &SessionId) -> Result<Sealed, StoreError> {
-        self.while_held(id, seal_log).await
-    }
-
     /// Run `work(dir, id, path, durability)` on the blocking pool while
     /// holding the in-process writer slot of `id` (`Busy` when taken); the
     /// slot is released when the work ends, even if its future was dropped.
@@ -367,10 +343,6 @@ impl SessionStore for JsonlStore {
         // A held id names a log that exists (or is being created right now).
         let slot =
             WriterSlot::claim(&self.shared, &id).ok_or_else(|| StoreError::Exists(id.clone()))?;
-        // A sealed log exists as much as a plain one.
-        if sealed_path(&path).exists() {
-            return Err(StoreError::Exists(id));
-        }
         let dir = &self.shared.dir;
         let durability = self.shared.durability;
         let len = buf.len() as u64;
@@ -410,14 +382,7 @@ impl SessionStore for JsonlStore {
         let path = self.log_path(id);
         let durability = self.shared.durability;
         let task_path = path.clone();
-        let dir = self.shared.dir.clone();
-        let task_id = id.clone();
-        let opened = blocking(&path, move || {
-            // A sealed log is unsealed first: writing needs the plain form.
-            unseal_for_open(&dir, &task_id, &task_path, durability)?;
-            open_log(slot, &task_path, durability)
-        })
-        .await?;
+        let opened = blocking(&path, move || open_log(slot, &task_path, durability)).await?;
         let next_seq = opened.loaded.events.len() as u64;
         let log = Log::new(
             Arc::new(opened.held),
@@ -478,7 +443,8 @@ impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     async fn exists(&self, id: &SessionId) -> Result<bool, StoreError> {
-        sealed::exists_either(&self.log_path(id))
+        let path = self.log_path(id);
+        path.try_exists().map_err(|source| io_error(&path, source))
     }
 
     /// # Cancel safety
@@ -515,22 +481,7 @@ impl SessionStore for JsonlStore {
     /// Not cancel safe: a dropped remove finishes detached (the log is then
     /// gone unless another process held it); the id is `Busy` until then.
     async fn remove(&self, id: &SessionId) -> Result<(), StoreError> {
-        self.while_held(id, |dir, id, path, durability| {
-            match remove_log(dir, id, path, durability) {
-                // Sealed: its compressed form is the log.
-                Err(StoreError::NotFound(_)) => {
-                    match sealed::remove_sealed_form(dir, path, durability) {
-                        Ok(true) => Ok(()),
-                        Ok(false) => Err(StoreError::NotFound(id.clone())),
-                        Err(err) => Err(err),
-                    }
-                }
-                // A leftover of a seal that stopped before its unlink.
-                Ok(()) => sealed::remove_sealed_form(dir, path, durability).map(drop),
-                Err(err) => Err(err),
-            }
-        })
-        .await
+        self.while_held(id, remove_log).await
     }
 }
 
@@ -578,20 +529,12 @@ where
 
 /// Read the log of `id` without locking or changing it.
 fn load_log(id: &SessionId, path: &Path) -> Result<LoadedSession, StoreError> {
-    let (path, parsed) = match sealed::open_either(id, path)? {
-        sealed::Found::Plain(file) => {
-            let size = file
-                .metadata()
-                .map_err(|source| io_error(path, source))?
-                .len();
-            (path.to_path_buf(), stream::read_log(id, path, &file, size)?)
-        }
-        sealed::Found::Sealed(sealed, bytes) => {
-            let parsed = parse_log(id, &sealed, bytes)?;
-            (sealed, parsed)
-        }
-    };
-    let path = path.as_path();
+    let file = File::open(path).map_err(|source| open_error(id, path, source))?;
+    let size = file
+        .metadata()
+        .map_err(|source| io_error(path, source))?
+        .len();
+    let parsed = stream::read_log(id, path, &file, size)?;
     if let Some(torn) = &parsed.torn_tail {
         tracing::debug!(
             path = %path.display(),
@@ -609,12 +552,17 @@ fn load_log(id: &SessionId, path: &Path) -> Result<LoadedSession, StoreError> {
 
 /// Read and check only the first line of the log of `id`.
 fn read_header(id: &SessionId, path: &Path) -> Result<SessionHeader, StoreError> {
-    let (path, mut line) = sealed::first_line(id, path)?;
+    use std::io::BufRead;
+    let file = File::open(path).map_err(|source| open_error(id, path, source))?;
+    let mut line = Vec::new();
+    io::BufReader::new(file)
+        .read_until(b'\n', &mut line)
+        .map_err(|source| io_error(path, source))?;
     if line.last() == Some(&b'\n') {
         line.pop();
-        parse_header(id, &path, &line)
+        parse_header(id, path, &line)
     } else {
-        parse_lone_header(id, &path, &line)
+        parse_lone_header(id, path, &line)
     }
 }
 
@@ -625,10 +573,7 @@ fn list_logs(dir: &Path) -> Result<Vec<SessionId>, StoreError> {
     for entry in fs::read_dir(dir).map_err(|source| io_error(dir, source))? {
         let entry = entry.map_err(|source| io_error(dir, source))?;
         let name = entry.file_name();
-        let Some(stem) = name.to_str().and_then(|name| {
-            name.strip_suffix(EXTENSION)
-                .or_else(|| name.strip_suffix(SEALED_EXTENSION))
-        }) else {
+        let Some(stem) = name.to_str().and_then(|name| name.strip_suffix(EXTENSION)) else {
             continue;
         };
         // Hidden files (temporaries) and foreign names are not session ids.
@@ -643,8 +588,6 @@ fn list_logs(dir: &Path) -> Result<Vec<SessionId>, StoreError> {
         }
     }
     ids.sort();
-    // A log caught between its plain and sealed forms has both files.
-    ids.dedup();
     Ok(ids)
 }
 

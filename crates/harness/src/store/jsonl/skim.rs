@@ -36,8 +36,7 @@ use dsh_core::written::{number, string};
 /// of `ids`. The directory is opened once and each plain log relative to
 /// it by name (no path walk per log), read into this thread's reused
 /// buffer with no `stat`, in one `read` when it fits (a listing reads
-/// thousands of small logs one after another); a sealed log, or one that
-/// races a seal, is read as `load` reads it.
+/// thousands of small logs one after another).
 pub(super) fn skim_many(
     dir: &Path,
     ids: &[SessionId],
@@ -72,12 +71,7 @@ fn skim_log(
     let plain = || logs.path(id);
     let read = match logs.open_log(id).and_then(|file| read_plain(file, buffer)) {
         Ok(filled) => skim_bytes(id, &plain, &buffer[..filled], kinds, parent.as_ref()),
-        // Plain or sealed, as `load` reads it.
-        Err(err) if err.kind() == io::ErrorKind::NotFound => {
-            let (path, bytes) = super::sealed::read_either(id, &plain())?;
-            skim_bytes(id, &|| path.clone(), &bytes, kinds, parent.as_ref())
-        }
-        Err(source) => Err(super::io_error(&plain(), source)),
+        Err(source) => Err(super::open_error(id, &plain(), source)),
     };
     if let Ok(log) = &read
         && log.header.parent_session.is_some()
