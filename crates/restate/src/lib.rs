@@ -6,6 +6,9 @@
 //! id: `dsh.Session` holds the log (header, event chunks, head) and will
 //! run the turns; `dsh.Inbox` holds the input waiting for a turn, so input
 //! is never stuck behind a running turn. The objects' state is in
-//! [`state`], plain types tested without a server.
+//! [`state`], plain types tested without a server; the handlers in
+//! [`object`]; [`client::RestateClient`] calls them from outside.
 
+pub mod client;
+pub mod object;
 pub mod state;
