@@ -7,8 +7,10 @@
 //! run the turns; `dsh.Inbox` holds the input waiting for a turn, so input
 //! is never stuck behind a running turn. The objects' state is in
 //! [`state`], plain types tested without a server; the handlers in
-//! [`object`]; [`client::RestateClient`] calls them from outside.
+//! [`object`]; [`client::RestateClient`] calls them from outside, and
+//! [`store::RestateSessionStore`] reads sessions through it.
 
 pub mod client;
 pub mod object;
 pub mod state;
+pub mod store;
