@@ -13,7 +13,8 @@ use crate::state::log::{self, HEAD_KEY, HEADER_KEY, LogHead};
 /// below the server's message limit.
 const PAGE_CHUNKS: u64 = 16;
 
-/// The `dsh.Session` virtual object.
+/// The `dsh.Session` virtual object. Its state is lazy: a handler fetches
+/// the entries it reads, not the whole log with every invocation.
 pub struct Session;
 
 /// What `create` writes: the header and the events the log starts with.
@@ -36,7 +37,7 @@ pub struct EventPage {
     pub complete: bool,
 }
 
-#[restate_sdk::object(name = "dsh.Session", client_visibility = "pub(crate)")]
+#[restate_sdk::object(name = "dsh.Session", client_visibility = "pub(crate)", lazy_state)]
 impl Session {
     /// Create the log: the header line and the seed. Refused with
     /// `SESSION_EXISTS` when the object already has a header.
