@@ -34,7 +34,7 @@ fn the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker() {
     if !support::isolated("the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker") {
         return;
     }
-    support::runtime().block_on(async {
+    support::run(async {
         let server = Server::start().await;
         let worker = Worker::start(WORKER_ADDR);
         server
@@ -129,10 +129,14 @@ fn the_session_store_lists_and_loads_what_the_session_objects_hold() {
     if !support::isolated("the_session_store_lists_and_loads_what_the_session_objects_hold") {
         return;
     }
-    support::runtime().block_on(async {
+    support::run(async {
         let server = Server::start().await;
         let worker = Worker::start(WORKER_ADDR);
-        server.client.register_deployment(&worker.uri).await.unwrap();
+        server
+            .client
+            .register_deployment(&worker.uri)
+            .await
+            .unwrap();
         let store = RestateSessionStore::new(server.client.clone());
 
         // Two sessions: one longer than a page of chunks, one empty.
@@ -141,11 +145,17 @@ fn the_session_store_lists_and_loads_what_the_session_objects_hold() {
         let long_events = events(64 * 16 + 70);
         let short = SessionHeader::new(SessionId::new("short").unwrap(), "/tmp");
         for (header, seed) in [(&long, long_events.clone()), (&short, Vec::new())] {
-            let seed = SessionSeed { header: header.clone(), seed };
+            let seed = SessionSeed {
+                header: header.clone(),
+                seed,
+            };
             server.client.create_session(&seed).await.unwrap();
         }
 
-        assert_eq!(store.list().await.unwrap(), [long.id.clone(), short.id.clone()]);
+        assert_eq!(
+            store.list().await.unwrap(),
+            [long.id.clone(), short.id.clone()]
+        );
         let loaded = store.load(&long.id).await.unwrap();
         assert_eq!(loaded.header, long);
         assert_eq!(loaded.events, long_events);
@@ -154,17 +164,28 @@ fn the_session_store_lists_and_loads_what_the_session_objects_hold() {
 
         let missing = SessionId::new("missing").unwrap();
         assert!(!store.exists(&missing).await.unwrap());
-        assert!(matches!(store.load(&missing).await, Err(StoreError::NotFound(id)) if id == missing));
-        assert!(matches!(store.open(&long.id).await, Err(StoreError::Locked(_))));
+        assert!(
+            matches!(store.load(&missing).await, Err(StoreError::NotFound(id)) if id == missing)
+        );
+        assert!(matches!(
+            store.open(&long.id).await,
+            Err(StoreError::Locked(_))
+        ));
 
         // A second create is refused by name, and changes nothing.
-        let again = SessionSeed { header: long.clone(), seed: Vec::new() };
+        let again = SessionSeed {
+            header: long.clone(),
+            seed: Vec::new(),
+        };
         let refused = server.client.create_session(&again).await.unwrap_err();
         assert!(
             matches!(&refused, ClientError::Status { status: 409, body, .. } if body.contains("SESSION_EXISTS")),
             "{refused}"
         );
-        assert_eq!(store.load(&long.id).await.unwrap().events.len(), long_events.len());
+        assert_eq!(
+            store.load(&long.id).await.unwrap().events.len(),
+            long_events.len()
+        );
         drop(worker);
     });
 }

@@ -228,11 +228,22 @@ impl Drop for Worker {
     }
 }
 
-/// A multi-threaded runtime for a test's client side.
-pub fn runtime() -> tokio::runtime::Runtime {
-    tokio::runtime::Builder::new_multi_thread()
+/// How long a test's body may take at most: a call to the ingress waits
+/// as long as the server retries, so a test that breaks a worker for good
+/// would otherwise never end.
+const TEST_BOUND: Duration = Duration::from_secs(120);
+
+/// Run a test's client side on a multi-threaded runtime, failing it if it
+/// has not finished within [`TEST_BOUND`].
+pub fn run(body: impl std::future::Future<Output = ()>) {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .enable_all()
         .build()
-        .unwrap()
+        .unwrap();
+    runtime.block_on(async {
+        tokio::time::timeout(TEST_BOUND, body)
+            .await
+            .unwrap_or_else(|_| panic!("the test did not finish in {TEST_BOUND:?}"));
+    });
 }
