@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use dsh_core::{InboxTarget, SessionId};
+use dsh_core::{InboxTarget, MessageId, SessionId};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -164,6 +164,30 @@ impl RestateClient {
     ) -> Result<Vec<InboxItem>, ClientError> {
         self.call("dsh.Inbox", session, "claim", &target, idempotency_key)
             .await
+    }
+
+    /// Drop waiting items of `session`'s inbox by message id.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the items may have been dropped, and asking
+    /// again drops nothing more.
+    pub async fn discard(&self, session: &SessionId, ids: &[MessageId]) -> Result<(), ClientError> {
+        self.call("dsh.Inbox", session, "discard", ids, None).await
+    }
+
+    /// Make `session`'s inbox refuse new input (`DRAINING`).
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the inbox may be draining.
+    pub async fn drain(&self, session: &SessionId) -> Result<(), ClientError> {
+        let url = format!("{}/dsh.Inbox/{session}/drain", self.ingress);
+        self.send(self.http.post(&url), &url).await
     }
 
     /// Create a session's log (`dsh.Session/{id}/create`) with its header

@@ -98,6 +98,44 @@ fn the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker() {
             .unwrap();
         assert_eq!(steered.len(), 1);
         assert_eq!(steered[0].message.id, steer.message_id);
+
+        // Discarded items are never claimed; a drained inbox refuses new
+        // input by name but still acknowledges a repeat.
+        let fourth = client
+            .accept(&lead, &request(4, InboxTarget::NextTurn))
+            .await
+            .unwrap();
+        client.discard(&lead, &[fourth.message_id]).await.unwrap();
+        assert!(
+            client
+                .claim(&lead, InboxTarget::NextTurn, None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
+        client.drain(&lead).await.unwrap();
+        let refused = client
+            .accept(&lead, &request(5, InboxTarget::NextTurn))
+            .await
+            .unwrap_err();
+        assert!(
+            matches!(&refused, ClientError::Status { status: 409, body, .. } if body.contains("DRAINING")),
+            "{refused}"
+        );
+        assert!(
+            client
+                .accept(&lead, &request(1, InboxTarget::NextTurn))
+                .await
+                .unwrap()
+                .duplicate
+        );
+        assert!(
+            client
+                .claim(&lead, InboxTarget::NextTurn, None)
+                .await
+                .unwrap()
+                .is_empty()
+        );
         drop(worker);
     });
 }

@@ -3,7 +3,7 @@
 //! a running turn (which is the `dsh.Session` object's, another key space).
 //! The whole [`InboxState`] is one state entry, written once per handler.
 
-use dsh_core::InboxTarget;
+use dsh_core::{InboxTarget, MessageId};
 use restate_sdk::prelude::*;
 
 use crate::state::inbox::{AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState};
@@ -52,6 +52,30 @@ impl Inbox {
             ctx.set(INBOX_KEY, Json(state));
         }
         Ok(Json(claimed))
+    }
+
+    /// Drop the waiting items with these message ids; their request ids
+    /// stay accepted, so a retry does not bring them back.
+    #[handler]
+    async fn discard(
+        &self,
+        ctx: ObjectContext<'_>,
+        ids: Json<Vec<MessageId>>,
+    ) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        state.discard(&ids.into_inner());
+        ctx.set(INBOX_KEY, Json(state));
+        Ok(())
+    }
+
+    /// Refuse new input from now on (`DRAINING`); a repeated request is
+    /// still acknowledged, and what waits can still be claimed.
+    #[handler]
+    async fn drain(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        state.drain();
+        ctx.set(INBOX_KEY, Json(state));
+        Ok(())
     }
 
     /// The waiting items of one list, oldest first, without claiming them.
