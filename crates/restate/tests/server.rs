@@ -10,12 +10,12 @@ mod support;
 
 use dsh_core::session::TurnStart;
 use dsh_core::{
-    EventPayload, ExtensionPayload, InboxTarget, SessionEvent, SessionHeader, SessionId,
+    EventPayload, ExtensionPayload, InboxTarget, MessageId, SessionEvent, SessionHeader, SessionId,
     SessionStore, StoreError, UserMessage,
 };
-use dsh_restate::client::ClientError;
+use dsh_restate::client::{ClientError, RestateClient};
 use dsh_restate::object::SessionSeed;
-use dsh_restate::state::inbox::AcceptRequest;
+use dsh_restate::state::inbox::{AcceptRequest, Acceptance};
 use dsh_restate::store::RestateSessionStore;
 use serde_json::json;
 use support::{Server, WORKER_ADDR, Worker};
@@ -27,6 +27,22 @@ fn request(n: u32, target: InboxTarget) -> AcceptRequest {
         target,
         wake: true,
     }
+}
+
+/// Accept request `n` into `session`'s inbox.
+async fn accept(
+    client: &RestateClient,
+    session: &SessionId,
+    n: u32,
+    target: InboxTarget,
+) -> Result<Acceptance, ClientError> {
+    client.accept(session, &request(n, target)).await
+}
+
+/// Claim one list of `session`'s inbox: the message ids, in order.
+async fn claim(client: &RestateClient, session: &SessionId, target: InboxTarget) -> Vec<MessageId> {
+    let items = client.claim(session, target, None).await.unwrap();
+    items.into_iter().map(|item| item.message.id).collect()
 }
 
 #[test]
@@ -43,28 +59,16 @@ fn the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker() {
             .await
             .unwrap();
         let lead = SessionId::new("lead").unwrap();
-        let client = &server.client;
+        let (client, queue, steer) = (&server.client, InboxTarget::NextTurn, InboxTarget::NextStep);
 
-        let first = client
-            .accept(&lead, &request(1, InboxTarget::NextTurn))
-            .await
-            .unwrap();
+        let first = accept(client, &lead, 1, queue).await.unwrap();
         assert!(!first.duplicate && first.schedule_turn);
-        let second = client
-            .accept(&lead, &request(2, InboxTarget::NextTurn))
-            .await
-            .unwrap();
+        let second = accept(client, &lead, 2, queue).await.unwrap();
         assert!(!second.duplicate && !second.schedule_turn);
-        let steer = client
-            .accept(&lead, &request(3, InboxTarget::NextStep))
-            .await
-            .unwrap();
+        let steered = accept(client, &lead, 3, steer).await.unwrap();
         // The same request again (a sender's retry, with a fresh message):
         // acknowledged with the first message's id, queued once.
-        let again = client
-            .accept(&lead, &request(1, InboxTarget::NextTurn))
-            .await
-            .unwrap();
+        let again = accept(client, &lead, 1, queue).await.unwrap();
         assert!(again.duplicate);
         assert_eq!(again.message_id, first.message_id);
 
@@ -72,70 +76,29 @@ fn the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker() {
         // finds it whole.
         worker.kill9();
         let worker = Worker::start(WORKER_ADDR);
-        let after = client
-            .accept(&lead, &request(2, InboxTarget::NextTurn))
-            .await
-            .unwrap();
+        let after = accept(client, &lead, 2, queue).await.unwrap();
         assert!(after.duplicate);
         assert_eq!(after.message_id, second.message_id);
-
-        let queue = client
-            .claim(&lead, InboxTarget::NextTurn, None)
-            .await
-            .unwrap();
-        let ids: Vec<_> = queue.iter().map(|item| item.message.id.clone()).collect();
-        assert_eq!(ids, [first.message_id, second.message_id]);
-        assert!(
-            client
-                .claim(&lead, InboxTarget::NextTurn, None)
-                .await
-                .unwrap()
-                .is_empty()
+        assert_eq!(
+            claim(client, &lead, queue).await,
+            [first.message_id, second.message_id]
         );
-        let steered = client
-            .claim(&lead, InboxTarget::NextStep, None)
-            .await
-            .unwrap();
-        assert_eq!(steered.len(), 1);
-        assert_eq!(steered[0].message.id, steer.message_id);
+        assert_eq!(claim(client, &lead, queue).await, []);
+        assert_eq!(claim(client, &lead, steer).await, [steered.message_id]);
 
         // Discarded items are never claimed; a drained inbox refuses new
         // input by name but still acknowledges a repeat.
-        let fourth = client
-            .accept(&lead, &request(4, InboxTarget::NextTurn))
-            .await
-            .unwrap();
+        let fourth = accept(client, &lead, 4, queue).await.unwrap();
         client.discard(&lead, &[fourth.message_id]).await.unwrap();
-        assert!(
-            client
-                .claim(&lead, InboxTarget::NextTurn, None)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert_eq!(claim(client, &lead, queue).await, []);
         client.drain(&lead).await.unwrap();
-        let refused = client
-            .accept(&lead, &request(5, InboxTarget::NextTurn))
-            .await
-            .unwrap_err();
+        let refused = accept(client, &lead, 5, queue).await.unwrap_err();
         assert!(
             matches!(&refused, ClientError::Status { status: 409, body, .. } if body.contains("DRAINING")),
             "{refused}"
         );
-        assert!(
-            client
-                .accept(&lead, &request(1, InboxTarget::NextTurn))
-                .await
-                .unwrap()
-                .duplicate
-        );
-        assert!(
-            client
-                .claim(&lead, InboxTarget::NextTurn, None)
-                .await
-                .unwrap()
-                .is_empty()
-        );
+        assert!(accept(client, &lead, 1, queue).await.unwrap().duplicate);
+        assert_eq!(claim(client, &lead, queue).await, []);
         drop(worker);
     });
 }
