@@ -1,0 +1,319 @@
+//! [`RestateClient`]: the calls dsh makes to a Restate server from outside
+//! a handler, over plain HTTP/1.1: registering a worker with the admin API,
+//! calling the objects' handlers through the ingress, and the admin API's
+//! SQL over the server's tables. Loopback and plain `http://` only for now
+//! (no TLS roots are configured; an `https://` URL fails to connect).
+
+use std::sync::Arc;
+
+use dsh_core::{InboxTarget, MessageId, SessionId};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::object::{EventPage, SessionSeed};
+use crate::state::inbox::{AcceptRequest, Acceptance, InboxItem};
+
+/// Why a call to the server failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ClientError {
+    /// The HTTP client could not be built.
+    #[error("building the HTTP client: {0}")]
+    Build(#[source] reqwest::Error),
+    /// The TLS configuration could not be built.
+    #[error("building the TLS configuration: {0}")]
+    Tls(#[source] rustls::Error),
+    /// The request did not get an answer (connection refused, reset).
+    #[error("{url}: {source}")]
+    Transport {
+        /// The URL asked.
+        url: String,
+        /// What failed.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The server answered with an error status: for a handler's refusal,
+    /// the status is its code (409) and the body names it
+    /// (`{"message":"DRAINING: ..."}`).
+    #[error("{url}: HTTP {status}: {body}")]
+    Status {
+        /// The URL asked.
+        url: String,
+        /// The HTTP status.
+        status: u16,
+        /// The answer's body.
+        body: String,
+    },
+    /// The answer is not the JSON expected.
+    #[error("{url}: unexpected answer: {source}")]
+    Decode {
+        /// The URL asked.
+        url: String,
+        /// Why it did not parse.
+        #[source]
+        source: serde_json::Error,
+    },
+}
+
+/// A client of one Restate server's ingress and admin APIs. Cloning is
+/// cheap (a shared connection pool).
+#[derive(Debug, Clone)]
+pub struct RestateClient {
+    http: reqwest::Client,
+    ingress: Arc<str>,
+    admin: Arc<str>,
+}
+
+impl RestateClient {
+    /// A client of the server whose ingress and admin APIs answer at these
+    /// base URLs (`http://127.0.0.1:8080`, `http://127.0.0.1:9070`).
+    ///
+    /// # Errors
+    /// [`ClientError::Tls`] or [`ClientError::Build`].
+    pub fn new(ingress: &str, admin: &str) -> Result<Self, ClientError> {
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let tls = rustls::ClientConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .map_err(ClientError::Tls)?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        let http = reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .no_proxy()
+            .build()
+            .map_err(ClientError::Build)?;
+        Ok(Self {
+            http,
+            ingress: Arc::from(ingress.trim_end_matches('/')),
+            admin: Arc::from(admin.trim_end_matches('/')),
+        })
+    }
+
+    /// Register (or register again, replacing) the worker serving dsh's
+    /// objects at `uri` (`http://127.0.0.1:9080`): the server asks it for
+    /// its services over HTTP/2 and sends it their invocations from then
+    /// on.
+    ///
+    /// # Errors
+    /// [`ClientError::Transport`], or [`ClientError::Status`] when the
+    /// server could not discover the worker.
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the server may have registered the worker.
+    pub async fn register_deployment(&self, uri: &str) -> Result<(), ClientError> {
+        let url = format!("{}/deployments", self.admin);
+        let body = serde_json::json!({ "uri": uri, "force": true });
+        self.post::<serde_json::Value>(&url, &body, None).await?;
+        Ok(())
+    }
+
+    /// Run an SQL query over the server's tables (`state`,
+    /// `sys_invocation`, ...) through the admin API; one JSON object a row.
+    ///
+    /// # Errors
+    /// [`ClientError::Transport`], [`ClientError::Status`] (a bad query
+    /// answers 400) or [`ClientError::Decode`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn query(&self, sql: &str) -> Result<Vec<serde_json::Value>, ClientError> {
+        #[derive(serde::Deserialize)]
+        struct Rows {
+            rows: Vec<serde_json::Value>,
+        }
+        let url = format!("{}/query", self.admin);
+        let rows: Rows = self
+            .post(&url, &serde_json::json!({ "query": sql }), None)
+            .await?;
+        Ok(rows.rows)
+    }
+
+    /// Accept a message into `session`'s inbox (`dsh.Inbox/{id}/accept`),
+    /// once per request id.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`]; a refusal (`DRAINING`) is a
+    /// [`ClientError::Status`] 409.
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the message may have been accepted, and asking
+    /// again with the same request id accepts it at most once.
+    pub async fn accept(
+        &self,
+        session: &SessionId,
+        request: &AcceptRequest,
+    ) -> Result<Acceptance, ClientError> {
+        self.call("dsh.Inbox", session, "accept", request, None)
+            .await
+    }
+
+    /// Claim the waiting items of one list of `session`'s inbox, oldest
+    /// first. `idempotency_key` makes a retried claim return the same
+    /// items instead of claiming again.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Not cancel safe without an idempotency key: dropped, the items may
+    /// have been claimed and their answer lost.
+    pub async fn claim(
+        &self,
+        session: &SessionId,
+        target: InboxTarget,
+        idempotency_key: Option<&str>,
+    ) -> Result<Vec<InboxItem>, ClientError> {
+        self.call("dsh.Inbox", session, "claim", &target, idempotency_key)
+            .await
+    }
+
+    /// Drop waiting items of `session`'s inbox by message id.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the items may have been dropped, and asking
+    /// again drops nothing more.
+    pub async fn discard(&self, session: &SessionId, ids: &[MessageId]) -> Result<(), ClientError> {
+        self.call("dsh.Inbox", session, "discard", ids, None).await
+    }
+
+    /// Make `session`'s inbox refuse new input (`DRAINING`).
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the inbox may be draining.
+    pub async fn drain(&self, session: &SessionId) -> Result<(), ClientError> {
+        let url = format!("{}/dsh.Inbox/{session}/drain", self.ingress);
+        self.send(self.http.post(&url), &url).await
+    }
+
+    /// Create a session's log (`dsh.Session/{id}/create`) with its header
+    /// and seed.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`]; an existing session is a
+    /// [`ClientError::Status`] 409 naming `SESSION_EXISTS`.
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the session may have been created.
+    pub async fn create_session(&self, seed: &SessionSeed) -> Result<(), ClientError> {
+        self.call("dsh.Session", &seed.header.id, "create", seed, None)
+            .await
+    }
+
+    /// The header line of a session, `None` when it does not exist.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn header_line(&self, session: &SessionId) -> Result<Option<String>, ClientError> {
+        let url = format!("{}/dsh.Session/{session}/header", self.ingress);
+        self.send(self.http.post(&url), &url).await
+    }
+
+    /// A page of a session's log lines from seq `from`.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn events_since(
+        &self,
+        session: &SessionId,
+        from: u64,
+    ) -> Result<EventPage, ClientError> {
+        self.call("dsh.Session", session, "events_since", &from, None)
+            .await
+    }
+
+    /// Call `handler` of object `service/key` through the ingress and wait
+    /// for its answer.
+    async fn call<Req: Serialize + ?Sized, Res: DeserializeOwned>(
+        &self,
+        service: &str,
+        key: &SessionId,
+        handler: &str,
+        input: &Req,
+        idempotency_key: Option<&str>,
+    ) -> Result<Res, ClientError> {
+        // Session ids are safe path segments (`SessionId` validates them).
+        let url = format!("{}/{service}/{key}/{handler}", self.ingress);
+        self.post(&url, input, idempotency_key).await
+    }
+
+    async fn post<Res: DeserializeOwned>(
+        &self,
+        url: &str,
+        body: &(impl Serialize + ?Sized),
+        idempotency_key: Option<&str>,
+    ) -> Result<Res, ClientError> {
+        let body = serde_json::to_vec(body).map_err(|source| ClientError::Decode {
+            url: url.to_owned(),
+            source,
+        })?;
+        let mut request = self
+            .http
+            .post(url)
+            .header("content-type", "application/json")
+            .header("accept", "application/json")
+            .body(body);
+        if let Some(key) = idempotency_key {
+            request = request.header("idempotency-key", key);
+        }
+        self.send(request, url).await
+    }
+
+    /// Whether the server is up: its admin API and its ingress answer
+    /// their health checks.
+    ///
+    /// # Errors
+    /// [`ClientError::Transport`] while the server is not listening yet (or
+    /// not at all), [`ClientError::Status`] while it is not ready.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn health(&self) -> Result<(), ClientError> {
+        for url in [
+            format!("{}/health", self.admin),
+            format!("{}/restate/health", self.ingress),
+        ] {
+            self.send::<serde_json::Value>(self.http.get(&url), &url)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Send `request` (to `url`) and read its JSON answer.
+    async fn send<Res: DeserializeOwned>(
+        &self,
+        request: reqwest::RequestBuilder,
+        url: &str,
+    ) -> Result<Res, ClientError> {
+        let transport = |source| ClientError::Transport {
+            url: url.to_owned(),
+            source,
+        };
+        let response = request.send().await.map_err(transport)?;
+        let status = response.status();
+        let bytes = response.bytes().await.map_err(transport)?;
+        if !status.is_success() {
+            return Err(ClientError::Status {
+                url: url.to_owned(),
+                status: status.as_u16(),
+                body: String::from_utf8_lossy(&bytes).into_owned(),
+            });
+        }
+        // A handler returning `()` answers with an empty body.
+        let bytes: &[u8] = if bytes.is_empty() { b"null" } else { &bytes };
+        serde_json::from_slice(bytes).map_err(|source| ClientError::Decode {
+            url: url.to_owned(),
+            source,
+        })
+    }
+}

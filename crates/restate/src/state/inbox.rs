@@ -1,0 +1,342 @@
+//! The `Inbox` object's state: what was accepted and not yet claimed, in
+//! two ordered lists (queue and steer), the request ids already accepted
+//! (so a retried `accept` is acknowledged once), and whether a turn is
+//! scheduled, the agent parked or its tree draining.
+//!
+//! Pure: the object's handlers read the one state entry ([`INBOX_KEY`]),
+//! call these methods and write it back, so every change of an `accept` or
+//! a `claim` lands in one state write with the handler's journal.
+
+use std::collections::{BTreeMap, VecDeque};
+
+use dsh_core::{InboxTarget, MessageId, UserMessage};
+use serde::{Deserialize, Serialize};
+
+/// The state key of the whole [`InboxState`].
+pub const INBOX_KEY: &str = "inbox";
+
+/// What a sender asks the inbox to accept.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AcceptRequest {
+    /// The sender's id for this request: a second request with the same id
+    /// is the same message (a retry), acknowledged without a second copy.
+    pub request_id: String,
+    /// The message.
+    pub message: UserMessage,
+    /// Which list it joins.
+    pub target: InboxTarget,
+    /// Whether it may wake the agent.
+    pub wake: bool,
+}
+
+/// A message waiting in the inbox, as a turn claims it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct InboxItem {
+    /// The request that brought it.
+    pub request_id: String,
+    /// The message.
+    pub message: UserMessage,
+    /// Whether it may wake the agent.
+    pub wake: bool,
+}
+
+/// How an accept went.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Acceptance {
+    /// The id of the accepted message: for a repeated request, the first
+    /// one's.
+    pub message_id: MessageId,
+    /// Whether the request id had been accepted before (nothing changed).
+    pub duplicate: bool,
+    /// Whether this accept scheduled a turn (the caller starts it).
+    pub schedule_turn: bool,
+}
+
+/// Why an accept was refused. Nothing changed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InboxError {
+    /// The agent's tree is draining: it admits no new input.
+    #[error("the agent is draining and admits no new input")]
+    Draining,
+}
+
+impl InboxError {
+    /// A stable code for the error, in the runtime's vocabulary.
+    pub fn code(&self) -> &'static str {
+        match self {
+            Self::Draining => "DRAINING",
+        }
+    }
+}
+
+/// The inbox of one agent.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct InboxState {
+    /// Next-turn items, oldest first.
+    queue: VecDeque<InboxItem>,
+    /// Next-step items, oldest first.
+    steer: VecDeque<InboxItem>,
+    /// Every request id accepted, with its message's id. Grows with the
+    /// session (bounded retention is future work, `docs/distributed.md`).
+    accepted: BTreeMap<String, MessageId>,
+    /// Whether a turn was scheduled and has not ended.
+    turn_scheduled: bool,
+    /// The agent was interrupted: input waits, no turn is scheduled.
+    parked: bool,
+    /// The tree is draining: input is refused.
+    draining: bool,
+}
+
+impl InboxState {
+    /// Accept `request` unless its request id was accepted before (then
+    /// acknowledge the first one again). A waking item schedules a turn
+    /// when none is scheduled and the agent is neither parked nor draining.
+    ///
+    /// # Errors
+    /// [`InboxError::Draining`] while the tree drains (a repeated request
+    /// is still acknowledged: it was accepted before the drain).
+    pub fn accept(&mut self, request: AcceptRequest) -> Result<Acceptance, InboxError> {
+        if let Some(message_id) = self.accepted.get(&request.request_id) {
+            return Ok(Acceptance {
+                message_id: message_id.clone(),
+                duplicate: true,
+                schedule_turn: false,
+            });
+        }
+        if self.draining {
+            return Err(InboxError::Draining);
+        }
+        let message_id = request.message.id.clone();
+        self.accepted
+            .insert(request.request_id.clone(), message_id.clone());
+        let schedule_turn = request.wake && !self.turn_scheduled && !self.parked;
+        self.turn_scheduled |= schedule_turn;
+        let item = InboxItem {
+            request_id: request.request_id,
+            message: request.message,
+            wake: request.wake,
+        };
+        self.list_mut(request.target).push_back(item);
+        Ok(Acceptance {
+            message_id,
+            duplicate: false,
+            schedule_turn,
+        })
+    }
+
+    /// Take every item of one list, oldest first. A claimed item is never
+    /// claimed again.
+    pub fn claim(&mut self, target: InboxTarget) -> Vec<InboxItem> {
+        self.list_mut(target).drain(..).collect()
+    }
+
+    /// Drop the waiting items with these message ids (from either list).
+    /// Their request ids stay accepted, so a retry does not bring them back.
+    pub fn discard(&mut self, ids: &[MessageId]) {
+        self.queue.retain(|item| !ids.contains(&item.message.id));
+        self.steer.retain(|item| !ids.contains(&item.message.id));
+    }
+
+    /// A turn ended: schedule the next one if waking input waits (and the
+    /// agent is neither parked nor draining). Returns whether it did.
+    pub fn turn_ended(&mut self) -> bool {
+        self.turn_scheduled = !self.parked && !self.draining && self.has_waking_input();
+        self.turn_scheduled
+    }
+
+    /// Park the agent (an interrupt): input keeps arriving but wakes nothing
+    /// until [`InboxState::unpark`].
+    pub fn park(&mut self) {
+        self.parked = true;
+    }
+
+    /// Unpark the agent; returns whether waiting input schedules a turn now.
+    pub fn unpark(&mut self) -> bool {
+        self.parked = false;
+        if !self.turn_scheduled && !self.draining && self.has_waking_input() {
+            self.turn_scheduled = true;
+            return true;
+        }
+        false
+    }
+
+    /// Refuse new input from now on.
+    pub fn drain(&mut self) {
+        self.draining = true;
+    }
+
+    /// Whether a turn is scheduled.
+    pub fn turn_scheduled(&self) -> bool {
+        self.turn_scheduled
+    }
+
+    /// Whether the agent is parked.
+    pub fn parked(&self) -> bool {
+        self.parked
+    }
+
+    /// Whether the tree is draining.
+    pub fn draining(&self) -> bool {
+        self.draining
+    }
+
+    /// The waiting items of one list, oldest first.
+    pub fn pending(&self, target: InboxTarget) -> impl Iterator<Item = &InboxItem> {
+        match target {
+            InboxTarget::NextTurn => self.queue.iter(),
+            InboxTarget::NextStep => self.steer.iter(),
+        }
+    }
+
+    fn has_waking_input(&self) -> bool {
+        self.queue.iter().chain(&self.steer).any(|item| item.wake)
+    }
+
+    fn list_mut(&mut self, target: InboxTarget) -> &mut VecDeque<InboxItem> {
+        match target {
+            InboxTarget::NextTurn => &mut self.queue,
+            InboxTarget::NextStep => &mut self.steer,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+    use proptest::prelude::*;
+
+    fn request(n: u8, target: InboxTarget, wake: bool) -> AcceptRequest {
+        AcceptRequest {
+            request_id: format!("r{n}"),
+            message: UserMessage::user_text(format!("m{n}")),
+            target,
+            wake,
+        }
+    }
+
+    #[derive(Debug, Clone)]
+    enum Op {
+        Accept(u8, bool, bool),
+        Claim(bool),
+        TurnEnded,
+        Park,
+        Unpark,
+        Drain,
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            6 => (0u8..12, any::<bool>(), any::<bool>()).prop_map(|(n, steer, wake)| Op::Accept(n, steer, wake)),
+            2 => any::<bool>().prop_map(Op::Claim),
+            1 => Just(Op::TurnEnded),
+            1 => Just(Op::Park),
+            1 => Just(Op::Unpark),
+            1 => Just(Op::Drain),
+        ]
+    }
+
+    fn target(steer: bool) -> InboxTarget {
+        if steer {
+            InboxTarget::NextStep
+        } else {
+            InboxTarget::NextTurn
+        }
+    }
+
+    proptest! {
+        /// Against a model of the two lists: every request id is accepted
+        /// once and claimed at most once, each list is claimed in the order
+        /// first accepted, a repeat is acknowledged with the first message's
+        /// id, and a turn is scheduled only by waking input while neither
+        /// parked nor draining. The state survives a JSON round trip at
+        /// every step (it is what Restate stores).
+        #[test]
+        fn accepts_once_and_claims_in_order(ops in proptest::collection::vec(op(), 0..80)) {
+            let mut inbox = InboxState::default();
+            let mut first: BTreeMap<String, MessageId> = BTreeMap::new();
+            let mut model: [Vec<String>; 2] = [Vec::new(), Vec::new()];
+            let mut claimed: Vec<String> = Vec::new();
+            let mut draining = false;
+            for op in ops {
+                match op {
+                    Op::Accept(n, steer, wake) => {
+                        let was_scheduled = inbox.turn_scheduled();
+                        let req = request(n, target(steer), wake);
+                        let id = req.request_id.clone();
+                        match inbox.accept(req.clone()) {
+                            Ok(acceptance) => {
+                                if let Some(earlier) = first.get(&id) {
+                                    prop_assert!(acceptance.duplicate);
+                                    prop_assert_eq!(&acceptance.message_id, earlier);
+                                    prop_assert!(!acceptance.schedule_turn);
+                                } else {
+                                    prop_assert!(!draining);
+                                    prop_assert!(!acceptance.duplicate);
+                                    prop_assert_eq!(&acceptance.message_id, &req.message.id);
+                                    prop_assert_eq!(acceptance.schedule_turn, wake && !was_scheduled && !inbox.parked());
+                                    first.insert(id.clone(), acceptance.message_id);
+                                    model[usize::from(steer)].push(id);
+                                }
+                            }
+                            Err(InboxError::Draining) => {
+                                prop_assert!(draining);
+                                prop_assert!(!first.contains_key(&id));
+                            }
+                        }
+                    }
+                    Op::Claim(steer) => {
+                        let got: Vec<String> = inbox.claim(target(steer)).into_iter().map(|item| item.request_id).collect();
+                        let want = std::mem::take(&mut model[usize::from(steer)]);
+                        prop_assert_eq!(&got, &want);
+                        claimed.extend(got);
+                    }
+                    Op::TurnEnded => {
+                        let scheduled = inbox.turn_ended();
+                        let waking = inbox.pending(InboxTarget::NextTurn).chain(inbox.pending(InboxTarget::NextStep)).any(|item| item.wake);
+                        prop_assert_eq!(scheduled, waking && !inbox.parked() && !draining);
+                    }
+                    Op::Park => inbox.park(),
+                    Op::Unpark => { inbox.unpark(); }
+                    Op::Drain => { inbox.drain(); draining = true; }
+                }
+                let text = serde_json::to_string(&inbox).unwrap();
+                prop_assert_eq!(&serde_json::from_str::<InboxState>(&text).unwrap(), &inbox);
+            }
+            let mut seen = std::collections::BTreeSet::new();
+            for id in &claimed {
+                prop_assert!(seen.insert(id.clone()), "{} claimed twice", id);
+            }
+        }
+    }
+
+    #[test]
+    fn a_parked_agent_keeps_input_and_wakes_on_unpark() {
+        let mut inbox = InboxState::default();
+        inbox.park();
+        let accepted = inbox
+            .accept(request(1, InboxTarget::NextTurn, true))
+            .unwrap();
+        assert!(!accepted.schedule_turn);
+        assert!(inbox.unpark());
+        assert!(inbox.turn_scheduled());
+    }
+
+    #[test]
+    fn discarded_items_are_not_claimed_and_not_accepted_again() {
+        let mut inbox = InboxState::default();
+        let first = inbox
+            .accept(request(1, InboxTarget::NextTurn, true))
+            .unwrap();
+        inbox.discard(std::slice::from_ref(&first.message_id));
+        assert!(inbox.claim(InboxTarget::NextTurn).is_empty());
+        assert!(
+            inbox
+                .accept(request(1, InboxTarget::NextTurn, true))
+                .unwrap()
+                .duplicate
+        );
+        assert!(inbox.claim(InboxTarget::NextTurn).is_empty());
+    }
+}
