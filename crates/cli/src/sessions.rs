@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use dsh_core::{CancellationToken, Durability, SessionHeader, SessionId, SessionStore, StoreError};
 use dsh_harness::JsonlStore;
-use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentRuntime, fold_catalog};
+use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentError, SubagentRuntime, fold_catalog};
 
 use crate::error::CliError;
 
@@ -301,6 +301,132 @@ pub fn display_name(row: &DescendantRow) -> String {
         .clone()
         .or_else(|| row.entry.name.clone())
         .unwrap_or_else(|| row.entry.child_id.to_string())
+}
+
+/// The persisted trees of a session directory, read from their logs: the
+/// runtime's listing over the store with nothing behind it that could run
+/// an agent (no harness, model, provider or tool; a create or resume is
+/// refused), for the commands that only read (`agents`, `show`).
+pub struct ReadOnlyTree {
+    runtime: SubagentRuntime,
+}
+
+/// The factory of a [`ReadOnlyTree`]: it makes no agent.
+struct NoAgents {
+    registry: dsh_core::AgentRegistry,
+}
+
+impl NoAgents {
+    /// Why no agent is made.
+    fn refusal() -> dsh_core::AgentError {
+        dsh_core::AgentError::Composition("this command only reads the sessions".to_owned())
+    }
+}
+
+#[async_trait::async_trait]
+impl dsh_core::AgentFactory for NoAgents {
+    async fn create(
+        &self,
+        _spec: dsh_core::CreateAgent,
+    ) -> Result<dsh_core::AgentHandle, dsh_core::AgentError> {
+        Err(NoAgents::refusal())
+    }
+
+    async fn resume(
+        &self,
+        _spec: dsh_core::ResumeAgent,
+    ) -> Result<dsh_core::AgentHandle, dsh_core::AgentError> {
+        Err(NoAgents::refusal())
+    }
+
+    fn registry(&self) -> &dsh_core::AgentRegistry {
+        &self.registry
+    }
+}
+
+impl ReadOnlyTree {
+    /// The trees `store` holds.
+    pub fn over(store: Arc<dyn SessionStore>) -> Self {
+        let factory = Arc::new(NoAgents {
+            registry: dsh_core::AgentRegistry::new(),
+        });
+        Self {
+            runtime: SubagentRuntime::new(factory, store, dsh_subagent::RuntimeConfig::default()),
+        }
+    }
+
+    /// Every descendant of `root`, as
+    /// [`SubagentRuntime::list_descendants`] lists them.
+    ///
+    /// # Errors
+    /// As `list_descendants`: the root's own catalog cannot be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn list(&self, root: &SessionId) -> Result<Vec<DescendantRow>, SubagentError> {
+        self.runtime
+            .list_descendants(root, &CancellationToken::new())
+            .await
+    }
+
+    /// The runtime the listing runs on (for [`resolve`]).
+    pub fn runtime(&self) -> &SubagentRuntime {
+        &self.runtime
+    }
+}
+
+/// The process that holds the lock on the log at `path` (another `dsh`
+/// working in its tree), as the kernel's lock table (`/proc/locks`) says:
+/// the `FLOCK` entry on the file's device and inode (on the inode alone
+/// when no entry matches both, as on an overlay filesystem). `None` when
+/// the table cannot be read or names no holder.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads, off the async workers.
+pub async fn holder(path: PathBuf) -> Option<u32> {
+    tokio::task::spawn_blocking(move || {
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        holder_in(&locks, &path)
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// [`holder`] over the lock table `locks`.
+#[cfg(unix)]
+fn holder_in(locks: &str, path: &Path) -> Option<u32> {
+    use std::os::unix::fs::MetadataExt;
+    let meta = std::fs::metadata(path).ok()?;
+    let (dev, ino) = (meta.dev(), meta.ino());
+    // glibc's `major`/`minor` of an encoded device number.
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let exact = format!("{major:02x}:{minor:02x}:{ino}");
+    let inode = format!(":{ino}");
+    // `1: FLOCK  ADVISORY  WRITE 1234 fe:00:5660713 0 EOF`; a waiter's
+    // line has `->` and is not a holder.
+    let holders: Vec<(u32, &str)> = locks
+        .lines()
+        .filter(|line| !line.contains("->"))
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&"FLOCK"))
+                .then(|| Some((fields.get(4)?.parse().ok()?, *fields.get(5)?)))
+                .flatten()
+        })
+        .collect();
+    holders
+        .iter()
+        .find(|(_, file)| *file == exact)
+        .or_else(|| holders.iter().find(|(_, file)| file.ends_with(&inode)))
+        .map(|(pid, _)| *pid)
+}
+
+/// [`holder`] where there is no lock table to read.
+#[cfg(not(unix))]
+fn holder_in(_locks: &str, _path: &Path) -> Option<u32> {
+    None
 }
 
 /// Resolve `name` in `root`'s persisted tree: `lead`, a slash path of names,
