@@ -105,17 +105,11 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         return Err(CliError::Refused("the message is empty".to_owned()));
     }
     let mut signals = Signals::install()?;
-    let store = sessions::existing_store(&args.dir)?;
-    let scan = sessions::scan(store.as_ref()).await?;
-    scan.warn();
-    let root = scan.pick_root(&args.dir, args.root.as_deref())?;
-    // The model the tree was built with, unless `--model` says otherwise.
-    let recorded = scan
-        .headers
-        .iter()
-        .find(|header| header.id == root)
-        .and_then(model::recorded);
-    let choice = args.settings.for_tree(recorded);
+    let sessions::Picked {
+        store,
+        root,
+        model: choice,
+    } = sessions::pick_tree(&args.dir, args.root.as_deref(), &args.settings).await?;
     if args.name == dsh_subagent::ROOT_NAME || args.name == root.as_str() {
         // The lead's own conversation goes on, with its whole tree: a run
         // that resumes instead of creating.

@@ -303,6 +303,46 @@ pub fn display_name(row: &DescendantRow) -> String {
         .unwrap_or_else(|| row.entry.child_id.to_string())
 }
 
+/// A persisted tree picked to continue (`dsh send`, `dsh resume`).
+pub struct Picked {
+    /// The directory's store.
+    pub store: Arc<JsonlStore>,
+    /// The tree's root.
+    pub root: SessionId,
+    /// The model the tree was built with, unless the settings name another.
+    pub model: crate::model::ModelChoice,
+}
+
+/// The tree `wanted` names in `dir` (default: the most recent root), after
+/// the directory's bad files are warned about, with the model `settings`
+/// give it (the recorded one unless `--model` says otherwise).
+///
+/// # Errors
+/// No session directory, no root, or `wanted` names none.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub async fn pick_tree(
+    dir: &Path,
+    wanted: Option<&str>,
+    settings: &crate::config::Settings,
+) -> Result<Picked, CliError> {
+    let store = existing_store(dir)?;
+    let scan = scan(store.as_ref()).await?;
+    scan.warn();
+    let root = scan.pick_root(dir, wanted)?;
+    let recorded = scan
+        .headers
+        .iter()
+        .find(|header| header.id == root)
+        .and_then(crate::model::recorded);
+    Ok(Picked {
+        store,
+        root,
+        model: settings.for_tree(recorded),
+    })
+}
+
 /// The persisted trees of a session directory, read from their logs: the
 /// runtime's listing over the store with nothing behind it that could run
 /// an agent (no harness, model, provider or tool; a create or resume is

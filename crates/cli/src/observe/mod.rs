@@ -364,7 +364,12 @@ impl Reporter {
 
     /// A reporter driving `renderer` into `output`, on a thread of its own.
     pub fn with(renderer: Box<dyn Renderer>, output: Output) -> Arc<Self> {
-        let (sender, receiver) = std::sync::mpsc::sync_channel(CAPACITY);
+        Self::bounded(renderer, output, CAPACITY)
+    }
+
+    /// [`Reporter::with`] over a channel of `capacity` events.
+    fn bounded(renderer: Box<dyn Renderer>, output: Output, capacity: usize) -> Arc<Self> {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(capacity);
         let wants = renderer.wants();
         std::thread::Builder::new()
             .name("dsh-render".to_owned())
@@ -630,6 +635,38 @@ mod tests {
         fn flush(&mut self) -> std::io::Result<()> {
             Ok(())
         }
+    }
+
+    /// Past the channel's bound a sender waits for room (on a worker of a
+    /// multi-threaded runtime, through `block_in_place`): nothing is lost
+    /// and nothing deadlocks, and the lines come out in order once stdout
+    /// takes bytes again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_its_bound_a_sender_waits_and_nothing_is_lost() {
+        let gate = Arc::new((Mutex::new(false), Condvar::new()));
+        let stdout = Captured::default();
+        let output = Output::new(
+            Box::new(Gated {
+                gate: Arc::clone(&gate),
+                inner: stdout.clone(),
+            }),
+            Box::new(Captured::default()),
+        );
+        let reporter = Reporter::bounded(Box::new(plain::Plain::default()), output, 2);
+        let sending = {
+            let reporter = Arc::clone(&reporter);
+            tokio::spawn(async move {
+                for n in 0..50 {
+                    reporter.line(&format!("line {n}"));
+                }
+            })
+        };
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+        sending.await.unwrap();
+        reporter.flush().await;
+        let expected: String = (0..50).map(|n| format!("line {n}\n")).collect();
+        assert_eq!(stdout.text(), expected);
     }
 
     /// With stdout blocked, a lead still starts two children, they settle
