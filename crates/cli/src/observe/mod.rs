@@ -505,7 +505,8 @@ impl Reporter {
     }
 
     /// Wait until everything sent so far is written (and what a renderer
-    /// held for a start that never came).
+    /// held for a start that never came); from then on the view no longer
+    /// redraws on its own. The command's last call before its final word.
     ///
     /// # Cancel safety
     /// Cancel safe: a drop stops only the wait; the writing goes on.
@@ -540,8 +541,12 @@ fn drain(receiver: &Receiver<Message>, mut renderer: Box<dyn Renderer>, mut out:
                 let _ = done.send(());
             }
             Some(Message::Resume) => renderer.resume(&mut out),
+            // The command is done showing: nothing more is drawn on the
+            // renderer's own (a redraw after the command's last line on
+            // stderr would clear it from the terminal).
             Some(Message::Flush(done)) => {
                 renderer.finish(&mut out);
+                next = None;
                 let _ = done.send(());
             }
             None => {}
@@ -637,12 +642,9 @@ mod tests {
         }
     }
 
-    /// Past the channel's bound a sender waits for room (on a worker of a
-    /// multi-threaded runtime, through `block_in_place`): nothing is lost
-    /// and nothing deadlocks, and the lines come out in order once stdout
-    /// takes bytes again.
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn past_its_bound_a_sender_waits_and_nothing_is_lost() {
+    /// An output whose stdout is [`Gated`] (closed), what it lets through,
+    /// and its gate.
+    fn gated() -> (Output, Captured, Arc<(Mutex<bool>, Condvar)>) {
         let gate = Arc::new((Mutex::new(false), Condvar::new()));
         let stdout = Captured::default();
         let output = Output::new(
@@ -652,6 +654,22 @@ mod tests {
             }),
             Box::new(Captured::default()),
         );
+        (output, stdout, gate)
+    }
+
+    /// Let `gate`'s writes through.
+    fn open(gate: &(Mutex<bool>, Condvar)) {
+        *gate.0.lock().unwrap() = true;
+        gate.1.notify_all();
+    }
+
+    /// Past the channel's bound a sender waits for room (on a worker of a
+    /// multi-threaded runtime, through `block_in_place`): nothing is lost
+    /// and nothing deadlocks, and the lines come out in order once stdout
+    /// takes bytes again.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn past_its_bound_a_sender_waits_and_nothing_is_lost() {
+        let (output, stdout, gate) = gated();
         let reporter = Reporter::bounded(Box::new(plain::Plain::default()), output, 2);
         let sending = {
             let reporter = Arc::clone(&reporter);
@@ -661,8 +679,7 @@ mod tests {
                 }
             })
         };
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
+        open(&gate);
         sending.await.unwrap();
         reporter.flush().await;
         let expected: String = (0..50).map(|n| format!("line {n}\n")).collect();
@@ -674,15 +691,7 @@ mod tests {
     /// Once stdout takes bytes again, every line is there, in order.
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_blocked_stdout_does_not_stall_the_tree() {
-        let gate = Arc::new((Mutex::new(false), Condvar::new()));
-        let stdout = Captured::default();
-        let output = Output::new(
-            Box::new(Gated {
-                gate: Arc::clone(&gate),
-                inner: stdout.clone(),
-            }),
-            Box::new(Captured::default()),
-        );
+        let (output, stdout, gate) = gated();
         let reporter = Reporter::with(Box::new(plain::Plain::default()), output);
         let model = Arc::new(ScriptedModel::new());
         let child = |name: &str| {
@@ -747,8 +756,7 @@ mod tests {
         assert_eq!((starts, ends), (2, 2));
         assert_eq!(stdout.text(), "", "written through a closed gate");
 
-        *gate.0.lock().unwrap() = true;
-        gate.1.notify_all();
+        open(&gate);
         reporter.flush().await;
         let text = stdout.text();
         let lines: Vec<&str> = text.lines().collect();
