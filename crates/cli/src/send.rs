@@ -112,7 +112,10 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     } = sessions::pick_tree(&args.dir, args.root.as_deref(), &args.settings).await?;
     if args.name == dsh_subagent::ROOT_NAME || args.name == root.as_str() {
         // The lead's own conversation goes on, with its whole tree: a run
-        // that resumes instead of creating.
+        // that resumes instead of creating, once no other process holds
+        // the lead.
+        wait_free(&store.log_path(&root), &args.name, args.wait).await?;
+        drop(store);
         drop(signals);
         let mut settings = args.settings;
         settings.model = choice;
@@ -171,6 +174,41 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     outcome
 }
 
+/// Wait, up to `wait` seconds, until no process holds the log at `path`
+/// (the kernel's lock table names it by device and inode; where it
+/// cannot, this returns at once and a held log is refused later), after
+/// one line naming the holder; then refuse, naming it again.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the lock table.
+async fn wait_free(path: &std::path::Path, name: &str, wait: u64) -> Result<(), CliError> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(wait);
+    let mut told = false;
+    loop {
+        let Some(pid) = sessions::holder(path.to_path_buf(), false).await else {
+            return Ok(());
+        };
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return Err(CliError::Held {
+                name: name.to_owned(),
+                pid: Some(pid),
+                waited: wait,
+            });
+        }
+        if !told {
+            told = true;
+            crate::run::say(
+                None,
+                &format!(
+                    "`{name}` is held by another process (pid {pid}); waiting up to {wait} s for it"
+                ),
+            );
+        }
+        tokio::time::sleep_until(until.min(now + HELD_POLL)).await;
+    }
+}
+
 /// Resume the root `root` to deliver through it. While another process
 /// holds its log (another `dsh` working in this tree), wait for it, up to
 /// `wait` seconds, polling, after one line saying who holds it; then
@@ -206,13 +244,13 @@ async fn resume_root(
         if now >= until {
             return Err(CliError::Held {
                 name: name.to_owned(),
-                pid: sessions::holder(store.log_path(&held)).await,
+                pid: sessions::holder(store.log_path(&held), true).await,
                 waited: wait,
             });
         }
         if !told {
             told = true;
-            let pid = sessions::holder(store.log_path(&held))
+            let pid = sessions::holder(store.log_path(&held), true)
                 .await
                 .map(|pid| format!(" (pid {pid})"))
                 .unwrap_or_default();

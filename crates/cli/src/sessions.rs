@@ -417,27 +417,32 @@ impl ReadOnlyTree {
 
 /// The process that holds the lock on the log at `path` (another `dsh`
 /// working in its tree), as the kernel's lock table (`/proc/locks`) says:
-/// the `FLOCK` entry on the file's device and inode (on the inode alone
-/// when no entry matches both, as on an overlay filesystem). `None` when
-/// the table cannot be read or names no holder.
+/// the `FLOCK` entry on the file's device and inode, or with `loose` (to
+/// name the holder of a log known to be locked) on its inode alone when
+/// no entry matches both, as on an overlay filesystem. `None` when the
+/// table cannot be read or names no holder.
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads, off the async workers.
-pub async fn holder(path: PathBuf) -> Option<u32> {
+pub async fn holder(path: PathBuf, loose: bool) -> Option<u32> {
     tokio::task::spawn_blocking(move || {
         let locks = std::fs::read_to_string("/proc/locks").ok()?;
-        holder_in(&locks, &path)
+        let (exact, by_inode) = holder_in(&locks, &path);
+        exact.or(by_inode.filter(|_| loose))
     })
     .await
     .ok()
     .flatten()
 }
 
-/// [`holder`] over the lock table `locks`.
+/// [`holder`] over the lock table `locks`: the holder matching the file's
+/// device and inode, and one matching its inode alone.
 #[cfg(unix)]
-fn holder_in(locks: &str, path: &Path) -> Option<u32> {
+fn holder_in(locks: &str, path: &Path) -> (Option<u32>, Option<u32>) {
     use std::os::unix::fs::MetadataExt;
-    let meta = std::fs::metadata(path).ok()?;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return (None, None);
+    };
     let (dev, ino) = (meta.dev(), meta.ino());
     // glibc's `major`/`minor` of an encoded device number.
     let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
@@ -456,17 +461,22 @@ fn holder_in(locks: &str, path: &Path) -> Option<u32> {
                 .flatten()
         })
         .collect();
-    holders
-        .iter()
-        .find(|(_, file)| *file == exact)
-        .or_else(|| holders.iter().find(|(_, file)| file.ends_with(&inode)))
-        .map(|(pid, _)| *pid)
+    let find = |wanted: &dyn Fn(&str) -> bool| {
+        holders
+            .iter()
+            .find(|(_, file)| wanted(file))
+            .map(|(pid, _)| *pid)
+    };
+    (
+        find(&|file| file == exact),
+        find(&|file| file.ends_with(&inode)),
+    )
 }
 
 /// [`holder`] where there is no lock table to read.
 #[cfg(not(unix))]
-fn holder_in(_locks: &str, _path: &Path) -> Option<u32> {
-    None
+fn holder_in(_locks: &str, _path: &Path) -> (Option<u32>, Option<u32>) {
+    (None, None)
 }
 
 /// Resolve `name` in `root`'s persisted tree: `lead`, a slash path of names,
@@ -492,4 +502,34 @@ pub async fn resolve(
             name: name.to_owned(),
             root: root.to_string(),
         })
+}
+
+#[cfg(all(test, unix))]
+mod holder_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The holder is the `FLOCK` entry on the file's device and inode, as
+    /// the kernel lists a lock this process takes; a waiter is no holder;
+    /// an entry on the inode alone names a holder only when asked loosely.
+    #[tokio::test]
+    async fn the_holder_is_the_flock_entry_on_the_files_device_and_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s-a.jsonl");
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(holder(path.clone(), true).await, None);
+        let file = std::fs::File::open(&path).unwrap();
+        file.try_lock().unwrap();
+        assert_eq!(holder(path.clone(), false).await, Some(std::process::id()));
+        drop(file);
+        assert_eq!(holder(path.clone(), true).await, None);
+
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(&path).unwrap().ino();
+        let table = format!(
+            "1: FLOCK  ADVISORY  WRITE 77 00:00:{ino} 0 EOF\n1: -> FLOCK  ADVISORY  WRITE 88 00:00:{ino} 0 EOF\n2: POSIX  ADVISORY  WRITE 99 00:00:{ino} 0 EOF\n"
+        );
+        assert_eq!(holder_in(&table, &path), (None, Some(77)));
+    }
 }

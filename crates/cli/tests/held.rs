@@ -2,6 +2,7 @@
 //! it: the store locks every live log): with `--wait 0` it refuses at
 //! once in one line naming the holder's pid; with a wait it says, in one
 //! line, that it waits and for whom, and delivers once the holder lets go.
+//! `dsh send lead` waits the same way before it resumes the lead.
 //! The holder here is this test process, which locks the tree's root log
 //! as a running `dsh` would.
 
@@ -40,6 +41,13 @@ fn a_send_to_a_held_tree_names_the_holder_or_waits_for_it() {
         format!(
             "dsh: `researcher` is held by another process (pid {pid}); try again when it is done\n"
         )
+    );
+
+    // The lead's conversation waits for it too.
+    let err = scratch.refused(&["send", "--wait", "0", "lead", "hi"], &[], 1);
+    assert_eq!(
+        err,
+        format!("dsh: `lead` is held by another process (pid {pid}); try again when it is done\n")
     );
 
     let mut send = scratch.spawn(&["send", "--wait", "600", "researcher", "hi"], &[]);
