@@ -10,7 +10,7 @@
 use std::sync::Arc;
 
 use dsh_core::Tool;
-use dsh_subagent::SubagentRuntime;
+use dsh_subagent::{SubagentProvider, SubagentRuntime};
 
 use crate::ask::Prompter;
 use crate::error::CliError;
@@ -67,6 +67,26 @@ pub fn permission_flag(_value: &str) -> Result<PermissionPolicy, CliError> {
     Err(disabled("--acp-permission"))
 }
 
+/// The ACP provider `acp` configures, named as its configuration is.
+///
+/// # Errors
+/// [`CliError::Refused`] when it cannot be set up.
+#[cfg(feature = "acp")]
+pub fn provider(acp: AcpConfig) -> Result<Arc<dyn SubagentProvider>, CliError> {
+    dsh_subagent_acp::AcpProvider::new(acp)
+        .map(|provider| Arc::new(provider) as Arc<dyn SubagentProvider>)
+        .map_err(crate::world::install_error)
+}
+
+/// The ACP provider `acp` configures.
+///
+/// # Errors
+/// None: without the `acp` feature there is no configuration.
+#[cfg(not(feature = "acp"))]
+pub fn provider(acp: AcpConfig) -> Result<Arc<dyn SubagentProvider>, CliError> {
+    match acp {}
+}
+
 /// Register the ACP provider `acp` configures and install its tool, named
 /// as the provider is.
 ///
@@ -76,8 +96,7 @@ pub fn permission_flag(_value: &str) -> Result<PermissionPolicy, CliError> {
 pub fn tool(runtime: &SubagentRuntime, acp: AcpConfig) -> Result<Arc<dyn Tool>, CliError> {
     use dsh_tool_subagent::{MaxDepth, SubagentTool, SubagentToolConfig};
     let name = acp.name.clone();
-    let provider = dsh_subagent_acp::AcpProvider::new(acp).map_err(crate::world::install_error)?;
-    runtime.register(Arc::new(provider))?;
+    runtime.register(provider(acp)?)?;
     // An external agent manages its own recursion: no depth flag.
     SubagentTool::install(
         runtime,

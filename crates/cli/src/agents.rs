@@ -18,12 +18,11 @@ use std::collections::HashSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use dsh_core::{CancellationToken, SessionId, SessionStore, StoreError};
+use dsh_core::{SessionId, SessionStore, StoreError};
 use dsh_subagent::{RowDiagnostic, SubagentError};
 
 use crate::error::{CliError, person};
-use crate::sessions::{self, Orphan};
-use crate::world::World;
+use crate::sessions::{self, Orphan, ReadOnlyTree};
 
 fn diagnostic(diagnostic: RowDiagnostic) -> &'static str {
     match diagnostic {
@@ -85,8 +84,8 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
     {
         return Err(CliError::NoSessions(dir.to_path_buf()));
     }
-    // Listing loads no agent; the model is never asked.
-    let world = World::reader(store.clone())?;
+    // Listing loads no agent, and has nothing that could.
+    let tree = ReadOnlyTree::over(store.clone());
     let mut out = String::new();
     let mut listed: HashSet<SessionId> = HashSet::new();
     for (index, root) in roots.iter().enumerate() {
@@ -99,11 +98,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
             out.push('\n');
         }
         out.push_str(&format!("tree {}{latest}\n", root.id));
-        let rows = match world
-            .runtime
-            .list_descendants(&root.id, &CancellationToken::new())
-            .await
-        {
+        let rows = match tree.list(&root.id).await {
             Ok(rows) => rows,
             Err(err) => {
                 out.push_str(&format!(
@@ -142,7 +137,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
             out.push('\n');
         }
     }
-    world.shutdown().await;
+    drop(tree);
     let stray: Vec<_> = scan
         .unreadable
         .iter()
@@ -251,7 +246,7 @@ mod tests {
 
     use std::io::ErrorKind;
 
-    use dsh_core::{AgentFactory, CreateAgent, Durability, SessionHeader};
+    use dsh_core::{AgentFactory, CancellationToken, CreateAgent, Durability, SessionHeader};
     use dsh_harness::JsonlStore;
     use dsh_subagent::catalog::{CATALOG_EVENT, catalog_payload};
     use dsh_subagent::{CatalogEntry, ChildMode};
@@ -267,9 +262,11 @@ mod tests {
     async fn a_log_that_cannot_be_read_is_an_unavailable_row() {
         let dir = tempfile::tempdir().unwrap();
         let jsonl = Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap());
-        let world = World::reader(jsonl.clone()).unwrap();
-        let lead = world
-            .harness
+        let harness = dsh_harness::Harness::builder(jsonl.clone())
+            .model(Arc::new(dsh_harness::ScriptedModel::new()))
+            .build()
+            .unwrap();
+        let lead = harness
             .create(CreateAgent {
                 header: SessionHeader::new(SessionId::generate(), dir.path()),
                 seed: Vec::new(),
@@ -298,7 +295,7 @@ mod tests {
                 .unwrap();
             children.push(header.id);
         }
-        world.shutdown().await;
+        harness.shutdown().await;
 
         let faults = FaultStore::new((*jsonl).clone());
         for nth in 1..=4 {

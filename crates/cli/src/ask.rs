@@ -174,7 +174,7 @@ impl Prompter {
             answered: false,
         };
         if let Some(reporter) = &self.reporter {
-            reporter.pause();
+            reporter.pause().await;
         }
         let choices = match offer {
             Offer::Once => "[y/N]",

@@ -95,6 +95,18 @@ pub enum CliError {
     /// The agent cannot take the request (`send` to the root, say).
     #[error("{0}")]
     Refused(String),
+    /// Another process holds a log the command needs (a `dsh run` or
+    /// `dsh send` working in the same tree), and it was not released in
+    /// the time the command waited.
+    #[error("`{name}` is held by another process{}{}; try again when it is done", .pid.map(|pid| format!(" (pid {pid})")).unwrap_or_default(), if *.waited > 0 { format!(" (waited {} s)", .waited) } else { String::new() })]
+    Held {
+        /// The agent, as the person named it.
+        name: String,
+        /// The holder's process id, when the system says.
+        pid: Option<u32>,
+        /// How long the command waited for it, in seconds.
+        waited: u64,
+    },
     /// The session store failed.
     #[error("session store: {0}")]
     Store(StoreError),
@@ -153,6 +165,7 @@ impl CliError {
                 EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
             }
             Self::Refused(_)
+            | Self::Held { .. }
             | Self::WriteFailed(_)
             | Self::Store(_)
             | Self::Agent(_)

@@ -3,8 +3,8 @@
 //! an agent's conversation (its text, tool calls and results, notices,
 //! usage, turn ends) are read where they become durable: the store layer
 //! of [`crate::writes::Watched::streaming`] hands every event an agent's
-//! log accepted to the [`crate::observe::Reporter`], which writes it as a
-//! line through [`event_line`]. So
+//! log accepted to the [`crate::observe::Reporter`], whose `--json`
+//! renderer writes it as a line through [`event_line`]. So
 //! a line is printed only for what the log holds, in the log's order, and
 //! a write that fails prints nothing. The runtime's start and end events
 //! become `agent_started` and `settled`. Nothing else is written to stdout

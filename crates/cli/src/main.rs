@@ -47,6 +47,7 @@ mod providers;
 mod resume;
 mod run;
 mod send;
+mod session;
 mod sessions;
 mod show;
 mod signals;
@@ -172,6 +173,28 @@ impl ModelArg {
     }
 }
 
+/// The ACP agent offered to every agent as the `acp` tool, over dsh.toml's
+/// `[acp]`; `send` and `resume` take them too, so that a tree whose ACP
+/// agent came from flags can be continued.
+#[derive(Debug, Args)]
+struct AcpArgs {
+    /// An agent program speaking the Agent Client Protocol over stdio,
+    /// offered to every agent as the `acp` tool (external children).
+    #[arg(long, value_name = "COMMAND")]
+    acp_command: Option<std::path::PathBuf>,
+    /// An argument for the ACP agent (repeat for several; replaces
+    /// dsh.toml's `acp.args`).
+    #[arg(long = "acp-arg", value_name = "ARG", allow_hyphen_values = true)]
+    acp_args: Vec<String>,
+    /// A variable passed through to the ACP agent when set (repeat for
+    /// several; added to dsh.toml's `acp.pass_env`).
+    #[arg(long = "acp-env", value_name = "VAR")]
+    acp_env: Vec<String>,
+    /// How the ACP agent's permission requests are answered.
+    #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow", "ask"])]
+    acp_permission: Option<String>,
+}
+
 /// Whether the events are printed for a program.
 #[derive(Debug, Args)]
 struct JsonArg {
@@ -206,21 +229,8 @@ enum Command {
         dir: DirArg,
         #[command(flatten)]
         model: ModelArg,
-        /// An agent program speaking the Agent Client Protocol over stdio,
-        /// offered to every agent as the `acp` tool (external children).
-        #[arg(long, value_name = "COMMAND")]
-        acp_command: Option<std::path::PathBuf>,
-        /// An argument for the ACP agent (repeat for several; replaces
-        /// dsh.toml's `acp.args`).
-        #[arg(long = "acp-arg", value_name = "ARG", allow_hyphen_values = true)]
-        acp_args: Vec<String>,
-        /// A variable passed through to the ACP agent when set (repeat for
-        /// several; added to dsh.toml's `acp.pass_env`).
-        #[arg(long = "acp-env", value_name = "VAR")]
-        acp_env: Vec<String>,
-        /// How the ACP agent's permission requests are answered.
-        #[arg(long, value_name = "POLICY", value_parser = ["reject", "allow", "ask"])]
-        acp_permission: Option<String>,
+        #[command(flatten)]
+        acp: AcpArgs,
         /// Make the lead the lead of an agent team: the ten team tools
         /// (teammates, peer messages, a shared task board) in place of the
         /// control tools' `send_message`, `list_agents` and
@@ -269,6 +279,13 @@ enum Command {
         #[command(flatten)]
         model: ModelArg,
         #[command(flatten)]
+        acp: AcpArgs,
+        /// While another process (a `dsh run` or `dsh send` in the same
+        /// tree) holds the tree, wait this many seconds for it, then say
+        /// who holds it; 0 says so at once.
+        #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+        wait: u64,
+        #[command(flatten)]
         json: JsonArg,
     },
     /// Bring a tree back after a crash or a kill and run what it had left
@@ -285,6 +302,8 @@ enum Command {
         dir: DirArg,
         #[command(flatten)]
         model: ModelArg,
+        #[command(flatten)]
+        acp: AcpArgs,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -311,6 +330,36 @@ enum Command {
         #[command(flatten)]
         dir: DirArg,
     },
+}
+
+/// The settings of a command that runs agents: dsh.toml under the model,
+/// limit and ACP flags (and `--team`).
+fn load_settings(
+    model: ModelArg,
+    acp: AcpArgs,
+    team: bool,
+    config: Option<PathBuf>,
+) -> Result<(config::Settings, ask::AskMode), CliError> {
+    let ask = model.ask_mode();
+    let overrides = config::Overrides {
+        acp_command: acp.acp_command,
+        acp_args: acp.acp_args,
+        acp_env: acp.acp_env,
+        acp_permission: acp
+            .acp_permission
+            .as_deref()
+            .map(acp::permission_flag)
+            .transpose()?,
+        team,
+        ..model.overrides(config)
+    };
+    let settings = config::load(&overrides)?;
+    if settings.acp.is_none() && !overrides.acp_args.is_empty() {
+        return Err(CliError::BadFlag(
+            "--acp-arg: no ACP agent is configured (--acp-command or dsh.toml's [acp])".to_owned(),
+        ));
+    }
+    Ok((settings, ask))
 }
 
 /// One line of text, whatever the error's text holds.
@@ -551,32 +600,11 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             prompt,
             dir,
             model,
-            acp_command,
-            acp_args,
-            acp_env,
-            acp_permission,
+            acp,
             team,
             json,
         } => {
-            let ask = model.ask_mode();
-            let overrides = config::Overrides {
-                acp_command,
-                acp_args,
-                acp_env,
-                acp_permission: acp_permission
-                    .as_deref()
-                    .map(acp::permission_flag)
-                    .transpose()?,
-                team,
-                ..model.overrides(config)
-            };
-            let settings = config::load(&overrides)?;
-            if settings.acp.is_none() && !overrides.acp_args.is_empty() {
-                return Err(CliError::BadFlag(
-                    "--acp-arg: no ACP agent is configured (--acp-command or dsh.toml's [acp])"
-                        .to_owned(),
-                ));
-            }
+            let (settings, ask) = load_settings(model, acp, team, config)?;
             run::run(run::RunArgs {
                 prompt,
                 dir: dir.dir,
@@ -601,10 +629,11 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             dir,
             root,
             model,
+            acp,
+            wait,
             json,
         } => {
-            let ask = model.ask_mode();
-            let settings = config::load(&model.overrides(config))?;
+            let (settings, ask) = load_settings(model, acp, false, config)?;
             send::send(send::SendArgs {
                 name,
                 message,
@@ -613,6 +642,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 settings,
                 json: json.json,
                 ask,
+                wait,
             })
             .await
         }
@@ -620,10 +650,10 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             tree,
             dir,
             model,
+            acp,
             json,
         } => {
-            let ask = model.ask_mode();
-            let settings = config::load(&model.overrides(config))?;
+            let (settings, ask) = load_settings(model, acp, false, config)?;
             resume::resume(resume::ResumeArgs {
                 tree,
                 dir: dir.dir,

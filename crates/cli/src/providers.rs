@@ -3,18 +3,38 @@
 //! flag names an agent program), each with its start-time capabilities,
 //! whether its children inherit the parent's context and whether it can
 //! create continuable children: the `subagent_survey` tool's text, for a
-//! person. It builds the run's world over an in-memory store and a model
-//! that is never asked, starts no agent and no process, and writes nothing.
+//! person. It makes the providers and nothing else (no store, harness,
+//! runtime or tool), starts no agent and no process, and writes nothing.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dsh_harness::{MemoryStore, ScriptedModel};
-use dsh_tool_subagent::survey::survey;
+use dsh_subagent::SubagentProvider;
+use dsh_subagent_fork::ForkProvider;
+use dsh_subagent_spawn::SpawnProvider;
+use dsh_tool_subagent::survey::{ProviderDirectory, survey};
 
 use crate::config;
 use crate::error::CliError;
-use crate::world::World;
+
+/// The providers a run would register, in its order.
+struct Providers(Vec<Arc<dyn SubagentProvider>>);
+
+impl ProviderDirectory for Providers {
+    fn provider_names(&self) -> Vec<String> {
+        self.0
+            .iter()
+            .map(|provider| provider.name().to_owned())
+            .collect()
+    }
+
+    fn provider(&self, name: &str) -> Option<Arc<dyn SubagentProvider>> {
+        self.0
+            .iter()
+            .find(|provider| provider.name() == name)
+            .cloned()
+    }
+}
 
 /// Print the survey of the providers a run would have.
 ///
@@ -23,22 +43,19 @@ use crate::world::World;
 /// cannot be set up (the same refusals as `dsh run`).
 ///
 /// # Cancel safety
-/// Dropping it part-way leaves nothing: the world is in memory and runs no
-/// agent.
+/// Dropping it part-way leaves nothing: it runs no agent.
 pub async fn providers(config: Option<PathBuf>) -> Result<(), CliError> {
     let settings = config::load(&config::Overrides {
         config,
         ..config::Overrides::default()
     })?;
-    let world = World::build(
-        Arc::new(MemoryStore::new()),
-        Arc::new(ScriptedModel::new()),
-        None,
-        settings.acp.clone(),
-        settings.limits,
-        None,
-    )?;
-    println!("{}", survey(&world.runtime));
-    world.shutdown().await;
+    let mut providers: Vec<Arc<dyn SubagentProvider>> = vec![
+        Arc::new(SpawnProvider::new()),
+        Arc::new(ForkProvider::new()),
+    ];
+    if let Some(acp) = settings.acp {
+        providers.push(crate::acp::provider(acp)?);
+    }
+    println!("{}", survey(&Providers(providers)));
     Ok(())
 }

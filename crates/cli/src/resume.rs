@@ -37,19 +37,11 @@ pub struct ResumeArgs {
 /// The whole command, not meant to be dropped (Ctrl-C goes through
 /// [`crate::run::stop`]), as [`crate::run::run`].
 pub async fn resume(args: ResumeArgs) -> Result<(), CliError> {
-    let store = sessions::existing_store(&args.dir)?;
-    let scan = sessions::scan(store.as_ref()).await?;
-    scan.warn();
-    let root = scan.pick_root(&args.dir, args.tree.as_deref())?;
-    // The model the tree was built with, unless `--model` says otherwise.
-    let recorded = scan
-        .headers
-        .iter()
-        .find(|header| header.id == root)
-        .and_then(crate::model::recorded);
+    let picked = sessions::pick_tree(&args.dir, args.tree.as_deref(), &args.settings).await?;
     let mut settings = args.settings;
-    settings.model = settings.for_tree(recorded);
-    drop(store);
+    settings.model = picked.model;
+    let root = picked.root;
+    drop(picked.store);
     crate::run::run(crate::run::RunArgs {
         prompt: None,
         dir: args.dir,

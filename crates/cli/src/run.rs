@@ -14,7 +14,6 @@
 //! unreadable file there is only warned about (B57).
 
 use std::collections::HashSet;
-use std::io::IsTerminal;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
@@ -28,21 +27,22 @@ use dsh_subagent::SubagentEvent;
 use tokio::sync::Notify;
 use tokio::time::timeout;
 
-use crate::ask::{AskMode, Prompter};
+use crate::ask::AskMode;
 use crate::config::{Price, Settings};
 use crate::demo::{DEMO_PROMPT, Demo};
 use crate::demo_team::{TEAM_DEMO_PROMPT, TeamDemo};
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
-use crate::observe::{Mode, Reporter, compact};
+use crate::observe::{Mode, Reporter, Seen, compact};
+use crate::session::{Session, SessionConfig};
 use crate::sessions;
 use crate::signals::Signals;
 use crate::transcript;
 use crate::world::World;
-use crate::writes::{Watched, WriteFaults};
 
-/// How often the live view refreshes from the agents' logs.
-const TICK: Duration = Duration::from_millis(100);
+/// How long a command that quits at once (a second signal) still gives
+/// its output to be written.
+const QUIT_FLUSH: Duration = Duration::from_secs(1);
 
 /// How long stopping a tree (after a signal or a failed write) and shutting
 /// the world down may take before `dsh` exits anyway: a bound on teardown,
@@ -91,33 +91,84 @@ pub async fn run(args: RunArgs) -> Result<(), CliError> {
     .await
 }
 
+/// The model and the demo scripts a run plays: `--team` with the demo
+/// model is the team demo; a continued tree has no scripted order to keep
+/// (the demo answers any new input at once).
+struct Script {
+    model: Arc<dyn Model>,
+    demo: Option<Demo>,
+    team_demo: Option<TeamDemo>,
+}
+
+impl Script {
+    /// The script `settings` ask for, `resuming` a tree or not.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only builds the model client.
+    async fn choose(settings: &Settings, resuming: bool) -> Result<Self, CliError> {
+        let team_demo = (settings.team && !resuming && matches!(settings.model, ModelChoice::Demo))
+            .then(TeamDemo::new);
+        let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &settings.model {
+            ModelChoice::Demo if team_demo.is_some() => (
+                team_demo
+                    .as_ref()
+                    .map_or_else(|| Demo::new(true).model(), TeamDemo::model),
+                None,
+            ),
+            ModelChoice::Demo if resuming => (Demo::new(false).model(), None),
+            ModelChoice::Demo => {
+                let demo = Demo::new(true);
+                (demo.model(), Some(demo))
+            }
+            ModelChoice::Api(api) => (model::openai(api).await?, None),
+        };
+        Ok(Self {
+            model,
+            demo,
+            team_demo,
+        })
+    }
+
+    /// The first line of the run: what plays the agents, where the
+    /// sessions are, which configuration file was read.
+    fn banner(&self, settings: &Settings, dir: &std::path::Path) -> String {
+        let what = match &settings.model {
+            ModelChoice::Demo => format!(
+                "offline demo: a scripted model plays every agent (no network; its words are fixed and do not follow your task), the {} tools are real",
+                if self.team_demo.is_some() {
+                    "team"
+                } else {
+                    "workspace"
+                }
+            ),
+            choice => format!("model {}", choice.spec()),
+        };
+        let config = settings
+            .file
+            .as_ref()
+            .map(|file| format!("; config {}", file.display()))
+            .unwrap_or_default();
+        format!("dsh: {what}; sessions in {}{config}", dir.display())
+    }
+
+    /// The prompt when none was given.
+    fn default_prompt(&self) -> &'static str {
+        if self.team_demo.is_some() {
+            TEAM_DEMO_PROMPT
+        } else {
+            DEMO_PROMPT
+        }
+    }
+}
+
 /// Run the command over the store `open` makes of the session directory
 /// (called once every refusing check has passed).
 async fn run_over(
     args: RunArgs,
     open: impl FnOnce(&std::path::Path) -> Result<Arc<dyn SessionStore>, CliError>,
 ) -> Result<(), CliError> {
-    let settings = args.settings;
-    // `--team` with the demo model is the team demo.
-    let team_demo =
-        (settings.team && args.resume.is_none() && matches!(settings.model, ModelChoice::Demo))
-            .then(TeamDemo::new);
-    let (model, demo): (Arc<dyn Model>, Option<Demo>) = match &settings.model {
-        ModelChoice::Demo if team_demo.is_some() => (
-            team_demo
-                .as_ref()
-                .map_or_else(|| Demo::new(true).model(), TeamDemo::model),
-            None,
-        ),
-        // A continued tree has no scripted order to keep: the demo answers
-        // any new input at once.
-        ModelChoice::Demo if args.resume.is_some() => (Demo::new(false).model(), None),
-        ModelChoice::Demo => {
-            let demo = Demo::new(true);
-            (demo.model(), Some(demo))
-        }
-        ModelChoice::Api(api) => (model::openai(api).await?, None),
-    };
+    let settings = &args.settings;
+    let script = Script::choose(settings, args.resume.is_some()).await?;
     let mut signals = Signals::install()?;
     let existed = args.dir.exists();
     let opened = open(&args.dir)?;
@@ -132,128 +183,63 @@ async fn run_over(
             None => false,
         };
     let cwd = std::env::current_dir()?;
-    let faults = WriteFaults::new();
-    let mode = if args.json {
-        Mode::Json
-    } else if std::io::stdout().is_terminal() {
-        Mode::Live
-    } else {
-        Mode::Plain
-    };
-    let reporter = Reporter::new(mode);
-    if let Some(price) = settings.price() {
-        reporter.set_price(price);
-    }
-    let store = if args.json {
-        Watched::streaming(opened, &faults, &reporter)
-    } else {
-        Watched::wrap(opened, &faults)
-    };
-    let prompter = args
-        .ask
-        .asks(std::io::stdin().is_terminal())
-        .then(|| Prompter::terminal(Some(Arc::clone(&reporter))));
-    let (policy, acp, agents) = asking(&settings, prompter.as_ref());
-    let world = World::build_with_team(
-        store,
-        model,
-        Some(&reporter),
-        acp,
-        settings.limits,
-        Some((&cwd, policy)),
+    let reporter = Reporter::new(Mode::choose(args.json), settings.price());
+    let session = Session::open(SessionConfig {
+        store: opened,
+        model: Arc::clone(&script.model),
+        settings,
+        reporter: Some(&reporter),
         team,
-    )?;
-    for agent in agents {
-        world.add_acp(agent, Some(&reporter))?;
+        ask: args.ask,
+        cwd: &cwd,
+    })?;
+    let outcome = drive(&args, &script, &session, &reporter, &mut signals, team, cwd).await;
+    // Everything shown is written before the command's last word; quitting
+    // at once waits only a moment for it.
+    if let Err(CliError::Forced(_)) = &outcome {
+        let _ = timeout(QUIT_FLUSH, reporter.flush()).await;
+    } else {
+        reporter.flush().await;
     }
-    if let Some(prompter) = &prompter {
-        prompter.attach(&world.runtime);
-    }
+    outcome
+}
+
+/// The run over an open session: the lead created or resumed, the tree
+/// watched until it is done, a signal or a failed write, then rolled up
+/// and shut down.
+async fn drive(
+    args: &RunArgs,
+    script: &Script,
+    session: &Session,
+    reporter: &Arc<Reporter>,
+    signals: &mut Signals,
+    team: bool,
+    cwd: PathBuf,
+) -> Result<(), CliError> {
+    let settings = &args.settings;
+    let world = &session.world;
+    let faults = &session.faults;
     // The reporter hears an end before the demo's gates do, so a finish is
     // printed before anything it releases.
-    let _reporting = reporter.attach(&world.runtime);
-    let _gates = demo.as_ref().and_then(|demo| demo.attach(&world.runtime));
-    let _team_gates = team_demo.as_ref().map(|demo| demo.attach(&world.runtime));
-    let (external, _tracking) = External::track(&world.runtime);
-    let what = match &settings.model {
-        ModelChoice::Demo => format!(
-            "offline demo: a scripted model plays every agent (no network; its words are fixed and do not follow your task), the {} tools are real",
-            if team_demo.is_some() {
-                "team"
-            } else {
-                "workspace"
-            }
-        ),
-        choice => format!("model {}", choice.spec()),
-    };
-    let config = settings
-        .file
+    let _gates = script
+        .demo
         .as_ref()
-        .map(|file| format!("; config {}", file.display()))
-        .unwrap_or_default();
-    if mode == Mode::Json {
-        reporter.json(&crate::json::Line::RunStarted {
-            schema: crate::json::SCHEMA_VERSION,
-            model: &settings.model.spec(),
-            sessions: &args.dir.display().to_string(),
-        });
-    } else {
-        reporter.line(&format!(
-            "dsh: {what}; sessions in {}{config}",
-            args.dir.display()
-        ));
-    }
-    let default_prompt = if team_demo.is_some() {
-        TEAM_DEMO_PROMPT
-    } else {
-        DEMO_PROMPT
-    };
-    let prompt = args.prompt.unwrap_or_else(|| default_prompt.to_owned());
-    let earlier_resumed = args.resume.is_some();
-    let handle = match args.resume {
-        // The whole tree comes back as it was (`dsh resume`).
-        Some(id) if args.whole_tree => {
-            let tree = world
-                .runtime
-                .resume_tree(&id, world.lead_setup(&id), &CancellationToken::new())
-                .await?;
-            for line in crate::resume::render(&tree.members) {
-                reporter.line(&line);
-            }
-            tree.root
-        }
-        // The lead's conversation goes on; its children stay cold until it
-        // addresses them (the runtime resumes them on demand).
-        Some(id) => {
-            world
-                .harness
-                .resume(ResumeAgent {
-                    setup: world.lead_setup(&id),
-                    id,
-                    cancel: CancellationToken::new(),
-                })
-                .await?
-        }
-        None => {
-            // The tree remembers its model, for `dsh send` (no key, only
-            // its variable's name).
-            let mut header = SessionHeader::new(SessionId::generate(), cwd);
-            header.extensions.insert(
-                model::RUN_EXTENSION.to_owned(),
-                model::record(&settings.model),
-            );
-            world
-                .harness
-                .create(CreateAgent {
-                    setup: world.lead_setup(&header.id),
-                    header,
-                    seed: Vec::new(),
-                    cancel: CancellationToken::new(),
-                })
-                .await?
-        }
-    };
-    let lead = handle.agent().clone();
+        .and_then(|demo| demo.attach(&world.runtime));
+    let _team_gates = script
+        .team_demo
+        .as_ref()
+        .map(|demo| demo.attach(&world.runtime));
+    let (external, _tracking) = External::track(&world.runtime);
+    reporter.show(Seen::RunStarted {
+        banner: script.banner(settings, &args.dir),
+        model: settings.model.spec(),
+        sessions: args.dir.display().to_string(),
+    });
+    let prompt = args
+        .prompt
+        .clone()
+        .unwrap_or_else(|| script.default_prompt().to_owned());
+    let lead = begin(args, world, reporter, cwd).await?;
     if let Some(recovery) = world.open_team(&lead).await? {
         for (member, error) in &recovery.errors {
             reporter.line(&format!(
@@ -267,26 +253,12 @@ async fn run_over(
         model = %settings.model.spec(),
         sessions = %args.dir.display(),
         config = ?settings.file,
-        resumed = earlier_resumed,
+        resumed = args.resume.is_some(),
         "run started"
     );
     // Only the answers of turns that start now are printed.
     let earlier = transcript::finished_turns(&lead.events()).len();
     reporter.lead(&lead, &prompt);
-
-    let ticking = CancellationToken::new();
-    if mode == Mode::Live {
-        let (reporter, stop) = (Arc::clone(&reporter), ticking.clone());
-        tokio::spawn(async move {
-            let mut interval = tokio::time::interval(TICK);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    _ = interval.tick() => reporter.tick(),
-                }
-            }
-        });
-    }
 
     // A resumed tree runs what it had left; anything else gets the prompt.
     let sent = if args.whole_tree {
@@ -298,17 +270,17 @@ async fn run_over(
     };
     let outcome = match sent {
         Err(err) => Err(err.into()),
-        Ok(_) => {
+        Ok(()) => {
             tokio::select! {
-                outcome = settle(&world, &lead, &reporter, &external, earlier) => outcome,
+                outcome = settle(world, &lead, reporter, &external, earlier) => outcome,
                 err = faults.failed() => {
-                    stop(&world, &lead, Some(&*reporter)).await;
+                    stop(world, &lead, Some(reporter)).await;
                     Err(CliError::WriteFailed(err))
                 }
                 signal = signals.recv() => {
                     reporter.line("interrupted: stopping the tree (again to quit at once)");
                     tokio::select! {
-                        () = stop(&world, &lead, Some(&*reporter)) => Err(CliError::Interrupted(signal)),
+                        () = stop(world, &lead, Some(reporter)) => Err(CliError::Interrupted(signal)),
                         again = signals.recv() => Err(CliError::Forced(again)),
                     }
                 }
@@ -319,7 +291,6 @@ async fn run_over(
     // task with the runtime, and with them the agents' processes (killed
     // on drop); the sessions hold what was written.
     if let Err(CliError::Forced(signal)) = outcome {
-        ticking.cancel();
         return Err(CliError::Forced(signal));
     }
     // A failed write wins over whatever the tree made of it.
@@ -328,37 +299,29 @@ async fn run_over(
         (_, Some(err)) => Err(CliError::WriteFailed(err)),
         (outcome, None) => outcome,
     };
-    ticking.cancel();
-    reporter.tick();
+    reporter.show(Seen::Refresh);
     // The tree rolled up: under the plain lines, or above the live tree.
-    if mode != Mode::Json && outcome.is_ok() {
-        summary(&world, &lead, &reporter, settings.price()).await;
+    if reporter.wants().summary && outcome.is_ok() {
+        let mut lines = summary(world, &lead, settings.price()).await;
         if team {
             // The team as its logs hold it, as `dsh team` shows it.
             match crate::team::report(world.store.as_ref(), lead.id()).await {
                 Ok(report) => {
-                    reporter.line("");
-                    for line in report.lines() {
-                        reporter.line(line);
-                    }
+                    lines.push(String::new());
+                    lines.extend(report.lines().map(str::to_owned));
                 }
-                Err(err) => reporter.line(&format!("the team cannot be read: {err}")),
+                Err(err) => lines.push(format!("the team cannot be read: {err}")),
             }
         }
+        reporter.show(Seen::Summary(lines));
     }
-    if mode == Mode::Json {
-        reporter.release_held();
-        let events = lead.events();
-        let last = dsh_subagent::result::last_stop(&events).map(|(reason, _)| reason.to_string());
-        let error = outcome.as_ref().err().map(ToString::to_string);
-        reporter.json(&crate::json::Line::Settled {
-            agent: dsh_subagent::ROOT_NAME,
-            session: lead.id().as_str(),
-            stop_reason: last.as_deref().filter(|_| error.is_none()),
-            error: error.as_deref(),
-        });
-    }
-    shutdown(&world, Some(&*reporter)).await;
+    let events = lead.events();
+    reporter.show(Seen::RunEnded {
+        lead: lead.id().clone(),
+        stop_reason: dsh_subagent::result::last_stop(&events).map(|(reason, _)| reason.to_string()),
+        error: outcome.as_ref().err().map(ToString::to_string),
+    });
+    shutdown(world, Some(reporter)).await;
     // Under `--durability batched` the last writes may still wait for the
     // committer: nothing counts as done until they are on stable storage.
     let outcome = match (world.store.flush().await, outcome) {
@@ -379,27 +342,67 @@ async fn run_over(
     outcome
 }
 
-/// The workspace policy and the ACP configurations (the `acp` agent, the
-/// named ones) with `prompter` as their asker; without one, an agent whose
-/// permission is `ask` rejects (and dsh says so on stderr).
-pub fn asking(
-    settings: &Settings,
-    prompter: Option<&Arc<Prompter>>,
-) -> (
-    dsh_tool_workspace::Policy,
-    Option<crate::acp::AcpConfig>,
-    Vec<crate::acp::AcpConfig>,
-) {
-    let policy =
-        dsh_tool_workspace::Policy::new(settings.sandbox, prompter.map(Prompter::workspace));
-    let ask = |acp| crate::acp::asked(acp, prompter);
-    let acp = settings.acp.clone().map(ask);
-    let agents = settings.acp_agents.iter().cloned().map(ask).collect();
-    (policy, acp, agents)
+/// The lead: the resumed root's whole tree (`dsh resume`), the resumed
+/// root alone (`dsh send lead`: its children stay cold until it addresses
+/// them, and the runtime resumes them on demand), or a new lead.
+///
+/// # Cancel safety
+/// As the harness's create and the runtime's resume: a drop leaves no
+/// half-made lead.
+async fn begin(
+    args: &RunArgs,
+    world: &World,
+    reporter: &Reporter,
+    cwd: PathBuf,
+) -> Result<Arc<dyn Agent>, CliError> {
+    let handle = match &args.resume {
+        Some(id) if args.whole_tree => {
+            reporter.root(id);
+            let tree = world
+                .runtime
+                .resume_tree(id, world.lead_setup(id), &CancellationToken::new())
+                .await?;
+            for line in crate::resume::render(&tree.members) {
+                reporter.line(&line);
+            }
+            tree.root
+        }
+        Some(id) => {
+            reporter.root(id);
+            world
+                .harness
+                .resume(ResumeAgent {
+                    setup: world.lead_setup(id),
+                    id: id.clone(),
+                    cancel: CancellationToken::new(),
+                })
+                .await?
+        }
+        None => {
+            // The tree remembers its model, for `dsh send` (no key, only
+            // its variable's name).
+            let mut header = SessionHeader::new(SessionId::generate(), cwd);
+            header.extensions.insert(
+                model::RUN_EXTENSION.to_owned(),
+                model::record(&args.settings.model),
+            );
+            reporter.root(&header.id);
+            world
+                .harness
+                .create(CreateAgent {
+                    setup: world.lead_setup(&header.id),
+                    header,
+                    seed: Vec::new(),
+                    cancel: CancellationToken::new(),
+                })
+                .await?
+        }
+    };
+    Ok(handle.agent().clone())
 }
 
 /// Say `line`: through the reporter in a run, on stderr otherwise.
-fn say(reporter: Option<&Reporter>, line: &str) {
+pub(crate) fn say(reporter: Option<&Reporter>, line: &str) {
     match reporter {
         Some(reporter) => reporter.line(line),
         None => eprintln!("dsh: {line}"),
@@ -547,33 +550,18 @@ async fn settle(
     }
 }
 
-/// Print the lead's turns that ended since the first `printed`; returns how
-/// many are printed now.
+/// Show the lead's turns that ended since the first `printed` (a renderer
+/// that streams the log shows them as its `text` lines instead); returns
+/// how many are shown now.
 fn print_answers(lead: &Arc<dyn Agent>, reporter: &Reporter, printed: usize) -> usize {
     let turns = transcript::finished_turns(&lead.events());
-    // With `--json` the answers are the stream's `text` lines.
-    let shown = if reporter.mode() == Mode::Json {
-        turns.len()
-    } else {
-        printed
-    };
-    for turn in turns.iter().skip(shown) {
-        let answer = turn.answer.trim();
-        if transcript::failed(&turn.end.stop_reason) || answer.is_empty() {
-            let diagnostic = turn
-                .end
-                .diagnostic
-                .as_deref()
-                .map(|d| format!(": {}", compact(d, 200)))
-                .unwrap_or_default();
-            reporter.line(&format!(
-                "lead stopped ({}){diagnostic}",
-                turn.end.stop_reason
-            ));
-        }
-        if !answer.is_empty() {
-            reporter.line(&format!("lead: {}", answer.replace('\n', "\n  ")));
-        }
+    for turn in turns.iter().skip(printed) {
+        reporter.show(Seen::LeadTurn {
+            stop_reason: turn.end.stop_reason.to_string(),
+            failed: transcript::failed(&turn.end.stop_reason),
+            diagnostic: turn.end.diagnostic.clone(),
+            answer: turn.answer.clone(),
+        });
     }
     turns.len().max(printed)
 }
@@ -581,7 +569,8 @@ fn print_answers(lead: &Arc<dyn Agent>, reporter: &Reporter, printed: usize) -> 
 /// The tree as it ended, in stable order: every agent with its provider,
 /// last stop reason, tokens and the tools it called; with a `price`, each
 /// agent's cost and the tree's total.
-async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, price: Option<Price>) {
+async fn summary(world: &World, lead: &Arc<dyn Agent>, price: Option<Price>) -> Vec<String> {
+    let mut lines = Vec::new();
     let events = lead.events();
     let mut rows = vec![(
         "lead".to_owned(),
@@ -600,7 +589,7 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, pric
         Ok(listed) => listed,
         Err(err) => {
             // The summary is shown without the children, and says why.
-            reporter.line(&format!(
+            lines.push(format!(
                 "the tree cannot be listed: {}",
                 compact(&crate::error::person(&err), 200)
             ));
@@ -642,8 +631,8 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, pric
         };
         rows.push((name, row.entry.provider.clone(), stop, tokens, tools));
     }
-    reporter.line("");
-    reporter.line("tree:");
+    lines.push(String::new());
+    lines.push("tree:".to_owned());
     // Tokens in/out, the cached share when there is one, the cost with a
     // price.
     let figures = |usage: Usage| {
@@ -674,18 +663,20 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, reporter: &Reporter, pric
         } else {
             format!("  tools: {tools}")
         };
-        reporter.line(
+        lines.push(
             format!(
                 "  {name:<14} {provider:<6} {stop:<10} {}{tools}",
                 figures(usage)
             )
-            .trim_end(),
+            .trim_end()
+            .to_owned(),
         );
     }
-    reporter.line(&format!(
+    lines.push(format!(
         "  total ({agents} agents)            {}",
         figures(total)
     ));
+    lines
 }
 
 #[cfg(test)]

@@ -16,7 +16,8 @@
 //! run, never spent on a model call the command would then interrupt.
 //! Then the tree is stopped.
 //!
-//! The tree is rebuilt as `dsh run` builds it: a tree whose lead's log
+//! The tree is rebuilt as `dsh run` builds it ([`crate::session`]), the
+//! `--acp-*` flags included: a tree whose lead's log
 //! holds team records gets the team tools (and its team is opened for the
 //! resumed lead), and the ACP agents of dsh.toml are installed, so a
 //! resumed member keeps the tools it had. An external child whose agent
@@ -28,6 +29,11 @@
 //! with its stop reason and diagnostic when it failed; one that cannot
 //! continue is refused.
 //!
+//! A tree another process holds (another `dsh` working in it has its
+//! root's log locked) is waited for, up to `--wait` seconds, after one
+//! line on stderr naming the holder's pid; then the command refuses,
+//! naming it again.
+//!
 //! The reply printed is the answer of the turn that claimed this message
 //! (found by its id in the child's log), never merely the log's last turn:
 //! when that turn could not be recorded, the command fails instead of
@@ -37,10 +43,13 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
+use std::time::Duration;
 
 use dsh_core::{
-    Agent, AgentFactory, CancellationToken, ContentBlock, MessageId, Model, ResumeAgent,
+    Agent, AgentError, AgentFactory, CancellationToken, ContentBlock, MessageId, Model,
+    ResumeAgent, SessionId, StoreError,
 };
+use dsh_harness::JsonlStore;
 use dsh_subagent::{
     ChildMode, PromptDelivery, RunOutcome, SubagentError, SubagentEvent, TrustedHost, UserPrompt,
 };
@@ -49,13 +58,13 @@ use crate::config::Settings;
 use crate::demo::Demo;
 use crate::error::CliError;
 use crate::model::{self, ModelChoice};
-use crate::observe::{Mode, Reporter};
+use crate::observe::{Mode, Reporter, Seen};
 use crate::run::shutdown;
+use crate::session::{Session, SessionConfig};
 use crate::sessions::{self, Member};
 use crate::signals::Signals;
 use crate::transcript;
 use crate::world::World;
-use crate::writes::{Watched, WriteFaults};
 
 /// What `dsh send` was asked.
 #[derive(Debug)]
@@ -75,7 +84,13 @@ pub struct SendArgs {
     pub json: bool,
     /// Whether an action above the level asks the person (`--ask`).
     pub ask: crate::ask::AskMode,
+    /// How long to wait, in seconds, for a tree another process holds
+    /// (`--wait`).
+    pub wait: u64,
 }
+
+/// How often a held tree is tried again.
+const HELD_POLL: Duration = Duration::from_millis(100);
 
 /// Run the command.
 ///
@@ -90,20 +105,17 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         return Err(CliError::Refused("the message is empty".to_owned()));
     }
     let mut signals = Signals::install()?;
-    let store = sessions::existing_store(&args.dir)?;
-    let scan = sessions::scan(store.as_ref()).await?;
-    scan.warn();
-    let root = scan.pick_root(&args.dir, args.root.as_deref())?;
-    // The model the tree was built with, unless `--model` says otherwise.
-    let recorded = scan
-        .headers
-        .iter()
-        .find(|header| header.id == root)
-        .and_then(model::recorded);
-    let choice = args.settings.for_tree(recorded);
+    let sessions::Picked {
+        store,
+        root,
+        model: choice,
+    } = sessions::pick_tree(&args.dir, args.root.as_deref(), &args.settings).await?;
     if args.name == dsh_subagent::ROOT_NAME || args.name == root.as_str() {
         // The lead's own conversation goes on, with its whole tree: a run
-        // that resumes instead of creating.
+        // that resumes instead of creating, once no other process holds
+        // the lead.
+        wait_free(&store.log_path(&root), &args.name, args.wait).await?;
+        drop(store);
         drop(signals);
         let mut settings = args.settings;
         settings.model = choice;
@@ -124,38 +136,23 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     };
     // A tree with a team keeps its team tools, as `dsh run` does.
     let team = crate::team::has_team(store.as_ref(), &root).await?;
-    let faults = WriteFaults::new();
-    let reporter = args.json.then(|| Reporter::new(Mode::Json));
-    let store = match &reporter {
-        Some(reporter) => Watched::streaming(store, &faults, reporter),
-        None => Watched::wrap(store, &faults),
-    };
-    let prompter = args
-        .ask
-        .asks(std::io::IsTerminal::is_terminal(&std::io::stdin()))
-        .then(|| crate::ask::Prompter::terminal(reporter.clone()));
-    let (policy, acp, agents) = crate::run::asking(&args.settings, prompter.as_ref());
-    let world = World::build_with_team(
-        store,
+    let reporter = args.json.then(|| Reporter::new(Mode::Json, None));
+    let session = Session::open(SessionConfig {
+        store: store.clone(),
         model,
-        reporter.as_ref(),
-        acp,
-        args.settings.limits,
-        Some((&std::env::current_dir()?, policy)),
+        settings: &args.settings,
+        reporter: reporter.as_ref(),
         team,
-    )?;
-    for agent in agents {
-        world.add_acp(agent, reporter.as_ref())?;
+        ask: args.ask,
+        cwd: &std::env::current_dir()?,
+    })?;
+    if let Some(reporter) = &reporter {
+        reporter.root(&root);
     }
-    if let Some(prompter) = &prompter {
-        prompter.attach(&world.runtime);
-    }
-    let _reporting = reporter
-        .as_ref()
-        .map(|reporter| reporter.attach(&world.runtime));
+    let (world, faults) = (&session.world, &session.faults);
     let mut lead = None;
     let outcome = tokio::select! {
-        outcome = deliver(&world, &root, &args, &mut lead, reporter.as_deref()) => outcome,
+        outcome = deliver(world, &store, &root, &args, &mut lead, reporter.as_deref()) => outcome,
         err = faults.failed() => Err(CliError::WriteFailed(err)),
         signal = signals.recv() => Err(CliError::Interrupted(signal)),
     };
@@ -168,17 +165,110 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     if outcome.is_err()
         && let Some(lead) = &lead
     {
-        crate::run::stop(&world, lead, None).await;
+        crate::run::stop(world, lead, None).await;
     }
-    shutdown(&world, None).await;
+    shutdown(world, None).await;
+    if let Some(reporter) = &reporter {
+        reporter.flush().await;
+    }
     outcome
+}
+
+/// Wait, up to `wait` seconds, until no process holds the log at `path`
+/// (the kernel's lock table names it by device and inode; where it
+/// cannot, this returns at once and a held log is refused later), after
+/// one line naming the holder; then refuse, naming it again.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads the lock table.
+async fn wait_free(path: &std::path::Path, name: &str, wait: u64) -> Result<(), CliError> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(wait);
+    let mut told = false;
+    loop {
+        let Some(pid) = sessions::holder(path.to_path_buf(), false).await else {
+            return Ok(());
+        };
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return Err(CliError::Held {
+                name: name.to_owned(),
+                pid: Some(pid),
+                waited: wait,
+            });
+        }
+        if !told {
+            told = true;
+            crate::run::say(
+                None,
+                &format!(
+                    "`{name}` is held by another process (pid {pid}); waiting up to {wait} s for it"
+                ),
+            );
+        }
+        tokio::time::sleep_until(until.min(now + HELD_POLL)).await;
+    }
+}
+
+/// Resume the root `root` to deliver through it. While another process
+/// holds its log (another `dsh` working in this tree), wait for it, up to
+/// `wait` seconds, polling, after one line saying who holds it; then
+/// refuse naming the holder.
+///
+/// # Cancel safety
+/// As the harness's resume: a drop leaves no half-resumed root.
+async fn resume_root(
+    world: &World,
+    store: &JsonlStore,
+    root: &SessionId,
+    name: &str,
+    wait: u64,
+    reporter: Option<&Reporter>,
+) -> Result<Arc<dyn Agent>, CliError> {
+    let until = tokio::time::Instant::now() + Duration::from_secs(wait);
+    let mut told = false;
+    loop {
+        let resumed = world
+            .harness
+            .resume(ResumeAgent {
+                id: root.clone(),
+                setup: world.lead_setup(root),
+                cancel: CancellationToken::new(),
+            })
+            .await;
+        let held = match resumed {
+            Ok(handle) => return Ok(handle.agent().clone()),
+            Err(AgentError::Store(StoreError::Locked(held))) => held,
+            Err(err) => return Err(err.into()),
+        };
+        let now = tokio::time::Instant::now();
+        if now >= until {
+            return Err(CliError::Held {
+                name: name.to_owned(),
+                pid: sessions::holder(store.log_path(&held), true).await,
+                waited: wait,
+            });
+        }
+        if !told {
+            told = true;
+            let pid = sessions::holder(store.log_path(&held), true)
+                .await
+                .map(|pid| format!(" (pid {pid})"))
+                .unwrap_or_default();
+            crate::run::say(
+                reporter,
+                &format!("`{name}` is held by another process{pid}; waiting up to {wait} s for it"),
+            );
+        }
+        tokio::time::sleep_until(until.min(now + HELD_POLL)).await;
+    }
 }
 
 /// Resolve, resume, deliver and wait; the resumed root is left in `lead`
 /// so that a caller that stops waiting can stop its tree.
 async fn deliver(
     world: &World,
-    root: &dsh_core::SessionId,
+    store: &JsonlStore,
+    root: &SessionId,
     args: &SendArgs,
     resumed: &mut Option<Arc<dyn Agent>>,
     reporter: Option<&Reporter>,
@@ -200,15 +290,7 @@ async fn deliver(
     let name = sessions::display_name(&row);
 
     // Prompts reach a child through its live root.
-    let lead = world
-        .harness
-        .resume(ResumeAgent {
-            id: root.clone(),
-            setup: world.lead_setup(root),
-            cancel: CancellationToken::new(),
-        })
-        .await?;
-    let lead = lead.agent().clone();
+    let lead = resume_root(world, store, root, &name, args.wait, reporter).await?;
     *resumed = Some(lead.clone());
     // No notice starts a turn while this command works (see the module
     // docs), the lost ones delivered below included.
@@ -342,9 +424,9 @@ async fn answered(
     answer: String,
 ) -> Result<(), CliError> {
     match reporter {
-        Some(reporter) => reporter.json(&crate::json::Line::Reply {
-            agent: name,
-            text: answer.trim(),
+        Some(reporter) => reporter.show(Seen::Reply {
+            agent: name.to_owned(),
+            text: answer,
         }),
         None => println!("{name}: {}", answer.trim().replace('\n', "\n  ")),
     }

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use dsh_core::{CancellationToken, Durability, SessionHeader, SessionId, SessionStore, StoreError};
 use dsh_harness::JsonlStore;
-use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentRuntime, fold_catalog};
+use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentError, SubagentRuntime, fold_catalog};
 
 use crate::error::CliError;
 
@@ -303,6 +303,182 @@ pub fn display_name(row: &DescendantRow) -> String {
         .unwrap_or_else(|| row.entry.child_id.to_string())
 }
 
+/// A persisted tree picked to continue (`dsh send`, `dsh resume`).
+pub struct Picked {
+    /// The directory's store.
+    pub store: Arc<JsonlStore>,
+    /// The tree's root.
+    pub root: SessionId,
+    /// The model the tree was built with, unless the settings name another.
+    pub model: crate::model::ModelChoice,
+}
+
+/// The tree `wanted` names in `dir` (default: the most recent root), after
+/// the directory's bad files are warned about, with the model `settings`
+/// give it (the recorded one unless `--model` says otherwise).
+///
+/// # Errors
+/// No session directory, no root, or `wanted` names none.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub async fn pick_tree(
+    dir: &Path,
+    wanted: Option<&str>,
+    settings: &crate::config::Settings,
+) -> Result<Picked, CliError> {
+    let store = existing_store(dir)?;
+    let scan = scan(store.as_ref()).await?;
+    scan.warn();
+    let root = scan.pick_root(dir, wanted)?;
+    let recorded = scan
+        .headers
+        .iter()
+        .find(|header| header.id == root)
+        .and_then(crate::model::recorded);
+    Ok(Picked {
+        store,
+        root,
+        model: settings.for_tree(recorded),
+    })
+}
+
+/// The persisted trees of a session directory, read from their logs: the
+/// runtime's listing over the store with nothing behind it that could run
+/// an agent (no harness, model, provider or tool; a create or resume is
+/// refused), for the commands that only read (`agents`, `show`).
+pub struct ReadOnlyTree {
+    runtime: SubagentRuntime,
+}
+
+/// The factory of a [`ReadOnlyTree`]: it makes no agent.
+struct NoAgents {
+    registry: dsh_core::AgentRegistry,
+}
+
+impl NoAgents {
+    /// Why no agent is made.
+    fn refusal() -> dsh_core::AgentError {
+        dsh_core::AgentError::Composition("this command only reads the sessions".to_owned())
+    }
+}
+
+#[async_trait::async_trait]
+impl dsh_core::AgentFactory for NoAgents {
+    async fn create(
+        &self,
+        _spec: dsh_core::CreateAgent,
+    ) -> Result<dsh_core::AgentHandle, dsh_core::AgentError> {
+        Err(NoAgents::refusal())
+    }
+
+    async fn resume(
+        &self,
+        _spec: dsh_core::ResumeAgent,
+    ) -> Result<dsh_core::AgentHandle, dsh_core::AgentError> {
+        Err(NoAgents::refusal())
+    }
+
+    fn registry(&self) -> &dsh_core::AgentRegistry {
+        &self.registry
+    }
+}
+
+impl ReadOnlyTree {
+    /// The trees `store` holds.
+    pub fn over(store: Arc<dyn SessionStore>) -> Self {
+        let factory = Arc::new(NoAgents {
+            registry: dsh_core::AgentRegistry::new(),
+        });
+        Self {
+            runtime: SubagentRuntime::new(factory, store, dsh_subagent::RuntimeConfig::default()),
+        }
+    }
+
+    /// Every descendant of `root`, as
+    /// [`SubagentRuntime::list_descendants`] lists them.
+    ///
+    /// # Errors
+    /// As `list_descendants`: the root's own catalog cannot be read.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn list(&self, root: &SessionId) -> Result<Vec<DescendantRow>, SubagentError> {
+        self.runtime
+            .list_descendants(root, &CancellationToken::new())
+            .await
+    }
+
+    /// The runtime the listing runs on (for [`resolve`]).
+    pub fn runtime(&self) -> &SubagentRuntime {
+        &self.runtime
+    }
+}
+
+/// The process that holds the lock on the log at `path` (another `dsh`
+/// working in its tree), as the kernel's lock table (`/proc/locks`) says:
+/// the `FLOCK` entry on the file's device and inode, or with `loose` (to
+/// name the holder of a log known to be locked) on its inode alone when
+/// no entry matches both, as on an overlay filesystem. `None` when the
+/// table cannot be read or names no holder.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads, off the async workers.
+pub async fn holder(path: PathBuf, loose: bool) -> Option<u32> {
+    tokio::task::spawn_blocking(move || {
+        let locks = std::fs::read_to_string("/proc/locks").ok()?;
+        let (exact, by_inode) = holder_in(&locks, &path);
+        exact.or(by_inode.filter(|_| loose))
+    })
+    .await
+    .ok()
+    .flatten()
+}
+
+/// [`holder`] over the lock table `locks`: the holder matching the file's
+/// device and inode, and one matching its inode alone.
+#[cfg(unix)]
+fn holder_in(locks: &str, path: &Path) -> (Option<u32>, Option<u32>) {
+    use std::os::unix::fs::MetadataExt;
+    let Ok(meta) = std::fs::metadata(path) else {
+        return (None, None);
+    };
+    let (dev, ino) = (meta.dev(), meta.ino());
+    // glibc's `major`/`minor` of an encoded device number.
+    let major = ((dev >> 8) & 0xfff) | ((dev >> 32) & !0xfff);
+    let minor = (dev & 0xff) | ((dev >> 12) & !0xff);
+    let exact = format!("{major:02x}:{minor:02x}:{ino}");
+    let inode = format!(":{ino}");
+    // `1: FLOCK  ADVISORY  WRITE 1234 fe:00:5660713 0 EOF`; a waiter's
+    // line has `->` and is not a holder.
+    let holders: Vec<(u32, &str)> = locks
+        .lines()
+        .filter(|line| !line.contains("->"))
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            (fields.get(1) == Some(&"FLOCK"))
+                .then(|| Some((fields.get(4)?.parse().ok()?, *fields.get(5)?)))
+                .flatten()
+        })
+        .collect();
+    let find = |wanted: &dyn Fn(&str) -> bool| {
+        holders
+            .iter()
+            .find(|(_, file)| wanted(file))
+            .map(|(pid, _)| *pid)
+    };
+    (
+        find(&|file| file == exact),
+        find(&|file| file.ends_with(&inode)),
+    )
+}
+
+/// [`holder`] where there is no lock table to read.
+#[cfg(not(unix))]
+fn holder_in(_locks: &str, _path: &Path) -> (Option<u32>, Option<u32>) {
+    (None, None)
+}
+
 /// Resolve `name` in `root`'s persisted tree: `lead`, a slash path of names,
 /// or a member's session id.
 ///
@@ -326,4 +502,34 @@ pub async fn resolve(
             name: name.to_owned(),
             root: root.to_string(),
         })
+}
+
+#[cfg(all(test, unix))]
+mod holder_tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    /// The holder is the `FLOCK` entry on the file's device and inode, as
+    /// the kernel lists a lock this process takes; a waiter is no holder;
+    /// an entry on the inode alone names a holder only when asked loosely.
+    #[tokio::test]
+    async fn the_holder_is_the_flock_entry_on_the_files_device_and_inode() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s-a.jsonl");
+        std::fs::write(&path, "").unwrap();
+        assert_eq!(holder(path.clone(), true).await, None);
+        let file = std::fs::File::open(&path).unwrap();
+        file.try_lock().unwrap();
+        assert_eq!(holder(path.clone(), false).await, Some(std::process::id()));
+        drop(file);
+        assert_eq!(holder(path.clone(), true).await, None);
+
+        use std::os::unix::fs::MetadataExt;
+        let ino = std::fs::metadata(&path).unwrap().ino();
+        let table = format!(
+            "1: FLOCK  ADVISORY  WRITE 77 00:00:{ino} 0 EOF\n1: -> FLOCK  ADVISORY  WRITE 88 00:00:{ino} 0 EOF\n2: POSIX  ADVISORY  WRITE 99 00:00:{ino} 0 EOF\n"
+        );
+        assert_eq!(holder_in(&table, &path), (None, Some(77)));
+    }
 }

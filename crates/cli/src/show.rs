@@ -11,13 +11,12 @@
 use std::collections::HashMap;
 use std::path::Path;
 
-use dsh_core::{CancellationToken, SessionId};
+use dsh_core::{SessionId, SessionStore as _};
 use dsh_subagent::ROOT_NAME;
 
 use crate::error::CliError;
-use crate::sessions::{self, Member};
+use crate::sessions::{self, Member, ReadOnlyTree};
 use crate::transcript;
-use crate::world::World;
 
 /// Run the command.
 ///
@@ -28,27 +27,21 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(dir, root)?;
-    let world = World::reader(store)?;
-    let member = sessions::resolve(&world.runtime, &root, name).await?;
+    let tree = ReadOnlyTree::over(store.clone());
+    let member = sessions::resolve(tree.runtime(), &root, name).await?;
     if let Member::Child(row) = &member
         && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL
     {
-        let creator = world.store.load(&row.parent_id).await;
-        world.shutdown().await;
-        print!("{}", external(row, &creator?.events));
+        let creator = store.load(&row.parent_id).await?;
+        print!("{}", external(row, &creator.events));
         return Ok(());
     }
     let mut names: HashMap<SessionId, String> = HashMap::new();
     names.insert(root.clone(), ROOT_NAME.to_owned());
-    for row in world
-        .runtime
-        .list_descendants(&root, &CancellationToken::new())
-        .await?
-    {
+    for row in tree.list(&root).await? {
         names.insert(row.entry.child_id.clone(), sessions::display_name(&row));
     }
-    let log = world.store.load(member.id()).await?;
-    world.shutdown().await;
+    let log = store.load(member.id()).await?;
     let title = match &member {
         Member::Root(_) => ROOT_NAME.to_owned(),
         Member::Child(row) => format!(

@@ -67,47 +67,38 @@ pub(crate) fn install_error(err: impl std::fmt::Display) -> CliError {
     CliError::Refused(format!("cannot install the tools: {err}"))
 }
 
+/// What a world is built from.
+pub struct WorldConfig<'a> {
+    /// The session store.
+    pub store: Arc<dyn SessionStore>,
+    /// The model every agent uses.
+    pub model: Arc<dyn Model>,
+    /// Hears every tool call and, when it wants them, the streamed text.
+    pub reporter: Option<&'a Arc<Reporter>>,
+    /// The `acp` provider and its tool.
+    pub acp: Option<AcpConfig>,
+    /// The tree's bounds (live children, depth) and every turn's (steps).
+    pub limits: Limits,
+    /// The six workspace tools over this root, under this policy (its
+    /// level, and who asks above it).
+    pub workspace: Option<(&'a std::path::Path, Policy)>,
+    /// The ten team tools in place of the three control tools they share
+    /// names with.
+    pub team: bool,
+}
+
 impl World {
-    /// Build the world over `store` with `model`; tools report to `reporter`;
-    /// `acp`, when given, adds the `acp` provider and its tool; `limits`
-    /// bound the tree (live children, depth) and every turn (steps);
-    /// `workspace`, when given, adds the six workspace tools over that root
-    /// under that policy (its level, and who asks above it).
-    pub fn build(
-        store: Arc<dyn SessionStore>,
-        model: Arc<dyn Model>,
-        reporter: Option<&Arc<Reporter>>,
-        acp: Option<AcpConfig>,
-        limits: Limits,
-        workspace: Option<(&std::path::Path, Policy)>,
-    ) -> Result<Self, CliError> {
-        Self::build_with_team(store, model, reporter, acp, limits, workspace, false)
-    }
-
-    /// A world that only reads the logs (listing, showing): its model is
-    /// never asked, no tool reports, and it has no ACP agent or workspace.
-    pub fn reader(store: Arc<dyn SessionStore>) -> Result<Self, CliError> {
-        Self::build(
+    /// Build the world `config` describes.
+    pub fn build(config: WorldConfig<'_>) -> Result<Self, CliError> {
+        let WorldConfig {
             store,
-            Arc::new(dsh_harness::ScriptedModel::new()),
-            None,
-            None,
-            Limits::default(),
-            None,
-        )
-    }
-
-    /// [`World::build`], and with `team` the ten team tools in place of the
-    /// three control tools they share names with.
-    pub fn build_with_team(
-        store: Arc<dyn SessionStore>,
-        model: Arc<dyn Model>,
-        reporter: Option<&Arc<Reporter>>,
-        acp: Option<AcpConfig>,
-        limits: Limits,
-        workspace: Option<(&std::path::Path, Policy)>,
-        team: bool,
-    ) -> Result<Self, CliError> {
+            model,
+            reporter,
+            acp,
+            limits,
+            workspace,
+            team,
+        } = config;
         let mut prompt = SystemPrompt::new().section("role", SYSTEM_PROMPT);
         if team {
             // The lead's own policy comes with its setup (`lead_setup`);
@@ -118,7 +109,7 @@ impl World {
                 .var(TEAM_POLICY_VAR, "");
         }
         let mut builder = Harness::builder(store.clone());
-        if let Some(reporter) = reporter.filter(|r| r.mode() != crate::observe::Mode::Plain) {
+        if let Some(reporter) = reporter.filter(|r| r.wants().deltas) {
             builder = builder.text_observer(reporter.clone());
         }
         let harness = builder
@@ -279,15 +270,15 @@ mod tests {
         for team in [false, true] {
             let model = Arc::new(ScriptedModel::new());
             model.push(Scripted::Text("ok".into()));
-            let world = World::build_with_team(
-                Arc::new(MemoryStore::new()),
-                model.clone(),
-                None,
-                None,
-                Limits::default(),
-                None,
+            let world = World::build(WorldConfig {
+                store: Arc::new(MemoryStore::new()),
+                model: model.clone(),
+                reporter: None,
+                acp: None,
+                limits: Limits::default(),
+                workspace: None,
                 team,
-            )
+            })
             .unwrap();
             let id = SessionId::generate();
             let handle = world

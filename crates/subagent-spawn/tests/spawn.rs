@@ -440,6 +440,8 @@ async fn b10_start_and_end_carry_one_identity_and_the_settled_outcome() {
     let second = bounded(seen.recv()).await.unwrap();
     let expected = RunInfo {
         provider: "spawn".into(),
+        name: "agent-1".into(),
+        label: "do it".into(),
         child_id: activation.child_id().clone(),
         parent_session_id: parent.id().clone(),
         root: parent.id().clone(),
@@ -613,6 +615,8 @@ async fn b15_disposing_a_running_child_settles_aborted_and_stops_only_that_activ
         SubagentEvent::End(
             RunInfo {
                 provider: "spawn".into(),
+                name: "agent-1".into(),
+                label: "hang".into(),
                 child_id,
                 parent_session_id: parent.id().clone(),
                 root: parent.id().clone(),

@@ -7,11 +7,18 @@ use dsh_core::{SessionId, StopReason};
 use crate::provider::ProviderDescriptor;
 use crate::result::SubagentResult;
 
-/// The identity of one published activation.
+/// The identity of one published activation, with what an observer needs
+/// to show it (its name and label) without reading any log.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RunInfo {
     /// The provider that made it.
     pub provider: String,
+    /// Its path of names from the root (`researcher/deep-reader`), or its
+    /// id when it has none.
+    pub name: String,
+    /// The label its creator gave it (its catalog entry's); empty when
+    /// none is known.
+    pub label: String,
     /// The child's id (its session id for a local child).
     pub child_id: SessionId,
     /// The direct creator's session id.
@@ -46,6 +53,12 @@ impl RunOutcome {
 
 /// A runtime observation event.
 #[derive(Debug, Clone, PartialEq)]
+// `allow`, not `expect`: whether the lint fires depends on the features
+// the workspace build turns on (the variants' sizes do).
+#[allow(
+    clippy::large_enum_variant,
+    reason = "an end carries its settled result by value, as listeners match it; events are delivered by reference"
+)]
 pub enum SubagentEvent {
     /// `subagent/provider-added`, with what the provider said about itself.
     ProviderAdded(ProviderDescriptor),

@@ -350,15 +350,18 @@ impl SubagentRuntime {
         };
         let parent = &creator.agent;
         let name = row.entry.name.clone().unwrap_or_else(|| target.to_string());
+        let path = self.full_name(parent.id(), &name);
         let activation = self.install(NewActivation {
             info: RunInfo {
                 provider: provider.name().to_owned(),
+                name: path.clone().unwrap_or_else(|| target.to_string()),
+                label: row.entry.label.clone(),
                 child_id: target.clone(),
                 parent_session_id: parent.id().clone(),
                 root: root.clone(),
                 local: false,
             },
-            path: self.full_name(parent.id(), &name),
+            path,
             parent: parent.reference(),
             root: root.clone(),
             delivery: Delivery::Parent,

@@ -595,7 +595,7 @@ impl SubagentRuntime {
         root: &SessionId,
         resumed: Resumed,
     ) -> Arc<crate::activation::Activation> {
-        let (name, provider) = self.member_identity(target, root).await;
+        let (name, provider, label) = self.member_identity(target, root).await;
         let Resumed { handle, slot } = resumed;
         let agent = handle.agent().clone();
         // This activation's own events start here, whatever runs next.
@@ -612,6 +612,8 @@ impl SubagentRuntime {
         self.install(NewActivation {
             info: RunInfo {
                 provider,
+                name: name.clone(),
+                label,
                 child_id: target.clone(),
                 parent_session_id: parent.id.clone(),
                 root: root.clone(),
@@ -685,16 +687,25 @@ impl SubagentRuntime {
     }
 
     /// The full name of a member from the root (the slash path of catalog
-    /// names when every level below the root is named, else its id) and
-    /// the provider its creator recorded.
-    async fn member_identity(&self, member: &SessionId, root: &SessionId) -> (String, String) {
+    /// names when every level below the root is named, else its id), the
+    /// provider its creator recorded and the label its creator gave it.
+    async fn member_identity(
+        &self,
+        member: &SessionId,
+        root: &SessionId,
+    ) -> (String, String, String) {
         let mut names = Vec::new();
         let mut provider = None;
+        let mut label = String::new();
         let mut current = member.clone();
         for _ in 0..MAX_LINEAGE {
             if &current == root {
                 names.reverse();
-                return (names.join("/"), provider.unwrap_or_else(unknown_provider));
+                return (
+                    names.join("/"),
+                    provider.unwrap_or_else(unknown_provider),
+                    label,
+                );
             }
             let Ok(Some(parent)) = self.parent_of(&current).await else {
                 break;
@@ -706,6 +717,10 @@ impl SubagentRuntime {
                         .as_ref()
                         .map_or_else(unknown_provider, |entry| entry.provider.clone()),
                 );
+                label = entry
+                    .as_ref()
+                    .map(|entry| entry.label.clone())
+                    .unwrap_or_default();
             }
             match entry.and_then(|entry| entry.name) {
                 Some(name) => names.push(name),
@@ -716,6 +731,7 @@ impl SubagentRuntime {
         (
             member.to_string(),
             provider.unwrap_or_else(unknown_provider),
+            label,
         )
     }
 

@@ -370,16 +370,19 @@ impl SubagentRuntime {
         let child = handle.agent().clone();
         let start_seq = child.events().len() as u64;
         let limits = request.limits();
+        let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(
             NewActivation {
                 info: RunInfo {
                     provider: provider.name().to_owned(),
+                    name: path.clone().unwrap_or_else(|| child_id.to_string()),
+                    label: entry.label,
                     child_id: child_id.clone(),
                     parent_session_id: parent.id().clone(),
                     root: root.clone(),
                     local: true,
                 },
-                path: self.full_name(parent.id(), &name),
+                path,
                 parent: parent.reference(),
                 root,
                 delivery,
@@ -528,6 +531,8 @@ impl SubagentRuntime {
             NewActivation {
                 info: RunInfo {
                     provider: provider.name().to_owned(),
+                    name: path.clone().unwrap_or_else(|| child_id.to_string()),
+                    label: entry.label,
                     child_id: child_id.clone(),
                     parent_session_id: parent.id().clone(),
                     root: root.clone(),

@@ -861,6 +861,8 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
     settle().await;
     let local_info = RunInfo {
         provider: "spawn".into(),
+        name: "agent-1".into(),
+        label: "a task".into(),
         child_id: local_activation.child_id().clone(),
         parent_session_id: env.parent.id().clone(),
         root: env.parent.id().clone(),
@@ -868,6 +870,8 @@ async fn b10_every_activation_emits_one_start_and_one_end_with_the_same_identity
     };
     let ext_info = RunInfo {
         provider: "ext".into(),
+        name: "agent-2".into(),
+        label: "a task".into(),
         child_id: ext_activation.child_id().clone(),
         parent_session_id: env.parent.id().clone(),
         root: env.parent.id().clone(),
