@@ -21,6 +21,7 @@ use crate::capture::CaptureTool;
 use crate::error::SubagentError;
 use crate::events::{RunInfo, RunOutcome, SubagentEvent};
 use crate::ids::IdMap;
+use crate::input::{InputGate, InputPermit};
 use crate::provider::SubagentRun;
 use crate::request::Delivery;
 use crate::result::{SubagentResult, bound_diagnostic, final_output, last_stop};
@@ -45,6 +46,10 @@ pub(crate) enum Execution {
     },
     External {
         run: Arc<dyn SubagentRun>,
+        /// The run's id, held while the activation lives (a follow-up of
+        /// a cataloged run holds none: the catalog and the resume gate
+        /// keep it unique).
+        _claim: Option<crate::ids::Claim<SessionId>>,
     },
 }
 
@@ -68,15 +73,8 @@ pub(crate) struct Activation {
     /// Set by an interrupt: the idle child stays resident (its input
     /// parked) until something wakes it again.
     pub(crate) parked: AtomicBool,
-    /// Set when the activation stops taking input (before its notice).
-    pub(crate) retiring: AtomicBool,
-    /// Held shared by every delivery to this activation's child, across its
-    /// check of `retiring` and its send; held exclusively by the monitor
-    /// while it decides to retire, so no delivery lands unseen in between.
-    pub(crate) input: tokio::sync::RwLock<()>,
-    /// Deliveries accepted so far; the monitor retires only when none
-    /// landed since it found the child quiet.
-    pub(crate) delivered: AtomicU64,
+    /// Closed when the activation stops taking input (before its notice).
+    input: InputGate,
     pub(crate) settled: watch::Sender<Option<Settled>>,
     /// The tree's capacity slot, freed when the activation retires (before
     /// its result settles, so a caller can start the next child at once).
@@ -133,9 +131,7 @@ impl Activation {
             owned_changed: Notify::new(),
             stop,
             parked: AtomicBool::new(false),
-            retiring: AtomicBool::new(false),
-            input: tokio::sync::RwLock::new(()),
-            delivered: AtomicU64::new(0),
+            input: InputGate::default(),
             settled: watch::Sender::new(None),
             slot: Mutex::new(Some(new.slot)),
         }
@@ -158,12 +154,26 @@ impl Activation {
         }
     }
 
-    /// Whether the activation takes no more input: it is retiring, or its
-    /// child submitted a valid structured result (B23), which closes this
+    /// A permit to deliver one message to this activation's child, or
+    /// `None` when it takes no more input: it is retiring, or its child
+    /// submitted a valid structured result (B23), which closes this
     /// activation's input. A message then goes to a later resume.
+    ///
+    /// # Cancel safety
+    /// As [`InputGate::admit`].
+    pub(crate) async fn admit_input(&self) -> Option<InputPermit<'_>> {
+        self.input.admit().await.filter(|_| !self.captured())
+    }
+
+    /// Whether the activation takes no more input (see
+    /// [`Activation::admit_input`]), without waiting for a permit.
     pub(crate) fn input_closed(&self) -> bool {
-        self.retiring.load(Ordering::SeqCst)
-            || matches!(&self.execution, Execution::Local { capture: Some(capture), .. } if capture.captured().is_some())
+        self.input.is_closed() || self.captured()
+    }
+
+    /// Whether its child submitted a valid structured result (B23).
+    fn captured(&self) -> bool {
+        matches!(&self.execution, Execution::Local { capture: Some(capture), .. } if capture.captured().is_some())
     }
 
     /// Whether this is the activation of the exact agent `reference`.
@@ -425,16 +435,14 @@ impl SubagentRuntime {
                     .reporting(&activation.child_id, activation.serial);
                 let watched = async {
                     loop {
-                        let seen = activation.delivered.load(Ordering::SeqCst);
+                        let seen = activation.input.seen();
                         if self.await_quiescence(&activation, handle.agent()).await {
-                            activation.retiring.store(true, Ordering::SeqCst);
+                            activation.input.close();
                             break true;
                         }
                         // Retire only if no delivery landed since the child was
                         // found quiet; one in flight finishes first.
-                        let _input = activation.input.write().await;
-                        if activation.delivered.load(Ordering::SeqCst) == seen {
-                            activation.retiring.store(true, Ordering::SeqCst);
+                        if activation.input.retire_if_quiet(seen).await {
                             break false;
                         }
                     }
@@ -474,7 +482,7 @@ impl SubagentRuntime {
                 });
                 Ok(result.unwrap_or_else(|| local_result(&[], capture.as_deref(), stopped)))
             }
-            Execution::External { run } => {
+            Execution::External { run, .. } => {
                 run.observe(
                     self.progress_sink(&activation)
                         .metered(activation.ledger.clone())
@@ -492,7 +500,7 @@ impl SubagentRuntime {
                 if let Ok(result) = &result {
                     activation.ledger.charge_up_to(result.usage);
                 }
-                activation.retiring.store(true, Ordering::SeqCst);
+                activation.input.close();
                 // Whatever the provider wrote, the bound holds.
                 result.map(|mut result| {
                     result.diagnostic = result.diagnostic.take().map(bound_diagnostic);
@@ -523,7 +531,7 @@ impl SubagentRuntime {
                 Ok(())
             }
             (Execution::External { .. }, Some(outcome)) => outcome,
-            (Execution::External { run }, None) => run.dispose().await,
+            (Execution::External { run, .. }, None) => run.dispose().await,
         };
         self.uninstall(&activation);
         // Built only for a listener (the result and the info are copied),
@@ -616,6 +624,22 @@ impl SubagentRuntime {
         child.cancel(CancelCause::Disposed, CancelOptions { keep_inbox: true });
         child.wait_idle().await;
     }
+}
+
+/// The seq an agent's next event takes, which a new activation's own
+/// events start at, read without copying its log: the last event past the
+/// seed, borrowed where the agent can lend it (a fork child's seed is its
+/// parent's whole history, and a new child has only the few events its
+/// creation wrote past it).
+pub(crate) fn next_seq(agent: &dyn Agent) -> u64 {
+    let seed = agent.header().seed_len;
+    let mut next = seed;
+    agent.visit_events_since(seed, &mut |fresh| {
+        if let Some(last) = fresh.last() {
+            next = last.seq + 1;
+        }
+    });
+    next
 }
 
 /// The result of a local activation from the child's own events (`own`,

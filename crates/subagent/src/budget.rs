@@ -373,7 +373,7 @@ impl SubagentRuntime {
             subtree: result.subtree_usage,
         };
         match parent.record(USAGE_EVENT, usage_payload(&record)).await {
-            Ok(seq) => self.fold_written_usage(&parent, seq, &record),
+            Ok(seq) => self.inner.catalogs.written_usage(&parent, seq, &record),
             Err(err) => {
                 tracing::warn!(child = %activation.child_id, "the usage record was not written: {err}");
             }

@@ -13,6 +13,7 @@ mod events;
 mod external;
 mod footprint;
 mod ids;
+mod input;
 mod list_entry;
 mod messaging;
 mod names;
@@ -61,5 +62,7 @@ pub use result::SubagentResult;
 pub use resume::{
     MemberResume, PARKED_EVENT, ResumeReason, ResumedMember, ResumedTree, TreeResume,
 };
-pub use runtime::{MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime};
+pub use runtime::{
+    MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime, TREE_EVENTS_BUFFER,
+};
 pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};

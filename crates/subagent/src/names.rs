@@ -145,6 +145,17 @@ impl NameReservations {
         }
     }
 
+    /// Forget `parent`'s default-name hint (its fold left the cache; a
+    /// later default under it scans its catalog from `agent-1` once).
+    pub(crate) fn forget_parent(&self, parent: &SessionId) {
+        self.held().default_hint.remove(parent);
+    }
+
+    /// How many parents keep a default-name hint.
+    pub(crate) fn hints(&self) -> usize {
+        self.held().default_hint.len()
+    }
+
     /// How many names are held.
     pub(crate) fn len(&self) -> usize {
         self.held().names.len()

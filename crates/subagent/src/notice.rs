@@ -271,10 +271,10 @@ impl SubagentRuntime {
                     ),
                 ),
             };
-            let key = (creator.id().clone(), id.clone());
-            if !lock(&self.inner.requests).insert(key.clone()) {
+            let Some(_in_flight) = self.inner.notices.claim((creator.id().clone(), id.clone()))
+            else {
                 continue;
-            }
+            };
             let outcome = if notices_in(creator.as_ref()).contains(&id) {
                 Ok(false)
             } else {
@@ -287,7 +287,6 @@ impl SubagentRuntime {
                     .await
                     .map(|_| true)
             };
-            lock(&self.inner.requests).remove(&key);
             if outcome? {
                 sent += 1;
             }
@@ -468,7 +467,14 @@ impl Drop for QuietTree {
     }
 }
 
-/// The text of a settlement notice: the summary, then what the child produced.
+/// The most bytes of a child's output a settlement notice carries into its
+/// creator's log and context; a longer output is cut on a character
+/// boundary and ends with " [output truncated]". (The child's own log
+/// keeps the whole output.)
+pub(crate) const MAX_NOTICE_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// The text of a settlement notice: the summary, then what the child
+/// produced (at most [`MAX_NOTICE_OUTPUT_BYTES`] of its output).
 pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<ContentBlock> {
     let mut text = format!("[{summary}; stop reason: {}]", result.stop_reason);
     if result.subtree_usage != dsh_core::Usage::default() {
@@ -481,7 +487,11 @@ pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<Conte
             ));
         }
     }
-    let output = dsh_core::content::joined_text(&result.output);
+    let output = crate::result::bound_text(
+        dsh_core::content::joined_text(&result.output),
+        MAX_NOTICE_OUTPUT_BYTES,
+        crate::result::OUTPUT_CUT,
+    );
     if !output.is_empty() {
         text.push_str("\n\n");
         text.push_str(&output);
@@ -500,6 +510,42 @@ pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<Conte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A notice carries at most the bound of a child's output, cut on a
+    /// character boundary; an output within the bound is carried whole.
+    #[test]
+    fn a_notice_carries_a_bounded_output() {
+        for unit in ["a", "é", "€", "😀", "ab€"] {
+            let around = MAX_NOTICE_OUTPUT_BYTES / unit.len();
+            for repeat in [0, 1, around - 1, around, around + 1, around * 3] {
+                let output = unit.repeat(repeat);
+                let result = SubagentResult {
+                    output: vec![ContentBlock::text(output.clone())],
+                    ..SubagentResult::stopped(dsh_core::StopReason::COMPLETED)
+                };
+                let rendered = render_notice("done", &result);
+                let [ContentBlock::Text { text }] = rendered.as_slice() else {
+                    panic!("one text block: {rendered:?}");
+                };
+                let carried = text.split_once("\n\n").map_or("", |(_, rest)| rest);
+                assert!(
+                    carried.len() <= MAX_NOTICE_OUTPUT_BYTES,
+                    "{unit} x {repeat}"
+                );
+                if output.len() <= MAX_NOTICE_OUTPUT_BYTES {
+                    assert_eq!(carried, output, "{unit} x {repeat}");
+                } else {
+                    let kept = carried
+                        .strip_suffix(crate::result::OUTPUT_CUT)
+                        .unwrap_or_default();
+                    assert!(
+                        !kept.is_empty() && output.starts_with(kept),
+                        "{unit} x {repeat}"
+                    );
+                }
+            }
+        }
+    }
 
     /// Guards nest: a tree stays quiet until its last guard is dropped, and
     /// quieting one tree leaves another as it was.

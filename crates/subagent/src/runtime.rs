@@ -11,19 +11,23 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dsh_core::observe::{EventBus, Subscription};
-use dsh_core::{Agent, AgentFactory, AgentRef, AgentRegistry, MessageId, SessionId, SessionStore};
-use tokio::sync::mpsc;
+use dsh_core::{Agent, AgentFactory, AgentRegistry, MessageId, SessionId, SessionStore};
+use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
 use crate::activation::Activations;
 use crate::admission::{Admissions, Capacity, CapacitySlot, Publications};
-use crate::catalog::CatalogFold;
+use crate::catalog::CatalogCache;
 use crate::error::SubagentError;
 use crate::events::SubagentEvent;
-use crate::ids::{IdMap, IdSet};
-use crate::names::{NameReservations, ROOT_NAME};
+use crate::ids::InFlight;
+use crate::names::ROOT_NAME;
 use crate::provider::{ProviderDescriptor, SubagentProvider};
 use crate::request::{DEFAULT_MAX_DEPTH, MaxDepth};
+
+/// The most events a [`SubagentRuntime::subscribe_tree`] stream holds for a
+/// receiver that has not read them; older ones are dropped past it.
+pub const TREE_EVENTS_BUFFER: usize = 1024;
 
 /// Runtime limits.
 #[derive(Debug, Clone, Copy)]
@@ -55,22 +59,22 @@ pub(crate) struct Inner {
     pub(crate) config: RuntimeConfig,
     pub(crate) providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
     pub(crate) events: EventBus<SubagentEvent>,
-    pub(crate) names: NameReservations,
     pub(crate) activations: Activations,
-    /// Ids of external runs started by this runtime (a local child's id is
-    /// its session, which the store and the registry already know).
-    pub(crate) run_ids: Mutex<IdSet<SessionId>>,
+    /// Ids of the live external runs this runtime started (B11): each is
+    /// held by its activation, from the provider's start to its drop.
+    pub(crate) run_ids: InFlight<SessionId>,
     /// User request ids being delivered, per child.
-    pub(crate) requests: Mutex<IdSet<(SessionId, MessageId)>>,
+    pub(crate) requests: InFlight<(SessionId, MessageId)>,
+    /// Lost notices being delivered, per creator.
+    pub(crate) notices: InFlight<(SessionId, MessageId)>,
     /// One lock per child being resumed, so concurrent resumes coalesce.
-    pub(crate) resuming: Mutex<IdMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    pub(crate) resuming: crate::resume::ResumeGates,
     /// Draining roots and the starts and resumes in flight.
     pub(crate) admissions: Arc<Admissions>,
     /// Catalog order per parent: the order starts were made in.
     pub(crate) publications: Arc<Publications>,
-    /// Catalog folds of live parents, by exact reference, advanced with
-    /// only the events each start has not seen yet.
-    pub(crate) catalogs: Mutex<IdMap<AgentRef, CatalogFold>>,
+    /// Catalog folds of live parents and the names reserved under them.
+    pub(crate) catalogs: CatalogCache,
     /// Immutable facts read from cold logs (`crate::cold`).
     pub(crate) cold: crate::cold::ColdFacts,
     pub(crate) capacity: Capacity,
@@ -199,14 +203,14 @@ impl SubagentRuntime {
                 config,
                 providers: Mutex::new(Vec::new()),
                 events: EventBus::new(),
-                names: NameReservations::new(),
                 activations: Activations::default(),
-                run_ids: Mutex::default(),
-                requests: Mutex::default(),
-                resuming: Mutex::default(),
+                run_ids: InFlight::default(),
+                requests: InFlight::default(),
+                notices: InFlight::default(),
+                resuming: crate::resume::ResumeGates::default(),
                 admissions: Arc::default(),
                 publications: Arc::default(),
-                catalogs: Mutex::default(),
+                catalogs: CatalogCache::default(),
                 cold: crate::cold::ColdFacts::default(),
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),
@@ -246,12 +250,19 @@ impl SubagentRuntime {
 
     /// [`SubagentRuntime::listen_tree`] as a stream: the tree's start and
     /// end events, in emission order, until the subscription is dropped.
+    ///
+    /// The stream is bounded: it holds at most [`TREE_EVENTS_BUFFER`]
+    /// events not yet received. A receiver that falls further behind loses
+    /// the oldest ones and learns how many from its next `recv`
+    /// (`RecvError::Lagged(n)`), then reads on from the oldest kept; the
+    /// runtime never waits for it and never holds more for it.
     pub fn subscribe_tree(
         &self,
         root: &SessionId,
-    ) -> (Subscription, mpsc::UnboundedReceiver<SubagentEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> (Subscription, broadcast::Receiver<SubagentEvent>) {
+        let (tx, rx) = broadcast::channel(TREE_EVENTS_BUFFER);
         let subscription = self.listen_tree(root, move |event| {
+            // No receiver left: nothing to keep.
             let _ = tx.send(event.clone());
         });
         (subscription, rx)

@@ -25,19 +25,11 @@ use crate::compose::{
 };
 use crate::error::SubagentError;
 use crate::events::RunInfo;
-use crate::names::{NameReservation, validate_name};
+use crate::names::NameReservation;
 use crate::notice::{ACTIVATION_EVENT, activation_payload};
-use crate::owned::Owned;
 use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
 use crate::request::{ActivationSpec, Delivery};
-use crate::runtime::{SubagentRuntime, lock};
-
-/// Cached catalog folds beyond which dead parents are swept out.
-const CATALOG_SWEEP: usize = 64;
-
-/// Fresh events a catalog fold reads in place, under the agent's state;
-/// more are copied out and folded after.
-const BORROWED_FOLD: usize = 16;
+use crate::runtime::SubagentRuntime;
 
 /// A start that passed every synchronous check.
 struct Admitted {
@@ -81,12 +73,9 @@ impl SubagentRuntime {
     ) -> Result<SubagentActivation, SubagentError> {
         let admitted = self.admit_start(spec)?;
         let cancel = admitted.cancel.clone();
-        let runtime = self.clone();
-        Owned::new(
-            async move { runtime.run_start(admitted).await },
-            &self.inner.tasks,
-            cancel,
-        )
+        self.own(cancel, |runtime| async move {
+            runtime.run_start(admitted).await
+        })
         .await
     }
 
@@ -126,10 +115,12 @@ impl SubagentRuntime {
             spec.request.tool_filter.as_ref(),
         )?;
         let slot = self.reserve_capacity(&root)?;
-        let reservation = self.reserve_name(&parent, spec.name.as_deref())?;
+        let reservation =
+            self.inner
+                .catalogs
+                .reserve_name(self.registry(), &parent, spec.name.as_deref())?;
         if let Some(child_id) = &spec.child_id
-            && (self.registry().get(child_id).is_some()
-                || lock(&self.inner.run_ids).contains(child_id))
+            && (self.registry().get(child_id).is_some() || self.inner.run_ids.contains(child_id))
         {
             return Err(SubagentError::Infra(InfraError::DuplicateRunId {
                 provider: provider.name().to_owned(),
@@ -162,95 +153,14 @@ impl SubagentRuntime {
         }
     }
 
-    /// Reserve a child name under a live parent: the requested one or the
-    /// first free `agent-N`, checked against the parent's catalog, which is
-    /// folded incrementally (only events no earlier start has seen).
-    fn reserve_name(
-        &self,
-        parent: &Arc<dyn Agent>,
-        requested: Option<&str>,
-    ) -> Result<NameReservation, SubagentError> {
-        if let Some(name) = requested {
-            validate_name(name)?;
-        }
-        self.with_live_catalog(parent, |fold| match requested {
-            Some(name) => self.inner.names.reserve(parent.id(), name, fold.names()),
-            None => Ok(self.inner.names.reserve_default(parent.id(), fold.names())),
-        })?
-    }
-
-    /// Run `f` on a live agent's catalog, folded incrementally: only the
-    /// events no earlier call has seen are copied and folded.
+    /// Run `f` on a live agent's catalog, folded incrementally (see
+    /// [`CatalogCache::with_live`]).
     pub(crate) fn with_live_catalog<R>(
         &self,
         agent: &Arc<dyn Agent>,
         f: impl FnOnce(&CatalogFold) -> R,
     ) -> Result<R, SubagentError> {
-        let reference = agent.reference();
-        // Held throughout: a check made here sees the parent's log as it is
-        // now, which is what lets a committed name leave the reservations
-        // (`NameReservation::commit`, called under this lock too).
-        let mut catalogs = lock(&self.inner.catalogs);
-        let mut fold = catalogs.remove(&reference).unwrap_or_default();
-        // A few fresh events (a start's usual case: the last child's entry
-        // and usage) are folded on the borrowed log; many are copied out
-        // first, so a long fold never holds the agent's state.
-        let mut applied = Ok(());
-        let mut many = None;
-        agent.visit_events_since(fold.next_seq(), &mut |fresh| {
-            if fresh.len() <= BORROWED_FOLD {
-                applied = fold.apply(agent.header(), fresh);
-            } else {
-                many = Some(fresh.to_vec());
-            }
-        });
-        if let Some(fresh) = many {
-            applied = fold.apply(agent.header(), &fresh);
-        }
-        applied?;
-        let result = f(&fold);
-        // Forget agents that are no longer live, now and then, so the
-        // cache stays small without a sweep on every call.
-        if catalogs.len() >= CATALOG_SWEEP {
-            let registry = self.registry();
-            catalogs.retain(|key, _| registry.is_live(key));
-        }
-        catalogs.insert(reference, fold);
-        Ok(result)
-    }
-
-    /// Hand a reserved name over to the parent's catalog, whose entry for
-    /// the child is written: under the catalog lock, so no check is
-    /// between reading the catalog and the reservations. Given the entry
-    /// as `written` into `parent`'s log at a seq, the parent's cached fold
-    /// takes it as it is, when it is the event the fold expects next, so
-    /// the next start does not parse it back.
-    fn commit_name(
-        &self,
-        reservation: NameReservation,
-        written: Option<(&Arc<dyn Agent>, u64, &CatalogEntry)>,
-    ) {
-        let mut catalogs = lock(&self.inner.catalogs);
-        if let Some((parent, seq, entry)) = written
-            && let Some(fold) = catalogs.get_mut(&parent.reference())
-        {
-            fold.written_entry(parent.header(), seq, entry);
-        }
-        reservation.commit();
-    }
-
-    /// Let a live parent's cached catalog fold take a record this runtime
-    /// wrote at `seq` as written (see [`CatalogFold::written_usage`]).
-    pub(crate) fn fold_written_usage(
-        &self,
-        parent: &Arc<dyn Agent>,
-        seq: u64,
-        record: &crate::budget::UsageRecord,
-    ) {
-        let mut catalogs = lock(&self.inner.catalogs);
-        if let Some(fold) = catalogs.get_mut(&parent.reference()) {
-            fold.written_usage(parent.header(), seq, record);
-        }
+        self.inner.catalogs.with_live(self.registry(), agent, f)
     }
 
     /// The full model-facing name of a child `name` of `parent`.
@@ -361,10 +271,12 @@ impl SubagentRuntime {
                 return Err(err.into());
             }
         };
-        self.commit_name(reservation, Some((&parent, seq, &entry)));
+        self.inner
+            .catalogs
+            .commit_name(reservation, &parent, Some((seq, &entry)));
         drop(turn);
         let child = handle.agent().clone();
-        let start_seq = child.events().len() as u64;
+        let start_seq = crate::activation::next_seq(child.as_ref());
         let limits = request.limits();
         let activation = self.install_limited(
             NewActivation {
@@ -473,21 +385,36 @@ impl SubagentRuntime {
             run = external.start(resolved) => run?,
         };
         let child_id = run.id().clone();
-        let collides = self.registry().get(&child_id).is_some()
-            || !lock(&self.inner.run_ids).insert(child_id.clone())
-            || self.inner.store.exists(&child_id).await.unwrap_or(true);
-        if collides || cancel.is_cancelled() {
+        // B11: not a live session, not a live external run, not a stored
+        // log, not a child this parent cataloged already. A store that
+        // cannot say is an error of its own, not a collision.
+        let claim = if self.registry().get(&child_id).is_some() {
+            None
+        } else {
+            self.inner.run_ids.claim(child_id.clone())
+        };
+        let collides = match &claim {
+            None => Ok(true),
+            Some(_) => match self.inner.store.exists(&child_id).await {
+                Ok(true) => Ok(true),
+                Ok(false) => {
+                    self.with_live_catalog(&parent, |fold| fold.entry(&child_id).is_some())
+                }
+                Err(err) => Err(SubagentError::from(err)),
+            },
+        };
+        if !matches!(collides, Ok(false)) || cancel.is_cancelled() {
             if let Err(err) = run.dispose().await {
                 tracing::warn!(run = %child_id, "disposing an unpublished run failed: {err}");
             }
-            if !collides {
-                lock(&self.inner.run_ids).remove(&child_id);
-                return Err(SubagentError::Cancelled);
-            }
-            return Err(SubagentError::Infra(InfraError::DuplicateRunId {
-                provider: provider.name().to_owned(),
-                id: child_id,
-            }));
+            return Err(match collides {
+                Ok(false) => SubagentError::Cancelled,
+                Ok(true) => SubagentError::Infra(InfraError::DuplicateRunId {
+                    provider: provider.name().to_owned(),
+                    id: child_id,
+                }),
+                Err(err) => err,
+            });
         }
         let name = reservation.name().to_owned();
         turn.wait().await;
@@ -517,7 +444,7 @@ impl SubagentRuntime {
             }
             return Err(err);
         }
-        self.commit_name(reservation, None);
+        self.inner.catalogs.commit_name(reservation, &parent, None);
         drop(turn);
         let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(
@@ -533,7 +460,7 @@ impl SubagentRuntime {
                 parent: parent.reference(),
                 root,
                 delivery: spec.delivery,
-                execution: Execution::External { run },
+                execution: Execution::External { run, _claim: claim },
                 slot,
             },
             limits,
