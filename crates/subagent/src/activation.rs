@@ -56,35 +56,35 @@ pub(crate) enum Execution {
 /// One live activation, as the runtime tracks it.
 pub(crate) struct Activation {
     serial: u64,
-    pub(crate) info: RunInfo,
-    pub(crate) child_id: SessionId,
+    info: RunInfo,
+    child_id: SessionId,
     /// The full model-facing name, when every creator below the root is named.
-    pub(crate) path: Option<String>,
-    pub(crate) name: String,
-    pub(crate) parent: AgentRef,
-    pub(crate) root: SessionId,
-    pub(crate) delivery: Delivery,
+    path: Option<String>,
+    name: String,
+    parent: AgentRef,
+    root: SessionId,
+    delivery: Delivery,
     execution: Execution,
     /// Activations this child created, which it owns until they settle.
     owned: Mutex<IdMap<u64, Weak<Activation>>>,
     owned_changed: Notify,
     /// Set by `dispose` or a drain: stop and settle.
-    pub(crate) stop: CancellationToken,
+    stop: CancellationToken,
     /// Set by an interrupt: the idle child stays resident (its input
     /// parked) until something wakes it again.
-    pub(crate) parked: AtomicBool,
+    parked: AtomicBool,
     /// Closed when the activation stops taking input (before its notice).
     input: InputGate,
-    pub(crate) settled: watch::Sender<Option<Settled>>,
+    settled: watch::Sender<Option<Settled>>,
     /// The tree's capacity slot, freed when the activation retires (before
     /// its result settles, so a caller can start the next child at once).
     slot: Mutex<Option<CapacitySlot>>,
     /// The usage of its subtree so far and its budget, linked to its
     /// owner's (see [`crate::budget`]).
-    pub(crate) ledger: Arc<Ledger>,
+    ledger: Arc<Ledger>,
     /// What an external run reported so far (unused for a local child,
     /// whose log says it).
-    pub(crate) external_activity: Arc<Mutex<crate::progress::ExternalActivity>>,
+    external_activity: Arc<Mutex<crate::progress::ExternalActivity>>,
     /// The longest it may run.
     time_limit: Option<std::time::Duration>,
 }
@@ -101,6 +101,66 @@ pub(crate) struct NewActivation {
 }
 
 impl Activation {
+    /// The child's id.
+    pub(crate) fn child_id(&self) -> &SessionId {
+        &self.child_id
+    }
+
+    /// The full model-facing name, when every creator below the root is named.
+    pub(crate) fn path(&self) -> Option<&str> {
+        self.path.as_deref()
+    }
+
+    /// The model-facing name: its path, else its id.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its direct creator, exactly.
+    pub(crate) fn parent(&self) -> &AgentRef {
+        &self.parent
+    }
+
+    /// The root of its tree.
+    pub(crate) fn root(&self) -> &SessionId {
+        &self.root
+    }
+
+    /// Who is told its result.
+    pub(crate) fn delivery(&self) -> Delivery {
+        self.delivery
+    }
+
+    /// Cancelled by `dispose` or a drain: it stops and settles.
+    pub(crate) fn stop(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// Mark it interrupted: it stays resident while idle.
+    pub(crate) fn park(&self) {
+        self.parked.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether it is interrupted and stays resident while idle.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked.load(Ordering::SeqCst)
+    }
+
+    /// How it ended, once it has (`None` until then).
+    pub(crate) fn settled(&self) -> watch::Receiver<Option<Settled>> {
+        self.settled.subscribe()
+    }
+
+    /// The usage of its subtree so far and its budget.
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// What an external run reported so far.
+    pub(crate) fn external_activity(&self) -> &Arc<Mutex<crate::progress::ExternalActivity>> {
+        &self.external_activity
+    }
+
     /// A local activation's own events so far (`None` for an external run).
     pub(crate) fn own_events(&self) -> Option<Vec<dsh_core::SessionEvent>> {
         match &self.execution {
@@ -374,13 +434,13 @@ impl SubagentRuntime {
 
     /// Make `new` a live activation with a token budget and a time limit.
     pub(crate) fn install_limited(&self, new: NewActivation, limits: Limits) -> Arc<Activation> {
-        let activation = self.inner.activations.insert(new, limits);
+        let activation = self.activations().insert(new, limits);
         if let Execution::Local {
             handle, start_seq, ..
         } = &activation.execution
         {
             // Its progress is heard from now on, before its monitor runs.
-            self.inner.progress.register(
+            self.progress_hub().register(
                 self.progress_sink(&activation),
                 handle.agent().clone(),
                 *start_seq,
@@ -392,12 +452,11 @@ impl SubagentRuntime {
 
     /// Announce and watch an installed activation.
     pub(crate) fn launch(&self, activation: &Arc<Activation>) {
-        self.inner
-            .events
+        self.events()
             .emit_with(|| SubagentEvent::Start(activation.info.clone()));
         let runtime = self.clone();
         let activation = activation.clone();
-        self.inner.tasks.spawn(async move {
+        self.tasks().spawn(async move {
             runtime.monitor(activation).await;
         });
     }
@@ -406,10 +465,9 @@ impl SubagentRuntime {
     /// map and frees its slot; the caller disposes what it ran.
     pub(crate) fn uninstall(&self, activation: &Arc<Activation>) {
         drop(lock(&activation.slot).take());
-        self.inner
-            .progress
+        self.progress_hub()
             .unregister(&activation.child_id, activation.serial);
-        self.inner.activations.remove(activation);
+        self.activations().remove(activation);
     }
 
     /// Watch one activation until it ends, then notify, tear down and settle.
@@ -430,8 +488,7 @@ impl SubagentRuntime {
                 // Progress is read from the log while the child runs, and
                 // once more when it has gone quiet (never slowing it).
                 let reporter = self
-                    .inner
-                    .progress
+                    .progress_hub()
                     .reporting(&activation.child_id, activation.serial);
                 let watched = async {
                     loop {
@@ -537,7 +594,7 @@ impl SubagentRuntime {
         // Built only for a listener (the result and the info are copied),
         // before the result moves into the settlement, which every
         // listener must be able to see when the end reaches it.
-        let end = (self.inner.events.listener_count() > 0).then(|| {
+        let end = (self.events().listener_count() > 0).then(|| {
             let outcome = match (&result, &teardown) {
                 (Ok(result), Ok(())) => RunOutcome::Settled(result.clone()),
                 (Err(err), _) | (_, Err(err)) => RunOutcome::Error(err.to_string()),
@@ -548,13 +605,13 @@ impl SubagentRuntime {
             .settled
             .send_replace(Some(Settled { result, teardown }));
         if let Some(end) = end {
-            self.inner.events.emit(&end);
+            self.events().emit(&end);
         }
     }
 
     /// Where `activation` reports its progress.
     fn progress_sink(&self, activation: &Activation) -> crate::progress::ProgressSink {
-        self.inner.progress.sink(crate::progress::ProgressMember {
+        self.progress_hub().sink(crate::progress::ProgressMember {
             child_id: activation.child_id.clone(),
             activation: activation.serial,
             root: activation.root.clone(),

@@ -212,7 +212,7 @@ impl SubagentRuntime {
         if let Some(agent) = self.registry().get(parent) {
             return token_in(&agent.events(), agent.header().seed_len, child);
         }
-        let loaded = self.inner.store.load(parent).await.ok()?;
+        let loaded = self.store().load(parent).await.ok()?;
         token_in(&loaded.events, loaded.header.seed_len, child)
     }
 
@@ -230,14 +230,14 @@ impl SubagentRuntime {
         activation: &Activation,
         result: &SubagentResult,
     ) -> Result<(), SubagentError> {
-        if activation.delivery != Delivery::Caller || activation.agent().is_some() {
+        if activation.delivery() != Delivery::Caller || activation.agent().is_some() {
             return Ok(());
         }
-        let Some(parent) = self.registry().resolve(&activation.parent) else {
+        let Some(parent) = self.registry().resolve(activation.parent()) else {
             return Ok(());
         };
         let payload =
-            dsh_core::ExtensionPayload::new(&ExternalOutcome::of(&activation.child_id, result))
+            dsh_core::ExtensionPayload::new(&ExternalOutcome::of(activation.child_id(), result))
                 .map_err(|err| provider_fault(&format!("the outcome does not serialise: {err}")))?;
         parent.record(OUTCOME_EVENT, payload).await?;
         Ok(())
@@ -308,8 +308,8 @@ impl SubagentRuntime {
         };
         let _turn = self.resume_gate(&target, &stop).await?;
         // A turn in flight settles first: the message is its next prompt.
-        if let Some(live) = self.inner.activations.get(&target) {
-            let mut settled = live.settled.subscribe();
+        if let Some(live) = self.activations().get(&target) {
+            let mut settled = live.settled();
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return Err(SubagentError::Cancelled),
@@ -322,8 +322,7 @@ impl SubagentRuntime {
             return Err(DeliveryError::NotLive(sender.id.clone()).into());
         }
         let ticket = self
-            .inner
-            .admissions
+            .admissions()
             .admit(self.registry(), &root, stop.clone())?;
         let slot = self.reserve_capacity(&root).map_err(|_| {
             SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))

@@ -30,15 +30,14 @@ pub struct RuntimeFootprint {
 impl SubagentRuntime {
     /// The per-child state this runtime holds now.
     pub fn footprint(&self) -> RuntimeFootprint {
-        let inner = &self.inner;
         RuntimeFootprint {
-            activations: inner.activations.len(),
-            reserved_names: inner.catalogs.reserved_names(),
-            requests: inner.requests.len() + inner.notices.len(),
-            resuming: inner.resuming.len(),
-            external_runs: inner.run_ids.len(),
-            cached_catalogs: inner.catalogs.len(),
-            name_hints: inner.catalogs.name_hints(),
+            activations: self.activations().len(),
+            reserved_names: self.catalogs().reserved_names(),
+            requests: self.requests().len() + self.notices().len(),
+            resuming: self.resume_gates().len(),
+            external_runs: self.run_ids().len(),
+            cached_catalogs: self.catalogs().len(),
+            name_hints: self.catalogs().name_hints(),
         }
     }
 }

@@ -44,8 +44,7 @@ impl RequestInFlight {
         id: &MessageId,
     ) -> Result<Self, SubagentError> {
         runtime
-            .inner
-            .requests
+            .requests()
             .claim((child.clone(), id.clone()))
             .map(|claim| Self { _claim: claim })
             .ok_or_else(|| {
@@ -136,11 +135,11 @@ impl SubagentRuntime {
             return Ok(agent.header().parent_session.clone());
         }
         // A header never changes once written: each is read once.
-        if let Some(parent) = self.inner.cold.parent(id) {
+        if let Some(parent) = self.cold().parent(id) {
             return Ok(parent);
         }
-        let parent = self.inner.store.header(id).await?.parent_session;
-        self.inner.cold.learn_parent(id, parent.clone());
+        let parent = self.store().header(id).await?.parent_session;
+        self.cold().learn_parent(id, parent.clone());
         Ok(parent)
     }
 
@@ -359,7 +358,7 @@ impl SubagentRuntime {
         for _ in 0..RETRIES {
             let outcome = match self.registry().get(target) {
                 Some(agent) => {
-                    let activation = self.inner.activations.get(target);
+                    let activation = self.activations().get(target);
                     let permit = match &activation {
                         Some(activation) => match activation.admit_input().await {
                             Some(permit) => Some(permit),
@@ -583,7 +582,7 @@ impl SubagentRuntime {
     ) -> Result<bool, SubagentError> {
         let events = match self.registry().get(child) {
             Some(agent) => agent.events(),
-            None => self.inner.store.load(child).await?.events,
+            None => self.store().load(child).await?.events,
         };
         Ok(events.iter().any(|event| {
             matches!(&event.payload, EventPayload::InboxAccepted(accepted) if &accepted.message.id == id)

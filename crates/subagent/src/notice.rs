@@ -180,20 +180,26 @@ impl SubagentRuntime {
         result: &SubagentResult,
         turn_end: Option<u64>,
     ) {
-        if activation.delivery != Delivery::Parent {
+        if activation.delivery() != Delivery::Parent {
             return;
         }
         let id = turn_end.map_or_else(MessageId::generate, |seq| {
-            notice_id(&activation.child_id, seq)
+            notice_id(activation.child_id(), seq)
         });
-        let Some(parent) = self.registry().resolve(&activation.parent) else {
+        let Some(parent) = self.registry().resolve(activation.parent()) else {
             return;
         };
         let sent = self
-            .send_notice(&parent, &activation.child_id, &activation.name, result, id)
+            .send_notice(
+                &parent,
+                activation.child_id(),
+                activation.name(),
+                result,
+                id,
+            )
             .await;
         if let Err(err) = sent {
-            tracing::warn!(child = %activation.child_id, "the settlement notice was not delivered: {err}");
+            tracing::warn!(child = %activation.child_id(), "the settlement notice was not delivered: {err}");
         }
     }
 
@@ -258,7 +264,7 @@ impl SubagentRuntime {
             {
                 continue;
             }
-            let Ok(loaded) = self.inner.store.load(&entry.child_id).await else {
+            let Ok(loaded) = self.store().load(&entry.child_id).await else {
                 continue;
             };
             let (id, result) = match owed(&loaded.header, &loaded.events) {
@@ -271,8 +277,7 @@ impl SubagentRuntime {
                     ),
                 ),
             };
-            let Some(_in_flight) = self.inner.notices.claim((creator.id().clone(), id.clone()))
-            else {
+            let Some(_in_flight) = self.notices().claim((creator.id().clone(), id.clone())) else {
                 continue;
             };
             let outcome = if notices_in(creator.as_ref()).contains(&id) {
@@ -329,16 +334,16 @@ impl SubagentRuntime {
                 .collect()
         })?;
         let mut removed = Vec::new();
-        for id in self.inner.store.list().await? {
+        for id in self.store().list().await? {
             if cataloged.contains(&id) || self.registry().get(&id).is_some() {
                 continue;
             }
-            let loaded = match self.inner.store.load(&id).await {
+            let loaded = match self.store().load(&id).await {
                 Ok(loaded) => loaded,
                 // A create that crashed before its header: nobody's session.
                 // The store removes it only if it is still torn and unheld.
                 Err(dsh_core::StoreError::TornCreate { .. }) => {
-                    match self.inner.store.remove_torn(&id).await {
+                    match self.store().remove_torn(&id).await {
                         Ok(true) => removed.push(id),
                         Ok(false)
                         | Err(dsh_core::StoreError::Busy(_) | dsh_core::StoreError::Locked(_)) => {}
@@ -370,8 +375,8 @@ impl SubagentRuntime {
             if listed {
                 continue;
             }
-            self.inner.cold.forget(&id);
-            match self.inner.store.remove(&id).await {
+            self.cold().forget(&id);
+            match self.store().remove(&id).await {
                 Ok(()) => removed.push(id),
                 Err(
                     dsh_core::StoreError::Busy(_)
@@ -388,16 +393,16 @@ impl SubagentRuntime {
     /// taking no more input, a root whose tree is draining, or a member of
     /// a quiet tree (its notices must not wake it).
     fn is_stopping(&self, agent: &dsh_core::AgentRef) -> bool {
-        let activation = self.inner.activations.of_agent(agent);
-        let stopping = activation
-            .as_ref()
-            .is_some_and(|activation| activation.stop.is_cancelled() || activation.input_closed());
+        let activation = self.activations().of_agent(agent);
+        let stopping = activation.as_ref().is_some_and(|activation| {
+            activation.stop().is_cancelled() || activation.input_closed()
+        });
         let root = activation
             .as_ref()
-            .map_or(&agent.id, |activation| &activation.root);
+            .map_or(&agent.id, |activation| activation.root());
         stopping
-            || self.inner.quiet.contains(root)
-            || self.inner.admissions.is_draining(self.registry(), agent)
+            || self.quiet_trees().contains(root)
+            || self.admissions().is_draining(self.registry(), agent)
     }
 
     /// Keep settlement notices from waking any agent of `root`'s tree while
@@ -415,7 +420,7 @@ impl SubagentRuntime {
     /// interrupts, or that races the stop and wins. Guards nest; the tree
     /// is quiet until the last one is dropped.
     pub fn quiet_tree(&self, root: &SessionId) -> QuietTree {
-        self.inner.quiet.hold(root)
+        self.quiet_trees().hold(root)
     }
 }
 

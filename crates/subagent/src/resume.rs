@@ -303,8 +303,7 @@ impl SubagentRuntime {
             return Err(dsh_core::AgentError::AlreadyLive(root.clone()).into());
         }
         let handle = self
-            .inner
-            .factory
+            .factory()
             .resume(ResumeAgent {
                 id: root.clone(),
                 setup,
@@ -384,7 +383,7 @@ impl SubagentRuntime {
         rows: &[crate::tree::DescendantRow],
         cancel: &CancellationToken,
     ) -> MemberResume {
-        let loaded = match self.inner.store.load(member).await {
+        let loaded = match self.store().load(member).await {
             Ok(loaded) => loaded,
             Err(err) => return MemberResume::Failed(err.to_string()),
         };
@@ -420,7 +419,7 @@ impl SubagentRuntime {
             if row.entry.mode != ChildMode::CONTINUABLE || self.registry().get(child).is_some() {
                 continue;
             }
-            if let Ok(loaded) = self.inner.store.load(child).await
+            if let Ok(loaded) = self.store().load(child).await
                 && crate::notice::owed_notice_id(child, &loaded.header, &loaded.events)
                     .is_some_and(|id| !held.contains(&id))
             {
@@ -440,8 +439,7 @@ impl SubagentRuntime {
     ) -> Result<(), SubagentError> {
         let stop = cancel.child_token();
         let ticket = self
-            .inner
-            .admissions
+            .admissions()
             .admit(self.registry(), root, stop.clone())?;
         let (root, member) = (root.clone(), member.clone());
         self.own(stop.clone(), |runtime| async move {
@@ -465,7 +463,7 @@ struct RootGuard<'a> {
 impl Drop for RootGuard<'_> {
     fn drop(&mut self) {
         if let Some(handle) = self.handle.take() {
-            self.runtime.inner.tasks.spawn(async move {
+            self.runtime.tasks().spawn(async move {
                 handle.dispose().await;
             });
         }
@@ -484,7 +482,7 @@ impl SubagentRuntime {
         target: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<ResumeTurn, SubagentError> {
-        self.inner.resuming.hold(target, cancel).await
+        self.resume_gates().hold(target, cancel).await
     }
 
     /// Resume a cold member; concurrent resumes of one child coalesce (the
@@ -505,8 +503,7 @@ impl SubagentRuntime {
             SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))
         })?;
         let resumed = self
-            .inner
-            .factory
+            .factory()
             .resume(ResumeAgent {
                 id: target.clone(),
                 setup: Default::default(),
@@ -543,8 +540,7 @@ impl SubagentRuntime {
     ) -> Result<MessageId, SubagentError> {
         let stop = cancel.child_token();
         let ticket = self
-            .inner
-            .admissions
+            .admissions()
             .admit(self.registry(), root, stop.clone())?;
         let (target, root, sender) = (target.clone(), root.clone(), sender.cloned());
         self.own(stop.clone(), |runtime| async move {

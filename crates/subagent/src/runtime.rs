@@ -53,40 +53,43 @@ pub struct MemberNames {
     pub parent: Option<String>,
 }
 
+/// The runtime's state: each part a component that owns its own state
+/// (reached through the accessors below, never field by field from another
+/// module).
 pub(crate) struct Inner {
-    pub(crate) factory: Arc<dyn AgentFactory>,
-    pub(crate) store: Arc<dyn SessionStore>,
-    pub(crate) config: RuntimeConfig,
-    pub(crate) providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
-    pub(crate) events: EventBus<SubagentEvent>,
-    pub(crate) activations: Activations,
+    factory: Arc<dyn AgentFactory>,
+    store: Arc<dyn SessionStore>,
+    config: RuntimeConfig,
+    providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
+    events: EventBus<SubagentEvent>,
+    activations: Activations,
     /// Ids of the live external runs this runtime started (B11): each is
     /// held by its activation, from the provider's start to its drop.
-    pub(crate) run_ids: InFlight<SessionId>,
+    run_ids: InFlight<SessionId>,
     /// User request ids being delivered, per child.
-    pub(crate) requests: InFlight<(SessionId, MessageId)>,
+    requests: InFlight<(SessionId, MessageId)>,
     /// Lost notices being delivered, per creator.
-    pub(crate) notices: InFlight<(SessionId, MessageId)>,
+    notices: InFlight<(SessionId, MessageId)>,
     /// One lock per child being resumed, so concurrent resumes coalesce.
-    pub(crate) resuming: crate::resume::ResumeGates,
+    resuming: crate::resume::ResumeGates,
     /// Draining roots and the starts and resumes in flight.
-    pub(crate) admissions: Arc<Admissions>,
+    admissions: Arc<Admissions>,
     /// Catalog order per parent: the order starts were made in.
-    pub(crate) publications: Arc<Publications>,
+    publications: Arc<Publications>,
     /// Catalog folds of live parents and the names reserved under them.
-    pub(crate) catalogs: CatalogCache,
+    catalogs: CatalogCache,
     /// Immutable facts read from cold logs (`crate::cold`).
-    pub(crate) cold: crate::cold::ColdFacts,
-    pub(crate) capacity: Capacity,
-    pub(crate) tasks: TaskTracker,
+    cold: crate::cold::ColdFacts,
+    capacity: Capacity,
+    tasks: TaskTracker,
     /// The progress bus (`crate::progress`).
-    pub(crate) progress: crate::progress::ProgressHub,
+    progress: crate::progress::ProgressHub,
     /// The user's depth setting, which a tool without its own limit gets.
     max_depth: AtomicU32,
     /// The host's attachment store, which admits a prompt's attachments.
-    pub(crate) attachments: Mutex<Option<Arc<dyn dsh_core::AttachmentStore>>>,
+    attachments: Mutex<Option<Arc<dyn dsh_core::AttachmentStore>>>,
     /// Trees whose notices wake no one (`crate::notice::QuietTree`).
-    pub(crate) quiet: crate::notice::QuietTrees,
+    quiet: crate::notice::QuietTrees,
 }
 
 impl Inner {
@@ -172,7 +175,7 @@ impl Drop for ProviderRegistration {
 /// The subagent runtime. Cheap to clone; clones share state.
 #[derive(Clone)]
 pub struct SubagentRuntime {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for SubagentRuntime {
@@ -391,7 +394,7 @@ impl SubagentRuntime {
     /// the live activations: a session with none is taken as a root.
     pub(crate) fn root_id(&self, agent: &SessionId) -> SessionId {
         match self.inner.activations.get(agent) {
-            Some(activation) => activation.root.clone(),
+            Some(activation) => activation.root().clone(),
             None => agent.clone(),
         }
     }
@@ -428,7 +431,7 @@ impl SubagentRuntime {
     /// As [`SubagentRuntime::names_of`].
     pub fn root_of(&self, agent: &Arc<dyn Agent>) -> Result<SessionId, SubagentError> {
         Ok(match self.member(agent)? {
-            Some(activation) => activation.root.clone(),
+            Some(activation) => activation.root().clone(),
             None => agent.id().clone(),
         })
     }
@@ -445,21 +448,20 @@ impl SubagentRuntime {
                 parent: None,
             });
         };
-        let parent = match self.inner.activations.of_agent(&activation.parent) {
-            Some(parent) => parent.name.clone(),
-            None if activation.parent.id == activation.root => ROOT_NAME.to_owned(),
+        let parent = match self.inner.activations.of_agent(activation.parent()) {
+            Some(parent) => parent.name().to_owned(),
+            None if &activation.parent().id == activation.root() => ROOT_NAME.to_owned(),
             // A cold creator: its name is this path without the last level.
             None => activation
-                .path
-                .as_deref()
+                .path()
                 .and_then(|path| path.rsplit_once('/'))
                 .map_or_else(
-                    || activation.parent.id.to_string(),
+                    || activation.parent().id.to_string(),
                     |(parent, _)| parent.to_owned(),
                 ),
         };
         Ok(MemberNames {
-            self_name: activation.name.clone(),
+            self_name: activation.name().to_owned(),
             parent: Some(parent),
         })
     }
@@ -478,7 +480,7 @@ impl SubagentRuntime {
     /// Mark a live activation interrupted: it stays resident while idle.
     pub(crate) fn park(&self, child: &SessionId) {
         if let Some(activation) = self.inner.activations.get(child) {
-            activation.parked.store(true, Ordering::SeqCst);
+            activation.park();
         }
     }
 
@@ -490,10 +492,91 @@ impl SubagentRuntime {
     /// only stops the waiting.
     pub async fn shutdown(&self) {
         for activation in self.inner.activations.all() {
-            activation.stop.cancel();
+            activation.stop().cancel();
         }
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
         self.inner.tasks.reopen();
+    }
+}
+
+/// The components of the runtime, for the modules that implement its
+/// façade. Each owns its state; none hands out a lock or a raw map.
+impl SubagentRuntime {
+    /// The factory local children are created and resumed through.
+    pub(crate) fn factory(&self) -> &Arc<dyn AgentFactory> {
+        &self.inner.factory
+    }
+
+    /// The store cold logs are read from (the factory's).
+    pub(crate) fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.inner.store
+    }
+
+    /// The live activations.
+    pub(crate) fn activations(&self) -> &Activations {
+        &self.inner.activations
+    }
+
+    /// Draining roots and the starts and resumes in flight.
+    pub(crate) fn admissions(&self) -> &Arc<Admissions> {
+        &self.inner.admissions
+    }
+
+    /// The catalog order of starts per parent.
+    pub(crate) fn publications(&self) -> &Arc<Publications> {
+        &self.inner.publications
+    }
+
+    /// Catalog folds of live parents and the names reserved under them.
+    pub(crate) fn catalogs(&self) -> &CatalogCache {
+        &self.inner.catalogs
+    }
+
+    /// Immutable facts read from cold logs.
+    pub(crate) fn cold(&self) -> &crate::cold::ColdFacts {
+        &self.inner.cold
+    }
+
+    /// The progress bus.
+    pub(crate) fn progress_hub(&self) -> &crate::progress::ProgressHub {
+        &self.inner.progress
+    }
+
+    /// Trees whose notices wake no one.
+    pub(crate) fn quiet_trees(&self) -> &crate::notice::QuietTrees {
+        &self.inner.quiet
+    }
+
+    /// The ids of the live external runs this runtime started.
+    pub(crate) fn run_ids(&self) -> &InFlight<SessionId> {
+        &self.inner.run_ids
+    }
+
+    /// User request ids being delivered, per child.
+    pub(crate) fn requests(&self) -> &InFlight<(SessionId, MessageId)> {
+        &self.inner.requests
+    }
+
+    /// Lost notices being delivered, per creator.
+    pub(crate) fn notices(&self) -> &InFlight<(SessionId, MessageId)> {
+        &self.inner.notices
+    }
+
+    /// The resume gate of each child being resumed.
+    pub(crate) fn resume_gates(&self) -> &crate::resume::ResumeGates {
+        &self.inner.resuming
+    }
+
+    /// The host's attachment store, if one was set.
+    pub(crate) fn attachment_store(&self) -> Option<Arc<dyn dsh_core::AttachmentStore>> {
+        lock(&self.inner.attachments).clone()
+    }
+
+    /// Admit prompts' attachments through `store` from now on (the host's
+    /// `ctx.attachments`). Without one, a prompt with an image part or an
+    /// uploaded attachment is refused with `ATTACHMENT_STORE_FAILED`.
+    pub fn set_attachment_store(&self, store: Arc<dyn dsh_core::AttachmentStore>) {
+        *lock(&self.inner.attachments) = Some(store);
     }
 }

@@ -95,8 +95,7 @@ impl SubagentRuntime {
         let root = self.root_id(parent.id());
         let cancel = spec.cancel.child_token();
         let ticket = self
-            .inner
-            .admissions
+            .admissions()
             .admit(self.registry(), &root, cancel.clone())?;
         let depth = child_depth(parent.as_ref(), spec.request.agent_options.as_ref())?;
         if let Some(max) = spec.request.max_depth
@@ -116,11 +115,10 @@ impl SubagentRuntime {
         )?;
         let slot = self.reserve_capacity(&root)?;
         let reservation =
-            self.inner
-                .catalogs
+            self.catalogs()
                 .reserve_name(self.registry(), &parent, spec.name.as_deref())?;
         if let Some(child_id) = &spec.child_id
-            && (self.registry().get(child_id).is_some() || self.inner.run_ids.contains(child_id))
+            && (self.registry().get(child_id).is_some() || self.run_ids().contains(child_id))
         {
             return Err(SubagentError::Infra(InfraError::DuplicateRunId {
                 provider: provider.name().to_owned(),
@@ -130,7 +128,7 @@ impl SubagentRuntime {
         if cancel.is_cancelled() {
             return Err(SubagentError::Cancelled);
         }
-        let turn = self.inner.publications.take(&parent_ref);
+        let turn = self.publications().take(&parent_ref);
         Ok(Admitted {
             provider,
             spec,
@@ -160,14 +158,14 @@ impl SubagentRuntime {
         agent: &Arc<dyn Agent>,
         f: impl FnOnce(&CatalogFold) -> R,
     ) -> Result<R, SubagentError> {
-        self.inner.catalogs.with_live(self.registry(), agent, f)
+        self.catalogs().with_live(self.registry(), agent, f)
     }
 
     /// The full model-facing name of a child `name` of `parent`.
     pub(crate) fn full_name(&self, parent: &SessionId, name: &str) -> Option<String> {
-        match self.inner.activations.get(parent) {
+        match self.activations().get(parent) {
             None => Some(name.to_owned()),
-            Some(parent) => parent.path.as_ref().map(|path| format!("{path}/{name}")),
+            Some(parent) => parent.path().map(|path| format!("{path}/{name}")),
         }
     }
 
@@ -196,7 +194,7 @@ impl SubagentRuntime {
             Some(child_id) => {
                 // A caller-supplied id may name a session of an earlier
                 // process: refuse it, and never touch that log.
-                if self.inner.store.exists(&child_id).await? {
+                if self.store().exists(&child_id).await? {
                     return Err(SubagentError::Infra(InfraError::DuplicateRunId {
                         provider: provider.name().to_owned(),
                         id: child_id,
@@ -232,8 +230,7 @@ impl SubagentRuntime {
         // Not raced with the token: the factory sees it and rolls back what
         // it made itself, so a failure here leaves nothing to remove.
         let handle = self
-            .inner
-            .factory
+            .factory()
             .create(CreateAgent {
                 header,
                 seed: prepared.seed,
@@ -271,8 +268,7 @@ impl SubagentRuntime {
                 return Err(err.into());
             }
         };
-        self.inner
-            .catalogs
+        self.catalogs()
             .commit_name(reservation, &parent, Some((seq, &entry)));
         drop(turn);
         let child = handle.agent().clone();
@@ -391,11 +387,11 @@ impl SubagentRuntime {
         let claim = if self.registry().get(&child_id).is_some() {
             None
         } else {
-            self.inner.run_ids.claim(child_id.clone())
+            self.run_ids().claim(child_id.clone())
         };
         let collides = match &claim {
             None => Ok(true),
-            Some(_) => match self.inner.store.exists(&child_id).await {
+            Some(_) => match self.store().exists(&child_id).await {
                 Ok(true) => Ok(true),
                 Ok(false) => {
                     self.with_live_catalog(&parent, |fold| fold.entry(&child_id).is_some())
@@ -444,7 +440,7 @@ impl SubagentRuntime {
             }
             return Err(err);
         }
-        self.inner.catalogs.commit_name(reservation, &parent, None);
+        self.catalogs().commit_name(reservation, &parent, None);
         drop(turn);
         let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(
@@ -474,8 +470,8 @@ impl SubagentRuntime {
     /// delete its log (never a log it did not create).
     async fn discard(&self, child: &SessionId, handle: &AgentHandle) {
         handle.dispose().await;
-        self.inner.cold.forget(child);
-        match self.inner.store.remove(child).await {
+        self.cold().forget(child);
+        match self.store().remove(child).await {
             Ok(()) | Err(dsh_core::StoreError::NotFound(_)) => {}
             Err(err) => {
                 tracing::error!(child = %child, "could not remove an unpublished child: {err}")
