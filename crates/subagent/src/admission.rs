@@ -1,20 +1,30 @@
 //! Admission: the checks a start or a resume passes before any provider or
-//! store work, and the ticket that counts it as in flight. A ticket is taken
+//! store work ([`SubagentRuntime::admit_start`] makes every check of a
+//! start, in order: provider, capabilities, liveness, drain, depth, budget,
+//! directory, tool filter, capacity, name, run id), and the ticket that
+//! counts it as in flight. A ticket is taken
 //! under the drain lock, so a drain either sees it (and waits for it, after
 //! cancelling what it has not published yet) or refuses it; nothing is
 //! admitted into a tree that is draining. Capacity slots free themselves on
 //! drop.
 
-use crate::AdmissionError;
 use crate::ids::{IdMap, IdSet};
+use crate::{AdmissionError, DeliveryError, InfraError, RegistryError};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use dsh_core::{AgentRef, AgentRegistry, CancellationToken, SessionId};
 use tokio::sync::Notify;
 
+use dsh_core::Agent;
+
+use crate::compose::{check_capabilities, narrow_tools, resolve_cwd};
 use crate::error::SubagentError;
-use crate::runtime::lock;
+use crate::names::NameReservation;
+use crate::provider::SubagentProvider;
+use crate::request::ActivationSpec;
+use crate::runtime::{SubagentRuntime, lock};
 
 /// The admission state of one runtime: draining roots and the starts and
 /// resumes in flight per tree root.
@@ -266,6 +276,113 @@ impl Drop for PublishTurn {
             next.notify_one();
         }
     }
+}
+
+/// A start that passed every synchronous check.
+pub(crate) struct Admitted {
+    pub(crate) provider: Arc<dyn SubagentProvider>,
+    pub(crate) spec: ActivationSpec,
+    pub(crate) cwd: PathBuf,
+    pub(crate) depth: u32,
+    pub(crate) root: SessionId,
+    pub(crate) slot: CapacitySlot,
+    pub(crate) reservation: NameReservation,
+    /// Counts the start as in flight until it published or rolled back.
+    pub(crate) ticket: AdmissionTicket,
+    /// Its place in the parent's catalog order.
+    pub(crate) turn: PublishTurn,
+    /// Stops the unpublished work: the caller's token, a drain, or the
+    /// caller going away.
+    pub(crate) cancel: CancellationToken,
+}
+
+impl SubagentRuntime {
+    /// Every check a start makes before provider code runs.
+    pub(crate) fn admit_start(&self, spec: ActivationSpec) -> Result<Admitted, SubagentError> {
+        let provider = self.get(&spec.provider).ok_or_else(|| {
+            SubagentError::Registry(RegistryError::NoProvider(spec.provider.clone()))
+        })?;
+        check_capabilities(provider.as_ref(), &spec.request)?;
+        let parent = spec.request.parent.clone();
+        let parent_ref = parent.reference();
+        if !self.registry().is_live(&parent_ref) {
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                parent_ref.id,
+            )));
+        }
+        let root = self.root_id(parent.id());
+        let cancel = spec.cancel.child_token();
+        let ticket = self
+            .admissions()
+            .admit(self.registry(), &root, cancel.clone())?;
+        let depth = child_depth(parent.as_ref(), spec.request.agent_options.as_ref())?;
+        if let Some(max) = spec.request.max_depth
+            && depth > max
+        {
+            return Err(SubagentError::Admission(AdmissionError::DepthLimit {
+                depth,
+                max,
+            }));
+        }
+        self.check_budget(&parent_ref, spec.request.token_budget)?;
+        let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
+        let mut spec = spec;
+        spec.request.tool_filter = narrow_tools(
+            parent.composition().tools.as_ref(),
+            spec.request.tool_filter.as_ref(),
+        )?;
+        let slot = self.reserve_capacity(&root)?;
+        let reservation =
+            self.catalogs()
+                .reserve_name(self.registry(), &parent, spec.name.as_deref())?;
+        if let Some(child_id) = &spec.child_id
+            && (self.registry().get(child_id).is_some() || self.run_ids().contains(child_id))
+        {
+            return Err(SubagentError::Infra(InfraError::DuplicateRunId {
+                provider: provider.name().to_owned(),
+                id: child_id.clone(),
+            }));
+        }
+        if cancel.is_cancelled() {
+            return Err(SubagentError::Cancelled);
+        }
+        let turn = self.publications().take(&parent_ref);
+        Ok(Admitted {
+            provider,
+            spec,
+            cwd,
+            depth,
+            root,
+            slot,
+            reservation,
+            ticket,
+            turn,
+            cancel,
+        })
+    }
+}
+
+/// A child's delegation depth (B20): one below its parent, where the
+/// parent counts as the larger of its header's depth and its options'
+/// `subagent_depth`; the request's `subagent_depth` may deepen the child
+/// further, never make it shallower.
+///
+/// # Errors
+/// `INVALID_REQUEST` when the depth leaves `u32`.
+fn child_depth(
+    parent: &dyn Agent,
+    options: Option<&dsh_core::AgentOptions>,
+) -> Result<u32, SubagentError> {
+    let parent_depth = parent
+        .header()
+        .delegation_depth
+        .max(parent.options().subagent_depth.unwrap_or(0));
+    let depth = parent_depth.checked_add(1).ok_or_else(|| {
+        SubagentError::Admission(AdmissionError::InvalidRequest(
+            "the delegation depth overflows".into(),
+        ))
+    })?;
+    Ok(depth.max(options.and_then(|o| o.subagent_depth).unwrap_or(0)))
 }
 
 #[cfg(test)]

@@ -22,6 +22,7 @@ mod owned;
 pub mod progress;
 mod prompt;
 mod provider;
+mod recovery;
 mod request;
 pub mod result;
 pub mod resume;
@@ -45,7 +46,7 @@ pub use footprint::RuntimeFootprint;
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
-pub use names::{ROOT_NAME, validate_name};
+pub use names::{MemberNames, ROOT_NAME, validate_name};
 pub use notice::QuietTree;
 pub use progress::{
     CurrentActivity, PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember,
@@ -62,7 +63,5 @@ pub use result::SubagentResult;
 pub use resume::{
     MemberResume, PARKED_EVENT, ResumeReason, ResumedMember, ResumedTree, TreeResume,
 };
-pub use runtime::{
-    MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime, TREE_EVENTS_BUFFER,
-};
+pub use runtime::{ProviderRegistration, RuntimeConfig, SubagentRuntime, TREE_EVENTS_BUFFER};
 pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};

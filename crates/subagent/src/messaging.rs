@@ -20,7 +20,7 @@ use crate::ids::Claim;
 use crate::runtime::SubagentRuntime;
 
 /// How far up a lineage the runtime walks before calling it a cycle.
-const MAX_LINEAGE: usize = 256;
+pub(crate) const MAX_LINEAGE: usize = 256;
 
 /// How many times a delivery races a target's teardown before giving up.
 const RETRIES: usize = 8;
@@ -56,7 +56,7 @@ impl RequestInFlight {
 }
 
 /// The provider of a member whose creator's catalog cannot be read.
-fn unknown_provider() -> String {
+pub(crate) fn unknown_provider() -> String {
     "unknown".into()
 }
 
@@ -130,7 +130,10 @@ pub enum InterruptAuthority {
 
 impl SubagentRuntime {
     /// The parent session of `id`, from its live agent or its stored header.
-    async fn parent_of(&self, id: &SessionId) -> Result<Option<SessionId>, SubagentError> {
+    pub(crate) async fn parent_of(
+        &self,
+        id: &SessionId,
+    ) -> Result<Option<SessionId>, SubagentError> {
         if let Some(agent) = self.registry().get(id) {
             return Ok(agent.header().parent_session.clone());
         }
@@ -221,22 +224,6 @@ impl SubagentRuntime {
             return Ok(None);
         }
         self.child_entry(&creator, target).await
-    }
-
-    /// The model-facing name of `member` in `root`'s tree: `lead` for the
-    /// root, the slash path of catalog names when every level below the
-    /// root is named, else its session id (the rule of
-    /// [`SubagentRuntime::names_of`], for a member that need not be live).
-    /// Read along the member's lineage only, never by listing the tree; a
-    /// lineage that cannot be read, or that ends elsewhere, gives the id.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads headers and catalogs.
-    pub async fn member_name(&self, root: &SessionId, member: &SessionId) -> String {
-        if member == root {
-            return crate::names::ROOT_NAME.to_owned();
-        }
-        self.member_identity(member, root).await.0
     }
 
     /// Deliver a model-authored message from `sender` to another member of
@@ -457,45 +444,6 @@ impl SubagentRuntime {
             )),
             Err(err) => Err(err.into()),
         }
-    }
-
-    /// The full name of a member from the root (the slash path of catalog
-    /// names when every level below the root is named, else its id) and
-    /// the provider its creator recorded.
-    pub(crate) async fn member_identity(
-        &self,
-        member: &SessionId,
-        root: &SessionId,
-    ) -> (String, String) {
-        let mut names = Vec::new();
-        let mut provider = None;
-        let mut current = member.clone();
-        for _ in 0..MAX_LINEAGE {
-            if &current == root {
-                names.reverse();
-                return (names.join("/"), provider.unwrap_or_else(unknown_provider));
-            }
-            let Ok(Some(parent)) = self.parent_of(&current).await else {
-                break;
-            };
-            let entry = self.catalog_entry(&parent, &current).await.ok().flatten();
-            if provider.is_none() {
-                provider = Some(
-                    entry
-                        .as_ref()
-                        .map_or_else(unknown_provider, |entry| entry.provider.clone()),
-                );
-            }
-            match entry.and_then(|entry| entry.name) {
-                Some(name) => names.push(name),
-                None => break,
-            }
-            current = parent;
-        }
-        (
-            member.to_string(),
-            provider.unwrap_or_else(unknown_provider),
-        )
     }
 
     /// The root of the tree `member` belongs to, by its stored lineage.

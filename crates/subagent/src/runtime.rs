@@ -1,17 +1,23 @@
-//! The runtime's façade: the provider registry, runtime limits, member
-//! names and roots, and the state the concerns share. Each concern lives in
-//! its own module: admission (checks, capacity, the ticket drains count),
-//! start (creation and publication), activation (identity, monitor,
-//! settlement), notice (settlement notices), compose (a child's header),
-//! messaging, drain and tree. The runtime never reaches into a child's loop
-//! except through the core traits.
+//! The runtime's façade: the provider registry, runtime limits and the
+//! components the concerns share, each owning its state behind methods
+//! (the live activations, admissions and capacity, the catalog cache and
+//! name reservations, resume gates, in-flight run ids, requests and
+//! notices, cold facts, the progress bus). `Inner`'s fields are private to
+//! this file; other modules reach a component through its accessor. Each
+//! concern lives in its own module: admission (every check of a start,
+//! capacity, the ticket drains count), start (creation and publication),
+//! activation (identity, monitor, settlement), input (the gate between the
+//! monitor and senders), notice (settlement notices), recovery (crash
+//! debris), names, catalog, resume, compose (a child's header), messaging,
+//! drain and tree. The runtime never reaches into a child's loop except
+//! through the core traits.
 
-use crate::{AdmissionError, DeliveryError, RegistryError};
+use crate::{AdmissionError, RegistryError};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dsh_core::observe::{EventBus, Subscription};
-use dsh_core::{Agent, AgentFactory, AgentRegistry, MessageId, SessionId, SessionStore};
+use dsh_core::{AgentFactory, AgentRegistry, MessageId, SessionId, SessionStore};
 use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
@@ -21,7 +27,6 @@ use crate::catalog::CatalogCache;
 use crate::error::SubagentError;
 use crate::events::SubagentEvent;
 use crate::ids::InFlight;
-use crate::names::ROOT_NAME;
 use crate::provider::{ProviderDescriptor, SubagentProvider};
 use crate::request::{DEFAULT_MAX_DEPTH, MaxDepth};
 
@@ -44,18 +49,6 @@ impl Default for RuntimeConfig {
     }
 }
 
-/// Model-facing names of one live tree member and its direct creator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberNames {
-    /// `lead` for the root, the slash path for a named descendant, else the session id.
-    pub self_name: String,
-    /// The direct creator's name by the same rule; `None` for the root.
-    pub parent: Option<String>,
-}
-
-/// The runtime's state: each part a component that owns its own state
-/// (reached through the accessors below, never field by field from another
-/// module).
 pub(crate) struct Inner {
     factory: Arc<dyn AgentFactory>,
     store: Arc<dyn SessionStore>,
@@ -397,73 +390,6 @@ impl SubagentRuntime {
             Some(activation) => activation.root().clone(),
             None => agent.clone(),
         }
-    }
-
-    /// The activation of the exact live member `agent`, or `None` for a
-    /// live root.
-    ///
-    /// # Errors
-    /// `NOT_LIVE` for an agent that is not the exact live one;
-    /// `NOT_A_MEMBER` for a live agent that is neither a root nor the agent
-    /// of a live activation.
-    fn member(
-        &self,
-        agent: &Arc<dyn Agent>,
-    ) -> Result<Option<Arc<crate::activation::Activation>>, SubagentError> {
-        let reference = agent.reference();
-        if !self.registry().is_live(&reference) {
-            return Err(SubagentError::Delivery(DeliveryError::NotLive(
-                reference.id,
-            )));
-        }
-        match self.inner.activations.of_agent(&reference) {
-            Some(activation) => Ok(Some(activation)),
-            None if agent.header().parent_session.is_none() => Ok(None),
-            None => Err(SubagentError::Delivery(DeliveryError::NotAMember(
-                reference.id,
-            ))),
-        }
-    }
-
-    /// The root session of the exact live member `agent`'s tree.
-    ///
-    /// # Errors
-    /// As [`SubagentRuntime::names_of`].
-    pub fn root_of(&self, agent: &Arc<dyn Agent>) -> Result<SessionId, SubagentError> {
-        Ok(match self.member(agent)? {
-            Some(activation) => activation.root().clone(),
-            None => agent.id().clone(),
-        })
-    }
-
-    /// The model-facing names of the exact live member `agent` and its creator.
-    ///
-    /// # Errors
-    /// `NOT_LIVE` when `agent` is not the exact live agent, `NOT_A_MEMBER`
-    /// when it is live but neither a root nor a live activation's child.
-    pub fn names_of(&self, agent: &Arc<dyn Agent>) -> Result<MemberNames, SubagentError> {
-        let Some(activation) = self.member(agent)? else {
-            return Ok(MemberNames {
-                self_name: ROOT_NAME.to_owned(),
-                parent: None,
-            });
-        };
-        let parent = match self.inner.activations.of_agent(activation.parent()) {
-            Some(parent) => parent.name().to_owned(),
-            None if &activation.parent().id == activation.root() => ROOT_NAME.to_owned(),
-            // A cold creator: its name is this path without the last level.
-            None => activation
-                .path()
-                .and_then(|path| path.rsplit_once('/'))
-                .map_or_else(
-                    || activation.parent().id.to_string(),
-                    |(parent, _)| parent.to_owned(),
-                ),
-        };
-        Ok(MemberNames {
-            self_name: activation.name().to_owned(),
-            parent: Some(parent),
-        })
     }
 
     pub(crate) fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {

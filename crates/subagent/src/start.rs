@@ -1,53 +1,29 @@
-//! Starting a child. The caller's future does only synchronous checks
-//! (provider, capabilities, liveness, admission, depth, directory, capacity,
-//! name); what follows is work the runtime owns ([`Owned`]): a caller that
+//! Starting a child. The caller's future does only the synchronous checks
+//! of admission (`admission.rs`); what follows is work the runtime owns ([`Owned`]): a caller that
 //! goes away cancels the work not yet published and the runtime's tracker
 //! finishes the rest, so what is left is either nothing or a published,
 //! monitored activation. Publication is: the catalog entry in the parent's
 //! log, the activation installed, the initial prompt accepted, the monitor
 //! running.
 
-use crate::{AdmissionError, DeliveryError, InfraError, RegistryError};
-use std::path::PathBuf;
+use crate::{AdmissionError, InfraError, RegistryError};
 use std::sync::Arc;
 
 use dsh_core::{
-    Agent, AgentHandle, AgentSetup, CancellationToken, CreateAgent, MessageSource, SessionId,
-    UserMessage,
+    Agent, AgentHandle, AgentSetup, CreateAgent, MessageSource, SessionId, UserMessage,
 };
 
 use crate::activation::{Execution, NewActivation, SubagentActivation};
-use crate::admission::{AdmissionTicket, CapacitySlot, PublishTurn};
+use crate::admission::Admitted;
 use crate::capture::CaptureTool;
 use crate::catalog::{CATALOG_EVENT, CatalogEntry, CatalogFold, ChildMode, catalog_payload};
-use crate::compose::{
-    check_capabilities, child_header, external_options, narrow_tools, resolve_cwd,
-};
+use crate::compose::{child_header, external_options};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
-use crate::names::NameReservation;
 use crate::notice::{ACTIVATION_EVENT, activation_payload};
-use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
+use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest};
 use crate::request::{ActivationSpec, Delivery};
 use crate::runtime::SubagentRuntime;
-
-/// A start that passed every synchronous check.
-struct Admitted {
-    provider: Arc<dyn SubagentProvider>,
-    spec: ActivationSpec,
-    cwd: PathBuf,
-    depth: u32,
-    root: SessionId,
-    slot: CapacitySlot,
-    reservation: NameReservation,
-    /// Counts the start as in flight until it published or rolled back.
-    ticket: AdmissionTicket,
-    /// Its place in the parent's catalog order.
-    turn: PublishTurn,
-    /// Stops the unpublished work: the caller's token, a drain, or the
-    /// caller going away.
-    cancel: CancellationToken,
-}
 
 impl SubagentRuntime {
     /// Start a child and return once it is published: for a local child,
@@ -79,70 +55,6 @@ impl SubagentRuntime {
         .await
     }
 
-    /// Every check a start makes before provider code runs.
-    fn admit_start(&self, spec: ActivationSpec) -> Result<Admitted, SubagentError> {
-        let provider = self.get(&spec.provider).ok_or_else(|| {
-            SubagentError::Registry(RegistryError::NoProvider(spec.provider.clone()))
-        })?;
-        check_capabilities(provider.as_ref(), &spec.request)?;
-        let parent = spec.request.parent.clone();
-        let parent_ref = parent.reference();
-        if !self.registry().is_live(&parent_ref) {
-            return Err(SubagentError::Delivery(DeliveryError::NotLive(
-                parent_ref.id,
-            )));
-        }
-        let root = self.root_id(parent.id());
-        let cancel = spec.cancel.child_token();
-        let ticket = self
-            .admissions()
-            .admit(self.registry(), &root, cancel.clone())?;
-        let depth = child_depth(parent.as_ref(), spec.request.agent_options.as_ref())?;
-        if let Some(max) = spec.request.max_depth
-            && depth > max
-        {
-            return Err(SubagentError::Admission(AdmissionError::DepthLimit {
-                depth,
-                max,
-            }));
-        }
-        self.check_budget(&parent_ref, spec.request.token_budget)?;
-        let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
-        let mut spec = spec;
-        spec.request.tool_filter = narrow_tools(
-            parent.composition().tools.as_ref(),
-            spec.request.tool_filter.as_ref(),
-        )?;
-        let slot = self.reserve_capacity(&root)?;
-        let reservation =
-            self.catalogs()
-                .reserve_name(self.registry(), &parent, spec.name.as_deref())?;
-        if let Some(child_id) = &spec.child_id
-            && (self.registry().get(child_id).is_some() || self.run_ids().contains(child_id))
-        {
-            return Err(SubagentError::Infra(InfraError::DuplicateRunId {
-                provider: provider.name().to_owned(),
-                id: child_id.clone(),
-            }));
-        }
-        if cancel.is_cancelled() {
-            return Err(SubagentError::Cancelled);
-        }
-        let turn = self.publications().take(&parent_ref);
-        Ok(Admitted {
-            provider,
-            spec,
-            cwd,
-            depth,
-            root,
-            slot,
-            reservation,
-            ticket,
-            turn,
-            cancel,
-        })
-    }
-
     async fn run_start(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
         if admitted.provider.continuable().is_some() {
             self.start_local(admitted).await
@@ -159,14 +71,6 @@ impl SubagentRuntime {
         f: impl FnOnce(&CatalogFold) -> R,
     ) -> Result<R, SubagentError> {
         self.catalogs().with_live(self.registry(), agent, f)
-    }
-
-    /// The full model-facing name of a child `name` of `parent`.
-    pub(crate) fn full_name(&self, parent: &SessionId, name: &str) -> Option<String> {
-        match self.activations().get(parent) {
-            None => Some(name.to_owned()),
-            Some(parent) => parent.path().map(|path| format!("{path}/{name}")),
-        }
     }
 
     async fn start_local(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
@@ -478,27 +382,4 @@ impl SubagentRuntime {
             }
         }
     }
-}
-
-/// A child's delegation depth (B20): one below its parent, where the
-/// parent counts as the larger of its header's depth and its options'
-/// `subagent_depth`; the request's `subagent_depth` may deepen the child
-/// further, never make it shallower.
-///
-/// # Errors
-/// `INVALID_REQUEST` when the depth leaves `u32`.
-fn child_depth(
-    parent: &dyn Agent,
-    options: Option<&dsh_core::AgentOptions>,
-) -> Result<u32, SubagentError> {
-    let parent_depth = parent
-        .header()
-        .delegation_depth
-        .max(parent.options().subagent_depth.unwrap_or(0));
-    let depth = parent_depth.checked_add(1).ok_or_else(|| {
-        SubagentError::Admission(AdmissionError::InvalidRequest(
-            "the delegation depth overflows".into(),
-        ))
-    })?;
-    Ok(depth.max(options.and_then(|o| o.subagent_depth).unwrap_or(0)))
 }
