@@ -148,15 +148,11 @@ impl SubagentRuntime {
                 }
                 other => SubagentError::from(other),
             })?;
-        // From here the log is this start's own. Earlier starts under this
-        // parent are cataloged first; the wait is the last cancellation point.
-        turn.wait().await;
+        // From here the log is this start's own.
         if cancel.is_cancelled() {
             self.discard(&child_id, &handle).await;
             return Err(SubagentError::Cancelled);
         }
-
-        // Publication. No cancellation point from here on.
         let name = reservation.name().to_owned();
         let entry = CatalogEntry {
             child_id: child_id.clone(),
@@ -165,16 +161,25 @@ impl SubagentRuntime {
             provider: provider.name().to_owned(),
             mode: ChildMode::CONTINUABLE,
         };
-        let seq = match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
-            Ok(seq) => seq,
-            Err(err) => {
+        // Publication: the entry is written after every earlier start's
+        // under this parent. Until it is taken to be written, a cancel
+        // withdraws it (the last cancellation point).
+        let write = {
+            let (parent, payload) = (parent.clone(), catalog_payload(&entry));
+            async move { parent.record(CATALOG_EVENT, payload).await }
+        };
+        let seq = match turn.publish(Some(&cancel), write).await {
+            Some(Ok(seq)) => seq,
+            failed => {
                 self.discard(&child_id, &handle).await;
-                return Err(err.into());
+                return Err(match failed {
+                    Some(Err(err)) => err.into(),
+                    _ => SubagentError::Cancelled,
+                });
             }
         };
         self.catalogs()
             .commit_name(reservation, &parent, Some((seq, &entry)));
-        drop(turn);
         let child = handle.agent().clone();
         let start_seq = crate::activation::next_seq(child.as_ref());
         let limits = request.limits();
@@ -317,7 +322,6 @@ impl SubagentRuntime {
             });
         }
         let name = reservation.name().to_owned();
-        turn.wait().await;
         let entry = CatalogEntry {
             child_id: child_id.clone(),
             name: Some(name.clone()),
@@ -327,17 +331,28 @@ impl SubagentRuntime {
         };
         // A background child is cataloged; a foreground one's membership is
         // its caller's, kept for it in a record older readers skip.
-        let recorded = match spec.delivery {
-            Delivery::Parent => match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
-                Ok(_) => self.record_resumable(&parent, run.as_ref()).await,
-                Err(err) => Err(err.into()),
-            },
-            Delivery::Caller => parent
-                .record(crate::external::FOREGROUND_EVENT, catalog_payload(&entry))
-                .await
-                .map(drop)
-                .map_err(SubagentError::from),
+        // Written after every earlier start's under this parent.
+        let write = {
+            let (runtime, parent, run) = (self.clone(), parent.clone(), run.clone());
+            let (delivery, payload) = (spec.delivery, catalog_payload(&entry));
+            async move {
+                match delivery {
+                    Delivery::Parent => match parent.record(CATALOG_EVENT, payload).await {
+                        Ok(_) => runtime.record_resumable(&parent, run.as_ref()).await,
+                        Err(err) => Err(err.into()),
+                    },
+                    Delivery::Caller => parent
+                        .record(crate::external::FOREGROUND_EVENT, payload)
+                        .await
+                        .map(drop)
+                        .map_err(SubagentError::from),
+                }
+            }
         };
+        let recorded = turn
+            .publish(None, write)
+            .await
+            .unwrap_or(Err(SubagentError::Cancelled));
         if let Err(err) = recorded {
             if let Err(dispose) = run.dispose().await {
                 tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
@@ -345,7 +360,6 @@ impl SubagentRuntime {
             return Err(err);
         }
         self.catalogs().commit_name(reservation, &parent, None);
-        drop(turn);
         let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(
             NewActivation {
