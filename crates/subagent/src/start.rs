@@ -7,16 +7,13 @@
 //! running.
 
 use crate::{AdmissionError, InfraError, RegistryError};
-use std::sync::Arc;
 
-use dsh_core::{
-    Agent, AgentHandle, AgentSetup, CreateAgent, MessageSource, SessionId, UserMessage,
-};
+use dsh_core::{AgentHandle, AgentSetup, CreateAgent, MessageSource, SessionId, UserMessage};
 
 use crate::activation::{Execution, NewActivation, SubagentActivation};
 use crate::admission::Admitted;
 use crate::capture::CaptureTool;
-use crate::catalog::{CATALOG_EVENT, CatalogEntry, CatalogFold, ChildMode, catalog_payload};
+use crate::catalog::{CATALOG_EVENT, CatalogEntry, ChildMode, catalog_payload};
 use crate::compose::{child_header, external_options};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
@@ -61,16 +58,6 @@ impl SubagentRuntime {
         } else {
             self.start_external(admitted).await
         }
-    }
-
-    /// Run `f` on a live agent's catalog, folded incrementally (see
-    /// [`CatalogCache::with_live`]).
-    pub(crate) fn with_live_catalog<R>(
-        &self,
-        agent: &Arc<dyn Agent>,
-        f: impl FnOnce(&CatalogFold) -> R,
-    ) -> Result<R, SubagentError> {
-        self.catalogs().with_live(self.registry(), agent, f)
     }
 
     async fn start_local(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
