@@ -21,6 +21,7 @@ use crate::capture::CaptureTool;
 use crate::error::SubagentError;
 use crate::events::{RunInfo, RunOutcome, SubagentEvent};
 use crate::ids::IdMap;
+use crate::input::{InputGate, InputPermit};
 use crate::provider::SubagentRun;
 use crate::request::Delivery;
 use crate::result::{SubagentResult, bound_diagnostic, final_output, last_stop};
@@ -45,48 +46,45 @@ pub(crate) enum Execution {
     },
     External {
         run: Arc<dyn SubagentRun>,
+        /// The run's id, held while the activation lives (a follow-up of
+        /// a cataloged run holds none: the catalog and the resume gate
+        /// keep it unique).
+        _claim: Option<crate::ids::Claim<SessionId>>,
     },
 }
 
 /// One live activation, as the runtime tracks it.
 pub(crate) struct Activation {
     serial: u64,
-    pub(crate) info: RunInfo,
-    pub(crate) child_id: SessionId,
+    info: RunInfo,
+    child_id: SessionId,
     /// The full model-facing name, when every creator below the root is named.
-    pub(crate) path: Option<String>,
-    pub(crate) name: String,
-    pub(crate) parent: AgentRef,
-    pub(crate) root: SessionId,
-    pub(crate) delivery: Delivery,
+    path: Option<String>,
+    name: String,
+    parent: AgentRef,
+    root: SessionId,
+    delivery: Delivery,
     execution: Execution,
     /// Activations this child created, which it owns until they settle.
     owned: Mutex<IdMap<u64, Weak<Activation>>>,
     owned_changed: Notify,
     /// Set by `dispose` or a drain: stop and settle.
-    pub(crate) stop: CancellationToken,
+    stop: CancellationToken,
     /// Set by an interrupt: the idle child stays resident (its input
     /// parked) until something wakes it again.
-    pub(crate) parked: AtomicBool,
-    /// Set when the activation stops taking input (before its notice).
-    pub(crate) retiring: AtomicBool,
-    /// Held shared by every delivery to this activation's child, across its
-    /// check of `retiring` and its send; held exclusively by the monitor
-    /// while it decides to retire, so no delivery lands unseen in between.
-    pub(crate) input: tokio::sync::RwLock<()>,
-    /// Deliveries accepted so far; the monitor retires only when none
-    /// landed since it found the child quiet.
-    pub(crate) delivered: AtomicU64,
-    pub(crate) settled: watch::Sender<Option<Settled>>,
+    parked: AtomicBool,
+    /// Closed when the activation stops taking input (before its notice).
+    input: InputGate,
+    settled: watch::Sender<Option<Settled>>,
     /// The tree's capacity slot, freed when the activation retires (before
     /// its result settles, so a caller can start the next child at once).
     slot: Mutex<Option<CapacitySlot>>,
     /// The usage of its subtree so far and its budget, linked to its
     /// owner's (see [`crate::budget`]).
-    pub(crate) ledger: Arc<Ledger>,
+    ledger: Arc<Ledger>,
     /// What an external run reported so far (unused for a local child,
     /// whose log says it).
-    pub(crate) external_activity: Arc<Mutex<crate::progress::ExternalActivity>>,
+    external_activity: Arc<Mutex<crate::progress::ExternalActivity>>,
     /// The longest it may run.
     time_limit: Option<std::time::Duration>,
 }
@@ -103,6 +101,66 @@ pub(crate) struct NewActivation {
 }
 
 impl Activation {
+    /// The child's id.
+    pub(crate) fn child_id(&self) -> &SessionId {
+        &self.child_id
+    }
+
+    /// The full model-facing name, when every creator below the root is named.
+    pub(crate) fn path(&self) -> Option<&str> {
+        self.path.as_deref()
+    }
+
+    /// The model-facing name: its path, else its id.
+    pub(crate) fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Its direct creator, exactly.
+    pub(crate) fn parent(&self) -> &AgentRef {
+        &self.parent
+    }
+
+    /// The root of its tree.
+    pub(crate) fn root(&self) -> &SessionId {
+        &self.root
+    }
+
+    /// Who is told its result.
+    pub(crate) fn delivery(&self) -> Delivery {
+        self.delivery
+    }
+
+    /// Cancelled by `dispose` or a drain: it stops and settles.
+    pub(crate) fn stop(&self) -> &CancellationToken {
+        &self.stop
+    }
+
+    /// Mark it interrupted: it stays resident while idle.
+    pub(crate) fn park(&self) {
+        self.parked.store(true, Ordering::SeqCst);
+    }
+
+    /// Whether it is interrupted and stays resident while idle.
+    pub(crate) fn is_parked(&self) -> bool {
+        self.parked.load(Ordering::SeqCst)
+    }
+
+    /// How it ended, once it has (`None` until then).
+    pub(crate) fn settled(&self) -> watch::Receiver<Option<Settled>> {
+        self.settled.subscribe()
+    }
+
+    /// The usage of its subtree so far and its budget.
+    pub(crate) fn ledger(&self) -> &Arc<Ledger> {
+        &self.ledger
+    }
+
+    /// What an external run reported so far.
+    pub(crate) fn external_activity(&self) -> &Arc<Mutex<crate::progress::ExternalActivity>> {
+        &self.external_activity
+    }
+
     /// A local activation's own events so far (`None` for an external run).
     pub(crate) fn own_events(&self) -> Option<Vec<dsh_core::SessionEvent>> {
         match &self.execution {
@@ -133,9 +191,7 @@ impl Activation {
             owned_changed: Notify::new(),
             stop,
             parked: AtomicBool::new(false),
-            retiring: AtomicBool::new(false),
-            input: tokio::sync::RwLock::new(()),
-            delivered: AtomicU64::new(0),
+            input: InputGate::default(),
             settled: watch::Sender::new(None),
             slot: Mutex::new(Some(new.slot)),
         }
@@ -158,12 +214,26 @@ impl Activation {
         }
     }
 
-    /// Whether the activation takes no more input: it is retiring, or its
-    /// child submitted a valid structured result (B23), which closes this
+    /// A permit to deliver one message to this activation's child, or
+    /// `None` when it takes no more input: it is retiring, or its child
+    /// submitted a valid structured result (B23), which closes this
     /// activation's input. A message then goes to a later resume.
+    ///
+    /// # Cancel safety
+    /// As [`InputGate::admit`].
+    pub(crate) async fn admit_input(&self) -> Option<InputPermit<'_>> {
+        self.input.admit().await.filter(|_| !self.captured())
+    }
+
+    /// Whether the activation takes no more input (see
+    /// [`Activation::admit_input`]), without waiting for a permit.
     pub(crate) fn input_closed(&self) -> bool {
-        self.retiring.load(Ordering::SeqCst)
-            || matches!(&self.execution, Execution::Local { capture: Some(capture), .. } if capture.captured().is_some())
+        self.input.is_closed() || self.captured()
+    }
+
+    /// Whether its child submitted a valid structured result (B23).
+    fn captured(&self) -> bool {
+        matches!(&self.execution, Execution::Local { capture: Some(capture), .. } if capture.captured().is_some())
     }
 
     /// Whether this is the activation of the exact agent `reference`.
@@ -364,13 +434,13 @@ impl SubagentRuntime {
 
     /// Make `new` a live activation with a token budget and a time limit.
     pub(crate) fn install_limited(&self, new: NewActivation, limits: Limits) -> Arc<Activation> {
-        let activation = self.inner.activations.insert(new, limits);
+        let activation = self.activations().insert(new, limits);
         if let Execution::Local {
             handle, start_seq, ..
         } = &activation.execution
         {
             // Its progress is heard from now on, before its monitor runs.
-            self.inner.progress.register(
+            self.progress_hub().register(
                 self.progress_sink(&activation),
                 handle.agent().clone(),
                 *start_seq,
@@ -382,12 +452,11 @@ impl SubagentRuntime {
 
     /// Announce and watch an installed activation.
     pub(crate) fn launch(&self, activation: &Arc<Activation>) {
-        self.inner
-            .events
+        self.events()
             .emit_with(|| SubagentEvent::Start(activation.info.clone()));
         let runtime = self.clone();
         let activation = activation.clone();
-        self.inner.tasks.spawn(async move {
+        self.tasks().spawn(async move {
             runtime.monitor(activation).await;
         });
     }
@@ -396,10 +465,9 @@ impl SubagentRuntime {
     /// map and frees its slot; the caller disposes what it ran.
     pub(crate) fn uninstall(&self, activation: &Arc<Activation>) {
         drop(lock(&activation.slot).take());
-        self.inner
-            .progress
+        self.progress_hub()
             .unregister(&activation.child_id, activation.serial);
-        self.inner.activations.remove(activation);
+        self.activations().remove(activation);
     }
 
     /// Watch one activation until it ends, then notify, tear down and settle.
@@ -420,21 +488,18 @@ impl SubagentRuntime {
                 // Progress is read from the log while the child runs, and
                 // once more when it has gone quiet (never slowing it).
                 let reporter = self
-                    .inner
-                    .progress
+                    .progress_hub()
                     .reporting(&activation.child_id, activation.serial);
                 let watched = async {
                     loop {
-                        let seen = activation.delivered.load(Ordering::SeqCst);
+                        let seen = activation.input.seen();
                         if self.await_quiescence(&activation, handle.agent()).await {
-                            activation.retiring.store(true, Ordering::SeqCst);
+                            activation.input.close();
                             break true;
                         }
                         // Retire only if no delivery landed since the child was
                         // found quiet; one in flight finishes first.
-                        let _input = activation.input.write().await;
-                        if activation.delivered.load(Ordering::SeqCst) == seen {
-                            activation.retiring.store(true, Ordering::SeqCst);
+                        if activation.input.retire_if_quiet(seen).await {
                             break false;
                         }
                     }
@@ -474,7 +539,7 @@ impl SubagentRuntime {
                 });
                 Ok(result.unwrap_or_else(|| local_result(&[], capture.as_deref(), stopped)))
             }
-            Execution::External { run } => {
+            Execution::External { run, .. } => {
                 run.observe(
                     self.progress_sink(&activation)
                         .metered(activation.ledger.clone())
@@ -492,7 +557,7 @@ impl SubagentRuntime {
                 if let Ok(result) = &result {
                     activation.ledger.charge_up_to(result.usage);
                 }
-                activation.retiring.store(true, Ordering::SeqCst);
+                activation.input.close();
                 // Whatever the provider wrote, the bound holds.
                 result.map(|mut result| {
                     result.diagnostic = result.diagnostic.take().map(bound_diagnostic);
@@ -523,13 +588,13 @@ impl SubagentRuntime {
                 Ok(())
             }
             (Execution::External { .. }, Some(outcome)) => outcome,
-            (Execution::External { run }, None) => run.dispose().await,
+            (Execution::External { run, .. }, None) => run.dispose().await,
         };
         self.uninstall(&activation);
         // Built only for a listener (the result and the info are copied),
         // before the result moves into the settlement, which every
         // listener must be able to see when the end reaches it.
-        let end = (self.inner.events.listener_count() > 0).then(|| {
+        let end = (self.events().listener_count() > 0).then(|| {
             let outcome = match (&result, &teardown) {
                 (Ok(result), Ok(())) => RunOutcome::Settled(result.clone()),
                 (Err(err), _) | (_, Err(err)) => RunOutcome::Error(err.to_string()),
@@ -540,13 +605,13 @@ impl SubagentRuntime {
             .settled
             .send_replace(Some(Settled { result, teardown }));
         if let Some(end) = end {
-            self.inner.events.emit(&end);
+            self.events().emit(&end);
         }
     }
 
     /// Where `activation` reports its progress.
     fn progress_sink(&self, activation: &Activation) -> crate::progress::ProgressSink {
-        self.inner.progress.sink(crate::progress::ProgressMember {
+        self.progress_hub().sink(crate::progress::ProgressMember {
             child_id: activation.child_id.clone(),
             activation: activation.serial,
             root: activation.root.clone(),
@@ -616,6 +681,22 @@ impl SubagentRuntime {
         child.cancel(CancelCause::Disposed, CancelOptions { keep_inbox: true });
         child.wait_idle().await;
     }
+}
+
+/// The seq an agent's next event takes, which a new activation's own
+/// events start at, read without copying its log: the last event past the
+/// seed, borrowed where the agent can lend it (a fork child's seed is its
+/// parent's whole history, and a new child has only the few events its
+/// creation wrote past it).
+pub(crate) fn next_seq(agent: &dyn Agent) -> u64 {
+    let seed = agent.header().seed_len;
+    let mut next = seed;
+    agent.visit_events_since(seed, &mut |fresh| {
+        if let Some(last) = fresh.last() {
+            next = last.seq + 1;
+        }
+    });
+    next
 }
 
 /// The result of a local activation from the child's own events (`own`,

@@ -333,10 +333,9 @@ impl SubagentRuntime {
         requested: Option<u64>,
     ) -> Result<(), SubagentError> {
         let Some(remaining) = self
-            .inner
-            .activations
+            .activations()
             .of_agent(parent)
-            .and_then(|owner| owner.ledger.remaining())
+            .and_then(|owner| owner.ledger().remaining())
         else {
             return Ok(());
         };
@@ -361,21 +360,21 @@ impl SubagentRuntime {
         let Ok(result) = result else {
             return;
         };
-        if activation.agent().is_none() && activation.delivery != Delivery::Parent {
+        if activation.agent().is_none() && activation.delivery() != Delivery::Parent {
             return;
         }
-        let Some(parent) = self.registry().resolve(&activation.parent) else {
+        let Some(parent) = self.registry().resolve(activation.parent()) else {
             return;
         };
         let record = UsageRecord {
-            child_id: activation.child_id.clone(),
+            child_id: activation.child_id().clone(),
             usage: result.usage,
             subtree: result.subtree_usage,
         };
         match parent.record(USAGE_EVENT, usage_payload(&record)).await {
-            Ok(seq) => self.fold_written_usage(&parent, seq, &record),
+            Ok(seq) => self.catalogs().written_usage(&parent, seq, &record),
             Err(err) => {
-                tracing::warn!(child = %activation.child_id, "the usage record was not written: {err}");
+                tracing::warn!(child = %activation.child_id(), "the usage record was not written: {err}");
             }
         }
     }

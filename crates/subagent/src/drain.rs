@@ -7,7 +7,6 @@
 
 use crate::{DeliveryError, InfraError};
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use dsh_core::{Agent, AgentRef, AgentStatus, SessionId};
 
@@ -32,19 +31,19 @@ impl SubagentRuntime {
     /// waiting: the runtime finishes every teardown it started.
     pub async fn drain_descendants(&self, roots: &[Arc<dyn Agent>]) -> Result<(), SubagentError> {
         let references: Vec<AgentRef> = roots.iter().map(|root| root.reference()).collect();
-        self.inner.admissions.close(&references);
+        self.admissions().close(&references);
         let mut failures = Vec::new();
         for root in roots {
             let root_id = root.id();
             // Work admitted before the close publishes or rolls back first.
-            self.inner.admissions.settled(root_id).await;
-            let members = self.inner.activations.tree(root_id);
+            self.admissions().settled(root_id).await;
+            let members = self.activations().tree(root_id);
             let top: Vec<_> = members
                 .iter()
                 .filter(|member| {
                     !members
                         .iter()
-                        .any(|creator| creator.is_agent(&member.parent))
+                        .any(|creator| creator.is_agent(member.parent()))
                 })
                 .cloned()
                 .collect();
@@ -84,8 +83,8 @@ impl SubagentRuntime {
         }
         let targets: Vec<_> = ids
             .iter()
-            .filter_map(|id| self.inner.activations.get(id))
-            .filter(|child| child.parent == reference && child.agent().is_some())
+            .filter_map(|id| self.activations().get(id))
+            .filter(|child| child.parent() == &reference && child.agent().is_some())
             .collect();
         stop_and_wait(&targets).await;
         let mut failures = Vec::new();
@@ -101,22 +100,22 @@ impl SubagentRuntime {
     /// # Cancel safety
     /// Cancel safe: it only waits; a drop changes nothing.
     pub async fn wait_for_tree_work(&self, root: &Arc<dyn Agent>) -> bool {
-        let members = self.inner.activations.tree(root.id());
+        let members = self.activations().tree(root.id());
         let mut joined = false;
         for member in members {
-            let Some(agent) = self.registry().get(&member.child_id) else {
+            let Some(agent) = self.registry().get(member.child_id()) else {
                 continue;
             };
             // Idle and not about to settle: parked, or waiting on its own children.
             let parked = || {
                 agent.status() == AgentStatus::Idle
-                    && (member.parked.load(Ordering::SeqCst) || member.owns_children())
+                    && (member.is_parked() || member.owns_children())
             };
-            if member.settled.borrow().is_some() || parked() {
+            if member.settled().borrow().is_some() || parked() {
                 continue;
             }
             joined = true;
-            let mut settled = member.settled.subscribe();
+            let mut settled = member.settled();
             let mut status = agent.watch_status();
             loop {
                 if settled.borrow().is_some() || parked() {
@@ -135,10 +134,10 @@ impl SubagentRuntime {
 /// Stop `members` and wait until each settled.
 async fn stop_and_wait(members: &[Arc<Activation>]) {
     for member in members {
-        member.stop.cancel();
+        member.stop().cancel();
     }
     for member in members {
-        let mut settled = member.settled.subscribe();
+        let mut settled = member.settled();
         let _ = settled.wait_for(Option::is_some).await;
     }
 }
@@ -147,12 +146,12 @@ async fn stop_and_wait(members: &[Arc<Activation>]) {
 fn teardown_failures(members: &[Arc<Activation>], failures: &mut Vec<String>) {
     for member in members {
         if let Some(Err(err)) = member
-            .settled
+            .settled()
             .borrow()
             .as_ref()
             .map(|settled| settled.teardown.clone())
         {
-            failures.push(format!("{}: {err}", member.child_id));
+            failures.push(format!("{}: {err}", member.child_id()));
         }
     }
 }

@@ -33,8 +33,7 @@ use serde_json::Value;
 use crate::activation::{Activation, Execution, NewActivation};
 use crate::error::{DeliveryError, SubagentError};
 use crate::events::RunInfo;
-use crate::notice::{ACTIVATION_EVENT, activation_payload, render_notice};
-use crate::owned::Owned;
+use crate::notice::render_notice;
 use crate::provider::{ResolvedStartRequest, StartExternal, SubagentProvider, SubagentRun};
 use crate::request::Delivery;
 use crate::result::{SubagentResult, bound_diagnostic, bound_text, summary_line};
@@ -59,9 +58,6 @@ pub const OUTCOME_EVENT: &str = "subagent/external-outcome";
 /// The most bytes of output an [`OUTCOME_EVENT`] keeps.
 pub const MAX_OUTCOME_OUTPUT_BYTES: usize = 16 * 1024;
 
-/// The marker that ends a cut output.
-const OUTPUT_CUT: &str = " [output truncated]";
-
 /// What a foreground external child settled with, as its creator's log
 /// keeps it (its caller got the whole result).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -83,7 +79,11 @@ impl ExternalOutcome {
         Self {
             child_id: child.clone(),
             stop_reason: result.stop_reason.clone(),
-            output: bound_text(result.output_text(), MAX_OUTCOME_OUTPUT_BYTES, OUTPUT_CUT),
+            output: bound_text(
+                result.output_text(),
+                MAX_OUTCOME_OUTPUT_BYTES,
+                crate::result::OUTPUT_CUT,
+            ),
             diagnostic: result.diagnostic.clone().map(bound_diagnostic),
         }
     }
@@ -212,7 +212,7 @@ impl SubagentRuntime {
         if let Some(agent) = self.registry().get(parent) {
             return token_in(&agent.events(), agent.header().seed_len, child);
         }
-        let loaded = self.inner.store.load(parent).await.ok()?;
+        let loaded = self.store().load(parent).await.ok()?;
         token_in(&loaded.events, loaded.header.seed_len, child)
     }
 
@@ -230,14 +230,14 @@ impl SubagentRuntime {
         activation: &Activation,
         result: &SubagentResult,
     ) -> Result<(), SubagentError> {
-        if activation.delivery != Delivery::Caller || activation.agent().is_some() {
+        if activation.delivery() != Delivery::Caller || activation.agent().is_some() {
             return Ok(());
         }
-        let Some(parent) = self.registry().resolve(&activation.parent) else {
+        let Some(parent) = self.registry().resolve(activation.parent()) else {
             return Ok(());
         };
         let payload =
-            dsh_core::ExtensionPayload::new(&ExternalOutcome::of(&activation.child_id, result))
+            dsh_core::ExtensionPayload::new(&ExternalOutcome::of(activation.child_id(), result))
                 .map_err(|err| provider_fault(&format!("the outcome does not serialise: {err}")))?;
         parent.record(OUTCOME_EVENT, payload).await?;
         Ok(())
@@ -288,13 +288,8 @@ impl SubagentRuntime {
             provider,
             stop: stop.clone(),
         };
-        let runtime = self.clone();
-        Owned::new(
-            async move { runtime.follow_up(work).await },
-            &self.inner.tasks,
-            stop,
-        )
-        .await
+        self.own(stop, |runtime| async move { runtime.follow_up(work).await })
+            .await
     }
 
     async fn follow_up(&self, work: FollowUp) -> Result<MessageId, SubagentError> {
@@ -313,8 +308,8 @@ impl SubagentRuntime {
         };
         let _turn = self.resume_gate(&target, &stop).await?;
         // A turn in flight settles first: the message is its next prompt.
-        if let Some(live) = self.inner.activations.get(&target) {
-            let mut settled = live.settled.subscribe();
+        if let Some(live) = self.activations().get(&target) {
+            let mut settled = live.settled();
             tokio::select! {
                 biased;
                 () = stop.cancelled() => return Err(SubagentError::Cancelled),
@@ -327,8 +322,7 @@ impl SubagentRuntime {
             return Err(DeliveryError::NotLive(sender.id.clone()).into());
         }
         let ticket = self
-            .inner
-            .admissions
+            .admissions()
             .admit(self.registry(), &root, stop.clone())?;
         let slot = self.reserve_capacity(&root).map_err(|_| {
             SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))
@@ -365,7 +359,7 @@ impl SubagentRuntime {
             parent: parent.reference(),
             root: root.clone(),
             delivery: Delivery::Parent,
-            execution: Execution::External { run },
+            execution: Execution::External { run, _claim: None },
             slot,
         });
         // The resumed creator is launched once it owns the follow-up, so
@@ -413,14 +407,7 @@ impl SubagentRuntime {
         let handle = resumed.handle.clone();
         let activation = self.install_resumed(id, root, resumed).await;
         let agent = handle.agent().clone();
-        if let Err(err) = agent
-            .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
-            .await
-        {
-            self.uninstall(&activation);
-            handle.dispose().await;
-            return Err(err.into());
-        }
+        self.record_resumed(&activation, &handle).await?;
         Ok(Creator {
             agent,
             resumed: Some((activation, handle)),

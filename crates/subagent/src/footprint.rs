@@ -1,12 +1,11 @@
 //! What the runtime keeps per child, counted: the live activations, the
 //! names reserved and not yet cataloged, the deliveries and resumes in
-//! flight and the external run ids. Every count but two goes back to zero
-//! once the children settle: the cached catalogs (one per live parent) and
-//! the external run ids, which are kept for the runtime's life so that a
-//! run id is never reused (one per external start, never pruned).
+//! flight and the live external run ids. Every count but the cached catalogs
+//! and name hints (one per live parent) goes back to zero once the children settle, so a
+//! long-lived runtime does not grow with the number of children it ran.
 //! Read-only; for hosts' diagnostics and the tests that hold it to that.
 
-use crate::runtime::{SubagentRuntime, lock};
+use crate::runtime::SubagentRuntime;
 
 /// How much per-child state a runtime holds at one moment.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -15,7 +14,7 @@ pub struct RuntimeFootprint {
     pub activations: usize,
     /// Child names reserved by starts whose catalog entry is not written yet.
     pub reserved_names: usize,
-    /// User requests being delivered.
+    /// User requests and lost notices being delivered.
     pub requests: usize,
     /// Children being resumed.
     pub resuming: usize,
@@ -23,19 +22,22 @@ pub struct RuntimeFootprint {
     pub external_runs: usize,
     /// Catalog folds cached for live parents.
     pub cached_catalogs: usize,
+    /// Parents whose next default name (`agent-N`) is remembered: at most
+    /// those with a cached catalog.
+    pub name_hints: usize,
 }
 
 impl SubagentRuntime {
     /// The per-child state this runtime holds now.
     pub fn footprint(&self) -> RuntimeFootprint {
-        let inner = &self.inner;
         RuntimeFootprint {
-            activations: inner.activations.len(),
-            reserved_names: inner.names.len(),
-            requests: lock(&inner.requests).len(),
-            resuming: lock(&inner.resuming).len(),
-            external_runs: lock(&inner.run_ids).len(),
-            cached_catalogs: lock(&inner.catalogs).len(),
+            activations: self.activations().len(),
+            reserved_names: self.catalogs().reserved_names(),
+            requests: self.requests().len() + self.notices().len(),
+            resuming: self.resume_gates().len(),
+            external_runs: self.run_ids().len(),
+            cached_catalogs: self.catalogs().len(),
+            name_hints: self.catalogs().name_hints(),
         }
     }
 }

@@ -13,6 +13,7 @@ mod events;
 mod external;
 mod footprint;
 mod ids;
+mod input;
 mod list_entry;
 mod messaging;
 mod names;
@@ -21,6 +22,7 @@ mod owned;
 pub mod progress;
 mod prompt;
 mod provider;
+mod recovery;
 mod request;
 pub mod result;
 pub mod resume;
@@ -44,7 +46,7 @@ pub use footprint::RuntimeFootprint;
 pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
-pub use names::{ROOT_NAME, validate_name};
+pub use names::{MemberNames, ROOT_NAME, validate_name};
 pub use notice::QuietTree;
 pub use progress::{
     CurrentActivity, PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember,
@@ -61,5 +63,5 @@ pub use result::SubagentResult;
 pub use resume::{
     MemberResume, PARKED_EVENT, ResumeReason, ResumedMember, ResumedTree, TreeResume,
 };
-pub use runtime::{MemberNames, ProviderRegistration, RuntimeConfig, SubagentRuntime};
+pub use runtime::{ProviderRegistration, RuntimeConfig, SubagentRuntime, TREE_EVENTS_BUFFER};
 pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};

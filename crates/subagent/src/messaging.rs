@@ -8,26 +8,19 @@
 use crate::{AdmissionError, DeliveryError, InfraError};
 use std::sync::Arc;
 
-use std::sync::atomic::Ordering;
-
 use dsh_core::{
     Agent, AgentError, AgentRef, AgentStatus, AttachmentId, CancelCause, CancelOptions,
     CancellationToken, ContentBlock, EventPayload, InboxTarget, MessageId, MessageSource,
-    ResumeAgent, SessionId, StoreError, UserMessage,
+    SessionId, StoreError, UserMessage,
 };
 
-use crate::activation::{Execution, NewActivation};
-use crate::admission::{AdmissionTicket, CapacitySlot};
 use crate::catalog::{CatalogEntry, ChildMode};
 use crate::error::SubagentError;
-use crate::events::RunInfo;
-use crate::notice::{ACTIVATION_EVENT, activation_payload};
-use crate::owned::Owned;
-use crate::request::Delivery;
-use crate::runtime::{SubagentRuntime, lock};
+use crate::ids::Claim;
+use crate::runtime::SubagentRuntime;
 
 /// How far up a lineage the runtime walks before calling it a cycle.
-const MAX_LINEAGE: usize = 256;
+pub(crate) const MAX_LINEAGE: usize = 256;
 
 /// How many times a delivery races a target's teardown before giving up.
 const RETRIES: usize = 8;
@@ -35,83 +28,35 @@ const RETRIES: usize = 8;
 /// How long a delivery waits for a target's teardown to finish.
 const DEPARTURE_BOUND: std::time::Duration = std::time::Duration::from_secs(5);
 
-/// A child resumed but not yet an activation.
-pub(crate) struct Resumed {
-    pub(crate) handle: dsh_core::AgentHandle,
-    pub(crate) slot: CapacitySlot,
-}
-
-/// A resume and the delivery that wakes it, run on the runtime's tracker.
-struct ResumedDelivery {
-    target: SessionId,
-    root: SessionId,
-    message: UserMessage,
-    into: Option<InboxTarget>,
-    sender: Option<AgentRef>,
-    stop: CancellationToken,
-    /// Counts the resume as admitted work until it was adopted or undone.
-    ticket: AdmissionTicket,
-}
-
-/// Removes a child's resume gate once nobody else holds it.
-pub(crate) struct PruneGate<'a> {
-    runtime: &'a SubagentRuntime,
-    target: &'a SessionId,
-}
-
-impl Drop for PruneGate<'_> {
-    fn drop(&mut self) {
-        let mut resuming = lock(&self.runtime.inner.resuming);
-        if resuming
-            .get(self.target)
-            .is_some_and(|gate| Arc::strong_count(gate) == 1)
-        {
-            resuming.remove(self.target);
-        }
-    }
-}
-
 /// A user request id being delivered, released on drop.
-pub(crate) struct RequestInFlight<'a> {
-    runtime: &'a SubagentRuntime,
-    key: (SessionId, MessageId),
+pub(crate) struct RequestInFlight {
+    _claim: Claim<(SessionId, MessageId)>,
 }
 
-impl<'a> RequestInFlight<'a> {
+impl RequestInFlight {
+    /// Hold request `id` for `child`.
+    ///
+    /// # Errors
+    /// `INVALID_REQUEST` when it is being delivered already.
     pub(crate) fn claim(
-        runtime: &'a SubagentRuntime,
+        runtime: &SubagentRuntime,
         child: &SessionId,
         id: &MessageId,
     ) -> Result<Self, SubagentError> {
-        let key = (child.clone(), id.clone());
-        if !lock(&runtime.inner.requests).insert(key.clone()) {
-            return Err(SubagentError::Admission(AdmissionError::InvalidRequest(
-                format!("request `{id}` for `{child}` is already being delivered"),
-            )));
-        }
-        Ok(Self { runtime, key })
+        runtime
+            .requests()
+            .claim((child.clone(), id.clone()))
+            .map(|claim| Self { _claim: claim })
+            .ok_or_else(|| {
+                SubagentError::Admission(AdmissionError::InvalidRequest(format!(
+                    "request `{id}` for `{child}` is already being delivered"
+                )))
+            })
     }
-}
-
-impl Drop for RequestInFlight<'_> {
-    fn drop(&mut self) {
-        lock(&self.runtime.inner.requests).remove(&self.key);
-    }
-}
-
-/// Whether a session's own log shows it accepted any input (its task).
-fn has_taken_a_task(agent: &dyn Agent) -> bool {
-    let seed = usize::try_from(agent.header().seed_len).unwrap_or(usize::MAX);
-    agent
-        .events()
-        .get(seed..)
-        .unwrap_or_default()
-        .iter()
-        .any(|event| matches!(event.payload, EventPayload::InboxAccepted(_)))
 }
 
 /// The provider of a member whose creator's catalog cannot be read.
-fn unknown_provider() -> String {
+pub(crate) fn unknown_provider() -> String {
     "unknown".into()
 }
 
@@ -185,16 +130,19 @@ pub enum InterruptAuthority {
 
 impl SubagentRuntime {
     /// The parent session of `id`, from its live agent or its stored header.
-    async fn parent_of(&self, id: &SessionId) -> Result<Option<SessionId>, SubagentError> {
+    pub(crate) async fn parent_of(
+        &self,
+        id: &SessionId,
+    ) -> Result<Option<SessionId>, SubagentError> {
         if let Some(agent) = self.registry().get(id) {
             return Ok(agent.header().parent_session.clone());
         }
         // A header never changes once written: each is read once.
-        if let Some(parent) = self.inner.cold.parent(id) {
+        if let Some(parent) = self.cold().parent(id) {
             return Ok(parent);
         }
-        let parent = self.inner.store.header(id).await?.parent_session;
-        self.inner.cold.learn_parent(id, parent.clone());
+        let parent = self.store().header(id).await?.parent_session;
+        self.cold().learn_parent(id, parent.clone());
         Ok(parent)
     }
 
@@ -276,22 +224,6 @@ impl SubagentRuntime {
             return Ok(None);
         }
         self.child_entry(&creator, target).await
-    }
-
-    /// The model-facing name of `member` in `root`'s tree: `lead` for the
-    /// root, the slash path of catalog names when every level below the
-    /// root is named, else its session id (the rule of
-    /// [`SubagentRuntime::names_of`], for a member that need not be live).
-    /// Read along the member's lineage only, never by listing the tree; a
-    /// lineage that cannot be read, or that ends elsewhere, gives the id.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads headers and catalogs.
-    pub async fn member_name(&self, root: &SessionId, member: &SessionId) -> String {
-        if member == root {
-            return crate::names::ROOT_NAME.to_owned();
-        }
-        self.member_identity(member, root).await.0
     }
 
     /// Deliver a model-authored message from `sender` to another member of
@@ -413,27 +345,25 @@ impl SubagentRuntime {
         for _ in 0..RETRIES {
             let outcome = match self.registry().get(target) {
                 Some(agent) => {
-                    let activation = self.inner.activations.get(target);
-                    let input = match &activation {
-                        Some(activation) => Some(activation.input.read().await),
+                    let activation = self.activations().get(target);
+                    let permit = match &activation {
+                        Some(activation) => match activation.admit_input().await {
+                            Some(permit) => Some(permit),
+                            None => {
+                                // It takes no more input; its resume will.
+                                self.wait_for_departure(target).await;
+                                continue;
+                            }
+                        },
                         None => None,
                     };
-                    if activation
-                        .as_ref()
-                        .is_some_and(|activation| activation.input_closed())
-                    {
-                        // It takes no more input; its resume will.
-                        drop(input);
-                        self.wait_for_departure(target).await;
-                        continue;
-                    }
                     let outcome = self
                         .deliver(sender, root, &agent, message.clone(), into, cancel)
                         .await;
                     if outcome.is_ok()
-                        && let Some(activation) = &activation
+                        && let Some(permit) = permit
                     {
-                        activation.delivered.fetch_add(1, Ordering::SeqCst);
+                        permit.delivered();
                     }
                     outcome
                 }
@@ -462,176 +392,6 @@ impl SubagentRuntime {
         }))
     }
 
-    /// Resume a cold `target` and deliver `message` to it, as work the
-    /// runtime owns (counted as admitted below `root`): a caller that goes
-    /// away cancels what is not done yet and the runtime finishes the rest.
-    /// The resumed child becomes an activation only when the message was
-    /// accepted; otherwise it is disposed.
-    async fn resume_and_deliver(
-        &self,
-        target: &SessionId,
-        root: &SessionId,
-        message: UserMessage,
-        into: Option<InboxTarget>,
-        sender: Option<&AgentRef>,
-        cancel: &CancellationToken,
-    ) -> Result<MessageId, SubagentError> {
-        let stop = cancel.child_token();
-        let ticket = self
-            .inner
-            .admissions
-            .admit(self.registry(), root, stop.clone())?;
-        let work = ResumedDelivery {
-            target: target.clone(),
-            root: root.clone(),
-            message,
-            into,
-            sender: sender.cloned(),
-            stop: stop.clone(),
-            ticket,
-        };
-        let runtime = self.clone();
-        Owned::new(
-            async move { runtime.resumed_delivery(work).await },
-            &self.inner.tasks,
-            stop,
-        )
-        .await
-    }
-
-    async fn resumed_delivery(&self, work: ResumedDelivery) -> Result<MessageId, SubagentError> {
-        let ResumedDelivery {
-            target,
-            root,
-            message,
-            into,
-            sender,
-            stop,
-            ticket,
-        } = work;
-        let (activation, handle) = self.resume_installed(&target, &root, &stop).await?;
-        let agent = handle.agent().clone();
-        match self
-            .deliver(sender.as_ref(), &root, &agent, message, into, &stop)
-            .await
-        {
-            Ok(id) => {
-                self.adopt_resumed(&activation, &agent, ticket).await;
-                Ok(id)
-            }
-            Err(err) => {
-                // Not delivered: the resume is undone, nobody is notified.
-                self.uninstall(&activation);
-                handle.dispose().await;
-                Err(err)
-            }
-        }
-    }
-
-    /// Resume a cold member as an installed (not yet launched) activation
-    /// whose delivery record is written; a member that never accepted its
-    /// task is refused (B54) and disposed.
-    ///
-    /// # Cancel safety
-    /// Meant to run as work the runtime owns (`Owned`), which a caller's
-    /// drop does not reach; `stop` cancels it, and every failure after the
-    /// resume disposes the resumed agent, so nothing is left installed.
-    pub(crate) async fn resume_installed(
-        &self,
-        target: &SessionId,
-        root: &SessionId,
-        stop: &CancellationToken,
-    ) -> Result<(Arc<crate::activation::Activation>, dsh_core::AgentHandle), SubagentError> {
-        let resumed = self.resume_member(target, root, stop).await?;
-        let handle = resumed.handle.clone();
-        let agent = handle.agent().clone();
-        if !has_taken_a_task(agent.as_ref()) {
-            // Cataloged, never given its task (B54): it must not take the
-            // next message as one. Its creator gets the failure as a notice.
-            handle.dispose().await;
-            return Err(SubagentError::Delivery(DeliveryError::NotResumable {
-                id: target.clone(),
-                reason: "it was created but never accepted its task".into(),
-            }));
-        }
-        let activation = self.install_resumed(target, root, resumed).await;
-        if let Err(err) = agent
-            .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
-            .await
-        {
-            self.uninstall(&activation);
-            handle.dispose().await;
-            return Err(err.into());
-        }
-        Ok((activation, handle))
-    }
-
-    /// Announce and monitor an installed resumed activation, let its
-    /// admission go, and deliver the notices its own children owe it.
-    pub(crate) async fn adopt_resumed(
-        &self,
-        activation: &Arc<crate::activation::Activation>,
-        agent: &Arc<dyn Agent>,
-        ticket: AdmissionTicket,
-    ) {
-        self.launch(activation);
-        drop(ticket);
-        // Its own tree is live again: notices its children owe it.
-        if let Err(err) = self.deliver_lost_notices(agent).await {
-            tracing::warn!(member = %agent.id(), "lost notices were not delivered: {err}");
-        }
-    }
-
-    /// Install the resumed member `target` of `root`'s tree as an activation
-    /// (not launched), named by its place in the tree and owned by its
-    /// creator's exact live activation, if any.
-    ///
-    /// # Cancel safety
-    /// A drop during the catalog reads leaves nothing installed; the
-    /// resumed agent is the caller's to dispose.
-    pub(crate) async fn install_resumed(
-        &self,
-        target: &SessionId,
-        root: &SessionId,
-        resumed: Resumed,
-    ) -> Arc<crate::activation::Activation> {
-        let (name, provider, label) = self.member_identity(target, root).await;
-        let Resumed { handle, slot } = resumed;
-        let agent = handle.agent().clone();
-        // This activation's own events start here, whatever runs next.
-        let start_seq = agent.events().len() as u64;
-        let creator = agent.header().parent_session.clone();
-        let parent = creator
-            .as_ref()
-            .and_then(|creator| self.registry().get(creator))
-            .map(|creator| creator.reference())
-            .unwrap_or_else(|| AgentRef {
-                id: creator.unwrap_or_else(|| root.clone()),
-                epoch: dsh_core::Epoch::NONE,
-            });
-        self.install(NewActivation {
-            info: RunInfo {
-                provider,
-                name: name.clone(),
-                label,
-                child_id: target.clone(),
-                parent_session_id: parent.id.clone(),
-                root: root.clone(),
-                local: true,
-            },
-            path: (name != target.as_str()).then(|| name.clone()),
-            parent,
-            root: root.clone(),
-            delivery: Delivery::Parent,
-            execution: Execution::Local {
-                handle,
-                start_seq,
-                capture: None,
-            },
-            slot,
-        })
-    }
-
     /// Wait (bounded) until an agent being torn down has left the registry,
     /// which happens only after it released its log.
     async fn wait_for_departure(&self, target: &SessionId) {
@@ -649,7 +409,7 @@ impl SubagentRuntime {
     }
 
     /// Recheck the sender and the root, then hand the message to the target.
-    async fn deliver(
+    pub(crate) async fn deliver(
         &self,
         sender: Option<&AgentRef>,
         root: &SessionId,
@@ -683,120 +443,6 @@ impl SubagentRuntime {
                 AdmissionError::InvalidRequest(reason),
             )),
             Err(err) => Err(err.into()),
-        }
-    }
-
-    /// The full name of a member from the root (the slash path of catalog
-    /// names when every level below the root is named, else its id), the
-    /// provider its creator recorded and the label its creator gave it.
-    async fn member_identity(
-        &self,
-        member: &SessionId,
-        root: &SessionId,
-    ) -> (String, String, String) {
-        let mut names = Vec::new();
-        let mut provider = None;
-        let mut label = String::new();
-        let mut current = member.clone();
-        for _ in 0..MAX_LINEAGE {
-            if &current == root {
-                names.reverse();
-                return (
-                    names.join("/"),
-                    provider.unwrap_or_else(unknown_provider),
-                    label,
-                );
-            }
-            let Ok(Some(parent)) = self.parent_of(&current).await else {
-                break;
-            };
-            let entry = self.catalog_entry(&parent, &current).await.ok().flatten();
-            if provider.is_none() {
-                provider = Some(
-                    entry
-                        .as_ref()
-                        .map_or_else(unknown_provider, |entry| entry.provider.clone()),
-                );
-                label = entry
-                    .as_ref()
-                    .map(|entry| entry.label.clone())
-                    .unwrap_or_default();
-            }
-            match entry.and_then(|entry| entry.name) {
-                Some(name) => names.push(name),
-                None => break,
-            }
-            current = parent;
-        }
-        (
-            member.to_string(),
-            provider.unwrap_or_else(unknown_provider),
-            label,
-        )
-    }
-
-    /// Hold `target`'s resume gate: one resume of a child at a time. The
-    /// gate is pruned once the last holder lets go (the guard drops first).
-    ///
-    /// # Cancel safety
-    /// Cancel safe: a drop while waiting holds nothing.
-    pub(crate) async fn resume_gate<'a>(
-        &'a self,
-        target: &'a SessionId,
-        cancel: &CancellationToken,
-    ) -> Result<(tokio::sync::OwnedMutexGuard<()>, PruneGate<'a>), SubagentError> {
-        let prune = PruneGate {
-            runtime: self,
-            target,
-        };
-        let gate = lock(&self.inner.resuming)
-            .entry(target.clone())
-            .or_default()
-            .clone();
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(SubagentError::Cancelled),
-            guard = gate.lock_owned() => Ok((guard, prune)),
-        }
-    }
-
-    /// Resume a cold member; concurrent resumes of one child coalesce (the
-    /// losers find it live in the registry).
-    pub(crate) async fn resume_member(
-        &self,
-        target: &SessionId,
-        root: &SessionId,
-        cancel: &CancellationToken,
-    ) -> Result<Resumed, SubagentError> {
-        let _turn = self.resume_gate(target, cancel).await?;
-        if self.registry().get(target).is_some() {
-            return Err(SubagentError::Agent(dsh_core::AgentError::AlreadyLive(
-                target.clone(),
-            )));
-        }
-        let slot = self.reserve_capacity(root).map_err(|_| {
-            SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))
-        })?;
-        let resumed = self
-            .inner
-            .factory
-            .resume(ResumeAgent {
-                id: target.clone(),
-                setup: Default::default(),
-                cancel: cancel.clone(),
-            })
-            .await;
-        match resumed {
-            Ok(handle) => Ok(Resumed { handle, slot }),
-            Err(dsh_core::AgentError::Cancelled) => Err(SubagentError::Cancelled),
-            Err(
-                err @ (dsh_core::AgentError::AlreadyLive(_)
-                | dsh_core::AgentError::Store(StoreError::Busy(_) | StoreError::Locked(_))),
-            ) => Err(SubagentError::Agent(err)),
-            Err(err) => Err(SubagentError::Delivery(DeliveryError::NotResumable {
-                id: target.clone(),
-                reason: err.to_string(),
-            })),
         }
     }
 
@@ -884,7 +530,7 @@ impl SubagentRuntime {
     ) -> Result<bool, SubagentError> {
         let events = match self.registry().get(child) {
             Some(agent) => agent.events(),
-            None => self.inner.store.load(child).await?.events,
+            None => self.store().load(child).await?.events,
         };
         Ok(events.iter().any(|event| {
             matches!(&event.payload, EventPayload::InboxAccepted(accepted) if &accepted.message.id == id)

@@ -1,18 +1,24 @@
-//! Agent names: the model-facing handles of children. A name is 1 to 32
-//! lower-case letters, digits and hyphens starting with a letter, never
-//! `lead` (the root's name), and unique among one parent's children. A
-//! reservation holds a name while a child is being created; releasing a
-//! reservation that no longer owns its entry (stale or repeated) is a no-op,
-//! so it can never drop a newer reservation of the same name.
+//! Agent names: the model-facing handles of children, and the runtime's
+//! naming of its members (a live member's names, a new child's full path,
+//! any member's name by its lineage; `tree.rs` resolves a name back to a
+//! member through the listing). A name is 1 to 32 lower-case letters,
+//! digits and hyphens starting with a letter, never `lead` (the root's
+//! name), and unique among one parent's children. A reservation holds a
+//! name while a child is being created (checked and committed against the
+//! parent's catalog by `catalog::CatalogCache`); releasing a reservation
+//! that no longer owns its entry (stale or repeated) is a no-op, so it can
+//! never drop a newer reservation of the same name.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
-use dsh_core::SessionId;
+use dsh_core::{Agent, SessionId};
 use foldhash::fast::RandomState;
 
-use crate::AdmissionError;
+use crate::messaging::{MAX_LINEAGE, unknown_provider};
+use crate::runtime::SubagentRuntime;
+use crate::{AdmissionError, DeliveryError};
 
 use crate::error::SubagentError;
 
@@ -145,6 +151,17 @@ impl NameReservations {
         }
     }
 
+    /// Forget `parent`'s default-name hint (its fold left the cache; a
+    /// later default under it scans its catalog from `agent-1` once).
+    pub(crate) fn forget_parent(&self, parent: &SessionId) {
+        self.held().default_hint.remove(parent);
+    }
+
+    /// How many parents keep a default-name hint.
+    pub(crate) fn hints(&self) -> usize {
+        self.held().default_hint.len()
+    }
+
     /// How many names are held.
     pub(crate) fn len(&self) -> usize {
         self.held().names.len()
@@ -215,6 +232,157 @@ impl NameReservation {
 impl Drop for NameReservation {
     fn drop(&mut self) {
         self.release();
+    }
+}
+
+/// Model-facing names of one live tree member and its direct creator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemberNames {
+    /// `lead` for the root, the slash path for a named descendant, else the session id.
+    pub self_name: String,
+    /// The direct creator's name by the same rule; `None` for the root.
+    pub parent: Option<String>,
+}
+
+/// The runtime's state: each part a component that owns its own state
+/// (reached through the accessors below, never field by field from another
+/// module).
+/// The names of tree members: of a live one (by its activation), of a
+/// child to be (by its creator's path) and of any member (by its lineage).
+impl SubagentRuntime {
+    /// The activation of the exact live member `agent`, or `None` for a
+    /// live root.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` for an agent that is not the exact live one;
+    /// `NOT_A_MEMBER` for a live agent that is neither a root nor the agent
+    /// of a live activation.
+    fn member(
+        &self,
+        agent: &Arc<dyn Agent>,
+    ) -> Result<Option<Arc<crate::activation::Activation>>, SubagentError> {
+        let reference = agent.reference();
+        if !self.registry().is_live(&reference) {
+            return Err(SubagentError::Delivery(DeliveryError::NotLive(
+                reference.id,
+            )));
+        }
+        match self.activations().of_agent(&reference) {
+            Some(activation) => Ok(Some(activation)),
+            None if agent.header().parent_session.is_none() => Ok(None),
+            None => Err(SubagentError::Delivery(DeliveryError::NotAMember(
+                reference.id,
+            ))),
+        }
+    }
+    /// The root session of the exact live member `agent`'s tree.
+    ///
+    /// # Errors
+    /// As [`SubagentRuntime::names_of`].
+    pub fn root_of(&self, agent: &Arc<dyn Agent>) -> Result<SessionId, SubagentError> {
+        Ok(match self.member(agent)? {
+            Some(activation) => activation.root().clone(),
+            None => agent.id().clone(),
+        })
+    }
+    /// The model-facing names of the exact live member `agent` and its creator.
+    ///
+    /// # Errors
+    /// `NOT_LIVE` when `agent` is not the exact live agent, `NOT_A_MEMBER`
+    /// when it is live but neither a root nor a live activation's child.
+    pub fn names_of(&self, agent: &Arc<dyn Agent>) -> Result<MemberNames, SubagentError> {
+        let Some(activation) = self.member(agent)? else {
+            return Ok(MemberNames {
+                self_name: ROOT_NAME.to_owned(),
+                parent: None,
+            });
+        };
+        let parent = match self.activations().of_agent(activation.parent()) {
+            Some(parent) => parent.name().to_owned(),
+            None if &activation.parent().id == activation.root() => ROOT_NAME.to_owned(),
+            // A cold creator: its name is this path without the last level.
+            None => activation
+                .path()
+                .and_then(|path| path.rsplit_once('/'))
+                .map_or_else(
+                    || activation.parent().id.to_string(),
+                    |(parent, _)| parent.to_owned(),
+                ),
+        };
+        Ok(MemberNames {
+            self_name: activation.name().to_owned(),
+            parent: Some(parent),
+        })
+    }
+    /// The full model-facing name of a child `name` of `parent`.
+    pub(crate) fn full_name(&self, parent: &SessionId, name: &str) -> Option<String> {
+        match self.activations().get(parent) {
+            None => Some(name.to_owned()),
+            Some(parent) => parent.path().map(|path| format!("{path}/{name}")),
+        }
+    }
+    /// The model-facing name of `member` in `root`'s tree: `lead` for the
+    /// root, the slash path of catalog names when every level below the
+    /// root is named, else its session id (the rule of
+    /// [`SubagentRuntime::names_of`], for a member that need not be live).
+    /// Read along the member's lineage only, never by listing the tree; a
+    /// lineage that cannot be read, or that ends elsewhere, gives the id.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads headers and catalogs.
+    pub async fn member_name(&self, root: &SessionId, member: &SessionId) -> String {
+        if member == root {
+            return ROOT_NAME.to_owned();
+        }
+        self.member_identity(member, root).await.0
+    }
+    /// The full name of a member from the root (the slash path of catalog
+    /// names when every level below the root is named, else its id), the
+    /// provider its creator recorded and the label its creator gave it.
+    pub(crate) async fn member_identity(
+        &self,
+        member: &SessionId,
+        root: &SessionId,
+    ) -> (String, String, String) {
+        let mut names = Vec::new();
+        let mut provider = None;
+        let mut label = String::new();
+        let mut current = member.clone();
+        for _ in 0..MAX_LINEAGE {
+            if &current == root {
+                names.reverse();
+                return (
+                    names.join("/"),
+                    provider.unwrap_or_else(unknown_provider),
+                    label,
+                );
+            }
+            let Ok(Some(parent)) = self.parent_of(&current).await else {
+                break;
+            };
+            let entry = self.catalog_entry(&parent, &current).await.ok().flatten();
+            if provider.is_none() {
+                provider = Some(
+                    entry
+                        .as_ref()
+                        .map_or_else(unknown_provider, |entry| entry.provider.clone()),
+                );
+                label = entry
+                    .as_ref()
+                    .map(|entry| entry.label.clone())
+                    .unwrap_or_default();
+            }
+            match entry.and_then(|entry| entry.name) {
+                Some(name) => names.push(name),
+                None => break,
+            }
+            current = parent;
+        }
+        (
+            member.to_string(),
+            provider.unwrap_or_else(unknown_provider),
+            label,
+        )
     }
 }
 

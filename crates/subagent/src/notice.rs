@@ -180,20 +180,26 @@ impl SubagentRuntime {
         result: &SubagentResult,
         turn_end: Option<u64>,
     ) {
-        if activation.delivery != Delivery::Parent {
+        if activation.delivery() != Delivery::Parent {
             return;
         }
         let id = turn_end.map_or_else(MessageId::generate, |seq| {
-            notice_id(&activation.child_id, seq)
+            notice_id(activation.child_id(), seq)
         });
-        let Some(parent) = self.registry().resolve(&activation.parent) else {
+        let Some(parent) = self.registry().resolve(activation.parent()) else {
             return;
         };
         let sent = self
-            .send_notice(&parent, &activation.child_id, &activation.name, result, id)
+            .send_notice(
+                &parent,
+                activation.child_id(),
+                activation.name(),
+                result,
+                id,
+            )
             .await;
         if let Err(err) = sent {
-            tracing::warn!(child = %activation.child_id, "the settlement notice was not delivered: {err}");
+            tracing::warn!(child = %activation.child_id(), "the settlement notice was not delivered: {err}");
         }
     }
 
@@ -258,7 +264,7 @@ impl SubagentRuntime {
             {
                 continue;
             }
-            let Ok(loaded) = self.inner.store.load(&entry.child_id).await else {
+            let Ok(loaded) = self.store().load(&entry.child_id).await else {
                 continue;
             };
             let (id, result) = match owed(&loaded.header, &loaded.events) {
@@ -271,10 +277,9 @@ impl SubagentRuntime {
                     ),
                 ),
             };
-            let key = (creator.id().clone(), id.clone());
-            if !lock(&self.inner.requests).insert(key.clone()) {
+            let Some(_in_flight) = self.notices().claim((creator.id().clone(), id.clone())) else {
                 continue;
-            }
+            };
             let outcome = if notices_in(creator.as_ref()).contains(&id) {
                 Ok(false)
             } else {
@@ -287,7 +292,6 @@ impl SubagentRuntime {
                     .await
                     .map(|_| true)
             };
-            lock(&self.inner.requests).remove(&key);
             if outcome? {
                 sent += 1;
             }
@@ -295,110 +299,20 @@ impl SubagentRuntime {
         Ok(sent)
     }
 
-    /// Remove the logs a crash left between a child's creation and its
-    /// catalog entry (B9 after a kill): stored sessions whose header names
-    /// `creator` as their parent, that `creator`'s catalog does not list,
-    /// that never accepted input of their own and that no writer holds;
-    /// and any log a create that crashed before writing its header left
-    /// (torn, header-only: nobody's session, see
-    /// `SessionStore::remove_torn`). Returns the ids removed. A host calls
-    /// it when it resumes a root, with
-    /// [`SubagentRuntime::deliver_lost_notices`].
-    ///
-    /// # Errors
-    /// `NOT_LIVE` unless `creator` is the exact live agent; a corrupt
-    /// catalog; a store failure other than a log being held.
-    ///
-    /// # Cancel safety
-    /// Each removal is one store call; a drop leaves the rest for the next
-    /// call.
-    pub async fn remove_orphans(
-        &self,
-        creator: &Arc<dyn Agent>,
-    ) -> Result<Vec<SessionId>, SubagentError> {
-        let reference = creator.reference();
-        if !self.registry().is_live(&reference) {
-            return Err(SubagentError::Delivery(DeliveryError::NotLive(
-                reference.id,
-            )));
-        }
-        let cataloged: HashSet<SessionId> = self.with_live_catalog(creator, |fold| {
-            fold.catalog()
-                .entries()
-                .iter()
-                .map(|entry| entry.child_id.clone())
-                .collect()
-        })?;
-        let mut removed = Vec::new();
-        for id in self.inner.store.list().await? {
-            if cataloged.contains(&id) || self.registry().get(&id).is_some() {
-                continue;
-            }
-            let loaded = match self.inner.store.load(&id).await {
-                Ok(loaded) => loaded,
-                // A create that crashed before its header: nobody's session.
-                // The store removes it only if it is still torn and unheld.
-                Err(dsh_core::StoreError::TornCreate { .. }) => {
-                    match self.inner.store.remove_torn(&id).await {
-                        Ok(true) => removed.push(id),
-                        Ok(false)
-                        | Err(dsh_core::StoreError::Busy(_) | dsh_core::StoreError::Locked(_)) => {}
-                        Err(err) => return Err(err.into()),
-                    }
-                    continue;
-                }
-                // Being created or removed right now, or unreadable: not ours to judge.
-                Err(_) => continue,
-            };
-            if loaded.header.parent_session.as_ref() != Some(creator.id()) {
-                continue;
-            }
-            // A child gets its task only after its catalog entry: a log with
-            // any input of its own was never an orphan of that window.
-            let seed = usize::try_from(loaded.header.seed_len).unwrap_or(usize::MAX);
-            let tasked = loaded
-                .events
-                .get(seed..)
-                .unwrap_or_default()
-                .iter()
-                .any(|event| matches!(event.payload, EventPayload::InboxAccepted(_)));
-            if tasked {
-                continue;
-            }
-            // Recheck under the catalog: a start may have just recorded it.
-            let listed =
-                self.with_live_catalog(creator, |fold| fold.catalog().get(&id).is_some())?;
-            if listed {
-                continue;
-            }
-            self.inner.cold.forget(&id);
-            match self.inner.store.remove(&id).await {
-                Ok(()) => removed.push(id),
-                Err(
-                    dsh_core::StoreError::Busy(_)
-                    | dsh_core::StoreError::Locked(_)
-                    | dsh_core::StoreError::NotFound(_),
-                ) => {}
-                Err(err) => return Err(err.into()),
-            }
-        }
-        Ok(removed)
-    }
-
     /// Whether the exact live agent `agent` is a child being stopped or
     /// taking no more input, a root whose tree is draining, or a member of
     /// a quiet tree (its notices must not wake it).
     fn is_stopping(&self, agent: &dsh_core::AgentRef) -> bool {
-        let activation = self.inner.activations.of_agent(agent);
-        let stopping = activation
-            .as_ref()
-            .is_some_and(|activation| activation.stop.is_cancelled() || activation.input_closed());
+        let activation = self.activations().of_agent(agent);
+        let stopping = activation.as_ref().is_some_and(|activation| {
+            activation.stop().is_cancelled() || activation.input_closed()
+        });
         let root = activation
             .as_ref()
-            .map_or(&agent.id, |activation| &activation.root);
+            .map_or(&agent.id, |activation| activation.root());
         stopping
-            || self.inner.quiet.contains(root)
-            || self.inner.admissions.is_draining(self.registry(), agent)
+            || self.quiet_trees().contains(root)
+            || self.admissions().is_draining(self.registry(), agent)
     }
 
     /// Keep settlement notices from waking any agent of `root`'s tree while
@@ -416,7 +330,7 @@ impl SubagentRuntime {
     /// interrupts, or that races the stop and wins. Guards nest; the tree
     /// is quiet until the last one is dropped.
     pub fn quiet_tree(&self, root: &SessionId) -> QuietTree {
-        self.inner.quiet.hold(root)
+        self.quiet_trees().hold(root)
     }
 }
 
@@ -468,7 +382,14 @@ impl Drop for QuietTree {
     }
 }
 
-/// The text of a settlement notice: the summary, then what the child produced.
+/// The most bytes of a child's output a settlement notice carries into its
+/// creator's log and context; a longer output is cut on a character
+/// boundary and ends with " [output truncated]". (The child's own log
+/// keeps the whole output.)
+pub(crate) const MAX_NOTICE_OUTPUT_BYTES: usize = 64 * 1024;
+
+/// The text of a settlement notice: the summary, then what the child
+/// produced (at most [`MAX_NOTICE_OUTPUT_BYTES`] of its output).
 pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<ContentBlock> {
     let mut text = format!("[{summary}; stop reason: {}]", result.stop_reason);
     if result.subtree_usage != dsh_core::Usage::default() {
@@ -481,7 +402,11 @@ pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<Conte
             ));
         }
     }
-    let output = dsh_core::content::joined_text(&result.output);
+    let output = crate::result::bound_text(
+        dsh_core::content::joined_text(&result.output),
+        MAX_NOTICE_OUTPUT_BYTES,
+        crate::result::OUTPUT_CUT,
+    );
     if !output.is_empty() {
         text.push_str("\n\n");
         text.push_str(&output);
@@ -500,6 +425,42 @@ pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<Conte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A notice carries at most the bound of a child's output, cut on a
+    /// character boundary; an output within the bound is carried whole.
+    #[test]
+    fn a_notice_carries_a_bounded_output() {
+        for unit in ["a", "é", "€", "😀", "ab€"] {
+            let around = MAX_NOTICE_OUTPUT_BYTES / unit.len();
+            for repeat in [0, 1, around - 1, around, around + 1, around * 3] {
+                let output = unit.repeat(repeat);
+                let result = SubagentResult {
+                    output: vec![ContentBlock::text(output.clone())],
+                    ..SubagentResult::stopped(dsh_core::StopReason::COMPLETED)
+                };
+                let rendered = render_notice("done", &result);
+                let [ContentBlock::Text { text }] = rendered.as_slice() else {
+                    panic!("one text block: {rendered:?}");
+                };
+                let carried = text.split_once("\n\n").map_or("", |(_, rest)| rest);
+                assert!(
+                    carried.len() <= MAX_NOTICE_OUTPUT_BYTES,
+                    "{unit} x {repeat}"
+                );
+                if output.len() <= MAX_NOTICE_OUTPUT_BYTES {
+                    assert_eq!(carried, output, "{unit} x {repeat}");
+                } else {
+                    let kept = carried
+                        .strip_suffix(crate::result::OUTPUT_CUT)
+                        .unwrap_or_default();
+                    assert!(
+                        !kept.is_empty() && output.starts_with(kept),
+                        "{unit} x {repeat}"
+                    );
+                }
+            }
+        }
+    }
 
     /// Guards nest: a tree stays quiet until its last guard is dropped, and
     /// quieting one tree leaves another as it was.

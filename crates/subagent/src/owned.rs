@@ -70,3 +70,20 @@ impl<T: Send + 'static> Drop for Owned<T> {
         }
     }
 }
+
+impl crate::runtime::SubagentRuntime {
+    /// `work` (given a clone of the runtime) as work this runtime owns: a
+    /// drop of the returned future cancels `stop` and finishes the work on
+    /// the runtime's tracker.
+    pub(crate) fn own<T, F>(
+        &self,
+        stop: CancellationToken,
+        work: impl FnOnce(crate::runtime::SubagentRuntime) -> F,
+    ) -> Owned<T>
+    where
+        T: Send + 'static,
+        F: Future<Output = T> + Send + 'static,
+    {
+        Owned::new(work(self.clone()), self.tasks(), stop)
+    }
+}

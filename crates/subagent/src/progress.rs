@@ -327,9 +327,9 @@ impl SubagentRuntime {
     /// Listen to every member's progress from now on (see the module
     /// documentation of [`crate::progress`] for the buffer and ordering).
     pub fn progress(&self) -> ProgressStream {
-        let receiver = self.inner.progress.sender.subscribe();
+        let receiver = self.progress_hub().sender.subscribe();
         // Reporters idle while nobody listened start ticking again.
-        self.inner.progress.listened.notify_waiters();
+        self.progress_hub().listened.notify_waiters();
         ProgressStream { receiver }
     }
 
@@ -338,9 +338,9 @@ impl SubagentRuntime {
     /// token by token. From the first call on, a local child's text events
     /// come only from the feed, no longer one per assistant message.
     pub fn text_feed(&self) -> TextFeed {
-        self.inner.progress.streamed.store(true, Ordering::SeqCst);
+        self.progress_hub().streamed.store(true, Ordering::SeqCst);
         TextFeed {
-            hub: self.inner.progress.clone(),
+            hub: self.progress_hub().clone(),
         }
     }
 }
@@ -429,9 +429,9 @@ impl SubagentRuntime {
     /// log; an external run's from what it reported on the progress bus
     /// (its tool calls by the agent's titles, its usage as reported).
     pub fn current_activity(&self, child: &SessionId) -> Option<CurrentActivity> {
-        let activation = self.inner.activations.get(child)?;
+        let activation = self.activations().get(child)?;
         let Some(events) = activation.own_events() else {
-            return Some(lock(&activation.external_activity).now());
+            return Some(lock(activation.external_activity()).now());
         };
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)

@@ -9,17 +9,14 @@
 //! the call. Authority is checked on the child's session before any
 //! attachment is admitted or any child resumed.
 
-use std::sync::Arc;
-
 use dsh_core::{
-    AttachmentError, AttachmentId, AttachmentInput, AttachmentRef, AttachmentStore,
-    CancellationToken, ContentBlock, MessageId, MessageSource, PromptProvenance, SessionId,
-    UserMessage,
+    AttachmentError, AttachmentId, AttachmentInput, AttachmentRef, CancellationToken, ContentBlock,
+    MessageId, MessageSource, PromptProvenance, SessionId, UserMessage,
 };
 
 use crate::error::{AdmissionError, SubagentError};
 use crate::messaging::{RequestInFlight, SessionAuthoriser, UserPrompt};
-use crate::runtime::{SubagentRuntime, lock};
+use crate::runtime::SubagentRuntime;
 
 /// What [`SubagentRuntime::prompt`] returns once the child's inbox accepted
 /// the message (the seed's `SubagentPromptReceipt`).
@@ -72,13 +69,6 @@ pub fn canonical_time_zone(zone: &str) -> Result<String, SubagentError> {
 }
 
 impl SubagentRuntime {
-    /// Admit prompts' attachments through `store` from now on (the host's
-    /// `ctx.attachments`). Without one, a prompt with an image part or an
-    /// uploaded attachment is refused with `ATTACHMENT_STORE_FAILED`.
-    pub fn set_attachment_store(&self, store: Arc<dyn AttachmentStore>) {
-        *lock(&self.inner.attachments) = Some(store);
-    }
-
     /// Deliver a user-authored message to a continuable child through its
     /// live tree root (B36): the time zone validated first, then authorised
     /// on the child's session before any other work, then its attachments
@@ -177,7 +167,7 @@ impl SubagentRuntime {
             ))
             .into());
         }
-        let store = lock(&self.inner.attachments).clone().ok_or_else(|| {
+        let store = self.attachment_store().ok_or_else(|| {
             AttachmentError::Store("no attachment store is configured".to_owned())
         })?;
         // `None` marks where an admitted image part goes back.

@@ -12,6 +12,9 @@ pub const MAX_DIAGNOSTIC_BYTES: usize = 4096;
 /// The marker that ends a cut diagnostic.
 pub const TRUNCATION_MARKER: &str = " [diagnostic truncated]";
 
+/// The marker that ends a cut output (in an outcome record or a notice).
+pub(crate) const OUTPUT_CUT: &str = " [output truncated]";
+
 /// How a child run ended.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SubagentResult {

@@ -1,4 +1,9 @@
-//! Tree resume in one call: after a restart, [`SubagentRuntime::resume_tree`]
+//! Resuming. One cold member at a time: its resume gate (concurrent resumes
+//! of one child coalesce), the resume itself, its installation as an
+//! activation of its creator and its adoption (launched, owed notices
+//! delivered); a message that finds its target cold goes through here.
+//!
+//! And a whole tree in one call: after a restart, [`SubagentRuntime::resume_tree`]
 //! brings a persisted tree back as it was, reading only logs to decide. The
 //! root is resumed (its own restored input wakes it); every cold continuable
 //! member is then judged from its log, in the listing's pre-order so that a
@@ -21,19 +26,109 @@
 //! A member that cannot be resumed is reported in its row, never skipped
 //! silently; the walk goes on with the others.
 
-use std::sync::Arc;
+use crate::DeliveryError;
+use std::sync::{Arc, Mutex};
 
 use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::{
-    Agent, AgentHandle, AgentSetup, CancellationToken, EventPayload, ResumeAgent, SessionEvent,
-    SessionHeader, SessionId,
+    Agent, AgentHandle, AgentRef, AgentSetup, CancellationToken, EventPayload, InboxTarget,
+    MessageId, ResumeAgent, SessionEvent, SessionHeader, SessionId, StoreError, UserMessage,
 };
 use serde::Serialize;
 
+use crate::activation::{Execution, NewActivation};
+use crate::admission::{AdmissionTicket, CapacitySlot};
 use crate::catalog::ChildMode;
 use crate::error::SubagentError;
-use crate::owned::Owned;
-use crate::runtime::SubagentRuntime;
+use crate::events::RunInfo;
+use crate::ids::IdMap;
+use crate::notice::{ACTIVATION_EVENT, activation_payload};
+use crate::request::Delivery;
+use crate::runtime::{SubagentRuntime, lock};
+
+/// A child resumed but not yet an activation.
+pub(crate) struct Resumed {
+    pub(crate) handle: dsh_core::AgentHandle,
+    pub(crate) slot: CapacitySlot,
+}
+
+/// One lock per child being resumed, so concurrent resumes of one child
+/// coalesce (the losers find it live). A lock is kept only while someone
+/// holds or waits for it.
+#[derive(Default)]
+pub(crate) struct ResumeGates {
+    gates: Arc<Mutex<IdMap<SessionId, Arc<tokio::sync::Mutex<()>>>>>,
+}
+
+/// One resume's hold on its child's gate; the gate goes once nobody else
+/// holds or waits for it.
+pub(crate) struct ResumeTurn {
+    /// Dropped first, so the prune below sees the gate unheld.
+    _guard: tokio::sync::OwnedMutexGuard<()>,
+    _prune: PruneGate,
+}
+
+/// Removes a child's resume gate once nobody else holds it (also when its
+/// wait was given up).
+struct PruneGate {
+    gates: Arc<Mutex<IdMap<SessionId, Arc<tokio::sync::Mutex<()>>>>>,
+    target: SessionId,
+}
+
+impl Drop for PruneGate {
+    fn drop(&mut self) {
+        let mut gates = lock(&self.gates);
+        if gates
+            .get(&self.target)
+            .is_some_and(|gate| Arc::strong_count(gate) == 1)
+        {
+            gates.remove(&self.target);
+        }
+    }
+}
+
+impl ResumeGates {
+    /// Hold `target`'s gate, waiting for an earlier resume of it.
+    ///
+    /// # Errors
+    /// `Cancelled` when `cancel` fires first.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a drop while waiting holds nothing.
+    pub(crate) async fn hold(
+        &self,
+        target: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<ResumeTurn, SubagentError> {
+        let prune = PruneGate {
+            gates: self.gates.clone(),
+            target: target.clone(),
+        };
+        let gate = lock(&self.gates).entry(target.clone()).or_default().clone();
+        tokio::select! {
+            biased;
+            () = cancel.cancelled() => Err(SubagentError::Cancelled),
+            guard = gate.lock_owned() => Ok(ResumeTurn { _guard: guard, _prune: prune }),
+        }
+    }
+
+    /// How many children have a gate (are being resumed).
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.gates).len()
+    }
+}
+
+/// Whether a session's own log shows it accepted any input (its task),
+/// read borrowed where the agent can lend it.
+fn has_taken_a_task(agent: &dyn Agent) -> bool {
+    let mut taken = false;
+    agent.visit_events_since(agent.header().seed_len, &mut |own| {
+        taken = own
+            .iter()
+            .any(|event| matches!(event.payload, EventPayload::InboxAccepted(_)));
+    });
+    taken
+}
 
 /// The extension event `interrupt` writes into a member's log when it
 /// parks it: until a waking message is accepted after it, the member's
@@ -208,8 +303,7 @@ impl SubagentRuntime {
             return Err(dsh_core::AgentError::AlreadyLive(root.clone()).into());
         }
         let handle = self
-            .inner
-            .factory
+            .factory()
             .resume(ResumeAgent {
                 id: root.clone(),
                 setup,
@@ -289,7 +383,7 @@ impl SubagentRuntime {
         rows: &[crate::tree::DescendantRow],
         cancel: &CancellationToken,
     ) -> MemberResume {
-        let loaded = match self.inner.store.load(member).await {
+        let loaded = match self.store().load(member).await {
             Ok(loaded) => loaded,
             Err(err) => return MemberResume::Failed(err.to_string()),
         };
@@ -325,7 +419,7 @@ impl SubagentRuntime {
             if row.entry.mode != ChildMode::CONTINUABLE || self.registry().get(child).is_some() {
                 continue;
             }
-            if let Ok(loaded) = self.inner.store.load(child).await
+            if let Ok(loaded) = self.store().load(child).await
                 && crate::notice::owed_notice_id(child, &loaded.header, &loaded.events)
                     .is_some_and(|id| !held.contains(&id))
             {
@@ -345,22 +439,16 @@ impl SubagentRuntime {
     ) -> Result<(), SubagentError> {
         let stop = cancel.child_token();
         let ticket = self
-            .inner
-            .admissions
+            .admissions()
             .admit(self.registry(), root, stop.clone())?;
-        let runtime = self.clone();
-        let (root, member, owned) = (root.clone(), member.clone(), stop.clone());
-        Owned::new(
-            async move {
-                let (activation, handle) = runtime.resume_installed(&member, &root, &stop).await?;
-                runtime
-                    .adopt_resumed(&activation, handle.agent(), ticket)
-                    .await;
-                Ok(())
-            },
-            &self.inner.tasks,
-            owned,
-        )
+        let (root, member) = (root.clone(), member.clone());
+        self.own(stop.clone(), |runtime| async move {
+            let (activation, handle) = runtime.resume_installed(&member, &root, &stop).await?;
+            runtime
+                .adopt_resumed(&activation, handle.agent(), ticket)
+                .await;
+            Ok(())
+        })
         .await
     }
 }
@@ -375,9 +463,225 @@ struct RootGuard<'a> {
 impl Drop for RootGuard<'_> {
     fn drop(&mut self) {
         if let Some(handle) = self.handle.take() {
-            self.runtime.inner.tasks.spawn(async move {
+            self.runtime.tasks().spawn(async move {
                 handle.dispose().await;
             });
         }
+    }
+}
+
+/// Resuming one cold member: the gate, the resume, its installation as an
+/// activation and its adoption.
+impl SubagentRuntime {
+    /// Hold `target`'s resume gate: one resume of a child at a time.
+    ///
+    /// # Cancel safety
+    /// As [`ResumeGates::hold`].
+    pub(crate) async fn resume_gate(
+        &self,
+        target: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<ResumeTurn, SubagentError> {
+        self.resume_gates().hold(target, cancel).await
+    }
+
+    /// Resume a cold member; concurrent resumes of one child coalesce (the
+    /// losers find it live in the registry).
+    pub(crate) async fn resume_member(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        cancel: &CancellationToken,
+    ) -> Result<Resumed, SubagentError> {
+        let _turn = self.resume_gate(target, cancel).await?;
+        if self.registry().get(target).is_some() {
+            return Err(SubagentError::Agent(dsh_core::AgentError::AlreadyLive(
+                target.clone(),
+            )));
+        }
+        let slot = self.reserve_capacity(root).map_err(|_| {
+            SubagentError::Delivery(DeliveryError::DeliveryUnavailable(target.clone()))
+        })?;
+        let resumed = self
+            .factory()
+            .resume(ResumeAgent {
+                id: target.clone(),
+                setup: Default::default(),
+                cancel: cancel.clone(),
+            })
+            .await;
+        match resumed {
+            Ok(handle) => Ok(Resumed { handle, slot }),
+            Err(dsh_core::AgentError::Cancelled) => Err(SubagentError::Cancelled),
+            Err(
+                err @ (dsh_core::AgentError::AlreadyLive(_)
+                | dsh_core::AgentError::Store(StoreError::Busy(_) | StoreError::Locked(_))),
+            ) => Err(SubagentError::Agent(err)),
+            Err(err) => Err(SubagentError::Delivery(DeliveryError::NotResumable {
+                id: target.clone(),
+                reason: err.to_string(),
+            })),
+        }
+    }
+
+    /// Resume a cold `target` and deliver `message` to it, as work the
+    /// runtime owns (counted as admitted below `root`): a caller that goes
+    /// away cancels what is not done yet and the runtime finishes the rest.
+    /// The resumed child becomes an activation only when the message was
+    /// accepted; otherwise it is disposed.
+    pub(crate) async fn resume_and_deliver(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        message: UserMessage,
+        into: Option<InboxTarget>,
+        sender: Option<&AgentRef>,
+        cancel: &CancellationToken,
+    ) -> Result<MessageId, SubagentError> {
+        let stop = cancel.child_token();
+        let ticket = self
+            .admissions()
+            .admit(self.registry(), root, stop.clone())?;
+        let (target, root, sender) = (target.clone(), root.clone(), sender.cloned());
+        self.own(stop.clone(), |runtime| async move {
+            let (activation, handle) = runtime.resume_installed(&target, &root, &stop).await?;
+            let agent = handle.agent().clone();
+            match runtime
+                .deliver(sender.as_ref(), &root, &agent, message, into, &stop)
+                .await
+            {
+                Ok(id) => {
+                    runtime.adopt_resumed(&activation, &agent, ticket).await;
+                    Ok(id)
+                }
+                Err(err) => {
+                    // Not delivered: the resume is undone, nobody is notified.
+                    runtime.uninstall(&activation);
+                    handle.dispose().await;
+                    Err(err)
+                }
+            }
+        })
+        .await
+    }
+
+    /// Resume a cold member as an installed (not yet launched) activation
+    /// whose delivery record is written; a member that never accepted its
+    /// task is refused (B54) and disposed.
+    ///
+    /// # Cancel safety
+    /// Meant to run as work the runtime owns (`Owned`), which a caller's
+    /// drop does not reach; `stop` cancels it, and every failure after the
+    /// resume disposes the resumed agent, so nothing is left installed.
+    pub(crate) async fn resume_installed(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        stop: &CancellationToken,
+    ) -> Result<(Arc<crate::activation::Activation>, dsh_core::AgentHandle), SubagentError> {
+        let resumed = self.resume_member(target, root, stop).await?;
+        let handle = resumed.handle.clone();
+        let agent = handle.agent().clone();
+        if !has_taken_a_task(agent.as_ref()) {
+            // Cataloged, never given its task (B54): it must not take the
+            // next message as one. Its creator gets the failure as a notice.
+            handle.dispose().await;
+            return Err(SubagentError::Delivery(DeliveryError::NotResumable {
+                id: target.clone(),
+                reason: "it was created but never accepted its task".into(),
+            }));
+        }
+        let activation = self.install_resumed(target, root, resumed).await;
+        self.record_resumed(&activation, &handle).await?;
+        Ok((activation, handle))
+    }
+
+    /// Write an installed resumed activation's delivery record into its
+    /// child's log; when that fails, the resume is undone (uninstalled and
+    /// disposed).
+    ///
+    /// # Cancel safety
+    /// Meant to run as work the runtime owns, as [`SubagentRuntime::resume_installed`].
+    pub(crate) async fn record_resumed(
+        &self,
+        activation: &Arc<crate::activation::Activation>,
+        handle: &AgentHandle,
+    ) -> Result<(), SubagentError> {
+        let recorded = handle
+            .agent()
+            .record(ACTIVATION_EVENT, activation_payload(Delivery::Parent))
+            .await;
+        if let Err(err) = recorded {
+            self.uninstall(activation);
+            handle.dispose().await;
+            return Err(err.into());
+        }
+        Ok(())
+    }
+
+    /// Announce and monitor an installed resumed activation, let its
+    /// admission go, and deliver the notices its own children owe it.
+    pub(crate) async fn adopt_resumed(
+        &self,
+        activation: &Arc<crate::activation::Activation>,
+        agent: &Arc<dyn Agent>,
+        ticket: AdmissionTicket,
+    ) {
+        self.launch(activation);
+        drop(ticket);
+        // Its own tree is live again: notices its children owe it.
+        if let Err(err) = self.deliver_lost_notices(agent).await {
+            tracing::warn!(member = %agent.id(), "lost notices were not delivered: {err}");
+        }
+    }
+
+    /// Install the resumed member `target` of `root`'s tree as an activation
+    /// (not launched), named by its place in the tree and owned by its
+    /// creator's exact live activation, if any.
+    ///
+    /// # Cancel safety
+    /// A drop during the catalog reads leaves nothing installed; the
+    /// resumed agent is the caller's to dispose.
+    pub(crate) async fn install_resumed(
+        &self,
+        target: &SessionId,
+        root: &SessionId,
+        resumed: Resumed,
+    ) -> Arc<crate::activation::Activation> {
+        let (name, provider, label) = self.member_identity(target, root).await;
+        let Resumed { handle, slot } = resumed;
+        let agent = handle.agent().clone();
+        // This activation's own events start here, whatever runs next.
+        let start_seq = crate::activation::next_seq(agent.as_ref());
+        let creator = agent.header().parent_session.clone();
+        let parent = creator
+            .as_ref()
+            .and_then(|creator| self.registry().get(creator))
+            .map(|creator| creator.reference())
+            .unwrap_or_else(|| AgentRef {
+                id: creator.unwrap_or_else(|| root.clone()),
+                epoch: dsh_core::Epoch::NONE,
+            });
+        self.install(NewActivation {
+            info: RunInfo {
+                provider,
+                name: name.clone(),
+                label,
+                child_id: target.clone(),
+                parent_session_id: parent.id.clone(),
+                root: root.clone(),
+                local: true,
+            },
+            path: (name != target.as_str()).then(|| name.clone()),
+            parent,
+            root: root.clone(),
+            delivery: Delivery::Parent,
+            execution: Execution::Local {
+                handle,
+                start_seq,
+                capture: None,
+            },
+            slot,
+        })
     }
 }

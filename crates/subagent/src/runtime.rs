@@ -1,29 +1,38 @@
-//! The runtime's façade: the provider registry, runtime limits, member
-//! names and roots, and the state the concerns share. Each concern lives in
-//! its own module: admission (checks, capacity, the ticket drains count),
-//! start (creation and publication), activation (identity, monitor,
-//! settlement), notice (settlement notices), compose (a child's header),
-//! messaging, drain and tree. The runtime never reaches into a child's loop
-//! except through the core traits.
+//! The runtime's façade: the provider registry, runtime limits and the
+//! components the concerns share, each owning its state behind methods
+//! (the live activations, admissions and capacity, the catalog cache and
+//! name reservations, resume gates, in-flight run ids, requests and
+//! notices, cold facts, the progress bus). `Inner`'s fields are private to
+//! this file; other modules reach a component through its accessor. Each
+//! concern lives in its own module: admission (every check of a start,
+//! capacity, the ticket drains count), start (creation and publication),
+//! activation (identity, monitor, settlement), input (the gate between the
+//! monitor and senders), notice (settlement notices), recovery (crash
+//! debris), names, catalog, resume, compose (a child's header), messaging,
+//! drain and tree. The runtime never reaches into a child's loop except
+//! through the core traits.
 
-use crate::{AdmissionError, DeliveryError, RegistryError};
+use crate::{AdmissionError, RegistryError};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use dsh_core::observe::{EventBus, Subscription};
-use dsh_core::{Agent, AgentFactory, AgentRef, AgentRegistry, MessageId, SessionId, SessionStore};
-use tokio::sync::mpsc;
+use dsh_core::{AgentFactory, AgentRegistry, MessageId, SessionId, SessionStore};
+use tokio::sync::broadcast;
 use tokio_util::task::TaskTracker;
 
 use crate::activation::Activations;
 use crate::admission::{Admissions, Capacity, CapacitySlot, Publications};
-use crate::catalog::CatalogFold;
+use crate::catalog::CatalogCache;
 use crate::error::SubagentError;
 use crate::events::SubagentEvent;
-use crate::ids::{IdMap, IdSet};
-use crate::names::{NameReservations, ROOT_NAME};
+use crate::ids::InFlight;
 use crate::provider::{ProviderDescriptor, SubagentProvider};
 use crate::request::{DEFAULT_MAX_DEPTH, MaxDepth};
+
+/// The most events a [`SubagentRuntime::subscribe_tree`] stream holds for a
+/// receiver that has not read them; older ones are dropped past it.
+pub const TREE_EVENTS_BUFFER: usize = 1024;
 
 /// Runtime limits.
 #[derive(Debug, Clone, Copy)]
@@ -40,49 +49,40 @@ impl Default for RuntimeConfig {
     }
 }
 
-/// Model-facing names of one live tree member and its direct creator.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct MemberNames {
-    /// `lead` for the root, the slash path for a named descendant, else the session id.
-    pub self_name: String,
-    /// The direct creator's name by the same rule; `None` for the root.
-    pub parent: Option<String>,
-}
-
 pub(crate) struct Inner {
-    pub(crate) factory: Arc<dyn AgentFactory>,
-    pub(crate) store: Arc<dyn SessionStore>,
-    pub(crate) config: RuntimeConfig,
-    pub(crate) providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
-    pub(crate) events: EventBus<SubagentEvent>,
-    pub(crate) names: NameReservations,
-    pub(crate) activations: Activations,
-    /// Ids of external runs started by this runtime (a local child's id is
-    /// its session, which the store and the registry already know).
-    pub(crate) run_ids: Mutex<IdSet<SessionId>>,
+    factory: Arc<dyn AgentFactory>,
+    store: Arc<dyn SessionStore>,
+    config: RuntimeConfig,
+    providers: Mutex<Vec<Arc<dyn SubagentProvider>>>,
+    events: EventBus<SubagentEvent>,
+    activations: Activations,
+    /// Ids of the live external runs this runtime started (B11): each is
+    /// held by its activation, from the provider's start to its drop.
+    run_ids: InFlight<SessionId>,
     /// User request ids being delivered, per child.
-    pub(crate) requests: Mutex<IdSet<(SessionId, MessageId)>>,
+    requests: InFlight<(SessionId, MessageId)>,
+    /// Lost notices being delivered, per creator.
+    notices: InFlight<(SessionId, MessageId)>,
     /// One lock per child being resumed, so concurrent resumes coalesce.
-    pub(crate) resuming: Mutex<IdMap<SessionId, Arc<tokio::sync::Mutex<()>>>>,
+    resuming: crate::resume::ResumeGates,
     /// Draining roots and the starts and resumes in flight.
-    pub(crate) admissions: Arc<Admissions>,
+    admissions: Arc<Admissions>,
     /// Catalog order per parent: the order starts were made in.
-    pub(crate) publications: Arc<Publications>,
-    /// Catalog folds of live parents, by exact reference, advanced with
-    /// only the events each start has not seen yet.
-    pub(crate) catalogs: Mutex<IdMap<AgentRef, CatalogFold>>,
+    publications: Arc<Publications>,
+    /// Catalog folds of live parents and the names reserved under them.
+    catalogs: CatalogCache,
     /// Immutable facts read from cold logs (`crate::cold`).
-    pub(crate) cold: crate::cold::ColdFacts,
-    pub(crate) capacity: Capacity,
-    pub(crate) tasks: TaskTracker,
+    cold: crate::cold::ColdFacts,
+    capacity: Capacity,
+    tasks: TaskTracker,
     /// The progress bus (`crate::progress`).
-    pub(crate) progress: crate::progress::ProgressHub,
+    progress: crate::progress::ProgressHub,
     /// The user's depth setting, which a tool without its own limit gets.
     max_depth: AtomicU32,
     /// The host's attachment store, which admits a prompt's attachments.
-    pub(crate) attachments: Mutex<Option<Arc<dyn dsh_core::AttachmentStore>>>,
+    attachments: Mutex<Option<Arc<dyn dsh_core::AttachmentStore>>>,
     /// Trees whose notices wake no one (`crate::notice::QuietTree`).
-    pub(crate) quiet: crate::notice::QuietTrees,
+    quiet: crate::notice::QuietTrees,
 }
 
 impl Inner {
@@ -168,7 +168,7 @@ impl Drop for ProviderRegistration {
 /// The subagent runtime. Cheap to clone; clones share state.
 #[derive(Clone)]
 pub struct SubagentRuntime {
-    pub(crate) inner: Arc<Inner>,
+    inner: Arc<Inner>,
 }
 
 impl std::fmt::Debug for SubagentRuntime {
@@ -199,14 +199,14 @@ impl SubagentRuntime {
                 config,
                 providers: Mutex::new(Vec::new()),
                 events: EventBus::new(),
-                names: NameReservations::new(),
                 activations: Activations::default(),
-                run_ids: Mutex::default(),
-                requests: Mutex::default(),
-                resuming: Mutex::default(),
+                run_ids: InFlight::default(),
+                requests: InFlight::default(),
+                notices: InFlight::default(),
+                resuming: crate::resume::ResumeGates::default(),
                 admissions: Arc::default(),
                 publications: Arc::default(),
-                catalogs: Mutex::default(),
+                catalogs: CatalogCache::default(),
                 cold: crate::cold::ColdFacts::default(),
                 capacity: Capacity::default(),
                 tasks: TaskTracker::new(),
@@ -246,12 +246,19 @@ impl SubagentRuntime {
 
     /// [`SubagentRuntime::listen_tree`] as a stream: the tree's start and
     /// end events, in emission order, until the subscription is dropped.
+    ///
+    /// The stream is bounded: it holds at most [`TREE_EVENTS_BUFFER`]
+    /// events not yet received. A receiver that falls further behind loses
+    /// the oldest ones and learns how many from its next `recv`
+    /// (`RecvError::Lagged(n)`), then reads on from the oldest kept; the
+    /// runtime never waits for it and never holds more for it.
     pub fn subscribe_tree(
         &self,
         root: &SessionId,
-    ) -> (Subscription, mpsc::UnboundedReceiver<SubagentEvent>) {
-        let (tx, rx) = mpsc::unbounded_channel();
+    ) -> (Subscription, broadcast::Receiver<SubagentEvent>) {
+        let (tx, rx) = broadcast::channel(TREE_EVENTS_BUFFER);
         let subscription = self.listen_tree(root, move |event| {
+            // No receiver left: nothing to keep.
             let _ = tx.send(event.clone());
         });
         (subscription, rx)
@@ -380,77 +387,9 @@ impl SubagentRuntime {
     /// the live activations: a session with none is taken as a root.
     pub(crate) fn root_id(&self, agent: &SessionId) -> SessionId {
         match self.inner.activations.get(agent) {
-            Some(activation) => activation.root.clone(),
+            Some(activation) => activation.root().clone(),
             None => agent.clone(),
         }
-    }
-
-    /// The activation of the exact live member `agent`, or `None` for a
-    /// live root.
-    ///
-    /// # Errors
-    /// `NOT_LIVE` for an agent that is not the exact live one;
-    /// `NOT_A_MEMBER` for a live agent that is neither a root nor the agent
-    /// of a live activation.
-    fn member(
-        &self,
-        agent: &Arc<dyn Agent>,
-    ) -> Result<Option<Arc<crate::activation::Activation>>, SubagentError> {
-        let reference = agent.reference();
-        if !self.registry().is_live(&reference) {
-            return Err(SubagentError::Delivery(DeliveryError::NotLive(
-                reference.id,
-            )));
-        }
-        match self.inner.activations.of_agent(&reference) {
-            Some(activation) => Ok(Some(activation)),
-            None if agent.header().parent_session.is_none() => Ok(None),
-            None => Err(SubagentError::Delivery(DeliveryError::NotAMember(
-                reference.id,
-            ))),
-        }
-    }
-
-    /// The root session of the exact live member `agent`'s tree.
-    ///
-    /// # Errors
-    /// As [`SubagentRuntime::names_of`].
-    pub fn root_of(&self, agent: &Arc<dyn Agent>) -> Result<SessionId, SubagentError> {
-        Ok(match self.member(agent)? {
-            Some(activation) => activation.root.clone(),
-            None => agent.id().clone(),
-        })
-    }
-
-    /// The model-facing names of the exact live member `agent` and its creator.
-    ///
-    /// # Errors
-    /// `NOT_LIVE` when `agent` is not the exact live agent, `NOT_A_MEMBER`
-    /// when it is live but neither a root nor a live activation's child.
-    pub fn names_of(&self, agent: &Arc<dyn Agent>) -> Result<MemberNames, SubagentError> {
-        let Some(activation) = self.member(agent)? else {
-            return Ok(MemberNames {
-                self_name: ROOT_NAME.to_owned(),
-                parent: None,
-            });
-        };
-        let parent = match self.inner.activations.of_agent(&activation.parent) {
-            Some(parent) => parent.name.clone(),
-            None if activation.parent.id == activation.root => ROOT_NAME.to_owned(),
-            // A cold creator: its name is this path without the last level.
-            None => activation
-                .path
-                .as_deref()
-                .and_then(|path| path.rsplit_once('/'))
-                .map_or_else(
-                    || activation.parent.id.to_string(),
-                    |(parent, _)| parent.to_owned(),
-                ),
-        };
-        Ok(MemberNames {
-            self_name: activation.name.clone(),
-            parent: Some(parent),
-        })
     }
 
     pub(crate) fn reserve_capacity(&self, root: &SessionId) -> Result<CapacitySlot, SubagentError> {
@@ -467,7 +406,7 @@ impl SubagentRuntime {
     /// Mark a live activation interrupted: it stays resident while idle.
     pub(crate) fn park(&self, child: &SessionId) {
         if let Some(activation) = self.inner.activations.get(child) {
-            activation.parked.store(true, Ordering::SeqCst);
+            activation.park();
         }
     }
 
@@ -479,10 +418,91 @@ impl SubagentRuntime {
     /// only stops the waiting.
     pub async fn shutdown(&self) {
         for activation in self.inner.activations.all() {
-            activation.stop.cancel();
+            activation.stop().cancel();
         }
         self.inner.tasks.close();
         self.inner.tasks.wait().await;
         self.inner.tasks.reopen();
+    }
+}
+
+/// The components of the runtime, for the modules that implement its
+/// façade. Each owns its state; none hands out a lock or a raw map.
+impl SubagentRuntime {
+    /// The factory local children are created and resumed through.
+    pub(crate) fn factory(&self) -> &Arc<dyn AgentFactory> {
+        &self.inner.factory
+    }
+
+    /// The store cold logs are read from (the factory's).
+    pub(crate) fn store(&self) -> &Arc<dyn SessionStore> {
+        &self.inner.store
+    }
+
+    /// The live activations.
+    pub(crate) fn activations(&self) -> &Activations {
+        &self.inner.activations
+    }
+
+    /// Draining roots and the starts and resumes in flight.
+    pub(crate) fn admissions(&self) -> &Arc<Admissions> {
+        &self.inner.admissions
+    }
+
+    /// The catalog order of starts per parent.
+    pub(crate) fn publications(&self) -> &Arc<Publications> {
+        &self.inner.publications
+    }
+
+    /// Catalog folds of live parents and the names reserved under them.
+    pub(crate) fn catalogs(&self) -> &CatalogCache {
+        &self.inner.catalogs
+    }
+
+    /// Immutable facts read from cold logs.
+    pub(crate) fn cold(&self) -> &crate::cold::ColdFacts {
+        &self.inner.cold
+    }
+
+    /// The progress bus.
+    pub(crate) fn progress_hub(&self) -> &crate::progress::ProgressHub {
+        &self.inner.progress
+    }
+
+    /// Trees whose notices wake no one.
+    pub(crate) fn quiet_trees(&self) -> &crate::notice::QuietTrees {
+        &self.inner.quiet
+    }
+
+    /// The ids of the live external runs this runtime started.
+    pub(crate) fn run_ids(&self) -> &InFlight<SessionId> {
+        &self.inner.run_ids
+    }
+
+    /// User request ids being delivered, per child.
+    pub(crate) fn requests(&self) -> &InFlight<(SessionId, MessageId)> {
+        &self.inner.requests
+    }
+
+    /// Lost notices being delivered, per creator.
+    pub(crate) fn notices(&self) -> &InFlight<(SessionId, MessageId)> {
+        &self.inner.notices
+    }
+
+    /// The resume gate of each child being resumed.
+    pub(crate) fn resume_gates(&self) -> &crate::resume::ResumeGates {
+        &self.inner.resuming
+    }
+
+    /// The host's attachment store, if one was set.
+    pub(crate) fn attachment_store(&self) -> Option<Arc<dyn dsh_core::AttachmentStore>> {
+        lock(&self.inner.attachments).clone()
+    }
+
+    /// Admit prompts' attachments through `store` from now on (the host's
+    /// `ctx.attachments`). Without one, a prompt with an image part or an
+    /// uploaded attachment is refused with `ATTACHMENT_STORE_FAILED`.
+    pub fn set_attachment_store(&self, store: Arc<dyn dsh_core::AttachmentStore>) {
+        *lock(&self.inner.attachments) = Some(store);
     }
 }

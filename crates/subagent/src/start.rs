@@ -1,6 +1,5 @@
-//! Starting a child. The caller's future does only synchronous checks
-//! (provider, capabilities, liveness, admission, depth, directory, capacity,
-//! name); what follows is work the runtime owns ([`Owned`]): a caller that
+//! Starting a child. The caller's future does only the synchronous checks
+//! of admission (`admission.rs`); what follows is work the runtime owns ([`Owned`]): a caller that
 //! goes away cancels the work not yet published and the runtime's tracker
 //! finishes the rest, so what is left is either nothing or a published,
 //! monitored activation. Publication is: the catalog entry in the parent's
@@ -11,55 +10,21 @@
 //! whenever a worker holds two runnable tasks, so the monitor is spawned
 //! only after the child's driver has run once on the starting worker.
 
-use crate::{AdmissionError, DeliveryError, InfraError, RegistryError};
-use std::path::PathBuf;
-use std::sync::Arc;
+use crate::{AdmissionError, InfraError, RegistryError};
 
-use dsh_core::{
-    Agent, AgentHandle, AgentSetup, CancellationToken, CreateAgent, MessageSource, SessionId,
-    UserMessage,
-};
+use dsh_core::{AgentHandle, AgentSetup, CreateAgent, MessageSource, SessionId, UserMessage};
 
 use crate::activation::{Execution, NewActivation, SubagentActivation};
-use crate::admission::{AdmissionTicket, CapacitySlot, PublishTurn};
+use crate::admission::Admitted;
 use crate::capture::CaptureTool;
-use crate::catalog::{CATALOG_EVENT, CatalogEntry, CatalogFold, ChildMode, catalog_payload};
-use crate::compose::{
-    check_capabilities, child_header, external_options, narrow_tools, resolve_cwd,
-};
+use crate::catalog::{CATALOG_EVENT, CatalogEntry, ChildMode, catalog_payload};
+use crate::compose::{child_header, external_options};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
-use crate::names::{NameReservation, validate_name};
 use crate::notice::{ACTIVATION_EVENT, activation_payload};
-use crate::owned::Owned;
-use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest, SubagentProvider};
+use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest};
 use crate::request::{ActivationSpec, Delivery};
-use crate::runtime::{SubagentRuntime, lock};
-
-/// Cached catalog folds beyond which dead parents are swept out.
-const CATALOG_SWEEP: usize = 64;
-
-/// Fresh events a catalog fold reads in place, under the agent's state;
-/// more are copied out and folded after.
-const BORROWED_FOLD: usize = 16;
-
-/// A start that passed every synchronous check.
-struct Admitted {
-    provider: Arc<dyn SubagentProvider>,
-    spec: ActivationSpec,
-    cwd: PathBuf,
-    depth: u32,
-    root: SessionId,
-    slot: CapacitySlot,
-    reservation: NameReservation,
-    /// Counts the start as in flight until it published or rolled back.
-    ticket: AdmissionTicket,
-    /// Its place in the parent's catalog order.
-    turn: PublishTurn,
-    /// Stops the unpublished work: the caller's token, a drain, or the
-    /// caller going away.
-    cancel: CancellationToken,
-}
+use crate::runtime::SubagentRuntime;
 
 impl SubagentRuntime {
     /// Start a child and return once it is published: for a local child,
@@ -85,77 +50,10 @@ impl SubagentRuntime {
     ) -> Result<SubagentActivation, SubagentError> {
         let admitted = self.admit_start(spec)?;
         let cancel = admitted.cancel.clone();
-        let runtime = self.clone();
-        Owned::new(
-            async move { runtime.run_start(admitted).await },
-            &self.inner.tasks,
-            cancel,
-        )
-        .await
-    }
-
-    /// Every check a start makes before provider code runs.
-    fn admit_start(&self, spec: ActivationSpec) -> Result<Admitted, SubagentError> {
-        let provider = self.get(&spec.provider).ok_or_else(|| {
-            SubagentError::Registry(RegistryError::NoProvider(spec.provider.clone()))
-        })?;
-        check_capabilities(provider.as_ref(), &spec.request)?;
-        let parent = spec.request.parent.clone();
-        let parent_ref = parent.reference();
-        if !self.registry().is_live(&parent_ref) {
-            return Err(SubagentError::Delivery(DeliveryError::NotLive(
-                parent_ref.id,
-            )));
-        }
-        let root = self.root_id(parent.id());
-        let cancel = spec.cancel.child_token();
-        let ticket = self
-            .inner
-            .admissions
-            .admit(self.registry(), &root, cancel.clone())?;
-        let depth = child_depth(parent.as_ref(), spec.request.agent_options.as_ref())?;
-        if let Some(max) = spec.request.max_depth
-            && depth > max
-        {
-            return Err(SubagentError::Admission(AdmissionError::DepthLimit {
-                depth,
-                max,
-            }));
-        }
-        self.check_budget(&parent_ref, spec.request.token_budget)?;
-        let cwd = resolve_cwd(&parent.cwd(), spec.request.cwd.as_deref())?;
-        let mut spec = spec;
-        spec.request.tool_filter = narrow_tools(
-            parent.composition().tools.as_ref(),
-            spec.request.tool_filter.as_ref(),
-        )?;
-        let slot = self.reserve_capacity(&root)?;
-        let reservation = self.reserve_name(&parent, spec.name.as_deref())?;
-        if let Some(child_id) = &spec.child_id
-            && (self.registry().get(child_id).is_some()
-                || lock(&self.inner.run_ids).contains(child_id))
-        {
-            return Err(SubagentError::Infra(InfraError::DuplicateRunId {
-                provider: provider.name().to_owned(),
-                id: child_id.clone(),
-            }));
-        }
-        if cancel.is_cancelled() {
-            return Err(SubagentError::Cancelled);
-        }
-        let turn = self.inner.publications.take(&parent_ref);
-        Ok(Admitted {
-            provider,
-            spec,
-            cwd,
-            depth,
-            root,
-            slot,
-            reservation,
-            ticket,
-            turn,
-            cancel,
+        self.own(cancel, |runtime| async move {
+            runtime.run_start(admitted).await
         })
+        .await
     }
 
     async fn run_start(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
@@ -163,105 +61,6 @@ impl SubagentRuntime {
             self.start_local(admitted).await
         } else {
             self.start_external(admitted).await
-        }
-    }
-
-    /// Reserve a child name under a live parent: the requested one or the
-    /// first free `agent-N`, checked against the parent's catalog, which is
-    /// folded incrementally (only events no earlier start has seen).
-    fn reserve_name(
-        &self,
-        parent: &Arc<dyn Agent>,
-        requested: Option<&str>,
-    ) -> Result<NameReservation, SubagentError> {
-        if let Some(name) = requested {
-            validate_name(name)?;
-        }
-        self.with_live_catalog(parent, |fold| match requested {
-            Some(name) => self.inner.names.reserve(parent.id(), name, fold.names()),
-            None => Ok(self.inner.names.reserve_default(parent.id(), fold.names())),
-        })?
-    }
-
-    /// Run `f` on a live agent's catalog, folded incrementally: only the
-    /// events no earlier call has seen are copied and folded.
-    pub(crate) fn with_live_catalog<R>(
-        &self,
-        agent: &Arc<dyn Agent>,
-        f: impl FnOnce(&CatalogFold) -> R,
-    ) -> Result<R, SubagentError> {
-        let reference = agent.reference();
-        // Held throughout: a check made here sees the parent's log as it is
-        // now, which is what lets a committed name leave the reservations
-        // (`NameReservation::commit`, called under this lock too).
-        let mut catalogs = lock(&self.inner.catalogs);
-        let mut fold = catalogs.remove(&reference).unwrap_or_default();
-        // A few fresh events (a start's usual case: the last child's entry
-        // and usage) are folded on the borrowed log; many are copied out
-        // first, so a long fold never holds the agent's state.
-        let mut applied = Ok(());
-        let mut many = None;
-        agent.visit_events_since(fold.next_seq(), &mut |fresh| {
-            if fresh.len() <= BORROWED_FOLD {
-                applied = fold.apply(agent.header(), fresh);
-            } else {
-                many = Some(fresh.to_vec());
-            }
-        });
-        if let Some(fresh) = many {
-            applied = fold.apply(agent.header(), &fresh);
-        }
-        applied?;
-        let result = f(&fold);
-        // Forget agents that are no longer live, now and then, so the
-        // cache stays small without a sweep on every call.
-        if catalogs.len() >= CATALOG_SWEEP {
-            let registry = self.registry();
-            catalogs.retain(|key, _| registry.is_live(key));
-        }
-        catalogs.insert(reference, fold);
-        Ok(result)
-    }
-
-    /// Hand a reserved name over to the parent's catalog, whose entry for
-    /// the child is written: under the catalog lock, so no check is
-    /// between reading the catalog and the reservations. Given the entry
-    /// as `written` into `parent`'s log at a seq, the parent's cached fold
-    /// takes it as it is, when it is the event the fold expects next, so
-    /// the next start does not parse it back.
-    fn commit_name(
-        &self,
-        reservation: NameReservation,
-        written: Option<(&Arc<dyn Agent>, u64, &CatalogEntry)>,
-    ) {
-        let mut catalogs = lock(&self.inner.catalogs);
-        if let Some((parent, seq, entry)) = written
-            && let Some(fold) = catalogs.get_mut(&parent.reference())
-        {
-            fold.written_entry(parent.header(), seq, entry);
-        }
-        reservation.commit();
-    }
-
-    /// Let a live parent's cached catalog fold take a record this runtime
-    /// wrote at `seq` as written (see [`CatalogFold::written_usage`]).
-    pub(crate) fn fold_written_usage(
-        &self,
-        parent: &Arc<dyn Agent>,
-        seq: u64,
-        record: &crate::budget::UsageRecord,
-    ) {
-        let mut catalogs = lock(&self.inner.catalogs);
-        if let Some(fold) = catalogs.get_mut(&parent.reference()) {
-            fold.written_usage(parent.header(), seq, record);
-        }
-    }
-
-    /// The full model-facing name of a child `name` of `parent`.
-    pub(crate) fn full_name(&self, parent: &SessionId, name: &str) -> Option<String> {
-        match self.inner.activations.get(parent) {
-            None => Some(name.to_owned()),
-            Some(parent) => parent.path.as_ref().map(|path| format!("{path}/{name}")),
         }
     }
 
@@ -290,7 +89,7 @@ impl SubagentRuntime {
             Some(child_id) => {
                 // A caller-supplied id may name a session of an earlier
                 // process: refuse it, and never touch that log.
-                if self.inner.store.exists(&child_id).await? {
+                if self.store().exists(&child_id).await? {
                     return Err(SubagentError::Infra(InfraError::DuplicateRunId {
                         provider: provider.name().to_owned(),
                         id: child_id,
@@ -326,8 +125,7 @@ impl SubagentRuntime {
         // Not raced with the token: the factory sees it and rolls back what
         // it made itself, so a failure here leaves nothing to remove.
         let handle = self
-            .inner
-            .factory
+            .factory()
             .create(CreateAgent {
                 header,
                 seed: prepared.seed,
@@ -341,15 +139,11 @@ impl SubagentRuntime {
                 }
                 other => SubagentError::from(other),
             })?;
-        // From here the log is this start's own. Earlier starts under this
-        // parent are cataloged first; the wait is the last cancellation point.
-        turn.wait().await;
+        // From here the log is this start's own.
         if cancel.is_cancelled() {
             self.discard(&child_id, &handle).await;
             return Err(SubagentError::Cancelled);
         }
-
-        // Publication. No cancellation point from here on.
         let name = reservation.name().to_owned();
         let entry = CatalogEntry {
             child_id: child_id.clone(),
@@ -358,17 +152,27 @@ impl SubagentRuntime {
             provider: provider.name().to_owned(),
             mode: ChildMode::CONTINUABLE,
         };
-        let seq = match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
-            Ok(seq) => seq,
-            Err(err) => {
+        // Publication: the entry is written after every earlier start's
+        // under this parent. Until it is taken to be written, a cancel
+        // withdraws it (the last cancellation point).
+        let write = {
+            let (parent, payload) = (parent.clone(), catalog_payload(&entry));
+            async move { parent.record(CATALOG_EVENT, payload).await }
+        };
+        let seq = match turn.publish(Some(&cancel), write).await {
+            Some(Ok(seq)) => seq,
+            failed => {
                 self.discard(&child_id, &handle).await;
-                return Err(err.into());
+                return Err(match failed {
+                    Some(Err(err)) => err.into(),
+                    _ => SubagentError::Cancelled,
+                });
             }
         };
-        self.commit_name(reservation, Some((&parent, seq, &entry)));
-        drop(turn);
+        self.catalogs()
+            .commit_name(reservation, &parent, Some((seq, &entry)));
         let child = handle.agent().clone();
-        let start_seq = child.events().len() as u64;
+        let start_seq = crate::activation::next_seq(child.as_ref());
         let limits = request.limits();
         let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(
@@ -480,24 +284,38 @@ impl SubagentRuntime {
             run = external.start(resolved) => run?,
         };
         let child_id = run.id().clone();
-        let collides = self.registry().get(&child_id).is_some()
-            || !lock(&self.inner.run_ids).insert(child_id.clone())
-            || self.inner.store.exists(&child_id).await.unwrap_or(true);
-        if collides || cancel.is_cancelled() {
+        // B11: not a live session, not a live external run, not a stored
+        // log, not a child this parent cataloged already. A store that
+        // cannot say is an error of its own, not a collision.
+        let claim = if self.registry().get(&child_id).is_some() {
+            None
+        } else {
+            self.run_ids().claim(child_id.clone())
+        };
+        let collides = match &claim {
+            None => Ok(true),
+            Some(_) => match self.store().exists(&child_id).await {
+                Ok(true) => Ok(true),
+                Ok(false) => {
+                    self.with_live_catalog(&parent, |fold| fold.entry(&child_id).is_some())
+                }
+                Err(err) => Err(SubagentError::from(err)),
+            },
+        };
+        if !matches!(collides, Ok(false)) || cancel.is_cancelled() {
             if let Err(err) = run.dispose().await {
                 tracing::warn!(run = %child_id, "disposing an unpublished run failed: {err}");
             }
-            if !collides {
-                lock(&self.inner.run_ids).remove(&child_id);
-                return Err(SubagentError::Cancelled);
-            }
-            return Err(SubagentError::Infra(InfraError::DuplicateRunId {
-                provider: provider.name().to_owned(),
-                id: child_id,
-            }));
+            return Err(match collides {
+                Ok(false) => SubagentError::Cancelled,
+                Ok(true) => SubagentError::Infra(InfraError::DuplicateRunId {
+                    provider: provider.name().to_owned(),
+                    id: child_id,
+                }),
+                Err(err) => err,
+            });
         }
         let name = reservation.name().to_owned();
-        turn.wait().await;
         let entry = CatalogEntry {
             child_id: child_id.clone(),
             name: Some(name.clone()),
@@ -507,25 +325,35 @@ impl SubagentRuntime {
         };
         // A background child is cataloged; a foreground one's membership is
         // its caller's, kept for it in a record older readers skip.
-        let recorded = match spec.delivery {
-            Delivery::Parent => match parent.record(CATALOG_EVENT, catalog_payload(&entry)).await {
-                Ok(_) => self.record_resumable(&parent, run.as_ref()).await,
-                Err(err) => Err(err.into()),
-            },
-            Delivery::Caller => parent
-                .record(crate::external::FOREGROUND_EVENT, catalog_payload(&entry))
-                .await
-                .map(drop)
-                .map_err(SubagentError::from),
+        // Written after every earlier start's under this parent.
+        let write = {
+            let (runtime, parent, run) = (self.clone(), parent.clone(), run.clone());
+            let (delivery, payload) = (spec.delivery, catalog_payload(&entry));
+            async move {
+                match delivery {
+                    Delivery::Parent => match parent.record(CATALOG_EVENT, payload).await {
+                        Ok(_) => runtime.record_resumable(&parent, run.as_ref()).await,
+                        Err(err) => Err(err.into()),
+                    },
+                    Delivery::Caller => parent
+                        .record(crate::external::FOREGROUND_EVENT, payload)
+                        .await
+                        .map(drop)
+                        .map_err(SubagentError::from),
+                }
+            }
         };
+        let recorded = turn
+            .publish(None, write)
+            .await
+            .unwrap_or(Err(SubagentError::Cancelled));
         if let Err(err) = recorded {
             if let Err(dispose) = run.dispose().await {
                 tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
             }
             return Err(err);
         }
-        self.commit_name(reservation, None);
-        drop(turn);
+        self.catalogs().commit_name(reservation, &parent, None);
         let path = self.full_name(parent.id(), &name);
         let activation = self.install_limited(
             NewActivation {
@@ -542,7 +370,7 @@ impl SubagentRuntime {
                 parent: parent.reference(),
                 root,
                 delivery: spec.delivery,
-                execution: Execution::External { run },
+                execution: Execution::External { run, _claim: claim },
                 slot,
             },
             limits,
@@ -556,35 +384,12 @@ impl SubagentRuntime {
     /// delete its log (never a log it did not create).
     async fn discard(&self, child: &SessionId, handle: &AgentHandle) {
         handle.dispose().await;
-        self.inner.cold.forget(child);
-        match self.inner.store.remove(child).await {
+        self.cold().forget(child);
+        match self.store().remove(child).await {
             Ok(()) | Err(dsh_core::StoreError::NotFound(_)) => {}
             Err(err) => {
                 tracing::error!(child = %child, "could not remove an unpublished child: {err}")
             }
         }
     }
-}
-
-/// A child's delegation depth (B20): one below its parent, where the
-/// parent counts as the larger of its header's depth and its options'
-/// `subagent_depth`; the request's `subagent_depth` may deepen the child
-/// further, never make it shallower.
-///
-/// # Errors
-/// `INVALID_REQUEST` when the depth leaves `u32`.
-fn child_depth(
-    parent: &dyn Agent,
-    options: Option<&dsh_core::AgentOptions>,
-) -> Result<u32, SubagentError> {
-    let parent_depth = parent
-        .header()
-        .delegation_depth
-        .max(parent.options().subagent_depth.unwrap_or(0));
-    let depth = parent_depth.checked_add(1).ok_or_else(|| {
-        SubagentError::Admission(AdmissionError::InvalidRequest(
-            "the delegation depth overflows".into(),
-        ))
-    })?;
-    Ok(depth.max(options.and_then(|o| o.subagent_depth).unwrap_or(0)))
 }

@@ -215,8 +215,7 @@ impl SubagentRuntime {
                 .map_err(Unreadable::fold);
         }
         let skimmed = self
-            .inner
-            .store
+            .store()
             .load_kind_many(std::slice::from_ref(id), CATALOG_KINDS)
             .await
             .into_iter()
@@ -226,7 +225,7 @@ impl SubagentRuntime {
         let catalog = fold_catalog(&skimmed.header, &skimmed.events).map_err(Unreadable::fold)?;
         if learn == Learn::Facts {
             // Both are facts that never change: the next read of them is free.
-            let cold = &self.inner.cold;
+            let cold = self.cold();
             cold.learn_parent(id, skimmed.header.parent_session);
             cold.learn_catalog(id, &catalog);
         }
@@ -245,7 +244,7 @@ impl SubagentRuntime {
                 .with_live_catalog(&agent, |fold| fold.entry(child).cloned())
                 .map_err(Unreadable::fold);
         }
-        if let Some(entry) = self.inner.cold.entry(parent, child) {
+        if let Some(entry) = self.cold().entry(parent, child) {
             return Ok(Some(entry));
         }
         Ok(self.read_catalog(parent).await?.get(child).cloned())
@@ -478,7 +477,7 @@ impl SubagentRuntime {
         match self.registry().get(child).map(|agent| agent.status()) {
             Some(AgentStatus::Running) => ChildActivity::Running,
             Some(AgentStatus::Idle) => ChildActivity::Idle,
-            None if self.inner.activations.get(child).is_some() => ChildActivity::Running,
+            None if self.activations().get(child).is_some() => ChildActivity::Running,
             None => ChildActivity::Inactive,
         }
     }
@@ -616,7 +615,7 @@ impl SubagentRuntime {
         // reader waits for the walk to ask for its next batch; at most
         // `in_flight` batches of logs are held in memory at once.
         let in_flight = std::thread::available_parallelism().map_or(3, |n| n.get().clamp(2, 8) + 1);
-        let store = &self.inner.store;
+        let store = self.store();
         // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
         // makes this future impossible to prove `Send` (higher-ranked
         // closure lifetimes), and tools run it inside `Send` futures.

@@ -345,3 +345,47 @@ async fn concurrent_starts_are_cataloged_in_the_order_they_were_made() {
     assert_eq!(names, ["first", "second"]);
     world.quiesce().await;
 }
+
+// A live parent whose log holds more catalog entries than a fold reads on
+// one thread (a parent of thousands of children) is folded on its first
+// start, on a multi-threaded runtime, where the long fold runs with its
+// worker's other tasks handed off, and on a single-threaded one, where it
+// runs in place; either way the next default name follows them all.
+async fn a_long_catalog_fold(world: World) {
+    const ENTRIES: usize = 9_000;
+    let parent = world.root.agent().clone();
+    for n in 0..ENTRIES {
+        let entry = dsh_subagent::CatalogEntry {
+            child_id: sid(&format!("c-{n}")),
+            name: Some(format!("agent-{}", n + 1)),
+            label: "task".into(),
+            provider: "local".into(),
+            mode: dsh_subagent::ChildMode::CONTINUABLE,
+        };
+        parent
+            .record(
+                dsh_subagent::CATALOG_EVENT,
+                dsh_subagent::catalog_payload(&entry),
+            )
+            .await
+            .unwrap();
+    }
+    let child = world.start(world.spec(None)).await;
+    assert!(
+        child.name().ends_with(&format!("agent-{}", ENTRIES + 1)),
+        "{}",
+        child.name()
+    );
+    bounded(child.result()).await.unwrap();
+    world.quiesce().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_catalog_fold_on_a_multi_threaded_runtime() {
+    a_long_catalog_fold(World::new(jsonl(), RuntimeConfig::default()).await).await;
+}
+
+#[tokio::test]
+async fn a_long_catalog_fold_on_a_single_threaded_runtime() {
+    a_long_catalog_fold(World::new(jsonl(), RuntimeConfig::default()).await).await;
+}

@@ -23,7 +23,7 @@ use dsh_subagent::{
 };
 use dsh_subagent::{
     DEFAULT_MAX_DEPTH, InfraError, MaxDepth, ProviderDescriptor, RunOutcome, RuntimeConfig,
-    SubagentCapabilities, SubagentError, SubagentEvent,
+    SubagentCapabilities, SubagentError, SubagentEvent, TREE_EVENTS_BUFFER,
 };
 use dsh_test_support::wait::bounded;
 use dsh_test_support::world::{
@@ -124,6 +124,18 @@ fn drain(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> Ve
         seen.push(event);
     }
     seen
+}
+
+/// What a tree's stream holds now (it lost nothing).
+fn drain_tree(events: &mut tokio::sync::broadcast::Receiver<SubagentEvent>) -> Vec<SubagentEvent> {
+    let mut seen = Vec::new();
+    loop {
+        match events.try_recv() {
+            Ok(event) => seen.push(event),
+            Err(tokio::sync::broadcast::error::TryRecvError::Empty) => return seen,
+            Err(other) => panic!("the stream lost events: {other:?}"),
+        }
+    }
 }
 
 // Seed 002 `registerProvider(p): () => void` and `provider-added(provider)`.
@@ -233,7 +245,7 @@ async fn lifecycle_events_are_scoped_by_tree_and_the_end_carries_the_outcome() {
     bounded(elsewhere.result()).await.unwrap();
     world.quiesce().await;
 
-    let seen = drain(&mut lead_events);
+    let seen = drain_tree(&mut lead_events);
     assert_eq!(seen.len(), 4, "{seen:?}");
     assert!(seen.iter().all(|event| event.root() == Some(&lead)));
     // A monitor emits its end after the result settles, so the ends are
@@ -260,7 +272,7 @@ async fn lifecycle_events_are_scoped_by_tree_and_the_end_carries_the_outcome() {
         other => panic!("expected the lost run's failure, got {other:?}"),
     }
 
-    let seen = drain(&mut other_events);
+    let seen = drain_tree(&mut other_events);
     let names: Vec<&str> = seen.iter().map(SubagentEvent::name).collect();
     assert_eq!(names, ["subagent/start", "subagent/end"]);
     assert!(
@@ -272,7 +284,36 @@ async fn lifecycle_events_are_scoped_by_tree_and_the_end_carries_the_outcome() {
         .runtime
         .register(Arc::new(LocalProvider::new("late")))
         .unwrap();
-    assert!(drain(&mut lead_events).is_empty());
+    assert!(drain_tree(&mut lead_events).is_empty());
+}
+
+// A tree's stream is bounded: a receiver that stops reading holds at most
+// `TREE_EVENTS_BUFFER` events; past that it loses the oldest, is told how
+// many, and reads on from the oldest kept.
+#[tokio::test]
+async fn a_tree_stream_that_is_not_read_keeps_a_bounded_number_of_events() {
+    let world = world().await;
+    world
+        .runtime
+        .register(Arc::new(ExternalProvider::new("ext")))
+        .unwrap();
+    let lead = world.root.agent().id().clone();
+    let (_subscription, mut events) = world.runtime.subscribe_tree(&lead);
+    let children = TREE_EVENTS_BUFFER / 2 + 10;
+    for n in 0..children {
+        let mut spec = world.spec(Some(&format!("run-{n}")));
+        spec.provider = "ext".into();
+        let run = world.runtime.start_activation(spec).await.unwrap();
+        bounded(run.result()).await.unwrap();
+    }
+    world.quiesce().await;
+    // Two events a child (start, end): twenty too many were kept for no reader.
+    let lost = (children * 2 - TREE_EVENTS_BUFFER) as u64;
+    assert!(matches!(
+        events.try_recv(),
+        Err(tokio::sync::broadcast::error::TryRecvError::Lagged(n)) if n == lost
+    ));
+    assert_eq!(drain_tree(&mut events).len(), TREE_EVENTS_BUFFER);
 }
 
 // Seed 002 `ResolvedSubagentStartRequest extends SubagentStartRequest`:
