@@ -378,7 +378,10 @@ impl OpenAiModel {
                     "the request could not be sent: {}",
                     describe(&err)
                 )));
-                return Err(if err.is_builder() {
+                // A TLS failure (an untrusted or mismatched certificate, no
+                // protocol in common) is a fact of the configuration that a
+                // retry seconds later will not change.
+                return Err(if err.is_builder() || is_tls(&err) {
                     Failure::fatal(error)
                 } else {
                     Failure::retry(error)
@@ -595,6 +598,26 @@ fn describe(err: &reqwest::Error) -> String {
         source = current.source();
     }
     text
+}
+
+/// Whether a transport error was a TLS failure: a `rustls` error among its
+/// causes. An I/O error wraps its cause where `source` does not reach (it
+/// skips to the cause's own source), so each one is opened with `get_ref`.
+fn is_tls(err: &reqwest::Error) -> bool {
+    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(err);
+    while let Some(current) = source {
+        if current.is::<rustls::Error>() {
+            return true;
+        }
+        source = match current
+            .downcast_ref::<std::io::Error>()
+            .and_then(std::io::Error::get_ref)
+        {
+            Some(inner) => Some(inner),
+            None => current.source(),
+        };
+    }
+    false
 }
 
 /// The state of one response stream.

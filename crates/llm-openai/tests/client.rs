@@ -617,6 +617,66 @@ async fn an_unreachable_server_is_a_transport_error_after_the_retries() {
     );
 }
 
+/// A loopback TLS server presenting a self-signed certificate: it counts
+/// the connections it accepts and completes no handshake the client trusts.
+fn untrusted_tls_server() -> (String, std::sync::Arc<std::sync::atomic::AtomicUsize>) {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures");
+    let cert = CertificateDer::from_pem_file(dir.join("self_signed_cert.pem")).unwrap();
+    let key = PrivateKeyDer::from_pem_file(dir.join("self_signed_key.pem")).unwrap();
+    let config = std::sync::Arc::new(
+        rustls::ServerConfig::builder_with_provider(std::sync::Arc::new(
+            rustls::crypto::ring::default_provider(),
+        ))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(vec![cert], key)
+        .unwrap(),
+    );
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    let accepted = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = accepted.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(tcp) = stream else { return };
+            counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let Ok(tls) = rustls::ServerConnection::new(config.clone()) else {
+                return;
+            };
+            let mut tls = rustls::StreamOwned::new(tls, tcp);
+            // Drives the handshake until the client refuses the certificate.
+            let _ = std::io::Read::read(&mut tls, &mut [0u8; 1]);
+        }
+    });
+    (format!("https://{addr}/v1"), accepted)
+}
+
+#[tokio::test]
+async fn an_untrusted_certificate_fails_at_once_without_retries() {
+    let (base_url, accepted) = untrusted_tls_server();
+    let model = OpenAiModel::builder("m")
+        .base_url(base_url)
+        .api_key(KEY.to_owned())
+        .retry(quick_retries(3))
+        .build()
+        .unwrap();
+    let err = start_error(&model).await;
+    assert_eq!(err.kind, ModelErrorKind::Transport);
+    assert!(
+        err.message.starts_with("the request could not be sent"),
+        "{err}"
+    );
+    assert!(!err.message.contains("attempts"), "{err}");
+    assert_eq!(
+        accepted.load(std::sync::atomic::Ordering::SeqCst),
+        1,
+        "a certificate error is not retried: {err}"
+    );
+}
+
 #[tokio::test]
 async fn a_json_answer_to_a_stream_request_is_a_clear_error() {
     let server = Server::start([Reply::Status {

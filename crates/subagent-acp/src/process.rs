@@ -293,7 +293,7 @@ impl ProcessGroup {
         // group. Nothing notifies us of their end, so look, backing off.
         let mut pause = Duration::from_millis(1);
         loop {
-            if !group_has_live_members(self.pgid) {
+            if group_is_gone(self.pgid).await {
                 return true;
             }
             if tokio::time::Instant::now() >= deadline {
@@ -360,6 +360,21 @@ impl Drop for ProcessGroup {
             self.signal(Signal::KILL);
         }
     }
+}
+
+/// Whether group `pgid` has no live member, looked at on the blocking pool:
+/// the look may read `/proc/<pid>/stat` for every process on the machine,
+/// which must not stall an async worker. A look that could not run (the
+/// runtime is shutting down) counts as "not gone".
+async fn group_is_gone(pgid: Pid) -> bool {
+    off_workers(move || !group_has_live_members(pgid))
+        .await
+        .unwrap_or(false)
+}
+
+/// Run blocking `work` on the blocking pool; `None` when it could not run.
+async fn off_workers<T: Send + 'static>(work: impl FnOnce() -> T + Send + 'static) -> Option<T> {
+    tokio::task::spawn_blocking(work).await.ok()
 }
 
 /// Whether any process in group `pgid` is alive (zombies do not count: they
@@ -452,5 +467,16 @@ mod tests {
             })
         );
         assert_eq!(ProcStat::parse("garbage"), None);
+    }
+
+    /// The `/proc` scan runs on the blocking pool, not on the thread that
+    /// drives the async work.
+    #[tokio::test(flavor = "current_thread")]
+    async fn the_proc_scan_runs_off_the_async_workers() {
+        let here = std::thread::current().id();
+        let there = off_workers(|| std::thread::current().id()).await;
+        assert_ne!(there, Some(here));
+        // This test's own group is alive: it is not gone.
+        assert!(!group_is_gone(rustix::process::getpgrp()).await);
     }
 }

@@ -4,17 +4,31 @@
 //! JSON-RPC (the adapter answers it and carries on; here it is a fault that
 //! ends the run), and the moment stdin is closed (when the connection has
 //! flushed its last frame, or when teardown says so).
+//!
+//! Back-pressure: the protocol crate's frame channel is unbounded, so the
+//! reader bounds it itself. Once [`MAX_QUEUED_FRAMES`] frames wait for the
+//! connection, it stops reading stdout until the connection has taken some
+//! (it looks again after a short pause, backing off to
+//! [`FULL_PAUSE_MAX`]): the pipe then fills and the agent blocks on its own
+//! writes, instead of this process growing without bound.
 
 use std::sync::Mutex;
+use std::time::Duration;
 
 use agent_client_protocol::TransportFrame;
 use futures::StreamExt;
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::ChildStdin;
 use tokio_util::sync::CancellationToken;
 
 /// The longest line accepted on stdout.
 pub(crate) const MAX_LINE_BYTES: usize = 16 << 20;
+
+/// The most frames read from stdout and not yet taken by the connection.
+pub(crate) const MAX_QUEUED_FRAMES: usize = 64;
+
+/// The longest pause before the reader looks again at a full queue.
+const FULL_PAUSE_MAX: Duration = Duration::from_millis(20);
 
 /// What the reader saw go wrong on stdout.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,11 +61,11 @@ impl BridgeFacts {
     }
 }
 
-/// Read stdout into the channel until EOF or a fault; the channel's sender
-/// is dropped at the end, which the connection sees as the transport
-/// closing.
+/// Read stdout into the channel until EOF or a fault, holding at most
+/// [`MAX_QUEUED_FRAMES`] frames in it; the channel's sender is dropped at
+/// the end, which the connection sees as the transport closing.
 pub(crate) async fn read_stdout(
-    stdout: ChildStdout,
+    stdout: impl AsyncRead + Unpin,
     tx: futures::channel::mpsc::UnboundedSender<TransportFrame>,
     facts: &BridgeFacts,
     run: &str,
@@ -93,12 +107,26 @@ pub(crate) async fn read_stdout(
                 break;
             }
             frame => {
-                if tx.unbounded_send(frame).is_err() {
+                if !room(&tx).await || tx.unbounded_send(frame).is_err() {
                     break;
                 }
             }
         }
     }
+}
+
+/// Wait until the queue to the connection holds fewer than
+/// [`MAX_QUEUED_FRAMES`] frames; `false` when the connection has gone.
+async fn room(tx: &futures::channel::mpsc::UnboundedSender<TransportFrame>) -> bool {
+    let mut pause = Duration::from_millis(1);
+    while tx.len() >= MAX_QUEUED_FRAMES {
+        if tx.is_closed() {
+            return false;
+        }
+        tokio::time::sleep(pause).await;
+        pause = (pause * 2).min(FULL_PAUSE_MAX);
+    }
+    !tx.is_closed()
 }
 
 /// Write the connection's frames to stdin until the connection ends (its
@@ -136,4 +164,47 @@ pub(crate) async fn write_stdin(
         }
     }
     let _ = stdin.shutdown().await;
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// An agent that floods stdout never has more than the bound queued
+    /// for a connection that reads slowly, and every frame still arrives,
+    /// in order.
+    #[tokio::test(start_paused = true)]
+    async fn a_flooding_agent_is_held_to_the_queue_bound() {
+        let total = MAX_QUEUED_FRAMES * 5;
+        let stdout: Vec<u8> = (0..total)
+            .flat_map(|n| {
+                format!("{{\"jsonrpc\":\"2.0\",\"method\":\"n\",\"params\":{{\"n\":{n}}}}}\n")
+                    .into_bytes()
+            })
+            .collect();
+        let (tx, mut rx) = futures::channel::mpsc::unbounded();
+        let probe = tx.clone();
+        let reader = tokio::spawn(async move {
+            let facts = BridgeFacts::default();
+            read_stdout(stdout.as_slice(), tx, &facts, "test").await;
+            facts.stdout_fault()
+        });
+        let mut most = 0;
+        let mut seen = Vec::new();
+        for _ in 0..total {
+            tokio::task::yield_now().await;
+            most = most.max(probe.len());
+            let frame = rx.next().await.expect("a frame");
+            seen.push(frame.to_json().expect("json"));
+        }
+        assert_eq!(reader.await.unwrap(), None);
+        assert!(most <= MAX_QUEUED_FRAMES, "{most} frames were queued");
+        assert!(most > 0, "the probe never saw the queue");
+        for (n, line) in seen.iter().enumerate() {
+            let value: serde_json::Value = serde_json::from_str(line).expect("a frame is JSON");
+            assert_eq!(value["params"]["n"], n, "{line}");
+        }
+    }
 }

@@ -14,19 +14,24 @@
 //! item pending when `wait` returns, whichever of these paths it took.
 //!
 //! The inbox is observed before anything is checked, so an item accepted
-//! between the check and the wait still ends it.
+//! between the check and the wait still ends it. Each item is described
+//! from its arrival announcement when `wait` saw one; only items pending
+//! before it started are looked up in the log, read back from its end on
+//! the blocking pool (the model may call `wait` thousands of times a
+//! minute: a whole-log replay per call on an async worker is O(n²)).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use dsh_core::projection::{PendingInboxProjection, replay};
 use dsh_core::{
-    Agent, InboxTarget, MessageSource, SessionId, Tool, ToolContext, ToolError, ToolOutput,
+    Agent, EventPayload, InboxArrival, InboxTarget, MessageId, MessageSource, SessionId, Tool,
+    ToolContext, ToolError, ToolOutput,
 };
 use serde::Deserialize;
 use serde_json::{Value, json};
-use tokio::sync::broadcast::error::RecvError;
+use tokio::sync::broadcast::error::{RecvError, TryRecvError};
 
 use crate::RuntimeBinding;
 use crate::error::ControlError;
@@ -69,22 +74,73 @@ struct Item {
     target: InboxTarget,
 }
 
-/// Every item pending in `agent`'s inbox, next-step items first, in
-/// acceptance order within each list.
-fn pending_items(agent: &dyn Agent) -> Vec<Item> {
-    let inbox = replay(&PendingInboxProjection, agent.header(), &agent.events());
-    let mut items: Vec<Item> = inbox
-        .into_items()
-        .into_iter()
-        .map(|item| Item {
-            kind: item.message.source.kind().to_owned(),
-            sender: item.message.source.sender().cloned(),
-            target: item.target,
-        })
+/// The items pending in `agent`'s inbox, in `pending`'s order (next-step
+/// items first, acceptance order within each list). Items announced while
+/// `wait` watched are described from their announcements; only the rest
+/// (pending before it started, or lost to a lagging receiver) are looked up
+/// in the log, on the blocking pool and reading back from its end, so a
+/// call never replays or copies the caller's whole log on an async worker.
+async fn pending_items(
+    agent: &Arc<dyn Agent>,
+    pending: Vec<MessageId>,
+    mut announced: HashMap<MessageId, Item>,
+) -> Vec<Item> {
+    let missing: Vec<MessageId> = pending
+        .iter()
+        .filter(|id| !announced.contains_key(*id))
+        .cloned()
         .collect();
-    // Stable: acceptance order is kept within each list.
-    items.sort_by_key(|item| item.target != InboxTarget::NextStep);
-    items
+    if !missing.is_empty() {
+        let agent = agent.clone();
+        let looked_up =
+            tokio::task::spawn_blocking(move || accepted_items(agent.as_ref(), missing))
+                .await
+                .unwrap_or_default();
+        announced.extend(looked_up);
+    }
+    pending
+        .iter()
+        .filter_map(|id| announced.remove(id))
+        .collect()
+}
+
+/// The acceptance of each of `ids` in `agent`'s log, found by reading the
+/// borrowed log back from its end until all are found.
+fn accepted_items(agent: &dyn Agent, ids: Vec<MessageId>) -> HashMap<MessageId, Item> {
+    let mut wanted: HashSet<MessageId> = ids.into_iter().collect();
+    let mut found = HashMap::with_capacity(wanted.len());
+    agent.visit_events_since(0, &mut |events| {
+        for event in events.iter().rev() {
+            if wanted.is_empty() {
+                break;
+            }
+            if let EventPayload::InboxAccepted(accepted) = &event.payload
+                && wanted.remove(&accepted.message.id)
+            {
+                found.insert(
+                    accepted.message.id.clone(),
+                    Item {
+                        kind: accepted.message.source.kind().to_owned(),
+                        sender: accepted.message.source.sender().cloned(),
+                        target: accepted.target,
+                    },
+                );
+            }
+        }
+    });
+    found
+}
+
+/// Note an announced arrival.
+fn note(announced: &mut HashMap<MessageId, Item>, arrival: InboxArrival) {
+    announced.insert(
+        arrival.message_id,
+        Item {
+            kind: arrival.source_kind,
+            sender: arrival.sender,
+            target: arrival.target,
+        },
+    );
 }
 
 #[async_trait]
@@ -142,6 +198,7 @@ impl Tool for WaitTool {
         // An arrival is announced after its item is in the inbox, so an
         // announcement can come late, for an item the loop already claimed
         // (the input of this very turn, say): only a pending item counts.
+        let mut announced = HashMap::new();
         let mut pending = caller.pending();
         while pending.is_empty() {
             let woke = tokio::select! {
@@ -157,11 +214,23 @@ impl Tool for WaitTool {
                 }
             };
             match woke {
-                Ok(_) | Err(RecvError::Lagged(_)) => pending = caller.pending(),
+                Ok(arrival) => {
+                    note(&mut announced, arrival);
+                    pending = caller.pending();
+                }
+                Err(RecvError::Lagged(_)) => pending = caller.pending(),
                 Err(RecvError::Closed) => return Err(ControlError::InboxClosed.into()),
             }
         }
-        let items = pending_items(caller.as_ref());
+        // Announcements that came with or after the items found pending.
+        loop {
+            match arrivals.try_recv() {
+                Ok(arrival) => note(&mut announced, arrival),
+                Err(TryRecvError::Lagged(_)) => {}
+                Err(TryRecvError::Empty | TryRecvError::Closed) => break,
+            }
+        }
+        let items = pending_items(caller, pending, announced).await;
         // Naming is best effort, read along each sender's lineage (never by
         // listing the tree): what cannot be read leaves the session id.
         let root = root_of(runtime, caller).ok();

@@ -16,6 +16,7 @@ use dsh_test_support::world::models::{self, Scripts, script_key};
 use dsh_test_support::world::{ExternalProvider, World as KitWorld, WorldBuilder, named_spec, sid};
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use dsh_core::{
     Agent, AgentStatus, CallId, CancelCause, CancelOptions, CancellationToken, ContentBlock,
@@ -490,13 +491,18 @@ async fn interrupt_agent_authority_and_effect() {
 
 /// `agent` with a tap saying when `pending()` is called: `wait` calls it
 /// right after it subscribes to the inbox, so a test can deliver strictly
-/// after the subscription and exercise the arrival path.
-fn observed(agent: &Arc<dyn Agent>) -> (Arc<dyn Agent>, Arc<Semaphore>) {
+/// after the subscription and exercise the arrival path. The flag says
+/// whether anything copied the agent's whole log (`events()`).
+fn observed(agent: &Arc<dyn Agent>) -> (Arc<dyn Agent>, Arc<Semaphore>, Arc<AtomicBool>) {
     let checked = Arc::new(Semaphore::new(0));
-    let tap = checked.clone();
-    let wrapper: Arc<dyn Agent> =
-        Arc::new(TappedAgent::new(agent.clone()).on_pending(move || tap.add_permits(1)));
-    (wrapper, checked)
+    let copied = Arc::new(AtomicBool::new(false));
+    let (tap, flag) = (checked.clone(), copied.clone());
+    let wrapper: Arc<dyn Agent> = Arc::new(
+        TappedAgent::new(agent.clone())
+            .on_pending(move || tap.add_permits(1))
+            .on_first_events(move || flag.store(true, Ordering::SeqCst)),
+    );
+    (wrapper, checked, copied)
 }
 
 /// Start a turn of `agent` keyed `key` whose first model request is held
@@ -520,13 +526,15 @@ async fn busy(world: &World, agent: &Arc<dyn Agent>, key: &str, then: Scripted) 
 
 /// Arrivals after `wait` subscribed: a message, then a settlement notice.
 /// The lead is mid-turn (its model holds a request), as it is whenever its
-/// model calls `wait`, so arrivals stay pending until its next step.
+/// model calls `wait`, so arrivals stay pending until its next step. `wait`
+/// describes them from their announcements: it never copies the caller's
+/// log (models call it thousands of times a minute).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn wait_returns_on_an_arrival() {
     let world = world().await;
     let lead = world.lead.clone();
     let b = world.held(&lead, "b").await;
-    let (caller, checked) = observed(&lead);
+    let (caller, checked, copied) = observed(&lead);
 
     let lead_gate = busy(&world, &lead, "lead: busy", Scripted::Text("ok".into())).await;
     let waiting = world.call("wait", &caller, json!({"timeout_ms": 600000}));
@@ -566,6 +574,10 @@ async fn wait_returns_on_an_arrival() {
     };
     let ((error, on_notice), ()) = tokio::join!(waiting, settle);
     assert!(!error, "{on_notice}");
+    assert!(
+        !copied.load(Ordering::SeqCst),
+        "wait copied the caller's whole log"
+    );
     lead_gate.add_permits(1);
     insta::assert_snapshot!("wait_arrivals", format!("{on_message}\n{on_notice}"));
     world.finish().await;
@@ -660,7 +672,7 @@ async fn wait_is_cancellable() {
     let world = world().await;
     let lead = world.lead.clone();
     // Directly: the call's token ends the wait.
-    let (caller, checked) = observed(&lead);
+    let (caller, checked, _) = observed(&lead);
     let cancel = CancellationToken::new();
     let waiting = world.call_with("wait", &caller, json!({}), cancel.clone());
     let cancelling = async {

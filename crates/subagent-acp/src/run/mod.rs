@@ -4,6 +4,19 @@
 //! process and forwards stderr. The run's result settles exactly once:
 //! from the agent's stop reason, from an observed fault, or as `aborted`
 //! the moment the run is disposed (B40); whichever comes first wins.
+//!
+//! Answering permission requests is in `permission.rs`, opening the
+//! session (`initialize`, `session/new` or `session/load`, the model
+//! choice) in `session.rs`. What stays here is one run's lifecycle and
+//! the state its tasks share: it is over ~800 lines because start-up,
+//! the driver, the result and teardown all read and settle that one
+//! `Shared`, and splitting them further would spread its invariant (the
+//! result settles exactly once) over files.
+
+mod permission;
+mod session;
+
+use session::{Opening, open_session};
 
 use dsh_subagent::InfraError;
 use std::collections::HashMap;
@@ -13,12 +26,8 @@ use std::sync::atomic::{AtomicU8, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use agent_client_protocol::schema::ProtocolVersion;
 use agent_client_protocol::v1::schema::{
-    self as acp, CancelNotification, Implementation, InitializeRequest, LoadSessionRequest,
-    NewSessionRequest, PermissionOptionKind, PromptRequest, RequestPermissionOutcome,
-    RequestPermissionRequest, RequestPermissionResponse, SelectedPermissionOutcome,
-    SessionNotification, SetSessionConfigOptionRequest,
+    self as acp, CancelNotification, PromptRequest, RequestPermissionRequest, SessionNotification,
 };
 use agent_client_protocol::{Agent, Channel, Client};
 use async_trait::async_trait;
@@ -30,8 +39,8 @@ use tokio::sync::{oneshot, watch};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::advertised::{Advertised, AdvertisedCache};
-use crate::config::{AcpConfig, Asker, PermissionAnswer, PermissionPolicy, PermissionQuestion};
+use crate::advertised::AdvertisedCache;
+use crate::config::{AcpConfig, Asker, PermissionPolicy};
 use crate::fault::{ExitFact, Fault, Phase, agent_text, map_stop_reason, stop_diagnostic};
 use crate::process::{self, ProcessGroup};
 use crate::progress::{AcpProgress, ProgressUpdate, block_text, progress_of, runtime_kinds};
@@ -251,89 +260,6 @@ impl Shared {
                 tracing::trace!(run = %self.run_id, "an ACP session update not reported as progress")
             }
         }
-    }
-
-    /// Answer a permission request by the policy (asking the host's asker
-    /// under `ask`; a dispose while it waits answers `cancelled`).
-    async fn answer(&self, request: &RequestPermissionRequest) -> RequestPermissionResponse {
-        let pick = |kinds: [PermissionOptionKind; 2]| {
-            kinds.iter().find_map(|kind| {
-                request
-                    .options
-                    .iter()
-                    .find(|option| option.kind == *kind)
-                    .map(|option| option.option_id.clone())
-            })
-        };
-        let once = [
-            PermissionOptionKind::AllowOnce,
-            PermissionOptionKind::AllowAlways,
-        ];
-        let always = [
-            PermissionOptionKind::AllowAlways,
-            PermissionOptionKind::AllowOnce,
-        ];
-        let action = agent_text(
-            &request
-                .tool_call
-                .fields
-                .title
-                .clone()
-                .unwrap_or_else(|| request.tool_call.tool_call_id.to_string()),
-            &self.masked,
-        );
-        let allowed = match (self.permission, &self.asker) {
-            (PermissionPolicy::Allow, _) => pick(once),
-            (PermissionPolicy::AllowAlways, _) => pick(always),
-            (PermissionPolicy::Ask, Some(asker)) => {
-                let question = PermissionQuestion {
-                    agent: self.agent.clone(),
-                    action: action.clone(),
-                    kind: request
-                        .tool_call
-                        .fields
-                        .kind
-                        .as_ref()
-                        .and_then(|kind| serde_json::to_value(kind).ok())
-                        .and_then(|kind| kind.as_str().map(str::to_owned)),
-                };
-                let answer = tokio::select! {
-                    biased;
-                    () = self.stop.cancelled() => None,
-                    answer = asker.0.ask(question) => Some(answer),
-                };
-                match answer {
-                    Some(PermissionAnswer::AllowOnce) => pick(once),
-                    Some(PermissionAnswer::AllowAlways) => pick(always),
-                    Some(PermissionAnswer::Reject) => None,
-                    None => {
-                        return RequestPermissionResponse::new(RequestPermissionOutcome::Cancelled);
-                    }
-                }
-            }
-            (PermissionPolicy::Reject | PermissionPolicy::Ask, _) => None,
-        };
-        let granted = allowed.is_some();
-        if !granted {
-            self.refused
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .get_or_insert(action);
-        }
-        let outcome = match allowed.or_else(|| {
-            pick([
-                PermissionOptionKind::RejectOnce,
-                PermissionOptionKind::RejectAlways,
-            ])
-        }) {
-            Some(id) => RequestPermissionOutcome::Selected(SelectedPermissionOutcome::new(id)),
-            None => RequestPermissionOutcome::Cancelled,
-        };
-        self.emit(ProgressUpdate::Permission {
-            tool_call_id: request.tool_call.tool_call_id.to_string(),
-            granted,
-        });
-        RequestPermissionResponse::new(outcome)
     }
 
     /// Count the usage the agent reported at the end of a turn, into the
@@ -643,158 +569,6 @@ async fn foreground(
             let fault = shared.request_fault(&err, &mut exit).await;
             shared.settle_fault(&fault);
         }
-    }
-}
-
-/// `initialize`, check the prompt against what the agent accepts, then
-/// `session/new` in `cwd`, recording what the agent advertised; then the
-/// model, when one was asked for, through the agent's model selector.
-async fn open_session(
-    cx: &agent_client_protocol::v1::ConnectionTo<Agent>,
-    shared: &Shared,
-    opening: Opening,
-    exit: &mut watch::Receiver<Option<ExitStatus>>,
-) -> Result<acp::SessionId, StartFailure> {
-    let Opening {
-        cwd,
-        images,
-        model,
-        open,
-    } = opening;
-    shared.set_phase(Phase::Initialize);
-    let initialize = InitializeRequest::new(ProtocolVersion::V1).client_info(Implementation::new(
-        "dsh-subagent-acp",
-        env!("CARGO_PKG_VERSION"),
-    ));
-    let initialized = match cx.send_request(initialize).block_task().await {
-        Ok(response) => response,
-        Err(err) => return Err(shared.request_fault(&err, exit).await.into()),
-    };
-    if images > 0 && !initialized.agent_capabilities.prompt_capabilities.image {
-        return Err(Fault::ImagesUnsupported { count: images }.into());
-    }
-    let load_session = initialized.agent_capabilities.load_session;
-    shared.set_phase(Phase::NewSession);
-    if let Open::Load(session_id) = open {
-        if !load_session {
-            return Err(StartFailure::NotResumable(
-                "the agent no longer advertises loadSession".to_owned(),
-            ));
-        }
-        shared.replaying.store(true, Ordering::SeqCst);
-        let loaded = cx
-            .send_request(LoadSessionRequest::new(session_id.clone(), cwd.clone()))
-            .block_task()
-            .await;
-        shared.replaying.store(false, Ordering::SeqCst);
-        return match loaded {
-            Ok(_) => {
-                *shared
-                    .session
-                    .lock()
-                    .unwrap_or_else(PoisonError::into_inner) =
-                    Some((session_id.clone(), cwd, load_session));
-                Ok(session_id)
-            }
-            Err(err) if agent_client_protocol::is_incoming_transport_closed(&err) => {
-                Err(shared.request_fault(&err, exit).await.into())
-            }
-            Err(err) => Err(StartFailure::NotResumable(format!(
-                "the agent did not load its session: {}",
-                shared.request_fault(&err, exit).await
-            ))),
-        };
-    }
-    let session = match cx
-        .send_request(NewSessionRequest::new(cwd.clone()))
-        .block_task()
-        .await
-    {
-        Ok(session) => session,
-        Err(err) => return Err(shared.request_fault(&err, exit).await.into()),
-    };
-    *shared
-        .session
-        .lock()
-        .unwrap_or_else(PoisonError::into_inner) =
-        Some((session.session_id.clone(), cwd, load_session));
-    let selector = ModelSelector::of(session.config_options.as_deref().unwrap_or_default());
-    shared.advertised.record(Advertised {
-        load_session: initialized.agent_capabilities.load_session,
-        images: initialized.agent_capabilities.prompt_capabilities.image,
-        models: selector.as_ref().map(|selector| selector.values.clone()),
-    });
-    let Some(model) = model else {
-        return Ok(session.session_id);
-    };
-    let Some(selector) = selector else {
-        return Err(StartFailure::Refused(
-            AdmissionError::UnsupportedCapability {
-                provider: shared.agent.clone(),
-                capability: "agent_options (the agent advertises no model selector)",
-            },
-        ));
-    };
-    if !selector.values.contains(&model) {
-        return Err(StartFailure::Refused(AdmissionError::UnsupportedValue {
-            provider: shared.agent.clone(),
-            option: "model",
-            value: model,
-            offered: selector.values,
-        }));
-    }
-    let choose = SetSessionConfigOptionRequest::new(
-        session.session_id.clone(),
-        selector.config_id,
-        acp::SessionConfigValueId::new(model),
-    );
-    match cx.send_request(choose).block_task().await {
-        Ok(_) => Ok(session.session_id),
-        Err(err) => Err(shared.request_fault(&err, exit).await.into()),
-    }
-}
-
-/// What opening a session needs.
-struct Opening {
-    cwd: PathBuf,
-    images: usize,
-    model: Option<String>,
-    open: Open,
-}
-
-/// An agent's model selector: the first `select` option of category
-/// `model`, and the value ids it offers (groups flattened).
-struct ModelSelector {
-    config_id: acp::SessionConfigId,
-    values: Vec<String>,
-}
-
-impl ModelSelector {
-    fn of(options: &[acp::SessionConfigOption]) -> Option<Self> {
-        options.iter().find_map(|option| {
-            let acp::SessionConfigKind::Select(select) = &option.kind else {
-                return None;
-            };
-            if option.category != Some(acp::SessionConfigOptionCategory::Model) {
-                return None;
-            }
-            let values = match &select.options {
-                acp::SessionConfigSelectOptions::Ungrouped(options) => options
-                    .iter()
-                    .map(|option| option.value.to_string())
-                    .collect(),
-                acp::SessionConfigSelectOptions::Grouped(groups) => groups
-                    .iter()
-                    .flat_map(|group| &group.options)
-                    .map(|option| option.value.to_string())
-                    .collect(),
-                _ => Vec::new(),
-            };
-            Some(Self {
-                config_id: option.id.clone(),
-                values,
-            })
-        })
     }
 }
 
