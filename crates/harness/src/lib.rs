@@ -8,6 +8,7 @@ pub mod prompt;
 pub mod scripted;
 pub mod store;
 pub mod tools;
+pub mod turn;
 
 pub use agent::LoopAgent;
 pub use harness::{Harness, HarnessBuilder, ModelRoutes, TextObserver};
