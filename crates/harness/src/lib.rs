@@ -5,6 +5,7 @@ mod chunked;
 mod finish;
 pub mod harness;
 pub mod prompt;
+pub mod replay;
 pub mod scripted;
 pub mod store;
 pub mod tools;

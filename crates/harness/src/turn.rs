@@ -50,8 +50,9 @@ pub enum Effect {
     /// Whether any pending next-step input wakes the agent (a look, not a
     /// claim). Answer [`Input::SteeringWakes`].
     SteeringWakes,
-    /// Whether the turn is cancelled now. Answer [`Input::Cancelled`].
-    IsCancelled,
+    /// Whether the turn is cancelled now, asked at `Check`. Answer
+    /// [`Input::Cancelled`].
+    IsCancelled(Check),
     /// Append these events to the log, in one write (the host gives them
     /// their seqs and time). Answer [`Input::Appended`].
     Append(Vec<EventPayload>),
@@ -70,6 +71,21 @@ pub enum Effect {
     /// The turn is over and its `turn/end` is written; nothing more to do
     /// but the turn-boundary checkpoint.
     Done,
+}
+
+/// Where a turn asks whether it is cancelled: the points the loop has
+/// always looked (a host that infers cancellation, such as a replay,
+/// needs to know which).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Check {
+    /// Before the turn's first write (a turn cancelled by now starts no step).
+    TurnStart,
+    /// Before a step begins.
+    StepStart,
+    /// After a reply that calls no tool, before it ends the turn.
+    Reply,
+    /// After the step's tools are answered (or when there were none).
+    Tools,
 }
 
 /// The answer to the last [`Effect`].
@@ -236,7 +252,7 @@ impl TurnMachine {
         match (phase, input) {
             (Phase::Claim, Input::Claimed(batch)) => {
                 self.phase = Phase::StartCheck(batch);
-                Ok(Effect::IsCancelled)
+                Ok(Effect::IsCancelled(Check::TurnStart))
             }
             (Phase::StartCheck(batch), Input::Cancelled(cancelled)) => {
                 let mut payloads = vec![EventPayload::TurnStart(TurnStart { turn: self.turn })];
@@ -349,7 +365,7 @@ impl TurnMachine {
     /// Step `self.step` begins (`started`: its `step/start` is written).
     fn begin_step(&mut self, started: bool) -> Effect {
         self.phase = Phase::StepCheck { started };
-        Effect::IsCancelled
+        Effect::IsCancelled(Check::StepStart)
     }
 
     fn ask(&mut self) -> Effect {
@@ -401,7 +417,7 @@ impl TurnMachine {
             // waking steering is pending (the check the step boundary
             // makes, made first).
             self.phase = Phase::ReplyCheck(payloads);
-            return Effect::IsCancelled;
+            return Effect::IsCancelled(Check::Reply);
         }
         self.write_reply(payloads, reply.finish)
     }
@@ -459,7 +475,7 @@ impl TurnMachine {
             return self.end(StopReason::COMPLETED, None);
         }
         self.phase = Phase::ToolsCheck;
-        Effect::IsCancelled
+        Effect::IsCancelled(Check::Tools)
     }
 
     /// The step boundary: steering and injected context join here. With no
@@ -689,7 +705,7 @@ pub async fn drive<E: Effects + Send>(
         let input = match effect {
             Effect::Claim { turn_boundary } => Input::Claimed(effects.claim(turn_boundary)),
             Effect::SteeringWakes => Input::SteeringWakes(effects.steering_wakes()),
-            Effect::IsCancelled => Input::Cancelled(effects.is_cancelled()),
+            Effect::IsCancelled(_) => Input::Cancelled(effects.is_cancelled()),
             Effect::Append(payloads) => {
                 effects.append(payloads).await?;
                 Input::Appended

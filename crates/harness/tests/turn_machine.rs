@@ -21,8 +21,8 @@ use dsh_core::{
     ToolCall, ToolInput, ToolOutput, Usage, UserMessage,
 };
 use dsh_harness::turn::{
-    CANCELLED_TOOL_CALL, Effect, INTERRUPTED_TOOL_CALL, INTERRUPTED_TURN, Input, ModelOutcome,
-    ModelReply, TurnMachine, close_interrupted_turn,
+    CANCELLED_TOOL_CALL, Check, Effect, INTERRUPTED_TOOL_CALL, INTERRUPTED_TURN, Input,
+    ModelOutcome, ModelReply, TurnMachine, close_interrupted_turn,
 };
 use proptest::prelude::*;
 
@@ -99,7 +99,7 @@ impl Host {
                     Effect::SteeringWakes => {
                         Input::SteeringWakes(self.next_step.iter().any(|item| item.wake))
                     }
-                    Effect::IsCancelled => {
+                    Effect::IsCancelled(_) => {
                         let cancelled = self.cancel_from.is_some_and(|from| self.questions >= from);
                         self.questions += 1;
                         if cancelled {
@@ -189,7 +189,7 @@ fn a_one_step_turn_asks_in_order_and_ends_in_the_replys_write() {
         .map(|effect| match effect {
             Effect::Claim { .. } => "claim",
             Effect::SteeringWakes => "steering",
-            Effect::IsCancelled => "cancelled?",
+            Effect::IsCancelled(_) => "cancelled?",
             Effect::Append(_) => "append",
             Effect::AskModel { .. } => "model",
             Effect::CallTools => "tools",
@@ -327,7 +327,7 @@ fn an_input_that_answers_nothing_asked_is_refused_and_changes_nothing() {
     // Still waiting for the claim.
     assert_eq!(
         machine.resume(Input::Claimed(Vec::new())),
-        Ok(Effect::IsCancelled)
+        Ok(Effect::IsCancelled(Check::TurnStart))
     );
 }
 

@@ -131,7 +131,9 @@ pub async fn turn(agent: &Arc<dyn Agent>, text: &str) -> Vec<SessionEvent> {
         .await
         .unwrap();
     bounded(agent.wait_idle()).await;
-    agent.events()
+    let events = agent.events();
+    dsh_test_support::replays::assert_replays(agent.header(), &events);
+    events
 }
 
 /// Events carrying `payloads`, seqs from 0.
