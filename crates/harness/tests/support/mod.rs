@@ -131,9 +131,7 @@ pub async fn turn(agent: &Arc<dyn Agent>, text: &str) -> Vec<SessionEvent> {
         .await
         .unwrap();
     bounded(agent.wait_idle()).await;
-    let events = agent.events();
-    dsh_test_support::replays::assert_replays(agent.header(), &events);
-    events
+    agent.events()
 }
 
 /// Events carrying `payloads`, seqs from 0.
