@@ -44,6 +44,7 @@ mod json;
 mod model;
 mod observe;
 mod providers;
+mod replay;
 mod resume;
 mod run;
 mod send;
@@ -318,6 +319,17 @@ enum Command {
         #[command(flatten)]
         root: RootArg,
     },
+    /// Drive every session of the most recent tree (or of TREE) again
+    /// from its own log and say, per session, `identical` or the first
+    /// event that diverges; exit 1 on any divergence. Nothing is run or
+    /// written.
+    Replay {
+        /// The root session of the tree (default: the most recent root).
+        #[arg(value_name = "TREE")]
+        tree: Option<String>,
+        #[command(flatten)]
+        dir: DirArg,
+    },
     /// Show the agent team of the most recent tree (or of TREE): the
     /// roster with each member's status, the task board with readiness,
     /// owners and write-scope overlap warnings, and the mailbox.
@@ -566,6 +578,7 @@ fn main() -> ExitCode {
         Command::Agents { .. }
         | Command::Show { .. }
         | Command::Team { .. }
+        | Command::Replay { .. }
         | Command::Providers => None,
     };
     diagnostics(cli.verbose, log.as_deref());
@@ -668,5 +681,6 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             show::show(&dir.dir, root.root.as_deref(), &name).await
         }
         Command::Team { tree, dir } => team::team(&dir.dir, tree.as_deref()).await,
+        Command::Replay { tree, dir } => replay::replay(&dir.dir, tree.as_deref()).await,
     }
 }

@@ -51,6 +51,7 @@ fn the_offline_demo_runs_the_whole_tree_and_leaves_it_to_list_message_and_read()
     let show = scratch.dsh(&["show", "reviewer"], &[]);
     assert!(show.status.success(), "{}", text(&show.stderr));
     snapshot!(&scratch, "show_reviewer", &text(&show.stdout));
+    dsh_test_support::replays::assert_dir_replays(&scratch.sessions());
 }
 
 #[test]

@@ -224,6 +224,7 @@ fn a_lead_and_two_children_fix_a_failing_test_against_an_api_that_checks_every_r
         text(&lead.stdout)
     );
     snapshot!(&scratch, "e2e_send_lead", text(&lead.stdout));
+    dsh_test_support::replays::assert_dir_replays(&scratch.sessions());
 }
 
 /// After a real run, a bad `dsh.toml` (an unknown key, a bad value, an

@@ -427,6 +427,7 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
                 left.len()
             ));
         }
+        dsh_test_support::replays::assert_dir_replays(&dir);
     }
     if hung_sends >= MAX_HUNG_SENDS {
         failures.push(format!(

@@ -9,7 +9,7 @@
 use std::path::Path;
 use std::process::Command;
 
-const COMMANDS: [&str; 5] = ["run", "agents", "send", "providers", "show"];
+const COMMANDS: [&str; 6] = ["run", "agents", "send", "providers", "show", "replay"];
 
 fn help(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_dsh"))

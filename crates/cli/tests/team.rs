@@ -94,6 +94,7 @@ fn the_team_demo_runs_a_lead_two_teammates_and_three_tasks_and_dsh_team_shows_it
     let again = scratch.dsh(&["run", "--team"], &[]);
     assert!(again.status.success(), "{}", text(&again.stderr));
     snapshot(&scratch, "team_demo", &text(&again.stdout));
+    dsh_test_support::replays::assert_dir_replays(&scratch.sessions());
 }
 
 #[test]
@@ -318,6 +319,7 @@ fn the_team_demo_killed_anywhere_recovers_without_losing_or_repeating_a_message(
                 "{at}: {id} acknowledged, not held"
             );
         }
+        dsh_test_support::replays::assert_dir_replays(&scratch.sessions());
     }
     println!(
         "{killed} of {KILLS} runs killed part-way; {provisioning} left a member provisioning, \

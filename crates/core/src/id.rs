@@ -2,7 +2,10 @@
 //! the ids of inbox messages and tool calls. A [`SessionId`] is validated
 //! before it can exist, so that no id can ever name a path outside a store's
 //! directory; this module must never accept an id it would not be safe to use
-//! as a file name.
+//! as a file name. Fresh ids are minted from an [`IdSource`]: the OS random
+//! generator by default ([`RandomIds`], what `generate` uses), or a source a
+//! host injects so that a replay or a journaling engine mints the same ids
+//! again ([`SeededIds`]).
 
 use std::fmt;
 use std::sync::Arc;
@@ -36,7 +39,12 @@ impl SessionId {
 
     /// Mint a fresh random id (`s-` followed by 32 hex digits).
     pub fn generate() -> Self {
-        Self(minted("s-"))
+        Self::mint(&RandomIds)
+    }
+
+    /// Mint an id from `source` (`s-` followed by 32 hex digits).
+    pub fn mint(source: &dyn IdSource) -> Self {
+        Self(minted("s-", source.next_bits()))
     }
 
     /// The id as text.
@@ -45,16 +53,67 @@ impl SessionId {
     }
 }
 
+/// Where fresh ids come from: 128 bits per id, which are minted as a
+/// version-4 UUID (so an id has the same form whatever its source).
+pub trait IdSource: Send + Sync + fmt::Debug {
+    /// The bits of the next id.
+    fn next_bits(&self) -> u128;
+}
+
+/// The OS random generator: ids no other process mints.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RandomIds;
+
+impl IdSource for RandomIds {
+    fn next_bits(&self) -> u128 {
+        uuid::Uuid::new_v4().as_u128()
+    }
+}
+
+/// A deterministic source: the same seed mints the same ids in the same
+/// order (splitmix64, two draws per id), for tests and replays.
+#[derive(Debug, Default)]
+pub struct SeededIds {
+    state: std::sync::atomic::AtomicU64,
+}
+
+impl SeededIds {
+    /// A source that starts from `seed`.
+    pub fn new(seed: u64) -> Self {
+        Self {
+            state: std::sync::atomic::AtomicU64::new(seed),
+        }
+    }
+
+    fn next_u64(&self) -> u64 {
+        const GAMMA: u64 = 0x9E37_79B9_7F4A_7C15;
+        let mut z = self
+            .state
+            .fetch_add(GAMMA, std::sync::atomic::Ordering::Relaxed)
+            .wrapping_add(GAMMA);
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+}
+
+impl IdSource for SeededIds {
+    fn next_bits(&self) -> u128 {
+        (u128::from(self.next_u64()) << 64) | u128::from(self.next_u64())
+    }
+}
+
 /// `prefix` (at most 8 bytes) followed by the 32 lower-case hex digits of
-/// a fresh random UUID, in one allocation: composed on the stack and copied
-/// once into the shared text (a `format!` grew a `String` several times and
-/// then copied it into the `Arc`).
-fn minted(prefix: &str) -> Arc<str> {
+/// the version-4 UUID made of `bits`, in one allocation: composed on the
+/// stack and copied once into the shared text (a `format!` grew a `String`
+/// several times and then copied it into the `Arc`).
+fn minted(prefix: &str, bits: u128) -> Arc<str> {
     const HEX: usize = uuid::fmt::Simple::LENGTH;
     let mut text = [0u8; 8 + HEX];
     let (head, tail) = text.split_at_mut(prefix.len());
     head.copy_from_slice(prefix.as_bytes());
-    let hex = uuid::Uuid::new_v4()
+    let hex = uuid::Builder::from_random_bytes(bits.to_be_bytes())
+        .into_uuid()
         .simple()
         .encode_lower(&mut tail[..HEX])
         .len();
@@ -168,7 +227,12 @@ macro_rules! opaque_id {
 
             /// Mint a fresh random id.
             pub fn generate() -> Self {
-                Self(minted($prefix))
+                Self::mint(&RandomIds)
+            }
+
+            /// Mint an id from `source`.
+            pub fn mint(source: &dyn IdSource) -> Self {
+                Self(minted($prefix, source.next_bits()))
             }
 
             /// The id as text.
@@ -268,5 +332,32 @@ mod tests {
             let digits = id.strip_prefix(prefix).unwrap_or_else(|| panic!("{id}"));
             assert!(hex(digits), "{id}");
         }
+    }
+
+    /// A seeded source mints the same ids again, in the form random ids
+    /// have (a version-4 UUID); another seed mints others.
+    #[test]
+    fn seeded_ids_repeat_and_keep_the_minted_form() {
+        let mint = |seed| {
+            let source = SeededIds::new(seed);
+            (0..50)
+                .map(|_| CallId::mint(&source).as_str().to_owned())
+                .collect::<Vec<_>>()
+        };
+        let first = mint(1);
+        assert_eq!(first, mint(1));
+        assert_ne!(first, mint(2));
+        let distinct: std::collections::HashSet<_> = first.iter().collect();
+        assert_eq!(distinct.len(), first.len());
+        for id in &first {
+            let uuid = uuid::Uuid::parse_str(&id[2..]).unwrap();
+            assert_eq!(uuid.get_version_num(), 4, "{id}");
+        }
+        let random = RandomIds.next_bits();
+        let random = uuid::Uuid::from_u128(random);
+        assert_eq!(random.get_version_num(), 4);
+        let session = SessionId::mint(&SeededIds::new(9));
+        assert_eq!(session, SessionId::mint(&SeededIds::new(9)));
+        assert!(SessionId::new(session.as_str()).is_ok());
     }
 }

@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod attachment;
+pub mod clock;
 pub mod content;
 pub mod error;
 pub mod id;
@@ -27,9 +28,10 @@ pub use attachment::{
     AdmittedAttachment, AttachmentError, AttachmentId, AttachmentInput, AttachmentRef,
     AttachmentStore,
 };
+pub use clock::{Clock, ManualClock, SystemClock};
 pub use content::ContentBlock;
 pub use error::CoreError;
-pub use id::{CallId, MessageId, SessionId};
+pub use id::{CallId, IdSource, MessageId, RandomIds, SeededIds, SessionId};
 pub use message::{
     InboxTarget, Message, MessageSource, PromptProvenance, ToolCall, ToolInput, Transcript, Usage,
     UserMessage,

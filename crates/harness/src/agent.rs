@@ -3,7 +3,11 @@
 //! event, and a driver task that runs turns while waking input is pending.
 //! A turn claims its input, asks the model, runs the tools it calls, appends
 //! every model-visible fact to the log, and repeats step by step until the
-//! model stops; steering joins at the next step boundary. The agent never
+//! model stops; steering joins at the next step boundary. What a turn
+//! writes is decided by the [`TurnMachine`](crate::turn::TurnMachine); this
+//! module owns the agent's state and its host (`local`, the
+//! [`Effects`](crate::turn::Effects) of the agent's log, inbox, model, tools
+//! and the harness's clock). The agent never
 //! acknowledges input before its `inbox/accepted` event is written, and no
 //! driver outlives [`LoopAgent::dispose`]. Once begun, a write and its
 //! application to memory finish together (in the caller's future, and on
@@ -20,24 +24,24 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use async_trait::async_trait;
 use dsh_core::message::Transcript;
 use dsh_core::projection::{PendingItem, Projection, TranscriptProjection};
-use dsh_core::session::{
-    AssistantEntry, InboxAccepted, InboxIds, StepStart, ToolResultEntry, TurnEnd, TurnStart,
-    UserEntry, now_millis,
-};
+use dsh_core::session::{InboxAccepted, InboxIds, TurnEnd, TurnStart};
 use dsh_core::{
     Agent, AgentError, AgentHandle, AgentOptions, AgentStatus, CancelCause, CancelOptions,
     CancellationToken, ContentBlock, Dispose, Epoch, EpochClaim, EventPayload, ExtensionPayload,
-    FinishReason, InboxArrival, InboxTarget, MessageId, Model, ModelError, ModelErrorKind,
-    ModelEvent, ModelRequest, SessionEvent, SessionHeader, SessionId, SessionLog, StopReason,
-    StoreError, ToolCall, Usage, UserMessage,
+    InboxArrival, InboxTarget, MessageId, Model, SessionEvent, SessionHeader, SessionId,
+    SessionLog, StopReason, StoreError, Usage, UserMessage,
 };
-use futures::StreamExt;
 use tokio::sync::{broadcast, watch};
 
 use crate::chunked::Chunked;
 use crate::finish::Finish;
 use crate::harness::{Composed, Shared};
 use crate::tools::ScopedTools;
+use crate::turn::{self, open_turn};
+
+mod local;
+
+use local::Local;
 
 /// How many inbox arrivals an observer may fall behind before it misses some.
 const ARRIVAL_BUFFER: usize = 64;
@@ -140,19 +144,6 @@ impl std::fmt::Debug for LoopAgent {
             .field("status", &*self.status.borrow())
             .finish_non_exhaustive()
     }
-}
-
-enum StepOutcome {
-    Continue,
-    End(StopReason, Option<String>),
-    /// The turn ended, its `turn/end` written with the step's last events.
-    Ended,
-}
-
-struct ModelReply {
-    calls: Vec<ToolCall>,
-    usage: Usage,
-    finish: FinishReason,
 }
 
 impl LoopAgent {
@@ -393,7 +384,7 @@ impl LoopAgent {
                 payloads.insert(0, EventPayload::InboxDiscarded(InboxIds { message_ids }));
             }
             let first = state.events.len() as u64;
-            let time = now_millis();
+            let time = self.shared.clock.now_millis();
             payloads
                 .into_iter()
                 .enumerate()
@@ -480,8 +471,11 @@ impl LoopAgent {
         }
     }
 
+    /// Run one turn: the [`TurnMachine`](crate::turn::TurnMachine) over
+    /// this agent's log, model and tools ([`Local`]), then the
+    /// turn-boundary checkpoint.
     async fn run_turn(&self, cancel: CancellationToken) -> Result<(), AgentError> {
-        let (turn, batch) = {
+        let turn = {
             let mut state = self.state();
             let turn = state.turns;
             state.turns += 1;
@@ -492,67 +486,14 @@ impl LoopAgent {
                 }
                 state.transcript = Some(transcript);
             }
-            (turn, state.claim(true))
+            turn
         };
-        let mut payloads = vec![EventPayload::TurnStart(TurnStart { turn })];
-        payloads.extend(claim_payloads(batch));
-        // The first step's start goes out with the turn's: one write fewer
-        // per turn, and the same log as two writes would leave (a turn
-        // already cancelled starts no step).
-        let mut started = !cancel.is_cancelled();
-        if started {
-            payloads.push(EventPayload::StepStart(StepStart { turn, step: 0 }));
-        }
-        if let Err(err) = self.driver_commit(payloads, |_, _| ()).await {
-            self.end_turn_in_memory(turn, &err);
-            return Err(err);
-        }
-
         let limit = u64::from(self.options.turn_step_limit());
-        let mut step = 0;
-        let outcome = loop {
-            // Boxed, so that the driver task (spawned once per turn) stays
-            // small: a task of 1 KiB or more is a large-bin request for
-            // glibc's allocator, which then consolidates every free chunk
-            // a long history left behind, a cost that grows with the heap.
-            // A step's box is small enough to be recycled from the
-            // allocator's per-thread cache.
-            let run = self.run_step(turn, step, std::mem::take(&mut started), &cancel);
-            match Box::pin(run).await {
-                Ok(StepOutcome::Continue) => {
-                    step += 1;
-                    if step >= limit {
-                        break Ok(Some((
-                            StopReason::STEP_LIMIT,
-                            Some(format!(
-                                "the turn reached its limit of {limit} steps while the model \
-                                 was still calling tools"
-                            )),
-                        )));
-                    }
-                }
-                Ok(StepOutcome::End(reason, diagnostic)) => break Ok(Some((reason, diagnostic))),
-                Ok(StepOutcome::Ended) => break Ok(None),
-                Err(err) => break Err(err),
-            }
+        let mut local = Local {
+            agent: self,
+            cancel: &cancel,
         };
-        let (stop_reason, diagnostic) = match outcome {
-            Ok(Some(end)) => end,
-            Ok(None) => return self.checkpoint().await,
-            Err(err) => {
-                self.end_turn_in_memory(turn, &err);
-                return Err(err);
-            }
-        };
-        let end = EventPayload::TurnEnd(TurnEnd {
-            turn,
-            stop_reason,
-            diagnostic,
-        });
-        if let Err(err) = self
-            .driver_commit(vec![end], |_, state| state.turn_cancel = None)
-            .await
-        {
+        if let Err(err) = turn::drive(&mut local, turn, limit).await {
             self.end_turn_in_memory(turn, &err);
             return Err(err);
         }
@@ -568,7 +509,7 @@ impl LoopAgent {
             return;
         }
         let open = open_turn(&state.events) == Some(turn);
-        let time = now_millis();
+        let time = self.shared.clock.now_millis();
         let push = |state: &mut State, payload| {
             let seq = state.events.len() as u64;
             state.events.push(SessionEvent { seq, time, payload });
@@ -592,228 +533,6 @@ impl LoopAgent {
         );
         state.turn_cancel = None;
     }
-
-    /// One step of turn `turn`; `started` when its `step/start` is
-    /// already written (the first step's goes out with the turn's start).
-    async fn run_step(
-        &self,
-        turn: u64,
-        step: u64,
-        started: bool,
-        cancel: &CancellationToken,
-    ) -> Result<StepOutcome, AgentError> {
-        if cancel.is_cancelled() {
-            return Ok(StepOutcome::End(StopReason::ABORTED, None));
-        }
-        if !started {
-            self.driver_commit(
-                vec![EventPayload::StepStart(StepStart { turn, step })],
-                |_, _| (),
-            )
-            .await?;
-        }
-        // Shares the transcript: nothing of the conversation is copied.
-        let messages = self.state().transcript.clone().unwrap_or_default();
-        let request = ModelRequest {
-            model: self.options.model.clone(),
-            system: self.system.clone(),
-            messages,
-            tools: self.tools.specs(self),
-            max_output_tokens: self.options.max_output_tokens,
-            reasoning_effort: self.options.reasoning_effort.clone(),
-        };
-        // Streamed text survives an abort or a failure of the step (B13).
-        let mut streamed = String::new();
-        let reply = {
-            let asked = self.ask_model(request, cancel.clone(), &mut streamed);
-            tokio::select! {
-                biased;
-                () = cancel.cancelled() => None,
-                reply = asked => Some(reply),
-            }
-        };
-        let failed = match reply {
-            None => Some((StopReason::ABORTED, None)),
-            Some(Err(err)) if err.kind == ModelErrorKind::Cancelled && cancel.is_cancelled() => {
-                Some((StopReason::ABORTED, None))
-            }
-            Some(Err(err)) => Some((StopReason::ERROR, Some(err.to_string()))),
-            Some(Ok(reply)) => return self.finish_step(turn, reply, streamed, cancel).await,
-        };
-        if let Some((reason, diagnostic)) = failed {
-            if !streamed.is_empty() {
-                let text = EventPayload::AssistantMessage(AssistantEntry {
-                    content: vec![ContentBlock::text(streamed)],
-                });
-                self.driver_commit(vec![text], |_, _| ()).await?;
-            }
-            return Ok(StepOutcome::End(reason, diagnostic));
-        }
-        Ok(StepOutcome::Continue)
-    }
-
-    /// Record a complete model reply, run its tool calls and take the step
-    /// boundary's input.
-    async fn finish_step(
-        &self,
-        turn: u64,
-        reply: ModelReply,
-        text: String,
-        cancel: &CancellationToken,
-    ) -> Result<StepOutcome, AgentError> {
-        let finished_normally =
-            matches!(reply.finish, FinishReason::EndTurn | FinishReason::ToolUse);
-        let calls = if finished_normally {
-            reply.calls
-        } else {
-            Vec::new()
-        };
-        let mut payloads = Vec::new();
-        if !text.is_empty() {
-            payloads.push(EventPayload::AssistantMessage(AssistantEntry {
-                content: vec![ContentBlock::text(text)],
-            }));
-        }
-        payloads.extend(calls.iter().cloned().map(EventPayload::ToolCall));
-        if reply.usage != Usage::default() {
-            payloads.push(EventPayload::Usage(reply.usage));
-        }
-        let usage = reply.usage;
-        // A reply that calls no tool ends the turn unless waking steering
-        // is pending: then its `turn/end` goes out in the same write (the
-        // check is the one the step boundary below makes, made first).
-        if finished_normally && calls.is_empty() && !cancel.is_cancelled() {
-            let steering_wakes = self.state().next_step.iter().any(|item| item.wake);
-            if !steering_wakes {
-                payloads.push(EventPayload::TurnEnd(TurnEnd {
-                    turn,
-                    stop_reason: StopReason::COMPLETED,
-                    diagnostic: None,
-                }));
-                self.driver_commit(payloads, move |_, state| {
-                    state.usage += usage;
-                    state.turn_cancel = None;
-                })
-                .await?;
-                return Ok(StepOutcome::Ended);
-            }
-        }
-        self.driver_commit(payloads, move |_, state| state.usage += usage)
-            .await?;
-        if !finished_normally {
-            let diagnostic = match &reply.finish {
-                FinishReason::Other(reason) => Some(format!("the model stopped: {reason}")),
-                _ => None,
-            };
-            return Ok(StepOutcome::End(reply.finish.stop_reason(), diagnostic));
-        }
-
-        let mut end_turn = false;
-        if !calls.is_empty() {
-            let agent: Arc<dyn Agent> = match self.this.upgrade() {
-                Some(agent) => agent,
-                None => return Err(AgentError::Disposed(self.header.id.clone())),
-            };
-            let outputs = tokio::select! {
-                biased;
-                () = cancel.cancelled() => None,
-                // Boxed: only a step that calls tools pays for the tools'
-                // futures, and the step's own box stays small.
-                outputs = Box::pin(self.tools.call_all(&calls, agent, cancel.clone())) => Some(outputs),
-            };
-            let aborted = outputs.is_none();
-            let results = match outputs {
-                Some(outputs) => calls
-                    .iter()
-                    .zip(outputs)
-                    .map(|(call, output)| {
-                        end_turn |= output.end_turn;
-                        result_payload(call, output.content, output.is_error)
-                    })
-                    .collect(),
-                // Every call gets a result, so the transcript stays well formed.
-                None => calls
-                    .iter()
-                    .map(|call| {
-                        result_payload(
-                            call,
-                            vec![ContentBlock::text("The tool call was cancelled.")],
-                            true,
-                        )
-                    })
-                    .collect(),
-            };
-            self.driver_commit(results, |_, _| ()).await?;
-            if aborted {
-                return Ok(StepOutcome::End(StopReason::ABORTED, None));
-            }
-        }
-        if end_turn || cancel.is_cancelled() {
-            let reason = if end_turn {
-                StopReason::COMPLETED
-            } else {
-                StopReason::ABORTED
-            };
-            return Ok(StepOutcome::End(reason, None));
-        }
-
-        // The step boundary: steering and injected context join here. With no
-        // tool call to answer, only waking steering continues the turn.
-        let batch = {
-            let mut state = self.state();
-            let steering_wakes = state.next_step.iter().any(|item| item.wake);
-            if calls.is_empty() && !steering_wakes {
-                Vec::new()
-            } else {
-                state.claim(false)
-            }
-        };
-        if !batch.is_empty() {
-            self.driver_commit(claim_payloads(batch), |_, _| ()).await?;
-            return Ok(StepOutcome::Continue);
-        }
-        if calls.is_empty() {
-            Ok(StepOutcome::End(StopReason::COMPLETED, None))
-        } else {
-            Ok(StepOutcome::Continue)
-        }
-    }
-
-    /// Stream one reply; its text goes to `text` as it arrives, so a caller
-    /// that drops this future still has what was said.
-    async fn ask_model(
-        &self,
-        request: ModelRequest,
-        cancel: CancellationToken,
-        text: &mut String,
-    ) -> Result<ModelReply, ModelError> {
-        let mut stream = self.model.stream(request, cancel).await?;
-        let mut reply = ModelReply {
-            calls: Vec::new(),
-            usage: Usage::default(),
-            finish: FinishReason::EndTurn,
-        };
-        while let Some(event) = stream.next().await {
-            match event? {
-                ModelEvent::TextDelta(delta) => {
-                    if let Some(observer) = &self.shared.text_observer {
-                        observer.text_delta(self.id(), &delta);
-                    }
-                    text.push_str(&delta);
-                }
-                ModelEvent::ToolCall(call) => reply.calls.push(call),
-                ModelEvent::Usage(usage) => reply.usage += usage,
-                ModelEvent::Finish(finish) => {
-                    reply.finish = finish;
-                    return Ok(reply);
-                }
-            }
-        }
-        Err(ModelError::new(
-            ModelErrorKind::Protocol,
-            "the response ended without a finish reason",
-        ))
-    }
 }
 
 /// Whether `payload` changes the model-visible conversation.
@@ -825,55 +544,6 @@ fn is_conversation(payload: &EventPayload) -> bool {
             | EventPayload::ToolCall(_)
             | EventPayload::ToolResult(_)
     )
-}
-
-/// The turn that was started and never ended, if any.
-pub(crate) fn open_turn<'a, I>(events: I) -> Option<u64>
-where
-    I: IntoIterator<Item = &'a SessionEvent>,
-    I::IntoIter: DoubleEndedIterator,
-{
-    for event in events.into_iter().rev() {
-        match &event.payload {
-            EventPayload::TurnEnd(_) => return None,
-            EventPayload::TurnStart(start) => return Some(start.turn),
-            _ => {}
-        }
-    }
-    None
-}
-
-/// The events of claiming `batch`: each message, then the claim naming
-/// them. A batch torn in between leaves a message either pending (not yet
-/// in the transcript) or in the transcript, which claims it
-/// ([`PendingInboxProjection`](dsh_core::projection::PendingInboxProjection)):
-/// delivered exactly once either way.
-fn claim_payloads(batch: Vec<PendingItem>) -> Vec<EventPayload> {
-    if batch.is_empty() {
-        return Vec::new();
-    }
-    let claimed = EventPayload::InboxClaimed(InboxIds {
-        message_ids: batch.iter().map(|item| item.message.id.clone()).collect(),
-    });
-    let mut payloads: Vec<EventPayload> = batch
-        .into_iter()
-        .map(|item| {
-            EventPayload::UserMessage(UserEntry {
-                message: item.message,
-            })
-        })
-        .collect();
-    payloads.push(claimed);
-    payloads
-}
-
-fn result_payload(call: &ToolCall, content: Vec<ContentBlock>, is_error: bool) -> EventPayload {
-    EventPayload::ToolResult(ToolResultEntry {
-        call_id: call.call_id.clone(),
-        name: call.name.clone(),
-        content,
-        is_error,
-    })
 }
 
 #[async_trait]

@@ -10,17 +10,18 @@ use std::sync::{Arc, PoisonError, RwLock};
 
 use async_trait::async_trait;
 use dsh_core::projection::{PendingItem, PendingItemsFold};
-use dsh_core::session::{ToolResultEntry, TurnEnd, completed_turn_prefix};
+use dsh_core::session::completed_turn_prefix;
 use dsh_core::{
-    AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, CallId,
-    Composition, ContentBlock, CreateAgent, EventPayload, Model, PresetCatalog, ResumeAgent,
-    SessionEvent, SessionHeader, SessionStore, StopReason, Tool,
+    AgentError, AgentFactory, AgentHandle, AgentOptions, AgentRegistry, AgentSetup, Clock,
+    Composition, CreateAgent, EventPayload, IdSource, Model, PresetCatalog, RandomIds, ResumeAgent,
+    SessionEvent, SessionHeader, SessionStore, SystemClock, Tool,
 };
 use tokio_util::task::TaskTracker;
 
-use crate::agent::{LoopAgent, Restored, open_turn};
+use crate::agent::{LoopAgent, Restored};
 use crate::prompt::SystemPrompt;
 use crate::tools::{ScopedTools, ToolRegistry, ToolRegistryError};
+use crate::turn::{close_interrupted_turn, open_turn};
 
 /// The models a host can route to, by provider name.
 #[derive(Clone, Default)]
@@ -91,6 +92,10 @@ pub(crate) struct Shared {
     prompt: SystemPrompt,
     defaults: AgentOptions,
     pub(crate) text_observer: Option<Arc<dyn TextObserver>>,
+    /// Where every event time comes from.
+    pub(crate) clock: Arc<dyn Clock>,
+    /// Where ids minted for this harness's agents come from.
+    ids: Arc<dyn IdSource>,
 }
 
 /// Hears the model's text as it streams, before a step's text is recorded:
@@ -182,9 +187,27 @@ pub struct HarnessBuilder {
     prompt: SystemPrompt,
     defaults: AgentOptions,
     text_observer: Option<Arc<dyn TextObserver>>,
+    clock: Arc<dyn Clock>,
+    ids: Arc<dyn IdSource>,
 }
 
 impl HarnessBuilder {
+    /// The clock every event time comes from (the system clock unless
+    /// set): a replay or a journaling engine injects its own.
+    #[must_use]
+    pub fn clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// The source of the ids minted for this harness's hosts and tools
+    /// ([`Harness::ids`]; the OS random generator unless set).
+    #[must_use]
+    pub fn ids(mut self, ids: Arc<dyn IdSource>) -> Self {
+        self.ids = ids;
+        self
+    }
+
     /// Hear every agent's streamed text as it arrives ([`TextObserver`]).
     #[must_use]
     pub fn text_observer(mut self, observer: Arc<dyn TextObserver>) -> Self {
@@ -259,6 +282,8 @@ impl HarnessBuilder {
                 prompt: self.prompt,
                 defaults: self.defaults,
                 text_observer: self.text_observer,
+                clock: self.clock,
+                ids: self.ids,
             }),
         })
     }
@@ -291,7 +316,19 @@ impl Harness {
             prompt: SystemPrompt::new(),
             defaults: AgentOptions::default(),
             text_observer: None,
+            clock: Arc::new(SystemClock),
+            ids: Arc::new(RandomIds),
         }
+    }
+
+    /// The clock every event time comes from.
+    pub fn clock(&self) -> &Arc<dyn Clock> {
+        &self.shared.clock
+    }
+
+    /// The source ids are minted from ([`HarnessBuilder::ids`]).
+    pub fn ids(&self) -> &Arc<dyn IdSource> {
+        &self.shared.ids
     }
 
     /// Add a host tool after the harness is built: for tools that need the
@@ -415,7 +452,7 @@ impl AgentFactory for Harness {
         };
         let mut events = loaded.events;
         if let Some(turn) = open_turn(&events) {
-            let repair = close_interrupted_turn(turn, &events);
+            let repair = close_interrupted_turn(turn, &events, self.shared.clock.now_millis());
             if let Err(err) = log.append(&repair).await {
                 log.close().await;
                 return Err(err.into());
@@ -464,54 +501,7 @@ impl Harness {
 }
 
 /// The message a tool call left unanswered by a crash is answered with (B53).
-pub const INTERRUPTED_TOOL_CALL: &str =
-    "The session stopped before this tool call returned; its outcome is unknown.";
-
-/// The events that close turn `turn`, which the log leaves open: an error
-/// result for every tool call of it that has none (so every transcript
-/// answers each call, in order, B53), then the turn's end as `aborted`.
-fn close_interrupted_turn(turn: u64, events: &[SessionEvent]) -> Vec<SessionEvent> {
-    let start = events
-        .iter()
-        .rposition(|event| matches!(event.payload, EventPayload::TurnStart(_)))
-        .unwrap_or(0);
-    let answered: std::collections::HashSet<&CallId> = events[start..]
-        .iter()
-        .filter_map(|event| match &event.payload {
-            EventPayload::ToolResult(result) => Some(&result.call_id),
-            _ => None,
-        })
-        .collect();
-    let mut payloads: Vec<EventPayload> = events[start..]
-        .iter()
-        .filter_map(|event| match &event.payload {
-            EventPayload::ToolCall(call) if !answered.contains(&call.call_id) => {
-                Some(EventPayload::ToolResult(ToolResultEntry {
-                    call_id: call.call_id.clone(),
-                    name: call.name.clone(),
-                    content: vec![ContentBlock::text(INTERRUPTED_TOOL_CALL)],
-                    is_error: true,
-                }))
-            }
-            _ => None,
-        })
-        .collect();
-    payloads.push(EventPayload::TurnEnd(TurnEnd {
-        turn,
-        stop_reason: StopReason::ABORTED,
-        diagnostic: Some("the session stopped while this turn was running".into()),
-    }));
-    let time = dsh_core::session::now_millis();
-    payloads
-        .into_iter()
-        .enumerate()
-        .map(|(offset, payload)| SessionEvent {
-            seq: (events.len() + offset) as u64,
-            time,
-            payload,
-        })
-        .collect()
-}
+pub use crate::turn::INTERRUPTED_TOOL_CALL;
 
 /// The events this session wrote itself, after any seed.
 /// What a resume needs of its log, in one pass over it (a pass over a

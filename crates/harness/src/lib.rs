@@ -5,9 +5,11 @@ mod chunked;
 mod finish;
 pub mod harness;
 pub mod prompt;
+pub mod replay;
 pub mod scripted;
 pub mod store;
 pub mod tools;
+pub mod turn;
 
 pub use agent::LoopAgent;
 pub use harness::{Harness, HarnessBuilder, ModelRoutes, TextObserver};

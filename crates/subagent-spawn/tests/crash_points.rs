@@ -266,6 +266,8 @@ async fn check(
     }
     until(|| after.runtime.tasks().is_empty()).await;
     bounded(after.harness.shutdown()).await;
+    dsh_test_support::replays::assert_store_replays(&JsonlStore::new(scratch, DURABILITY).unwrap())
+        .await;
 }
 
 #[tokio::test]

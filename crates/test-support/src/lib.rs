@@ -10,7 +10,8 @@
 //! a re-executed test process (`world::process`); a counting allocator for
 //! the memory benches ([`alloc`]); the measurements benches record for
 //! `cargo xtask bench` ([`bench`](mod@bench)); and with the `replay`
-//! feature, the replay workload two benches share (`replay`). Used only as a dev-dependency; it must
+//! feature, the replay workload two benches share (`replay`); and with either
+//! of those, the check that a suite's sessions replay identical (`replays`, B59). Used only as a dev-dependency; it must
 //! never become a dependency of a library crate.
 
 pub mod alloc;
@@ -18,6 +19,8 @@ pub mod bench;
 pub mod logs;
 #[cfg(feature = "replay")]
 pub mod replay;
+#[cfg(any(feature = "replay", feature = "world"))]
+pub mod replays;
 pub mod requests;
 pub mod specs;
 pub mod store;
