@@ -6,7 +6,7 @@
 //! create replaces), a seeded one is written to a hidden temporary file,
 //! then hard-linked into place so an existing log is never clobbered. It
 //! has exactly one writer at a time (an in-process registry plus an exclusive
-//! OS file lock, both held by one owner, in `handle`), and only ever
+//! OS file lock, both held by one owner, in `slot`), and only ever
 //! grows by whole lines. Reading never skips a line: the one thing repaired
 //! is a torn last line, cut on open and reported (in `parse`). Opening a
 //! store sweeps the temporary files a crashed writer left. This module must
@@ -14,15 +14,18 @@
 //! it does not hold the lock for.
 
 mod batched;
+mod create;
 mod dirsync;
 #[cfg(test)]
 mod durability_tests;
 mod fsync;
 mod group;
-mod handle;
 mod limits;
+mod log;
 mod parse;
+mod publish;
 mod skim;
+mod slot;
 mod stream;
 mod written_header;
 
@@ -40,16 +43,16 @@ use dsh_core::{
 };
 
 use batched::WriteBehind;
+use create::{create_file, create_forces, open_log};
 use dirsync::DirSyncer;
 pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
 use group::GroupCommit;
-pub use handle::JsonlLog;
-use handle::{
-    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_file, create_forces, open_log,
-    still_linked, sync_dir,
-};
 pub use limits::{OpenFileLimit, raise_open_file_limit};
+pub use log::JsonlLog;
+use log::JsonlLog as Log;
 use parse::{parse_header, parse_lone_header};
+use publish::TEMP_SUFFIX;
+use slot::{LockedFile, WriterSlot, still_linked};
 
 use super::check_contiguous;
 
@@ -307,7 +310,7 @@ fn fan_out<T>(
 /// inline on the calling task, as every append is: one exclusive create, a
 /// non-blocking lock, an `fstat` and one `write` into the page cache, a few
 /// microseconds where a trip to the blocking pool and back costs two
-/// cross-thread wake-ups (see `handle::create_file` for what can still make
+/// cross-thread wake-ups (see `create::create_file` for what can still make
 /// it wait, and why that is bounded).
 #[async_trait]
 impl SessionStore for JsonlStore {
@@ -473,7 +476,7 @@ impl SessionStore for JsonlStore {
     /// # Cancel safety
     /// As `remove`: a dropped call finishes detached, holding the id.
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.while_held(id, |_, id, path, _| handle::reclaim_torn(id, path))
+        self.while_held(id, |_, id, path, _| create::reclaim_torn(id, path))
             .await
     }
 
@@ -604,7 +607,7 @@ fn remove_log(
     fs::remove_file(path).map_err(|source| open_error(id, path, source))?;
     drop(file);
     if durability.syncs() {
-        sync_dir(dir)?;
+        fsync::dir(dir)?;
     }
     Ok(())
 }
