@@ -506,18 +506,16 @@ mod tests {
     use dsh_core::{Durability, SessionId};
 
     use super::super::Shared;
+    use super::super::committer::Committer;
     use super::super::slot::{LockedFile, WriterSlot};
     use super::*;
 
     fn shared(dir: &Path, window: Duration) -> Arc<Shared> {
         Arc::new(Shared {
             dir: dir.to_path_buf(),
-            durability: Durability::Batched,
             writers: Mutex::new(HashSet::new()),
             sweep_failures: Vec::new(),
-            group: None,
-            batched: Some(WriteBehind::start(dir.to_path_buf(), window).unwrap()),
-            dir_sync: None,
+            committer: Committer::start(dir, Durability::Batched, window).unwrap(),
         })
     }
 
@@ -538,7 +536,7 @@ mod tests {
             Duration::from_secs(3_600),
         )
         .unwrap();
-        let committer = store.shared.batched.as_ref().unwrap();
+        let committer = store.shared.committer.batched().unwrap();
         let header = SessionHeader::new(SessionId::new("a").unwrap(), "/");
         // A round is running: it holds the round lock for its syncs.
         let running = committer.inner.rounds.write().unwrap();
@@ -575,7 +573,7 @@ mod tests {
     }
 
     fn batched(shared: &Shared) -> &WriteBehind {
-        shared.batched.as_ref().unwrap()
+        shared.committer.batched().unwrap()
     }
 
     #[tokio::test]
@@ -676,13 +674,8 @@ mod tests {
         let shared = shared(dir.path(), Duration::from_secs(3_600));
         // Writes to /dev/zero succeed; its fdatasync fails (EINVAL).
         let null = Path::new("/dev/zero");
-        let log = super::super::log::JsonlLog::new(
-            held(&shared, "bad", null),
-            null.to_path_buf(),
-            Durability::Batched,
-            0,
-            0,
-        );
+        let log =
+            super::super::log::JsonlLog::new(held(&shared, "bad", null), null.to_path_buf(), 0, 0);
         let event = |seq| SessionEvent {
             seq,
             time: seq,

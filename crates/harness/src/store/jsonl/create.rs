@@ -10,7 +10,7 @@ use std::io::{self, Read, Write};
 use std::path::Path;
 use std::sync::Arc;
 
-use dsh_core::{Durability, LoadedSession, SessionId, StoreError};
+use dsh_core::{LoadedSession, SessionId, StoreError};
 
 use super::batched::Creating;
 use super::fsync;
@@ -20,26 +20,10 @@ use super::slot::{Held, LockedFile, WriterSlot, still_linked};
 use super::stream::read_log;
 use super::{io_error, open_error};
 
-/// Whether creating a log forces anything to stable storage before it
-/// returns (on the creating thread): under [`Durability::TurnBoundary`]
-/// and [`Durability::EveryEvent`] always; under [`Durability::Grouped`]
-/// only a seeded create (its temporary file is forced before its link; a
-/// header-only one is forced by the committer, waited for afterwards);
-/// never under [`Durability::None`] and [`Durability::Batched`]. A create
-/// that forces nothing runs inline on the calling task, one that does on
-/// the blocking pool (see [`create_file`]).
-pub(super) fn create_forces(durability: Durability, in_place: bool) -> bool {
-    match durability {
-        Durability::TurnBoundary | Durability::EveryEvent => true,
-        Durability::Grouped => !in_place,
-        Durability::None | Durability::Batched => false,
-    }
-}
-
 /// Create the log of `path` with `contents` (a header-only one in place,
 /// a seeded one through a temporary file and a link), owning `slot`.
 ///
-/// When [`create_forces`] says so it forces the file and directory: call
+/// When [`Committer::create_forces`](super::committer::Committer::create_forces) says so it forces the file and directory: call
 /// it on the blocking pool (no such mode has a write-behind committer, so
 /// `creating` is `None`). Otherwise call it right here, on the calling
 /// task; under [`Durability::Batched`] `creating` holds off the
@@ -64,14 +48,13 @@ pub(super) fn create_file(
     slot: WriterSlot,
     path: &Path,
     contents: &[u8],
-    durability: Durability,
     in_place: bool,
     creating: Option<Creating<'_>>,
 ) -> Result<Published, StoreError> {
     if in_place {
-        create_in_place(dir, slot, path, contents, durability, creating)
+        create_in_place(dir, slot, path, contents, creating)
     } else {
-        create_log(dir, slot, path, contents, durability, creating)
+        create_log(dir, slot, path, contents, creating)
     }
 }
 
@@ -112,7 +95,6 @@ fn create_log(
     slot: WriterSlot,
     path: &Path,
     contents: &[u8],
-    durability: Durability,
     _creating: Option<Creating<'_>>,
 ) -> Result<Published, StoreError> {
     let id = slot.id.clone();
@@ -120,8 +102,9 @@ fn create_log(
     // directory) in its next round; no round runs until it is marked
     // (`_creating` holds them off).
     let shared = Arc::clone(&slot.shared);
-    let batched = shared.batched.as_ref();
-    let inline = create_forces(durability, false);
+    let committer = &shared.committer;
+    let batched = committer.batched();
+    let inline = committer.create_forces(false);
     let (temp, file) = create_temp(dir, &id)?;
     // Locked before it is visible under its real name, so no other writer
     // can slip in between publication and this handle.
@@ -139,7 +122,7 @@ fn create_log(
         }
         Err(source) => return Err(io_error(path, source)),
     }
-    let published = Published::new(file, slot, dir, path, durability, false);
+    let published = Published::new(file, slot, dir, path, false);
     drop(temp);
     if inline && let Err(err) = fsync::dir(dir) {
         // All or nothing: dropping `published` withdraws a log whose
@@ -173,13 +156,13 @@ fn create_in_place(
     slot: WriterSlot,
     path: &Path,
     contents: &[u8],
-    durability: Durability,
     _creating: Option<Creating<'_>>,
 ) -> Result<Published, StoreError> {
     let id = slot.id.clone();
     // See `create_log`: no round runs until this log is marked.
     let shared = Arc::clone(&slot.shared);
-    let batched = shared.batched.as_ref();
+    let committer = &shared.committer;
+    let batched = committer.batched();
     let mut reclaimed = false;
     let mut recreated = false;
     let file = loop {
@@ -219,25 +202,19 @@ fn create_in_place(
         }
         recreated = true;
     };
-    let published = Published::new(
-        file,
-        slot,
-        dir,
-        path,
-        durability,
-        durability == Durability::Grouped,
-    );
+    let unsynced = committer.create_waits_for_round(true);
+    let published = Published::new(file, slot, dir, path, unsynced);
     // On any failure below, dropping `published` withdraws the file.
     (&*published.held.file)
         .write_all(contents)
         .map_err(|source| io_error(path, source))?;
-    if create_forces(durability, true) {
+    if committer.create_forces(true) {
         let sync_file = || {
             (published.held)
                 .sync_data(path)
                 .map_err(|source| io_error(path, source))
         };
-        match shared.dir_sync.as_ref() {
+        match committer.dir_sync() {
             // The file and its directory entry, forced at once so that one
             // journal commit covers both.
             Some(dir_sync) => dir_sync.sync_with(sync_file)?,
@@ -297,12 +274,9 @@ pub(super) struct Opened {
 /// Open, lock, read and repair the log of `id` for appending. Runs on the
 /// blocking pool and owns `slot`, so the id stays claimed until the result
 /// is dropped or handed on.
-pub(super) fn open_log(
-    slot: WriterSlot,
-    path: &Path,
-    durability: Durability,
-) -> Result<Opened, StoreError> {
+pub(super) fn open_log(slot: WriterSlot, path: &Path) -> Result<Opened, StoreError> {
     let id = slot.id.clone();
+    let syncs = slot.shared.committer.syncs();
     let mut attempts = 0;
     let file = loop {
         let file = OpenOptions::new()
@@ -341,7 +315,7 @@ pub(super) fn open_log(
         len += 1;
         tracing::warn!(path = %path.display(), "restored the missing newline after the last line of a session log");
     }
-    if durability.syncs() && (parsed.torn_tail.is_some() || parsed.missing_newline) {
+    if syncs && (parsed.torn_tail.is_some() || parsed.missing_newline) {
         fsync::data(&file, path).map_err(|source| io_error(path, source))?;
     }
     Ok(Opened {

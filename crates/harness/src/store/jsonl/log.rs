@@ -10,12 +10,11 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 
 use async_trait::async_trait;
-use dsh_core::{Durability, SessionEvent, SessionId, SessionLog, StoreError};
+use dsh_core::{SessionEvent, SessionId, SessionLog, StoreError};
 use tokio::sync::watch;
 
-use super::batched::WriteBehind;
+use super::committer::Committer;
 use super::fsync;
-use super::group::GroupCommit;
 use super::slot::Held;
 use super::{blocking, io_error};
 use crate::store::check_contiguous;
@@ -58,7 +57,6 @@ pub struct JsonlLog {
 struct LogState {
     path: PathBuf,
     id: SessionId,
-    durability: Durability,
     state: Mutex<WriterState>,
 }
 
@@ -78,20 +76,13 @@ struct WriterState {
 impl JsonlLog {
     /// A handle over `held`, whose file is `len` bytes long and whose next
     /// event is `next_seq`.
-    pub(super) fn new(
-        held: Arc<Held>,
-        path: PathBuf,
-        durability: Durability,
-        next_seq: u64,
-        len: u64,
-    ) -> Self {
+    pub(super) fn new(held: Arc<Held>, path: PathBuf, next_seq: u64, len: u64) -> Self {
         let released = held.slot.released.subscribe();
         let id = held.slot.id.clone();
         Self {
             log: Arc::new(LogState {
                 path,
                 id,
-                durability,
                 state: Mutex::new(WriterState {
                     held: Some(held),
                     next_seq,
@@ -258,10 +249,13 @@ impl SessionLog for JsonlLog {
             }
             *next_seq += events.len() as u64;
             let end = *len;
-            if let Some(batched) = held.batched() {
+            let committer = held.committer();
+            if let Some(batched) = committer.batched() {
                 batched.wrote(held, &self.log.path);
             }
-            (self.log.durability == Durability::EveryEvent).then(|| (Arc::clone(held), start, end))
+            committer
+                .forces_each_append()
+                .then(|| (Arc::clone(held), start, end))
         };
         if let Some((held, start, end)) = to_sync {
             self.sync(held, Some((start, end))).await?;
@@ -272,34 +266,29 @@ impl SessionLog for JsonlLog {
     async fn checkpoint(&self) -> Result<(), StoreError> {
         let held = {
             let held = self.log.live()?;
-            match self.log.durability {
-                Durability::TurnBoundary | Durability::Grouped => held,
-                // Nothing to force, every append already forced itself, or
-                // the committer forces it within its window.
-                Durability::None | Durability::EveryEvent | Durability::Batched => return Ok(()),
+            // Else nothing is forced, every append already forced itself,
+            // or the committer forces it within its window.
+            if !held.committer().checkpoint_forces() {
+                return Ok(());
             }
+            held
         };
         self.force(held).await
     }
 
     async fn sync(&self) -> Result<(), StoreError> {
         let held = self.log.live()?;
-        match self.log.durability {
-            Durability::Batched => match held.batched() {
-                Some(batched) => {
-                    let result = batched.sync_log(&held.mark).await;
-                    if let Err(err) = &result {
-                        self.log.state().poisoned.get_or_insert_with(|| err.clone());
-                    }
-                    result
+        match held.committer() {
+            Committer::Batched(batched) => {
+                let result = batched.sync_log(&held.mark).await;
+                if let Err(err) = &result {
+                    self.log.state().poisoned.get_or_insert_with(|| err.clone());
                 }
-                None => self.sync(held, None).await,
-            },
-            Durability::TurnBoundary | Durability::Grouped | Durability::EveryEvent => {
-                self.force(held).await
+                result
             }
+            Committer::Inline { .. } | Committer::Grouped(_) => self.force(held).await,
             // Nothing was forced, the directory entry of a create neither.
-            Durability::None => {
+            Committer::Never => {
                 self.sync(held, None).await?;
                 let dir = self.log.path.parent().map(Path::to_path_buf);
                 match dir {
@@ -314,7 +303,7 @@ impl SessionLog for JsonlLog {
         let share = self.log.state().held.take();
         let detached = share
             .as_ref()
-            .is_some_and(|held| held.batched().is_some() && !held.mark.is_synced());
+            .is_some_and(|held| held.committer().batched().is_some() && !held.mark.is_synced());
         drop(share);
         if detached {
             // Under `Batched` the committer holds the log until its round;
@@ -336,7 +325,7 @@ impl JsonlLog {
     /// Cancel safe: a sync already started finishes detached, holding the
     /// log until then.
     async fn force(&self, held: Arc<Held>) -> Result<(), StoreError> {
-        if let Some(group) = held.group() {
+        if let Some(group) = held.committer().group() {
             let log = Arc::clone(&self.log);
             // Poisoned on the committer, whether or not this future is
             // still there to hear the failure.
@@ -352,16 +341,11 @@ impl JsonlLog {
     }
 }
 
-/// The committers a held log may belong to (through its store).
+/// The committer of the store a held log belongs to.
 impl Held {
-    /// The store's committer, under [`Durability::Grouped`].
-    pub(super) fn group(&self) -> Option<&GroupCommit> {
-        self.slot.shared.group.as_ref()
-    }
-
-    /// The store's write-behind committer, under [`Durability::Batched`].
-    pub(super) fn batched(&self) -> Option<&WriteBehind> {
-        self.slot.shared.batched.as_ref()
+    /// The store's committer.
+    pub(super) fn committer(&self) -> &Committer {
+        &self.slot.shared.committer
     }
 }
 
@@ -370,6 +354,9 @@ mod tests {
     use std::collections::HashSet;
     use std::fs::OpenOptions;
 
+    use std::time::Duration;
+
+    use dsh_core::Durability;
     use dsh_core::session::{EventPayload, TurnStart};
 
     use super::super::Shared;
@@ -379,12 +366,9 @@ mod tests {
     fn shared(dir: &Path) -> Arc<Shared> {
         Arc::new(Shared {
             dir: dir.to_path_buf(),
-            durability: Durability::EveryEvent,
             writers: Mutex::new(HashSet::new()),
             sweep_failures: Vec::new(),
-            group: None,
-            batched: None,
-            dir_sync: None,
+            committer: Committer::start(dir, Durability::EveryEvent, Duration::ZERO).unwrap(),
         })
     }
 
@@ -392,7 +376,7 @@ mod tests {
         let id = SessionId::new("a").unwrap();
         let slot = WriterSlot::claim(shared, &id).unwrap();
         let held = Arc::new(Held::new(LockedFile::try_new(file).unwrap(), slot));
-        JsonlLog::new(held, path.to_path_buf(), Durability::EveryEvent, 0, len)
+        JsonlLog::new(held, path.to_path_buf(), 0, len)
     }
 
     fn turn(seq: u64) -> SessionEvent {

@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dsh_core::{Durability, SessionId, StoreError};
+use dsh_core::{SessionId, StoreError};
 
 use super::fsync;
 use super::io_error;
@@ -35,15 +35,15 @@ impl Published {
         slot: WriterSlot,
         dir: &Path,
         path: &Path,
-        durability: Durability,
         unsynced: bool,
     ) -> Self {
+        let sync_dir = slot.shared.committer.syncs_withdrawal();
         Self {
             withdraw: Withdraw {
                 armed: true,
                 path: path.to_path_buf(),
                 dir: dir.to_path_buf(),
-                durability,
+                sync_dir,
             },
             held: Arc::new(Held::new(file, slot)),
             unsynced,
@@ -60,7 +60,7 @@ impl Published {
     /// committer's sync of the removed file still runs, holding the id).
     pub(super) async fn keep(self, path: &Path) -> Result<Arc<Held>, StoreError> {
         if self.unsynced
-            && let Some(group) = self.held.group()
+            && let Some(group) = self.held.committer().group()
         {
             // On failure, `self` is dropped here and withdraws the log.
             group
@@ -80,7 +80,8 @@ struct Withdraw {
     armed: bool,
     path: PathBuf,
     dir: PathBuf,
-    durability: Durability,
+    /// Whether the store's committer forces a withdrawal.
+    sync_dir: bool,
 }
 
 impl Drop for Withdraw {
@@ -93,11 +94,8 @@ impl Drop for Withdraw {
         // No caller is left to tell of a failure: the future was dropped.
         match fs::remove_file(&self.path) {
             Ok(()) => {
-                // Under `Batched` the committer never heard of this log:
-                // a power loss may bring back its torn header, which the
-                // next create of the id replaces, as after a crash.
-                if self.durability.syncs()
-                    && self.durability != Durability::Batched
+                // See `Committer::syncs_withdrawal`.
+                if self.sync_dir
                     && let Err(err) = fsync::dir(&self.dir)
                 {
                     tracing::warn!(dir = %self.dir.display(), error = %err, "could not sync the withdrawal of an abandoned session log");
