@@ -26,7 +26,7 @@ use super::{io_error, open_error};
 /// When [`Committer::create_forces`](super::committer::Committer::create_forces) says so it forces the file and directory: call
 /// it on the blocking pool (no such mode has a write-behind committer, so
 /// `creating` is `None`). Otherwise call it right here, on the calling
-/// task; under [`Durability::Batched`] `creating` holds off the
+/// task; under [`Durability::Batched`](dsh_core::Durability::Batched) `creating` holds off the
 /// committer's rounds until the log is marked (see
 /// [`WriteBehind::creating_soon`], which awaits a running round rather
 /// than block for it).
@@ -87,7 +87,7 @@ fn still_created(file: &File, path: &Path) -> Result<bool, StoreError> {
 /// decided and owns `slot`, so the id stays claimed until the result is
 /// dropped or handed on.
 ///
-/// Under [`Durability::None`] nothing is fsynced, before or after the link:
+/// Under [`Durability::None`](dsh_core::Durability::None) nothing is fsynced, before or after the link:
 /// a power loss can leave the published log empty (or its header unwritten),
 /// which loading then reports as [`StoreError::TornCreate`].
 fn create_log(
@@ -146,10 +146,10 @@ fn create_log(
 /// lands, the file holds nothing or part of a header line, which no log
 /// ever does. Reading reports such a file as [`StoreError::TornCreate`],
 /// and the next create of the id replaces it. Under
-/// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`] the file and
-/// the directory are forced here; under [`Durability::Grouped`] the result
+/// [`Durability::TurnBoundary`](dsh_core::Durability::TurnBoundary) and [`Durability::EveryEvent`](dsh_core::Durability::EveryEvent) the file and
+/// the directory are forced here; under [`Durability::Grouped`](dsh_core::Durability::Grouped) the result
 /// is marked unsynced and [`Published::keep`] waits for the committer;
-/// under [`Durability::Batched`] the log is handed to the write-behind
+/// under [`Durability::Batched`](dsh_core::Durability::Batched) the log is handed to the write-behind
 /// committer, which forces it (file, then directory) in its next round.
 fn create_in_place(
     dir: &Path,

@@ -41,7 +41,7 @@ thread_local! {
 /// poisons the handle: that call and every later append or checkpoint return
 /// the same error, and the log must be reopened. A failed append first cuts
 /// the file back to where its batch began, so nothing of it stays on disk.
-/// Under [`Durability::Batched`] a failed background sync of the log
+/// Under [`Durability::Batched`](dsh_core::Durability::Batched) a failed background sync of the log
 /// poisons it the same way (its next append, checkpoint and sync return
 /// that error), and [`SessionLog::close`] returns without waiting for the
 /// committer, which holds the log until its round has run.
@@ -319,7 +319,7 @@ impl SessionLog for JsonlLog {
 
 impl JsonlLog {
     /// Force the log as a checkpoint does: by the store's committer under
-    /// [`Durability::Grouped`], else on the blocking pool.
+    /// [`Durability::Grouped`](dsh_core::Durability::Grouped), else on the blocking pool.
     ///
     /// # Cancel safety
     /// Cancel safe: a sync already started finishes detached, holding the

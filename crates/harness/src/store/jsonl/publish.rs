@@ -23,7 +23,7 @@ pub(super) struct Published {
     withdraw: Withdraw,
     pub(super) held: Arc<Held>,
     /// Whether the log still has to be forced to stable storage (under
-    /// [`Durability::Grouped`], by the store's committer) before it counts.
+    /// [`Durability::Grouped`](dsh_core::Durability::Grouped), by the store's committer) before it counts.
     unsynced: bool,
 }
 
@@ -51,7 +51,7 @@ impl Published {
     }
 
     /// Hand the log to its caller once it is durable: under
-    /// [`Durability::Grouped`] this waits for the committer round that
+    /// [`Durability::Grouped`](dsh_core::Durability::Grouped) this waits for the committer round that
     /// forces the file and its directory entry. A failed sync withdraws the
     /// log and is returned.
     ///

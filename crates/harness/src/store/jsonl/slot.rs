@@ -56,7 +56,7 @@ pub(super) struct Held {
     pub(super) file: LockedFile,
     pub(super) slot: WriterSlot,
     /// What the write-behind committer knows of it (under
-    /// [`Durability::Batched`]; idle otherwise).
+    /// [`Durability::Batched`](dsh_core::Durability::Batched); idle otherwise).
     pub(super) mark: Arc<Mark>,
 }
 
