@@ -7,7 +7,7 @@ use std::sync::Arc;
 use dsh_core::{SessionStore, StoreLayer};
 
 /// A shared store as a store value: every call goes to the `Arc` it holds,
-/// so [`FaultStore`], [`GatedStore`] and [`RecordingStore`] can wrap a store
+/// so [`FaultStore`](super::FaultStore), [`GatedStore`](super::GatedStore) and [`RecordingStore`](super::RecordingStore) can wrap a store
 /// whose type is only known at run time.
 #[derive(Clone)]
 pub struct SharedStore(pub Arc<dyn SessionStore>);

@@ -16,43 +16,17 @@
 //! sync that covers it has returned, and never let a failure go unreported.
 
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock, PoisonError, RwLock, RwLockReadGuard};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
 use dsh_core::StoreError;
 use tokio::sync::{Notify, oneshot};
 
+use super::fsync;
 use super::group::sync_all_of;
-use super::handle::{Held, sync_dir};
 use super::io_error;
-
-/// What the committer knows of one log: whether it is marked dirty, how
-/// many writes it has had and how many of them are on stable storage, and
-/// the failure of a sync of it, if any.
-#[derive(Debug, Default)]
-pub(super) struct Mark {
-    /// In the committer's next round already (so a write need not queue it).
-    queued: AtomicBool,
-    /// Writes handed to the OS so far (a create counts as one).
-    written: AtomicU64,
-    /// Of those, how many a finished round forced.
-    synced: AtomicU64,
-    /// The failure of a sync of this log: it poisons the log.
-    failed: OnceLock<StoreError>,
-}
-
-impl Mark {
-    /// The failure of a background sync of this log, if one failed.
-    pub(super) fn failed(&self) -> Option<&StoreError> {
-        self.failed.get()
-    }
-
-    /// Whether every write so far is on stable storage.
-    pub(super) fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::SeqCst) >= self.written.load(Ordering::SeqCst)
-    }
-}
+use super::slot::{Held, Mark};
 
 /// A log in a round: its owner (held until the round has forced it) and
 /// its path, for errors.
@@ -456,7 +430,7 @@ fn round(inner: &Inner) {
     let mut new_ok = force(inner, &new, &mut failure, "new");
     if !new.is_empty() && failure.is_none() {
         note(inner, ["dir".to_owned()]);
-        if let Err(err) = sync_dir(&inner.dir) {
+        if let Err(err) = fsync::dir(&inner.dir) {
             failure = Some(err);
         }
     }
@@ -532,18 +506,16 @@ mod tests {
     use dsh_core::{Durability, SessionId};
 
     use super::super::Shared;
-    use super::super::handle::{LockedFile, WriterSlot};
+    use super::super::committer::Committer;
+    use super::super::slot::{LockedFile, WriterSlot};
     use super::*;
 
     fn shared(dir: &Path, window: Duration) -> Arc<Shared> {
         Arc::new(Shared {
             dir: dir.to_path_buf(),
-            durability: Durability::Batched,
             writers: Mutex::new(HashSet::new()),
             sweep_failures: Vec::new(),
-            group: None,
-            batched: Some(WriteBehind::start(dir.to_path_buf(), window).unwrap()),
-            dir_sync: None,
+            committer: Committer::start(dir, Durability::Batched, window).unwrap(),
         })
     }
 
@@ -564,7 +536,7 @@ mod tests {
             Duration::from_secs(3_600),
         )
         .unwrap();
-        let committer = store.shared.batched.as_ref().unwrap();
+        let committer = store.shared.committer.batched().unwrap();
         let header = SessionHeader::new(SessionId::new("a").unwrap(), "/");
         // A round is running: it holds the round lock for its syncs.
         let running = committer.inner.rounds.write().unwrap();
@@ -601,7 +573,7 @@ mod tests {
     }
 
     fn batched(shared: &Shared) -> &WriteBehind {
-        shared.batched.as_ref().unwrap()
+        shared.committer.batched().unwrap()
     }
 
     #[tokio::test]
@@ -702,13 +674,8 @@ mod tests {
         let shared = shared(dir.path(), Duration::from_secs(3_600));
         // Writes to /dev/zero succeed; its fdatasync fails (EINVAL).
         let null = Path::new("/dev/zero");
-        let log = super::super::handle::JsonlLog::new(
-            held(&shared, "bad", null),
-            null.to_path_buf(),
-            Durability::Batched,
-            0,
-            0,
-        );
+        let log =
+            super::super::log::JsonlLog::new(held(&shared, "bad", null), null.to_path_buf(), 0, 0);
         let event = |seq| SessionEvent {
             seq,
             time: seq,

@@ -21,7 +21,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, PoisonError};
 
 use dsh_core::StoreError;
 
-use super::handle::sync_dir;
+use super::fsync;
 use super::io_error;
 
 /// What requesters and the syncer thread share.
@@ -132,7 +132,7 @@ fn run(inner: &Inner) {
             }
             std::mem::take(&mut queue.waiting)
         };
-        let result = sync_dir(&inner.dir);
+        let result = fsync::dir(&inner.dir);
         for tell in waiting {
             // A waiter that is gone asked for nothing more.
             let _ = tell.send(result.clone());

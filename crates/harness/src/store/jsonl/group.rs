@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 use dsh_core::StoreError;
 use tokio::sync::oneshot;
 
-use super::handle::{Held, sync_dir};
+use super::fsync;
 use super::io_error;
+use super::slot::Held;
 
 /// How long a lingering round waits for one more request before it closes.
 const GAP: Duration = Duration::from_micros(100);
@@ -235,7 +236,7 @@ fn commit(round: Vec<Request>, dir: &Path) {
     let synced = sync_all_of(&distinct);
     let results: Vec<Result<(), StoreError>> = of.iter().map(|&at| synced[at].clone()).collect();
     let dir_result = if round.iter().any(|request| request.dir) {
-        sync_dir(dir)
+        fsync::dir(dir)
     } else {
         Ok(())
     };

@@ -6,7 +6,7 @@
 //! create replaces), a seeded one is written to a hidden temporary file,
 //! then hard-linked into place so an existing log is never clobbered. It
 //! has exactly one writer at a time (an in-process registry plus an exclusive
-//! OS file lock, both held by one owner, in `handle`), and only ever
+//! OS file lock, both held by one owner, in `slot`), and only ever
 //! grows by whole lines. Reading never skips a line: the one thing repaired
 //! is a torn last line, cut on open and reported (in `parse`). Opening a
 //! store sweeps the temporary files a crashed writer left. This module must
@@ -14,15 +14,19 @@
 //! it does not hold the lock for.
 
 mod batched;
+mod committer;
+mod create;
 mod dirsync;
 #[cfg(test)]
 mod durability_tests;
 mod fsync;
 mod group;
-mod handle;
 mod limits;
+mod log;
 mod parse;
+mod publish;
 mod skim;
+mod slot;
 mod stream;
 mod written_header;
 
@@ -39,17 +43,15 @@ use dsh_core::{
     SessionStore, StoreError,
 };
 
-use batched::WriteBehind;
-use dirsync::DirSyncer;
+use committer::Committer;
+use create::{create_file, open_log};
 pub use group::DEFAULT_WINDOW as DEFAULT_GROUP_WINDOW;
-use group::GroupCommit;
-pub use handle::JsonlLog;
-use handle::{
-    JsonlLog as Log, LockedFile, TEMP_SUFFIX, WriterSlot, create_file, create_forces, open_log,
-    still_linked, sync_dir,
-};
 pub use limits::{OpenFileLimit, raise_open_file_limit};
+pub use log::JsonlLog;
+use log::JsonlLog as Log;
 use parse::{parse_header, parse_lone_header};
+use publish::TEMP_SUFFIX;
+use slot::{LockedFile, WriterSlot, still_linked};
 
 use super::check_contiguous;
 
@@ -65,19 +67,13 @@ const STALE_TEMP: Duration = Duration::from_secs(60);
 #[derive(Debug)]
 struct Shared {
     dir: PathBuf,
-    durability: Durability,
     /// Ids held by a writer (or being created, opened or removed) in this
     /// process.
     writers: Mutex<HashSet<SessionId>>,
     /// The leftovers the opening sweep could not remove.
     sweep_failures: Vec<StoreError>,
-    /// The committer, under [`Durability::Grouped`].
-    group: Option<GroupCommit>,
-    /// The write-behind committer, under [`Durability::Batched`].
-    batched: Option<WriteBehind>,
-    /// The directory syncer of creates that force their log, under
-    /// [`Durability::TurnBoundary`] and [`Durability::EveryEvent`].
-    dir_sync: Option<DirSyncer>,
+    /// When and how what is written is forced to stable storage.
+    committer: Committer,
 }
 
 impl Shared {
@@ -149,27 +145,13 @@ impl JsonlStore {
         limits::raise_once();
         fs::create_dir_all(&dir).map_err(|source| io_error(&dir, source))?;
         let sweep_failures = sweep_temps(&dir)?;
-        let group =
-            (durability == Durability::Grouped).then(|| GroupCommit::new(dir.clone(), window));
-        let batched = match durability {
-            Durability::Batched => Some(WriteBehind::start(dir.clone(), window)?),
-            _ => None,
-        };
-        let dir_sync = match durability {
-            Durability::TurnBoundary | Durability::EveryEvent => {
-                Some(DirSyncer::start(dir.clone())?)
-            }
-            _ => None,
-        };
+        let committer = Committer::start(&dir, durability, window)?;
         Ok(Self {
             shared: Arc::new(Shared {
                 dir,
                 sweep_failures,
-                durability,
                 writers: Mutex::new(HashSet::new()),
-                group,
-                batched,
-                dir_sync,
+                committer,
             }),
         })
     }
@@ -177,8 +159,7 @@ impl JsonlStore {
     /// The group-commit window, under [`Durability::Grouped`] and
     /// [`Durability::Batched`].
     pub fn group_window(&self) -> Option<Duration> {
-        (self.shared.group.as_ref().map(GroupCommit::window))
-            .or_else(|| self.shared.batched.as_ref().map(WriteBehind::window))
+        self.shared.committer.window()
     }
 
     /// How many logs have writes that the store has not yet forced to
@@ -186,10 +167,7 @@ impl JsonlStore {
     /// has yet to force (a cheap look at what is synced); 0 under the
     /// other modes, whose unforced appends wait for a checkpoint.
     pub fn unsynced(&self) -> usize {
-        self.shared
-            .batched
-            .as_ref()
-            .map_or(0, WriteBehind::unsynced)
+        self.shared.committer.unsynced()
     }
 
     /// Claim the writer slot of `id`. Under [`Durability::Batched`] a log
@@ -203,7 +181,7 @@ impl JsonlStore {
         if let Some(slot) = WriterSlot::claim(&self.shared, id) {
             return Some(slot);
         }
-        let batched = self.shared.batched.as_ref()?;
+        let batched = self.shared.committer.batched()?;
         // A failed round is reported by every later flush and to the log's
         // holder; here it only means the log is not free.
         if batched.flush().await.is_err() {
@@ -226,7 +204,7 @@ impl JsonlStore {
 
     /// When this store forces writes to stable storage.
     pub fn durability(&self) -> Durability {
-        self.shared.durability
+        self.shared.committer.durability()
     }
 
     /// The file that holds (or would hold) the log of `id`.
@@ -234,13 +212,13 @@ impl JsonlStore {
         self.shared.dir.join(file_name(id))
     }
 
-    /// Run `work(dir, id, path, durability)` on the blocking pool while
+    /// Run `work(dir, id, path, syncs)` on the blocking pool while
     /// holding the in-process writer slot of `id` (`Busy` when taken); the
     /// slot is released when the work ends, even if its future was dropped.
     async fn while_held<T, F>(&self, id: &SessionId, work: F) -> Result<T, StoreError>
     where
         T: Send + 'static,
-        F: FnOnce(&Path, &SessionId, &Path, Durability) -> Result<T, StoreError> + Send + 'static,
+        F: FnOnce(&Path, &SessionId, &Path, bool) -> Result<T, StoreError> + Send + 'static,
     {
         let slot = self
             .claim(id)
@@ -248,10 +226,11 @@ impl JsonlStore {
             .ok_or_else(|| StoreError::Busy(id.clone()))?;
         let path = self.log_path(id);
         let dir = self.shared.dir.clone();
-        let durability = self.shared.durability;
+        // Whether the store forces its removals.
+        let syncs = self.shared.committer.syncs();
         let (task_id, task_path) = (id.clone(), path.clone());
         blocking(&path, move || {
-            let result = work(&dir, &task_id, &task_path, durability);
+            let result = work(&dir, &task_id, &task_path, syncs);
             drop(slot);
             result
         })
@@ -307,7 +286,7 @@ fn fan_out<T>(
 /// inline on the calling task, as every append is: one exclusive create, a
 /// non-blocking lock, an `fstat` and one `write` into the page cache, a few
 /// microseconds where a trip to the blocking pool and back costs two
-/// cross-thread wake-ups (see `handle::create_file` for what can still make
+/// cross-thread wake-ups (see `create::create_file` for what can still make
 /// it wait, and why that is bounded).
 #[async_trait]
 impl SessionStore for JsonlStore {
@@ -344,28 +323,28 @@ impl SessionStore for JsonlStore {
         let slot =
             WriterSlot::claim(&self.shared, &id).ok_or_else(|| StoreError::Exists(id.clone()))?;
         let dir = &self.shared.dir;
-        let durability = self.shared.durability;
+        let committer = &self.shared.committer;
         let len = buf.len() as u64;
         let in_place = seed.is_empty();
         // Inline when nothing is forced (see `create_file`): no trip to
         // the blocking pool, and no await point between the file's
         // creation and its handle.
-        let published = if create_forces(durability, in_place) {
+        let published = if committer.create_forces(in_place) {
             let (dir, task_path) = (dir.clone(), path.clone());
             blocking(&path, move || {
-                create_file(&dir, slot, &task_path, &buf, durability, in_place, None)
+                create_file(&dir, slot, &task_path, &buf, in_place, None)
             })
             .await?
         } else {
-            let creating = match &self.shared.batched {
+            let creating = match committer.batched() {
                 Some(batched) => Some(batched.creating_soon().await),
                 None => None,
             };
-            create_file(dir, slot, &path, &buf, durability, in_place, creating)?
+            create_file(dir, slot, &path, &buf, in_place, creating)?
         };
         let held = published.keep(&path).await?;
         let next_seq = seed.len() as u64;
-        Ok(Arc::new(Log::new(held, path, durability, next_seq, len)))
+        Ok(Arc::new(Log::new(held, path, next_seq, len)))
     }
 
     /// # Cancel safety
@@ -380,17 +359,10 @@ impl SessionStore for JsonlStore {
             .await
             .ok_or_else(|| StoreError::Busy(id.clone()))?;
         let path = self.log_path(id);
-        let durability = self.shared.durability;
         let task_path = path.clone();
-        let opened = blocking(&path, move || open_log(slot, &task_path, durability)).await?;
+        let opened = blocking(&path, move || open_log(slot, &task_path)).await?;
         let next_seq = opened.loaded.events.len() as u64;
-        let log = Log::new(
-            Arc::new(opened.held),
-            path,
-            durability,
-            next_seq,
-            opened.len,
-        );
+        let log = Log::new(Arc::new(opened.held), path, next_seq, opened.len);
         Ok((opened.loaded, Arc::new(log)))
     }
 
@@ -464,16 +436,13 @@ impl SessionStore for JsonlStore {
     /// Cancel safe: a dropped flush changes nothing; the round it asked
     /// for still runs.
     async fn flush(&self) -> Result<(), StoreError> {
-        match &self.shared.batched {
-            Some(batched) => batched.flush().await,
-            None => Ok(()),
-        }
+        self.shared.committer.flush().await
     }
 
     /// # Cancel safety
     /// As `remove`: a dropped call finishes detached, holding the id.
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
-        self.while_held(id, |_, id, path, _| handle::reclaim_torn(id, path))
+        self.while_held(id, |_, id, path, _| create::reclaim_torn(id, path))
             .await
     }
 
@@ -591,20 +560,16 @@ fn list_logs(dir: &Path) -> Result<Vec<SessionId>, StoreError> {
     Ok(ids)
 }
 
-/// Delete the log of `id` once no writer (in any process) holds it.
-fn remove_log(
-    dir: &Path,
-    id: &SessionId,
-    path: &Path,
-    durability: Durability,
-) -> Result<(), StoreError> {
+/// Delete the log of `id` once no writer (in any process) holds it,
+/// forcing the directory after when `syncs`.
+fn remove_log(dir: &Path, id: &SessionId, path: &Path, syncs: bool) -> Result<(), StoreError> {
     let file = File::open(path).map_err(|source| open_error(id, path, source))?;
     let file = LockedFile::lock(file, id, path)?;
     still_linked(&file, id, path)?;
     fs::remove_file(path).map_err(|source| open_error(id, path, source))?;
     drop(file);
-    if durability.syncs() {
-        sync_dir(dir)?;
+    if syncs {
+        fsync::dir(dir)?;
     }
     Ok(())
 }
