@@ -10,7 +10,9 @@
 //! a re-executed test process (`world::process`); a counting allocator for
 //! the memory benches ([`alloc`]); the measurements benches record for
 //! `cargo xtask bench` ([`bench`](mod@bench)); and with the `replay`
-//! feature, the replay workload two benches share (`replay`). Used only as a dev-dependency; it must
+//! feature, the replay workload two benches share (`replay`); and what a
+//! test does when this machine lacks what it needs ([`skip_or_fail`]: fail
+//! under CI, say so on stderr elsewhere). Used only as a dev-dependency; it must
 //! never become a dependency of a library crate.
 
 pub mod alloc;
@@ -19,11 +21,14 @@ pub mod logs;
 #[cfg(feature = "replay")]
 pub mod replay;
 pub mod requests;
+mod skip;
 pub mod specs;
 pub mod store;
 pub mod wait;
 #[cfg(feature = "world")]
 pub mod world;
+
+pub use skip::skip_or_fail;
 
 use std::any::Any;
 use std::path::PathBuf;
