@@ -4,7 +4,9 @@
 //! pending inbox or its events; session-store wrappers that fail, hold or
 //! stop calls ([`store`]); bounded waits ([`wait`]); queries over recorded
 //! model requests ([`requests`]) and over a session's events ([`logs`]);
-//! the tool-spec checks every tool crate runs ([`specs`]); with the `world`
+//! the tool-spec checks every tool crate runs ([`specs`]); what a killed
+//! process had acknowledged and whether its recovery kept it, once
+//! ([`acknowledged`]); with the `world`
 //! feature, the one configurable subagent test world
 //! (`world::WorldBuilder`), its scripted models and providers, and killing
 //! a re-executed test process (`world::process`); a counting allocator for
@@ -15,6 +17,7 @@
 //! under CI, say so on stderr elsewhere). Used only as a dev-dependency; it must
 //! never become a dependency of a library crate.
 
+pub mod acknowledged;
 pub mod alloc;
 pub mod bench;
 pub mod logs;
