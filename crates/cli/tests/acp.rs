@@ -13,13 +13,14 @@
 
 mod support;
 
+use dsh_test_support::skip_or_fail;
 use support::model::{FakeModel, Reply};
 use support::{Scratch, text};
 
 #[test]
 fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
     let Some(agent) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();
@@ -87,7 +88,7 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
 #[test]
 fn an_acp_agents_permission_request_is_put_to_the_person_with_ask() {
     let Some(agent) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();
@@ -135,7 +136,7 @@ fn an_acp_agents_permission_request_is_put_to_the_person_with_ask() {
 #[test]
 fn named_acp_agents_are_picked_per_child_each_with_its_own_settings() {
     let Some((python, rogue)) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();
@@ -209,7 +210,7 @@ fn named_acp_agents_are_picked_per_child_each_with_its_own_settings() {
 #[test]
 fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
     let Some((python, rogue)) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();
@@ -295,12 +296,12 @@ fn dsh_send_to_a_continuable_acp_child_sends_a_follow_up() {
 #[test]
 fn the_live_view_shows_an_acp_childs_tokens_from_its_progress() {
     let Some(agent) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let script = std::path::Path::new("/usr/bin/script");
     if !script.is_file() {
-        println!("skipped: no `script` to give dsh a terminal");
+        skip_or_fail("no `script` to give dsh a terminal");
         return;
     }
     let scratch = Scratch::new();
@@ -352,7 +353,7 @@ fn the_live_view_shows_an_acp_childs_tokens_from_its_progress() {
 #[test]
 fn a_child_resumed_by_dsh_send_is_offered_the_acp_tools() {
     let Some((python, rogue)) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();

@@ -135,7 +135,7 @@ fn a_missing_api_key_is_refused_before_anything_is_written() {
 }
 
 #[test]
-fn an_unreachable_base_url_fails_fast_without_leaking_the_key() {
+fn an_unreachable_base_url_fails_naming_it_without_leaking_the_key() {
     let scratch = Scratch::new();
     scratch.demo();
     let key = "sk-test-0123456789abcdef";
@@ -143,7 +143,6 @@ fn an_unreachable_base_url_fails_fast_without_leaking_the_key() {
         ("OPENAI_API_KEY", key),
         ("OPENAI_BASE_URL", "http://user:secret@127.0.0.1:9/v1"),
     ];
-    let started = std::time::Instant::now();
     let err = scratch.refused(&["run", "--model", "openai:x"], &env, 5);
     assert!(err.contains("unreachable"), "{err}");
     assert!(err.contains("http://127.0.0.1:9"), "{err}");
@@ -154,8 +153,6 @@ fn an_unreachable_base_url_fails_fast_without_leaking_the_key() {
         5,
     );
     assert!(err.contains("unreachable"), "{err}");
-    // A refused connection is immediate; the bound only catches a hang.
-    assert!(started.elapsed() < std::time::Duration::from_secs(20));
 }
 
 #[test]

@@ -1,6 +1,7 @@
 //! `dsh --durability` (dsh.toml `durability`): under `batched` the demo's
 //! tree runs as under the default, every log is whole and readable when
-//! `dsh` has exited (it flushed the store first), and `dsh send` continues
+//! `dsh` has exited (batched writes reach the OS at once, so this shows no
+//! sync; the store's own tests do), and `dsh send` continues
 //! a child under it; an unknown mode is refused before anything runs.
 //! Real processes over a real session directory.
 

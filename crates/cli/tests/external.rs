@@ -11,6 +11,7 @@
 #[macro_use]
 mod support;
 
+use dsh_test_support::skip_or_fail;
 use support::model::{FakeModel, Reply};
 use support::{Scratch, text};
 
@@ -29,7 +30,7 @@ fn acp_call(name: &str, prompt: &str) -> Reply {
 #[test]
 fn completed_and_failed_external_children_are_listed_and_shown() {
     let Some(agent) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();
@@ -68,7 +69,7 @@ fn completed_and_failed_external_children_are_listed_and_shown() {
 #[test]
 fn foreground_external_children_are_listed_and_shown() {
     let Some(agent) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();

@@ -1,6 +1,6 @@
 //! A disk that fills while `dsh` works (B56): the real binary over a real
 //! tiny tmpfs (tests run as root here; where a tmpfs cannot be mounted the
-//! test prints why and returns). Whatever write the disk refuses, `dsh run`
+//! test fails under CI and elsewhere says why on stderr and returns). Whatever write the disk refuses, `dsh run`
 //! and `dsh send` exit non-zero with one line naming the OS error, never
 //! hang (every process is bounded, a hang fails the test), and `dsh send`
 //! never prints an answer that is not the reply to its own message (it
@@ -10,18 +10,19 @@
 
 mod support;
 
+use dsh_test_support::skip_or_fail;
 use support::{Scratch, Tmpfs, text};
 
 const ENOSPC: &str = "No space left on device";
 
 /// A scratch whose session directory is a tmpfs of `size`, or `None` (and
-/// the reason printed) where none can be mounted.
+/// the reason given to [`skip_or_fail`]) where none can be mounted.
 fn on_tmpfs(size: &str) -> Option<(Scratch, Tmpfs)> {
     let scratch = Scratch::new();
     match Tmpfs::mount(&scratch.sessions(), size) {
         Ok(tmpfs) => Some((scratch, tmpfs)),
         Err(reason) => {
-            println!("skipped: cannot mount a tmpfs here: {reason}");
+            skip_or_fail(&format!("cannot mount a tmpfs here: {reason}"));
             None
         }
     }

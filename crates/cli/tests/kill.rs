@@ -3,7 +3,8 @@
 //! message by name, two settlement notices) SIGKILLed at 50 random points
 //! chosen from a printed seed (`DSH_KILL_SEED=<n>` replays a run), most
 //! over one session directory that accumulates what every kill left, some
-//! over a fresh one. After each kill:
+//! over a fresh one. At least half the kills must land inside a run (the
+//! rest find it finished). After each kill:
 //! - no process of the run is left behind;
 //! - every complete line of every log parses (only an unterminated last
 //!   line, a torn tail that the next open cuts, may not);
@@ -15,7 +16,11 @@
 //!   every child of the tree whose turn ended has a settlement notice in
 //!   the root's log (B54: a notice lost to the kill is delivered once the
 //!   tree is live again), and no message or notice was accepted twice;
-//! - no hidden temporary file is left once the store has opened.
+//! - no hidden temporary file is left once the store has opened;
+//! - every line the logs held when the run died (each accepted message,
+//!   tool result and notice, in every tree of the directory) is still there,
+//!   unchanged and once, after `dsh agents` and after the send
+//!   (`dsh_test_support::acknowledged`).
 //!
 //! Every wait is bounded, so a hang fails the test instead of blocking it.
 
@@ -27,15 +32,14 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use dsh_test_support::acknowledged::{Held, OnDisk};
 use serde_json::Value;
-use support::{BOUND, Scratch, dir_bytes, text, wait_bounded, within};
+use support::{BOUND, Scratch, dir_bytes, kill_once_written, text, within};
 
 /// How many kills.
 const KILLS: usize = 50;
 /// How long a reply to a cold child may take.
 const SEND_BOUND: Duration = Duration::from_secs(20);
-/// How long the whole test may take.
-const TOTAL_BOUND: Duration = Duration::from_secs(600);
 /// After this many sends that did not answer, later kills skip the send
 /// (each costs [`SEND_BOUND`]); the failures are reported all the same.
 const MAX_HUNG_SENDS: usize = 3;
@@ -241,21 +245,18 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
         .unwrap_or_else(|| fastrand::u64(..));
     println!("kill test seed: {seed} (DSH_KILL_SEED={seed} replays it)");
     let mut rng = fastrand::Rng::with_seed(seed);
-    let started = Instant::now();
     let whole = calibrate();
     println!("a whole demo run writes {whole} bytes");
 
     let shared = Scratch::new();
     let mut fresh = None;
     let (mut sends, mut finished, mut unwritten, mut hung_sends) = (0, 0, 0, 0);
+    let mut landed = 0;
+    let mut checked = Held::default();
     let mut failures: Vec<String> = Vec::new();
     let mut temporaries: HashSet<PathBuf> = HashSet::new();
     let mut reported: HashSet<PathBuf> = HashSet::new();
     for kill in 0..KILLS {
-        assert!(
-            started.elapsed() < TOTAL_BOUND,
-            "the kill test took longer than {TOTAL_BOUND:?}"
-        );
         // Every fifth kill over a fresh directory.
         let scratch = if kill % 5 == 4 {
             fresh.insert(Scratch::new())
@@ -270,26 +271,11 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
             .collect();
         // Kill once the run has written `point` bytes (or just before).
         let point = rng.u64(0..whole);
-        let base = dir_bytes(&dir);
-        let mut child = scratch.spawn(&["run"], &[]);
-        let deadline = Instant::now() + BOUND;
-        loop {
-            if child.try_wait().unwrap().is_some() {
-                finished += 1;
-                break;
-            }
-            if dir_bytes(&dir).saturating_sub(base) >= point {
-                child.kill().unwrap();
-                break;
-            }
-            if Instant::now() >= deadline {
-                let report = support::hang_report(&child);
-                let _ = child.kill();
-                panic!("kill {kill}: the run did not finish{report}");
-            }
-            std::thread::sleep(Duration::from_micros(50));
+        if kill_once_written(scratch, &["run"], point) {
+            landed += 1;
+        } else {
+            finished += 1;
         }
-        let _ = wait_bounded(child, BOUND, "the killed dsh run");
         let at = format!("kill {kill} at byte {point}");
 
         // Nothing of the run survives it.
@@ -304,6 +290,16 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
             std::thread::sleep(Duration::from_millis(10));
         }
 
+        // What the logs held when the run died: all of it must survive.
+        let acked = OnDisk::read(&dir);
+        let held = acked.held();
+        checked.accepted += held.accepted;
+        checked.results += held.results;
+        let lost = |failures: &mut Vec<String>, when: &str| {
+            for loss in acked.lost_in(&OnDisk::read(&dir)) {
+                failures.push(format!("{at}: after {when}: {loss}"));
+            }
+        };
         // Every complete line parses (checked by `logs`).
         let before = logs(&dir);
         let roots: Vec<&Log> = before.iter().filter(|log| is_root(log)).collect();
@@ -312,6 +308,7 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
         }
         let agents = scratch.dsh(&["agents"], &[]);
         let listing = text(&agents.stdout);
+        lost(&mut failures, "dsh agents");
         if roots.is_empty() {
             // Killed before the lead's header was written.
             unwritten += 1;
@@ -381,6 +378,7 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
                 text(&send.stderr).trim()
             ));
         }
+        lost(&mut failures, "dsh send");
         let after = logs(&dir);
         let by_id: HashMap<String, &Log> = after.iter().map(|log| (log.id.clone(), log)).collect();
         let root = by_id[&newest.id];
@@ -435,9 +433,16 @@ fn dsh_run_killed_at_random_points_leaves_sessions_every_command_can_use() {
         ));
     }
     println!(
-        "{KILLS} kills in {:?}: {finished} runs finished first, {unwritten} left no new tree, {sends} sends to a cold child, {} temporary files seen after kills",
-        started.elapsed(),
+        "{KILLS} kills: {landed} inside a run, {finished} runs finished first, {unwritten} left no new tree, {sends} sends to a cold child, {} temporary files seen after kills; {checked:?} kept",
         temporaries.len()
+    );
+    assert!(
+        landed >= KILLS / 2,
+        "only {landed} of {KILLS} kills landed inside a run"
+    );
+    assert!(
+        checked.accepted > 0 && checked.results > 0,
+        "no kill left an acknowledged message and tool result to check: {checked:?}"
     );
     assert!(
         sends >= KILLS / 5,

@@ -1,16 +1,22 @@
 //! `dsh resume [tree]` (issue 19): the real binary over the offline demo.
 //! After a whole run, every member had nothing left to do: each is listed
 //! as idle, nothing runs, and no log gains a turn. After a run SIGKILLed
-//! half-way, `dsh resume` brings the tree back and runs what it had left
-//! until the whole tree is done, and exits cleanly. Every wait is bounded.
+//! half-way (the test fails if no attempt's kill lands inside the run),
+//! `dsh resume` brings the tree back and runs what it had left until the
+//! whole tree is done, and exits cleanly, keeping every line the logs held
+//! when the run died, once (`dsh_test_support::acknowledged`). Every wait
+//! is bounded.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
 
-use std::time::{Duration, Instant};
+use dsh_test_support::acknowledged::OnDisk;
+use support::{Scratch, dir_bytes, kill_once_written, text};
 
-use support::{BOUND, Scratch, dir_bytes, text, wait_bounded};
+/// Runs started before one is killed half-way; the test fails if every
+/// one finished first.
+const ATTEMPTS: usize = 3;
 
 #[test]
 fn after_a_whole_run_every_member_is_idle_and_nothing_runs() {
@@ -43,22 +49,17 @@ fn a_tree_killed_half_way_is_resumed_and_finishes() {
         scratch.demo();
         dir_bytes(&scratch.sessions())
     };
-    let scratch = Scratch::new();
-    let dir = scratch.sessions();
-    let mut child = scratch.spawn(&["run"], &[]);
-    let deadline = Instant::now() + BOUND;
-    loop {
-        if child.try_wait().unwrap().is_some() {
-            break;
-        }
-        if dir_bytes(&dir) >= whole / 2 {
-            child.kill().unwrap();
-            break;
-        }
-        assert!(Instant::now() < deadline, "the run did not reach half-way");
-        std::thread::sleep(Duration::from_micros(50));
-    }
-    let _ = wait_bounded(child, BOUND, "the killed dsh run");
+    let scratch = (0..ATTEMPTS)
+        .find_map(|_| {
+            let scratch = Scratch::new();
+            kill_once_written(&scratch, &["run"], whole / 2).then_some(scratch)
+        })
+        .unwrap_or_else(|| panic!("none of {ATTEMPTS} kills landed inside a run"));
+    let acked = OnDisk::read(&scratch.sessions());
+    assert!(
+        acked.held().accepted > 0,
+        "the kill left no accepted message"
+    );
     let resumed = scratch.dsh(&["resume"], &[]);
     assert!(
         resumed.status.success(),
@@ -66,6 +67,8 @@ fn a_tree_killed_half_way_is_resumed_and_finishes() {
         text(&resumed.stdout),
         text(&resumed.stderr)
     );
+    let lost = acked.lost_in(&OnDisk::read(&scratch.sessions()));
+    assert!(lost.is_empty(), "{}", lost.join("\n"));
     // A second resume finds the tree done.
     let again = scratch.dsh(&["resume"], &[]);
     assert!(again.status.success(), "{}", text(&again.stderr));

@@ -13,6 +13,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 
+use dsh_test_support::skip_or_fail;
 use rustix::process::{Pid, Signal, kill_process};
 use support::model::{FakeModel, Reply};
 use support::{BOUND, Scratch, text, wait_bounded};
@@ -113,7 +114,7 @@ fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
 #[test]
 fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
     let Some(agent) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     for (sig, code, what) in SIGNALS {
@@ -152,7 +153,7 @@ fn a_signal_during_an_acp_turn_leaves_no_agent_process_running() {
 #[test]
 fn a_second_ctrl_c_while_stopping_quits_at_once_and_leaves_no_agent_process() {
     let Some(agent) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();

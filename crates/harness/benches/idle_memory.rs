@@ -173,12 +173,15 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    // Under target/bench-stores, never deleted by the bench (see
+    // `dsh_test_support::bench::store_dir`): its thousands of files would
+    // slow the creates of the benches after it.
+    let dir = dsh_test_support::bench::store_dir("idle-memory");
     let stores: Vec<(&str, Arc<dyn SessionStore>)> = vec![
         ("memory store", Arc::new(MemoryStore::new())),
         (
             "jsonl store",
-            Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap()),
+            Arc::new(JsonlStore::new(&dir, Durability::None).unwrap()),
         ),
     ];
     for (name, store) in stores {
@@ -226,6 +229,6 @@ fn main() {
             }
         });
     }
-    history_memory(&runtime, dir.path());
+    history_memory(&runtime, &dir);
     long_turn(&runtime);
 }

@@ -36,12 +36,15 @@ fn bench_turns(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
+    // Under target/bench-stores, never deleted by the bench (see
+    // `dsh_test_support::bench::store_dir`): its thousands of files would
+    // slow the creates of the benches after it.
+    let dir = dsh_test_support::bench::store_dir("turns");
     let stores: Vec<(&str, Arc<dyn SessionStore>)> = vec![
         ("memory", Arc::new(MemoryStore::new())),
         (
             "jsonl-none",
-            Arc::new(JsonlStore::new(dir.path(), Durability::None).unwrap()),
+            Arc::new(JsonlStore::new(&dir, Durability::None).unwrap()),
         ),
     ];
     let mut group = c.benchmark_group("turn");

@@ -188,6 +188,8 @@ async fn batched_writer_until_killed() {
     }
 }
 
+/// A SIGKILL keeps the page cache, so this shows that a flush returns only
+/// once its batch is written, not that it was synced.
 #[test]
 fn a_sigkill_after_a_flush_leaves_everything_flushed_readable() {
     let dir = tempfile::tempdir().unwrap();

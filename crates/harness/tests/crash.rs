@@ -1,5 +1,7 @@
-//! The crash-point harness for the harness alone (B52), built like SQLite's
-//! crash tests: a real [`Harness`] with a scripted model runs a session
+//! The crash-point harness for the harness alone (B52), after SQLite's
+//! crash tests but for a process crash only (every write before the crash
+//! point whole, as the page cache keeps them; not a power loss, which can
+//! lose or reorder unsynced writes): a real [`Harness`] with a scripted model runs a session
 //! (injected context, follow-ups, a steer during a tool call, several tool
 //! calls) once over a [`RecordingStore`]; then, for every write and a
 //! spread of byte offsets in it (every offset of a small write), the

@@ -1,5 +1,6 @@
 //! Fault tests of the JSONL store against real files: a disk that fills in
-//! the middle of a batch (a tiny tmpfs, mounted where the test may), a log
+//! the middle of a batch (a tiny tmpfs; where none can be mounted the test
+//! fails under CI and says why on stderr elsewhere: `skip_or_fail`), a log
 //! in a newer format, strays that are not sessions, a log nobody may read
 //! (mode 000, read by a process without the root capabilities that ignore
 //! it), and the leftovers of a crashed create swept when a store opens.
@@ -18,6 +19,7 @@ use dsh_core::message::{MessageSource, UserMessage};
 use dsh_core::session::{EventPayload, SessionEvent, UserEntry};
 use dsh_core::{Durability, MessageId, SessionStore};
 use dsh_harness::store::JsonlStore;
+use dsh_test_support::skip_or_fail;
 
 use store_support::{dead_pid, header, io_source, sid, turn};
 
@@ -74,7 +76,7 @@ async fn b52_enospc_in_the_middle_of_a_batch_leaves_nothing_of_it() {
         let tmpfs = match Tmpfs::mount("64k") {
             Ok(tmpfs) => tmpfs,
             Err(reason) => {
-                println!("skipped: cannot mount a tmpfs ({reason})");
+                skip_or_fail(&format!("cannot mount a tmpfs ({reason})"));
                 return;
             }
         };
@@ -262,7 +264,7 @@ async fn b57_an_unreadable_log_fails_alone_with_permission_denied() {
                     String::from_utf8_lossy(&output.stderr)
                 );
             }
-            None => println!("skipped: setpriv is not available to drop CAP_DAC_OVERRIDE"),
+            None => skip_or_fail("setpriv is not available to drop CAP_DAC_OVERRIDE"),
         }
         return;
     }

@@ -8,8 +8,9 @@
 //! a new process's world. After each rebuild: no temporary file survives
 //! the store's opening; every log is a prefix of what the run wrote and
 //! holds every acknowledged write; the tree lists; lost notices are
-//! delivered exactly once (a second pass finds none, no notice id repeats)
-//! and every child whose turn ended has told its creator; every session
+//! delivered exactly once (a second pass finds none, no notice id repeats);
+//! every cataloged child has a log, and every one whose turn ended has
+//! told its creator; every session
 //! resumes with each tool call answered and its pending inbox equal to
 //! accepted − claimed − discarded, with no acknowledged message lost.
 
@@ -221,9 +222,11 @@ async fn check(
         assert!(seen.insert(id.clone()), "{at}: notice {id} repeated");
     }
     for child in &cataloged {
-        let Some(image) = images.get(child) else {
-            continue;
-        };
+        // A child is cataloged only once its log exists: a catalog entry
+        // without one is a child no reader can open.
+        let image = images
+            .get(child)
+            .unwrap_or_else(|| panic!("{at}: the cataloged child {child} has no log"));
         let ended = image
             .iter()
             .any(|event| matches!(event.payload, EventPayload::TurnEnd(_)));

@@ -5,7 +5,8 @@
 //! call it makes, a held store stops that call, the operation's future is
 //! polled until the hold is reached (the test asserts it got there) and
 //! dropped, the hold is released, and the test asserts one of the two
-//! outcomes. Every case runs on the JSONL store under `EveryEvent` and
+//! outcomes, and that every child that settled told the lead once (a drain
+//! dropped while its child's notice is written still leaves that notice). Every case runs on the JSONL store under `EveryEvent` and
 //! under `None`.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -280,6 +281,10 @@ async fn run_case(backing: Backing, operation_kind: Operation, point: Point) {
         }
         Operation::Interrupt | Operation::Drain => {
             assert_eq!(starts, 0, "{label}");
+            // The child settled once (the cold child before the interrupt,
+            // the hanging one stopped by the drain): its notice reaches the
+            // lead once, whatever the dropped future was doing.
+            assert_eq!(notices(&root.events()), 1, "{label}: the settlement notice");
             Left::Nothing
         }
     };

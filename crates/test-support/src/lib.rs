@@ -4,16 +4,22 @@
 //! pending inbox or its events; session-store wrappers that fail, hold or
 //! stop calls ([`store`]); bounded waits ([`wait`]); queries over recorded
 //! model requests ([`requests`]) and over a session's events ([`logs`]);
-//! the tool-spec checks every tool crate runs ([`specs`]); with the `world`
+//! the tool-spec checks every tool crate runs ([`specs`]); what a killed
+//! process had acknowledged and whether its recovery kept it, once
+//! ([`acknowledged`]); with the `world`
 //! feature, the one configurable subagent test world
 //! (`world::WorldBuilder`), its scripted models and providers, and killing
 //! a re-executed test process (`world::process`); a counting allocator for
 //! the memory benches ([`alloc`]); the measurements benches record for
 //! `cargo xtask bench` ([`bench`](mod@bench)); and with the `replay`
-//! feature, the replay workload two benches share (`replay`); and with either
-//! of those, the check that a suite's sessions replay identical (`replays`, B59). Used only as a dev-dependency; it must
+//! feature, the replay workload two benches share (`replay`); with either
+//! of those, the check that a suite's sessions replay identical (`replays`,
+//! B59); and what a test does when this machine lacks what it needs
+//! ([`skip_or_fail`]: fail under CI, say so on stderr elsewhere). Used only
+//! as a dev-dependency; it must
 //! never become a dependency of a library crate.
 
+pub mod acknowledged;
 pub mod alloc;
 pub mod bench;
 pub mod logs;
@@ -22,11 +28,14 @@ pub mod replay;
 #[cfg(any(feature = "replay", feature = "world"))]
 pub mod replays;
 pub mod requests;
+mod skip;
 pub mod specs;
 pub mod store;
 pub mod wait;
 #[cfg(feature = "world")]
 pub mod world;
+
+pub use skip::skip_or_fail;
 
 use std::any::Any;
 use std::path::PathBuf;

@@ -27,8 +27,11 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let dir = tempfile::tempdir().unwrap();
-    let root = dir.path().join("root");
+    // Under target/bench-stores, never deleted by the bench (see
+    // `dsh_test_support::bench::store_dir`): its thousands of files would
+    // slow the creates of the benches after it.
+    let dir = dsh_test_support::bench::store_dir("walk");
+    let root = dir.join("root");
     for d in 0..DIRS {
         let sub = root.join(format!("d{d:03}"));
         std::fs::create_dir_all(&sub).unwrap();
@@ -41,7 +44,7 @@ fn bench(c: &mut Criterion) {
         }
     }
     std::fs::write(root.join(".gitignore"), "d099/\n").unwrap();
-    let store = Arc::new(JsonlStore::new(dir.path().join("sessions"), Durability::None).unwrap());
+    let store = Arc::new(JsonlStore::new(dir.join("sessions"), Durability::None).unwrap());
     let harness = Harness::builder(store)
         .model(Arc::new(ScriptedModel::new()))
         .build()

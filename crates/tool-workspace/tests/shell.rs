@@ -14,6 +14,7 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use common::{BOUND, World, ctx, ok, refused, text};
+use dsh_test_support::skip_or_fail;
 use dsh_tool_workspace::{
     Answer, Asker, Level, MAX_SHELL_OUTPUT_BYTES, Policy, Request, landlock_status,
 };
@@ -258,7 +259,7 @@ async fn landlock_confines_writes_under_workspace_write() {
     ]
     .into_iter()
     .find(|dir| !dir.starts_with("/tmp") && dir.is_dir()) else {
-        println!("skipped: no writable directory outside /tmp to write into");
+        skip_or_fail("no writable directory outside /tmp to write into");
         return;
     };
     let w = World::new_in(base).await;
@@ -269,7 +270,7 @@ async fn landlock_confines_writes_under_workspace_write() {
         let (failed, out) = run(&w, Level::WorkspaceWrite, write_out).await;
         assert!(!failed, "{out}");
         assert!(out.contains("sandbox: not applied"), "{out}");
-        println!("skipped: Landlock is not available here: {status:?}");
+        skip_or_fail(&format!("Landlock is not available here: {status:?}"));
         return;
     }
     let (failed, out) = run(&w, Level::WorkspaceWrite, write_out.clone()).await;

@@ -315,6 +315,40 @@ pub fn dir_bytes(dir: &Path) -> u64 {
         .unwrap_or(0)
 }
 
+/// Start `dsh args` in `scratch` and SIGKILL it once its session
+/// directory has grown by `point` bytes (polled every millisecond; a kill
+/// point is a byte count, so it covers the whole run however fast the
+/// machine is); a run that does not finish nor reach the point within
+/// [`BOUND`] fails the test, with a [`hang_report`]. Whether the kill
+/// landed inside the run: `false` when the run finished first.
+pub fn kill_once_written(scratch: &Scratch, args: &[&str], point: u64) -> bool {
+    use std::os::unix::process::ExitStatusExt;
+    let dir = scratch.sessions();
+    let base = dir_bytes(&dir);
+    let mut child = scratch.spawn(args, &[]);
+    let deadline = Instant::now() + BOUND;
+    loop {
+        if child.try_wait().unwrap().is_some() {
+            break;
+        }
+        if dir_bytes(&dir).saturating_sub(base) >= point {
+            child.kill().unwrap();
+            break;
+        }
+        if Instant::now() >= deadline {
+            let report = hang_report(&child);
+            let _ = child.kill();
+            panic!("dsh {args:?} did not finish{report}");
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    // The signal number of SIGKILL.
+    wait_bounded(child, BOUND, "the killed dsh run")
+        .status
+        .signal()
+        == Some(9)
+}
+
 /// Copy the fixture directory `tests/fixtures/<name>` into `into` (a
 /// fresh copy per test: the agents may change it).
 pub fn copy_fixture(name: &str, into: &Path) {

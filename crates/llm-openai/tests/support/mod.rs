@@ -342,3 +342,49 @@ pub fn assert_no_key(error: &dyn std::fmt::Debug, display: &str) {
         }
     }
 }
+
+/// The waits the client chose before its retries while `work` ran on this
+/// thread (a current-thread runtime's test), read from the `wait_ms` field
+/// of its "retrying" warnings: which wait it took (the server's
+/// `Retry-After` or its own backoff) is shown by value, never by a clock.
+pub async fn retry_waits<T>(work: impl Future<Output = T>) -> (T, Vec<Duration>) {
+    let waits = Arc::new(Mutex::new(Vec::new()));
+    let dispatch = tracing::Dispatch::new(WaitRecorder(Arc::clone(&waits)));
+    let guard = tracing::dispatcher::set_default(&dispatch);
+    let output = work.await;
+    drop(guard);
+    let waits = waits.lock().unwrap().clone();
+    (output, waits)
+}
+
+/// A subscriber that keeps every event's `wait_ms` field and nothing else.
+struct WaitRecorder(Arc<Mutex<Vec<Duration>>>);
+
+impl tracing::Subscriber for WaitRecorder {
+    fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+        true
+    }
+    fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+        tracing::span::Id::from_u64(1)
+    }
+    fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+    fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+    fn event(&self, event: &tracing::Event<'_>) {
+        struct WaitMs(Option<u64>);
+        impl tracing::field::Visit for WaitMs {
+            fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+                if field.name() == "wait_ms" {
+                    self.0 = Some(value);
+                }
+            }
+            fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+        }
+        let mut wait = WaitMs(None);
+        event.record(&mut wait);
+        if let Some(ms) = wait.0 {
+            self.0.lock().unwrap().push(Duration::from_millis(ms));
+        }
+    }
+    fn enter(&self, _: &tracing::span::Id) {}
+    fn exit(&self, _: &tracing::span::Id) {}
+}
