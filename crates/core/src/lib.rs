@@ -2,6 +2,7 @@
 
 pub mod agent;
 pub mod attachment;
+pub mod codec;
 pub mod content;
 pub mod error;
 pub mod id;
@@ -17,7 +18,6 @@ pub mod session;
 pub mod stop;
 pub mod store;
 pub mod tool;
-pub mod written;
 
 pub use agent::{
     Agent, AgentError, AgentFactory, AgentHandle, AgentRef, AgentSetup, AgentStatus, CancelCause,

@@ -9,43 +9,17 @@
 //! only reads: it never writes a catalog.
 
 use dsh_core::SessionId;
-use dsh_core::written::string;
+use dsh_core::codec::flat_strings;
 
 use crate::catalog::{CatalogEntry, ChildMode};
 
-/// Each field's key as written, opening quote to the value's opening
-/// quote, in the order of the slots `written_entry` fills.
-const KEYS: [&str; 5] = [
-    r#""child_id":""#,
-    r#""name":""#,
-    r#""label":""#,
-    r#""provider":""#,
-    r#""mode":""#,
-];
+/// Each field's key, in the order of the slots `written_entry` fills.
+const KEYS: [&str; 5] = ["child_id", "name", "label", "provider", "mode"];
 
 /// The entry `payload` holds when it is in the written form; `None`
 /// whenever serde must decide.
 pub(crate) fn written_entry(payload: &str) -> Option<CatalogEntry> {
-    let mut rest = payload.strip_prefix('{')?;
-    let mut fields: [Option<&str>; 5] = [None; 5];
-    loop {
-        // A key is matched with its quotes and colon in place, so it is
-        // never scanned on its own; any other key (unknown, escaped) is
-        // serde's to read.
-        let (slot, after) = KEYS
-            .iter()
-            .enumerate()
-            .find_map(|(slot, key)| Some((slot, rest.strip_prefix(key)?)))?;
-        let (value, after) = string(after)?;
-        // A repeated key is serde's to refuse.
-        if fields[slot].replace(value).is_some() {
-            return None;
-        }
-        if after == "}" {
-            break;
-        }
-        rest = after.strip_prefix(',')?;
-    }
+    let fields = flat_strings(payload, KEYS)?;
     let [
         Some(child_id),
         name,

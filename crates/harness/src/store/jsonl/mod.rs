@@ -22,7 +22,6 @@ mod parse;
 mod sealed;
 mod skim;
 mod stream;
-mod written_header;
 
 use std::collections::HashSet;
 use std::fs::{self, File};
