@@ -70,7 +70,8 @@ pub(super) fn skim(line: &str, wanted: &[&str]) -> Option<Skimmed> {
     })
 }
 
-/// The whole of `text` read by `read`, which must consume all but `}`.
+/// `value`, when all that is left of its payload's text, `rest`, is the
+/// closing `}`.
 fn closed<T>(rest: &str, value: T) -> Option<T> {
     (rest == "}").then_some(value)
 }

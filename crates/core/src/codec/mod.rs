@@ -4,19 +4,21 @@
 //!
 //! Each read has two paths that accept exactly the same lines and give the
 //! same values:
-//! - the general path, serde over the line ([`general`]): any key order,
+//! - the general path, serde over the line (`general.rs`): any key order,
 //!   whitespace and unknown keys; a repeated key is refused;
-//! - the fast path ([`fast`]): a line exactly as this crate writes it (no
-//!   whitespace, keys in their written order, numbers in their shortest
-//!   form, strings mostly without escapes) read by hand. It answers `None`
-//!   for anything else, and the general path then reads or refuses the line.
-//!   It never decides that a line is bad.
+//! - the fast path (`fast.rs`, `header.rs`): a line exactly as this crate
+//!   writes it (no whitespace, keys in their written order, numbers in
+//!   their shortest form, strings mostly without escapes) read by hand. It
+//!   answers `None` for anything else, and the general path then reads or
+//!   refuses the line. It never decides that a line is bad.
 //!
-//! The built-in event kinds are one table ([`event_kinds!`] below). It
+//! The built-in event kinds are one table (`event_kinds!` below). It
 //! generates [`EventPayload::kind`], [`EventPayload::is_builtin_kind`], the
-//! fast path's dispatch, the general path's payload seed and the writer.
-//! This module must never let a fast path accept a line the general path
-//! refuses, nor read a line to another value.
+//! fast path's dispatch, the general path's payload seed and the writer; an
+//! [`EventPayload`] variant missing from it does not compile. The hand-read
+//! pieces (`written.rs`) are private. This module must never let a fast
+//! path accept a line the general path refuses, nor read a line to another
+//! value.
 
 mod fast;
 mod general;
