@@ -272,6 +272,19 @@ impl std::fmt::Debug for ExtensionPayload {
     }
 }
 
+impl EventPayload {
+    /// The `type` tag written to the log.
+    pub fn kind(&self) -> &str {
+        crate::codec::kind_of(self)
+    }
+
+    /// Whether `kind` names one of the types this crate defines (an
+    /// extension must not reuse them).
+    pub fn is_builtin_kind(kind: &str) -> bool {
+        crate::codec::is_builtin(kind)
+    }
+}
+
 impl SessionEvent {
     /// Whether this event closes a turn.
     pub fn is_turn_end(&self) -> bool {

@@ -13,7 +13,8 @@
 //!   refuses the line. It never decides that a line is bad.
 //!
 //! The built-in event kinds are one table (`event_kinds!` below). It
-//! generates [`EventPayload::kind`], [`EventPayload::is_builtin_kind`], the
+//! generates [`EventPayload::kind`]'s and [`EventPayload::is_builtin_kind`]'s
+//! answers, the
 //! fast path's dispatch, the general path's payload seed and the writer; an
 //! [`EventPayload`] variant missing from it does not compile. The hand-read
 //! pieces (`written.rs`) are private. This module must never let a fast
@@ -46,20 +47,17 @@ use general::{Build, LineVisitor, PayloadSeed};
 /// `type` tag on disk, and the fast reader of its written payload.
 macro_rules! event_kinds {
     ($($variant:ident($payload:ty) = $kind:literal => $fast:path,)*) => {
-        impl EventPayload {
-            /// The `type` tag written to the log.
-            pub fn kind(&self) -> &str {
-                match self {
-                    $(Self::$variant(_) => $kind,)*
-                    Self::Extension { kind, .. } => kind,
-                }
+        /// See [`EventPayload::kind`].
+        pub(crate) fn kind_of(payload: &EventPayload) -> &str {
+            match payload {
+                $(EventPayload::$variant(_) => $kind,)*
+                EventPayload::Extension { kind, .. } => kind,
             }
+        }
 
-            /// Whether `kind` names one of the types this crate defines (an
-            /// extension must not reuse them).
-            pub fn is_builtin_kind(kind: &str) -> bool {
-                matches!(kind, $($kind)|*)
-            }
+        /// See [`EventPayload::is_builtin_kind`].
+        pub(crate) fn is_builtin(kind: &str) -> bool {
+            matches!(kind, $($kind)|*)
         }
 
         /// The fast path's dispatch: the payload of type `kind` read by
