@@ -62,7 +62,16 @@ pub(super) fn skim(line: &str, wanted: &[&str]) -> Option<Skimmed> {
         serde_json::from_str::<IgnoredAny>(text).ok()?;
         return Some(Skimmed { seq, event: None });
     }
-    let payload = payload(kind, text, &mut RecentIds::default())?;
+    // The wanted types are extensions (a catalog's): their text is kept as
+    // it is, with no built-in type to try first.
+    let payload = if EventPayload::is_builtin_kind(kind) {
+        payload(kind, text, &mut RecentIds::default())?
+    } else {
+        EventPayload::Extension {
+            kind: kind.to_owned(),
+            payload: serde_json::from_str(text).ok()?,
+        }
+    };
     let event = SessionEvent { seq, time, payload };
     Some(Skimmed {
         seq,

@@ -46,18 +46,7 @@ pub(super) fn parse_header(
     path: &Path,
     line: &[u8],
 ) -> Result<SessionHeader, StoreError> {
-    parse_header_sharing(id, path, line, None)
-}
-
-/// [`parse_header`], sharing `known` (an id already validated) when the
-/// header names it as its parent.
-pub(super) fn parse_header_sharing(
-    id: &SessionId,
-    path: &Path,
-    line: &[u8],
-    known: Option<&SessionId>,
-) -> Result<SessionHeader, StoreError> {
-    let header = match read_header(line, Some(id), known) {
+    let header = match read_header(line, Some(id), None) {
         Ok(header) => header,
         Err(err) => return Err(classify_header(path, line, &err)),
     };

@@ -19,11 +19,12 @@ use std::fs::File;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
-use dsh_core::codec::skim_line;
+use dsh_core::codec::{read_header, skim_line};
+use dsh_core::session::FORMAT_VERSION;
 use dsh_core::{EventPayload, KindEvents, SessionEvent, SessionId, StoreError};
 
 use super::parse::{
-    PARALLEL_PARSE_BYTES, on_threads, parse_header_sharing, parse_log, parse_threads, split_lines,
+    PARALLEL_PARSE_BYTES, on_threads, parse_header, parse_log, parse_threads, split_lines,
 };
 
 /// Read the logs of `ids` in the store directory `dir`, keeping each one's
@@ -251,7 +252,13 @@ fn skim(
     };
     let body = &text[..text.len() - 1];
     let (header_line, rest) = body.split_once('\n').unwrap_or((body, ""));
-    let header = parse_header_sharing(id, &path(), header_line.as_bytes(), parent)?;
+    // The header as written, naming `id` in a format this build reads, is
+    // read without building the file's path; anything else is the full
+    // parse's to read or refuse, with the path in its error.
+    let header = match read_header(header_line.as_bytes(), Some(id), parent) {
+        Ok(header) if header.id == *id && header.format <= FORMAT_VERSION => header,
+        _ => parse_header(id, &path(), header_line.as_bytes())?,
+    };
     if body.len() == header_line.len() {
         return Ok(Some(KindEvents {
             header,
