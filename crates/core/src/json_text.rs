@@ -53,33 +53,8 @@ impl JsonText {
             return Self(raw);
         }
         // Valid JSON stays valid without its insignificant whitespace.
-        Self(RawValue::from_string(compact(raw.get())).unwrap_or(raw))
+        Self(RawValue::from_string(crate::codec::compact(raw.get())).unwrap_or(raw))
     }
-}
-
-/// `json` (valid JSON) without the whitespace between its tokens.
-fn compact(json: &str) -> String {
-    let mut out = String::with_capacity(json.len());
-    let mut in_string = false;
-    let mut escaped = false;
-    for c in json.chars() {
-        if in_string {
-            out.push(c);
-            if escaped {
-                escaped = false;
-            } else if c == '\\' {
-                escaped = true;
-            } else if c == '"' {
-                in_string = false;
-            }
-        } else if c == '"' {
-            in_string = true;
-            out.push(c);
-        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
-            out.push(c);
-        }
-    }
-    out
 }
 
 /// Equal when the texts are.

@@ -3,6 +3,7 @@
 pub mod agent;
 pub mod attachment;
 pub mod clock;
+pub mod codec;
 pub mod content;
 pub mod error;
 pub mod id;
@@ -18,7 +19,6 @@ pub mod session;
 pub mod stop;
 pub mod store;
 pub mod tool;
-pub mod written;
 
 pub use agent::{
     Agent, AgentError, AgentFactory, AgentHandle, AgentRef, AgentSetup, AgentStatus, CancelCause,

@@ -8,10 +8,10 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::{Map, Value};
 
 use crate::attachment::AttachmentRef;
+use crate::codec::BorrowedStr;
 use crate::content::ContentBlock;
 use crate::id::{CallId, MessageId, SessionId};
 use crate::json_text::JsonText;
-use crate::session::BorrowedStr;
 use crate::stop::StopReason;
 
 /// Who or what supplied an inbox message. Durable: it is written with the

@@ -5,12 +5,15 @@
 //! in a scratch buffer by doubling and copied out (a realistic tool
 //! result's line took 8 allocations that way, against the 4 its event
 //! owns). Read through one [`LineReader`], a turn's events share the ids
-//! they repeat. Counted in allocations, so the bounds hold on any machine.
+//! they repeat. Counted in allocations, so the bounds hold on any machine;
+//! they are upper bounds (what the event owns), so a reader that allocates
+//! less, or a payload type that owns less, still passes.
 //! The only test in its binary: the counters are process-wide.
 
 #![allow(clippy::unwrap_used)]
 
-use dsh_core::session::{EventPayload, LineReader, SessionEvent, ToolResultEntry};
+use dsh_core::codec::LineReader;
+use dsh_core::session::{EventPayload, SessionEvent, ToolResultEntry};
 use dsh_core::{CallId, ContentBlock};
 use dsh_test_support::alloc::{CountingAllocator, allocations, large_allocations};
 use dsh_test_support::bench::mixed_event;
@@ -65,27 +68,35 @@ fn a_line_allocates_only_what_its_event_owns() {
         (0, 0), // turn/end
     ];
     let mut reader = LineReader::new();
+    let (mut spent_alone, mut spent_shared) = (0, 0);
     for (seq, (alone, shared)) in (0..).zip(owned) {
         let written = mixed_event(seq);
         let line = written.to_json_line();
         let (event, spent, _) = parse_counted(&line);
         assert_eq!(event, written, "seq {seq}");
-        assert_eq!(spent, alone, "seq {seq}: {line}");
+        assert!(spent <= alone, "seq {seq}: {spent} > {alone}: {line}");
+        spent_alone += spent;
         let before = allocations();
         let event = reader.read(&line).unwrap();
         let spent = allocations() - before;
         assert_eq!(event, written, "seq {seq}, through the reader");
-        assert_eq!(spent, shared, "seq {seq}, through the reader: {line}");
+        assert!(
+            spent <= shared,
+            "seq {seq}, through the reader: {spent} > {shared}: {line}"
+        );
+        spent_shared += spent;
     }
+    // The reader shares ids: it allocates less than reading line by line.
+    assert!(
+        spent_shared < spent_alone,
+        "{spent_shared} >= {spent_alone}"
+    );
     // The next turn's ids are new: nothing is shared across turns.
     let line = mixed_event(13 + 1).to_json_line();
     let before = allocations();
     reader.read(&line).unwrap();
-    assert_eq!(
-        allocations() - before,
-        3,
-        "the next turn's accepted message"
-    );
+    let spent = allocations() - before;
+    assert!(spent <= 3, "the next turn's accepted message: {spent}");
     // The tool result's text in the realistic log has escapes: it is the
     // case the bound is about.
     assert!(mixed_event(7).to_json_line().contains("\\n"));
@@ -101,5 +112,6 @@ fn a_line_allocates_only_what_its_event_owns() {
         panic!("not a tool result: {event:?}");
     };
     assert_eq!(result.content, vec![ContentBlock::text(file.as_str())]);
-    assert_eq!((spent, large), (4, 1), "allocations, large allocations");
+    assert!(spent <= 4, "{spent} allocations");
+    assert!(large <= 1, "{large} large allocations");
 }

@@ -2,50 +2,25 @@
 //! the runtime writes it (a flat JSON object of string fields, `child_id`,
 //! `label`, `mode`, `provider` and an optional `name`, in either key order
 //! `serde_json` gives them, no whitespace, no escapes, a mode this runtime
-//! knows) is read by hand. Anything else gets `None` and goes through
+//! knows) is read by hand, through [`dsh_core::codec::flat_strings`]; this
+//! file only maps the fields. Anything else gets `None` and goes through
 //! serde, so an entry is accepted or refused exactly as the derived
 //! `Deserialize` decides. A cold listing reads one entry per child from
 //! its parent's log; this path costs a fraction of the general one. It
 //! only reads: it never writes a catalog.
 
 use dsh_core::SessionId;
-use dsh_core::written::string;
+use dsh_core::codec::flat_strings;
 
 use crate::catalog::{CatalogEntry, ChildMode};
 
-/// Each field's key as written, opening quote to the value's opening
-/// quote, in the order of the slots `written_entry` fills.
-const KEYS: [&str; 5] = [
-    r#""child_id":""#,
-    r#""name":""#,
-    r#""label":""#,
-    r#""provider":""#,
-    r#""mode":""#,
-];
+/// Each field's key, in the order of the slots `written_entry` fills.
+const KEYS: [&str; 5] = ["child_id", "name", "label", "provider", "mode"];
 
 /// The entry `payload` holds when it is in the written form; `None`
 /// whenever serde must decide.
 pub(crate) fn written_entry(payload: &str) -> Option<CatalogEntry> {
-    let mut rest = payload.strip_prefix('{')?;
-    let mut fields: [Option<&str>; 5] = [None; 5];
-    loop {
-        // A key is matched with its quotes and colon in place, so it is
-        // never scanned on its own; any other key (unknown, escaped) is
-        // serde's to read.
-        let (slot, after) = KEYS
-            .iter()
-            .enumerate()
-            .find_map(|(slot, key)| Some((slot, rest.strip_prefix(key)?)))?;
-        let (value, after) = string(after)?;
-        // A repeated key is serde's to refuse.
-        if fields[slot].replace(value).is_some() {
-            return None;
-        }
-        if after == "}" {
-            break;
-        }
-        rest = after.strip_prefix(',')?;
-    }
+    let fields = flat_strings(payload, KEYS)?;
     let [
         Some(child_id),
         name,
@@ -75,6 +50,8 @@ pub(crate) fn written_entry(payload: &str) -> Option<CatalogEntry> {
 
 #[cfg(test)]
 mod tests {
+    use proptest::prelude::*;
+
     use super::*;
     use crate::catalog::catalog_payload;
 
@@ -110,6 +87,95 @@ mod tests {
             let fast = written_entry(&line);
             assert!(fast.is_some(), "{line}");
             assert_eq!(fast, general(&line), "{line}");
+        }
+    }
+
+    /// Text hard for a hand reader: quotes, escapes, control and non-BMP
+    /// characters, pieces of the written form.
+    fn text() -> impl Strategy<Value = String> {
+        let pieces = [
+            "a",
+            "task ",
+            "\"",
+            "\\",
+            "\n",
+            "\u{1f}",
+            "\u{2028}",
+            "\u{1d11e}",
+            "\":\"",
+            ",",
+            "}",
+        ];
+        let piece = prop_oneof![
+            3 => proptest::sample::select(pieces.to_vec()).prop_map(str::to_owned),
+            1 => any::<char>().prop_map(String::from),
+        ];
+        proptest::collection::vec(piece, 0..4).prop_map(|pieces| pieces.concat())
+    }
+
+    fn entry() -> impl Strategy<Value = CatalogEntry> {
+        let ids = ["s-1", "child-a", "c"];
+        let modes = [
+            ChildMode::CONTINUABLE,
+            ChildMode::ONE_SHOT,
+            ChildMode::EXTERNAL,
+            ChildMode::UNKNOWN,
+        ];
+        (
+            proptest::sample::select(ids.to_vec()),
+            proptest::option::of(text()),
+            text(),
+            text(),
+            proptest::sample::select(modes.to_vec()),
+        )
+            .prop_map(|(id, name, label, provider, mode)| CatalogEntry {
+                child_id: SessionId::new(id).unwrap(),
+                name,
+                label,
+                provider,
+                mode,
+            })
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig {
+            cases: 500,
+            failure_persistence: Some(Box::new(
+                proptest::test_runner::FileFailurePersistence::Direct(
+                    "proptest-regressions/list_entry.txt",
+                ),
+            )),
+            ..ProptestConfig::default()
+        })]
+
+        /// What the hand reader reads of an entry, written or cut at any
+        /// byte or with a byte flipped, serde reads to the same entry; an
+        /// entry written without escapes is read by hand.
+        #[test]
+        fn the_hand_reader_reads_only_what_serde_reads_alike(
+            entry in entry(),
+            flips in proptest::collection::vec((any::<usize>(), 0..8_u8), 4),
+        ) {
+            let written = catalog_payload(&entry).get().to_owned();
+            let plain = [&entry.label, &entry.provider]
+                .into_iter()
+                .chain(&entry.name)
+                .all(|field| !field.contains(['"', '\\']) && !field.chars().any(|c| u32::from(c) < 0x20));
+            prop_assert_eq!(written_entry(&written).is_some(), plain, "{:?}", written);
+            let mut damaged: Vec<Vec<u8>> = (0..=written.len())
+                .map(|end| written.as_bytes()[..end].to_vec())
+                .collect();
+            for (at, bit) in flips {
+                let mut bytes = written.clone().into_bytes();
+                bytes[at % written.len()] ^= 1 << bit;
+                damaged.push(bytes);
+            }
+            for bytes in damaged {
+                let Ok(text) = std::str::from_utf8(&bytes) else { continue };
+                if let Some(read) = written_entry(text) {
+                    prop_assert_eq!(Some(read), general(text), "{:?}", text);
+                }
+            }
         }
     }
 

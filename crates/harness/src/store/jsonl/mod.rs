@@ -28,7 +28,6 @@ mod publish;
 mod skim;
 mod slot;
 mod stream;
-mod written_header;
 
 use std::collections::HashSet;
 use std::fs::{self, File};

@@ -8,7 +8,8 @@
 use std::path::Path;
 use std::sync::OnceLock;
 
-use dsh_core::session::{FORMAT_VERSION, LineReader};
+use dsh_core::codec::{LineReader, read_header};
+use dsh_core::session::FORMAT_VERSION;
 use dsh_core::{SessionEvent, SessionHeader, SessionId, StoreError, TornTail};
 use serde::Deserialize;
 use serde::de::IgnoredAny;
@@ -45,7 +46,7 @@ pub(super) fn parse_header(
     path: &Path,
     line: &[u8],
 ) -> Result<SessionHeader, StoreError> {
-    let header = match serde_json::from_slice::<SessionHeader>(line) {
+    let header = match read_header(line, Some(id), None) {
         Ok(header) => header,
         Err(err) => return Err(classify_header(path, line, &err)),
     };
@@ -120,7 +121,7 @@ fn classify_header(path: &Path, line: &[u8], err: &serde_json::Error) -> StoreEr
 /// a whole header. Such a file never held an acknowledged log, so the next
 /// create of its id may replace it.
 pub(super) fn torn_header(bytes: &[u8]) -> bool {
-    !bytes.contains(&b'\n') && serde_json::from_slice::<SessionHeader>(bytes).is_err()
+    !bytes.contains(&b'\n') && read_header(bytes, None, None).is_err()
 }
 
 /// Parse a file's only line, which has no `\n`: a header whose newline was

@@ -1,35 +1,31 @@
 //! Skimming a log for some extension event types: the header is parsed in
 //! full, every other line in one pass as an event skeleton (its seq, time
-//! and type, with the payload checked to be JSON and borrowed, never built)
-//! whose payload is built only when its type is wanted. A log of a
-//! megabyte or more is skimmed in runs of whole lines on several threads,
-//! as the full parse does. A listing folds catalogs this way without
-//! parsing message content. Anything unusual (bytes that are not UTF-8, a
-//! line that is not a well-formed event, a repeated key, a seq out of
-//! place, a last line without its `\n`) falls back to the full parse. A
-//! skim is looser than a load: it never builds a payload whose type it was
-//! not asked for, so a known type with a payload of the wrong shape fails
-//! [`super::load_log`] but not a skim (the contract `load_kind_many`
-//! states).
+//! and type, with the payload checked to be JSON, never built) whose
+//! payload is built only when its type is wanted
+//! ([`dsh_core::codec::skim_line`]). A log of a megabyte or more is skimmed
+//! in runs of whole lines on several threads, as the full parse does. A
+//! listing folds catalogs this way without parsing message content.
+//!
+//! Anything unusual (bytes that are not UTF-8, a line that is not a
+//! well-formed event envelope, a seq out of place, a last line without its
+//! `\n`) falls back to the full parse, which then fails where and how
+//! [`super::load_log`] would. One fault is not seen: a line of a type not
+//! wanted whose payload is JSON but not that type's shape (a `turn/start`
+//! with `{"turn":"x"}`) fails a full load but skims, since a skim never
+//! builds that payload.
 
-use std::borrow::Cow;
 use std::cell::RefCell;
-use std::fmt;
 use std::fs::File;
 use std::io::{self, Read as _};
 use std::path::{Path, PathBuf};
 
-use dsh_core::session::ExtensionPayload;
+use dsh_core::codec::{read_header, skim_line};
+use dsh_core::session::FORMAT_VERSION;
 use dsh_core::{EventPayload, KindEvents, SessionEvent, SessionId, StoreError};
-use serde::de::{self, DeserializeSeed, MapAccess, Visitor};
-use serde::{Deserialize, Deserializer};
-use serde_json::value::RawValue;
 
 use super::parse::{
     PARALLEL_PARSE_BYTES, on_threads, parse_header, parse_log, parse_threads, split_lines,
 };
-use super::written_header::written_header;
-use dsh_core::written::{number, string};
 
 /// Read the logs of `ids` in the store directory `dir`, keeping each one's
 /// header and its extension events of the types in `kinds`, in the order
@@ -250,9 +246,12 @@ fn skim(
     };
     let body = &text[..text.len() - 1];
     let (header_line, rest) = body.split_once('\n').unwrap_or((body, ""));
-    let header = match written_header(id, header_line, parent) {
-        Some(header) => header,
-        None => parse_header(id, &path(), header_line.as_bytes())?,
+    // The header as written, naming `id` in a format this build reads, is
+    // read without building the file's path; anything else is the full
+    // parse's to read or refuse, with the path in its error.
+    let header = match read_header(header_line.as_bytes(), Some(id), parent) {
+        Ok(header) if header.id == *id && header.format <= FORMAT_VERSION => header,
+        _ => parse_header(id, &path(), header_line.as_bytes())?,
     };
     if body.len() == header_line.len() {
         return Ok(Some(KindEvents {
@@ -303,171 +302,13 @@ fn skim(
 fn skim_run(first: u64, run: &str, wanted: &[&str]) -> Option<Vec<SessionEvent>> {
     let mut events = Vec::new();
     for (index, line) in (first..).zip(run.split('\n')) {
-        if let Some((seq, event)) = skim_written(line, wanted) {
-            if seq != index {
-                return None;
-            }
-            events.extend(event);
-            continue;
-        }
-        let mut deserializer = serde_json::Deserializer::from_str(line);
-        let skimmed = SkimLine { wanted }
-            .deserialize(&mut deserializer)
-            .and_then(|skimmed| deserializer.end().map(|()| skimmed))
-            .ok()?;
+        let skimmed = skim_line(line, wanted).ok()?;
         if skimmed.seq != index {
             return None;
         }
-        if let Some(event) = skimmed.event {
-            events.push(event);
-        }
+        events.extend(skimmed.event);
     }
     Some(events)
-}
-
-/// The fast path of a skimmed line, for one exactly as the store writes it
-/// (`{"seq":N,"time":N,"type":"..","payload":..}`, no whitespace, numbers
-/// in their shortest form, a type without escapes): the envelope is read
-/// by hand and only the payload goes through serde, built when its type is
-/// wanted and otherwise only checked to be JSON. `None` for any other line
-/// (another key order, a repeated key, a payload that is not JSON), which
-/// [`SkimLine`] then reads or refuses, so both accept the same lines.
-fn skim_written(line: &str, wanted: &[&str]) -> Option<(u64, Option<SessionEvent>)> {
-    let (seq, rest) = number(line.strip_prefix(r#"{"seq":"#)?)?;
-    let (time, rest) = number(rest.strip_prefix(r#","time":"#)?)?;
-    let (kind, rest) = string(rest.strip_prefix(r#","type":""#)?)?;
-    let payload = rest.strip_prefix(r#","payload":"#)?.strip_suffix('}')?;
-    if !wanted.contains(&kind) {
-        serde_json::from_str::<&RawValue>(payload).ok()?;
-        return Some((seq, None));
-    }
-    let payload = serde_json::from_str(payload).ok()?;
-    let event = SessionEvent {
-        seq,
-        time,
-        payload: EventPayload::Extension {
-            kind: kind.to_owned(),
-            payload,
-        },
-    };
-    Some((seq, Some(event)))
-}
-
-/// One event line read in one pass: its seq and time, its type, and its
-/// payload built only when the type is wanted (otherwise only checked to
-/// be JSON, borrowed, never built).
-struct SkimLine<'k> {
-    wanted: &'k [&'k str],
-}
-
-/// What [`SkimLine`] read of a line.
-struct Skimmed {
-    seq: u64,
-    /// The event, when its type is wanted.
-    event: Option<SessionEvent>,
-}
-
-impl<'de> DeserializeSeed<'de> for SkimLine<'_> {
-    type Value = Skimmed;
-
-    fn deserialize<D: Deserializer<'de>>(self, deserializer: D) -> Result<Skimmed, D::Error> {
-        deserializer.deserialize_map(self)
-    }
-}
-
-/// A payload as it was met: built (its type was known and wanted) or
-/// borrowed (not wanted, or met before the type).
-enum Met<'de> {
-    Built(ExtensionPayload),
-    Borrowed(&'de RawValue),
-}
-
-impl<'de> Visitor<'de> for SkimLine<'_> {
-    type Value = Skimmed;
-
-    fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("a session event")
-    }
-
-    fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Skimmed, A::Error> {
-        let mut seq: Option<u64> = None;
-        let mut time: Option<u64> = None;
-        let mut kind: Option<Cow<'de, str>> = None;
-        let mut payload: Option<Met<'de>> = None;
-        while let Some(Borrowed(key)) = map.next_key::<Borrowed<'de>>()? {
-            let fresh = match key.as_ref() {
-                "seq" => seq.replace(map.next_value()?).is_none(),
-                "time" => time.replace(map.next_value()?).is_none(),
-                "type" => {
-                    let found: Cow<'de, str> = map.next_value::<Borrowed<'de>>()?.0;
-                    kind.replace(found).is_none()
-                }
-                "payload" => {
-                    let wanted = kind
-                        .as_deref()
-                        .is_some_and(|kind| self.wanted.contains(&kind));
-                    let met = if wanted {
-                        Met::Built(map.next_value()?)
-                    } else {
-                        Met::Borrowed(map.next_value()?)
-                    };
-                    payload.replace(met).is_none()
-                }
-                _ => {
-                    map.next_value::<de::IgnoredAny>()?;
-                    true
-                }
-            };
-            // A repeated key is the full parse's call.
-            if !fresh {
-                return Err(de::Error::custom(format_args!("duplicate field `{key}`")));
-            }
-        }
-        let seq = seq.ok_or_else(|| de::Error::missing_field("seq"))?;
-        let time = time.ok_or_else(|| de::Error::missing_field("time"))?;
-        let kind = kind.ok_or_else(|| de::Error::missing_field("type"))?;
-        let payload = payload.ok_or_else(|| de::Error::missing_field("payload"))?;
-        let event = if self.wanted.contains(&kind.as_ref()) {
-            let payload = match payload {
-                Met::Built(payload) => payload,
-                // The payload came before the type.
-                Met::Borrowed(raw) => serde_json::from_str(raw.get()).map_err(de::Error::custom)?,
-            };
-            Some(SessionEvent {
-                seq,
-                time,
-                payload: EventPayload::Extension {
-                    kind: kind.into_owned(),
-                    payload,
-                },
-            })
-        } else {
-            None
-        };
-        Ok(Skimmed { seq, event })
-    }
-}
-
-/// A string borrowed from the line when it has no escapes.
-struct Borrowed<'de>(Cow<'de, str>);
-
-impl<'de> Deserialize<'de> for Borrowed<'de> {
-    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        struct Text;
-        impl<'de> Visitor<'de> for Text {
-            type Value = Cow<'de, str>;
-            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-                f.write_str("a string")
-            }
-            fn visit_borrowed_str<E: de::Error>(self, text: &'de str) -> Result<Self::Value, E> {
-                Ok(Cow::Borrowed(text))
-            }
-            fn visit_str<E: de::Error>(self, text: &str) -> Result<Self::Value, E> {
-                Ok(Cow::Owned(text.to_owned()))
-            }
-        }
-        deserializer.deserialize_str(Text).map(Self)
-    }
 }
 
 #[cfg(test)]
@@ -661,64 +502,5 @@ mod tests {
         let skimmed = skim_one(&store, &id, KINDS).unwrap_err();
         let loaded = store.load(&id).await.unwrap_err();
         assert_eq!(skimmed.to_string(), loaded.to_string());
-    }
-
-    #[test]
-    fn a_line_is_read_whatever_its_key_order_and_a_repeated_key_is_refused() {
-        let wanted = ["subagent/child"];
-        let read = |line: &str| {
-            let mut deserializer = serde_json::Deserializer::from_str(line);
-            SkimLine { wanted: &wanted }
-                .deserialize(&mut deserializer)
-                .map(|skimmed| (skimmed.seq, skimmed.event))
-        };
-        let ordered = r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":1}}"#;
-        let reversed = r#"{"payload":{"a":1},"type":"subagent\/child","time":9,"seq":4}"#;
-        let expected = SessionEvent::from_json_line(ordered).unwrap();
-        assert_eq!(read(ordered).unwrap(), (4, Some(expected.clone())));
-        assert_eq!(read(reversed).unwrap(), (4, Some(expected)));
-        let unwanted = r#"{"seq":4,"time":9,"type":"turn/start","payload":{"turn":"x"}}"#;
-        assert_eq!(read(unwanted).unwrap(), (4, None));
-        assert!(read(r#"{"seq":4,"seq":5,"time":9,"type":"x","payload":{}}"#).is_err());
-        assert!(read(r#"{"seq":4,"type":"x","payload":{}}"#).is_err());
-    }
-
-    /// The hand-read envelope accepts exactly what [`SkimLine`] does, with
-    /// the same result; anything unusual is left to it.
-    #[test]
-    fn the_written_line_path_agrees_with_the_general_one() {
-        let wanted = ["subagent/child"];
-        let general = |line: &str| {
-            let mut deserializer = serde_json::Deserializer::from_str(line);
-            SkimLine { wanted: &wanted }
-                .deserialize(&mut deserializer)
-                .and_then(|skimmed| deserializer.end().map(|()| skimmed))
-                .ok()
-                .map(|skimmed| (skimmed.seq, skimmed.event))
-        };
-        let taken = [
-            r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":[1,{"b":"}"}]}}"#,
-            r#"{"seq":0,"time":0,"type":"turn/start","payload":{"turn":"not built"}}"#,
-            r#"{"seq":18446744073709551615,"time":1,"type":"x","payload":null}"#,
-            // Whitespace inside the payload is the payload's own.
-            r#"{"seq":4,"time":9,"type":"x","payload":{} }"#,
-        ];
-        for line in taken {
-            let fast = skim_written(line, &wanted);
-            assert!(fast.is_some(), "{line}");
-            assert_eq!(fast, general(line), "{line}");
-        }
-        let left = [
-            r#"{"seq":4,"time":9,"type":"subagent/child","payload":{"a":1},"seq":5}"#,
-            r#"{"seq":4,"time":9,"type":"subagent\/child","payload":{"a":1}}"#,
-            r#"{"seq":04,"time":9,"type":"x","payload":{}}"#,
-            r#"{"seq":4,"time":9,"type":"x","payload":{"a":}}"#,
-            r#"{"seq":4,"time":9,"type":"x","payload":}"#,
-            r#"{"time":9,"seq":4,"type":"x","payload":{}}"#,
-            r#"{"seq":18446744073709551616,"time":1,"type":"x","payload":{}}"#,
-        ];
-        for line in left {
-            assert_eq!(skim_written(line, &wanted), None, "{line}");
-        }
     }
 }

@@ -1,4 +1,4 @@
-//! The fast path of a header read: a session header line exactly as the
+//! The fast path of a header read: a session header line exactly as a
 //! store writes it (`serde_json` of [`SessionHeader`]: its fields in
 //! declaration order, no whitespace, numbers in their shortest form,
 //! strings without escapes) is read by hand, and only a non-empty
@@ -6,12 +6,13 @@
 //! whitespace, an escape, an unknown key, extensions, a header naming
 //! another session or a newer format) gets `None`, and the caller's
 //! general parser reads or refuses it, so a header is accepted or refused
-//! exactly as [`super::parse::parse_header`] decides. A listing reads one
-//! header per child; this path costs a fraction of the general one.
+//! exactly as serde's derive decides. A listing reads one header per
+//! child; this path costs a fraction of the general one.
 
-use dsh_core::session::FORMAT_VERSION;
-use dsh_core::written::{number, string};
-use dsh_core::{Composition, SessionHeader, SessionId};
+use super::written::{number, string};
+use crate::id::SessionId;
+use crate::options::Composition;
+use crate::session::{FORMAT_VERSION, SessionHeader};
 
 /// The header of `id`'s log when `line` (without its `\n`) is exactly in
 /// the written form, names `id` and a format this build reads; `None`
@@ -83,10 +84,7 @@ pub(super) fn written_header(
 
 #[cfg(test)]
 mod tests {
-    use std::path::Path;
-
     use super::*;
-    use crate::store::jsonl::parse::parse_header;
 
     fn id() -> SessionId {
         SessionId::new("s-1").unwrap()
@@ -94,7 +92,7 @@ mod tests {
 
     /// The general parser's answer, as an option.
     fn general(line: &str) -> Option<SessionHeader> {
-        parse_header(&id(), Path::new("/x.jsonl"), line.as_bytes()).ok()
+        serde_json::from_str(line).ok()
     }
 
     #[test]

@@ -4,11 +4,12 @@
 //! through serde. Each returns `None` for anything outside that form, and
 //! a caller then hands the whole text to its general (serde) parser, which
 //! reads or refuses it; these never decide that a text is invalid.
+//! [`compact`] is the one writer here: JSON text put back on one line.
 
 /// A JSON unsigned integer at the start of `text` in its only valid form
 /// (no sign, no leading zero, no fraction or exponent after it) that fits
 /// a `u64`, and the text after it.
-pub fn number(text: &str) -> Option<(u64, &str)> {
+pub(super) fn number(text: &str) -> Option<(u64, &str)> {
     // One pass that reads and accumulates the digits (a scan for the end
     // then `str::parse` went over them twice, a fifth of an event line's
     // envelope cost); a value past `u64::MAX` overflows the checked steps.
@@ -34,7 +35,7 @@ pub fn number(text: &str) -> Option<(u64, &str)> {
 /// The text of a JSON string whose opening quote was consumed, up to its
 /// closing quote, and the text after that quote; `None` when it holds an
 /// escape or a control character before the quote (or has none).
-pub fn string(text: &str) -> Option<(&str, &str)> {
+pub(super) fn string(text: &str) -> Option<(&str, &str)> {
     // The closing quote (or an escape) found with SIMD, then the text
     // before it checked for control characters in a loop the compiler
     // vectorises: a byte-by-byte search for all three was most of the cost
@@ -52,7 +53,7 @@ pub fn string(text: &str) -> Option<(&str, &str)> {
 /// backslash never ends the string (a `"` or `\` byte is never part of a
 /// multi-byte character, so skipping one byte stays in step). `None` when
 /// there is none.
-pub fn closing_quote(text: &str) -> Option<usize> {
+pub(super) fn closing_quote(text: &str) -> Option<usize> {
     let bytes = text.as_bytes();
     let mut at = 0;
     loop {
@@ -71,7 +72,7 @@ pub fn closing_quote(text: &str) -> Option<usize> {
 /// serde grows a scratch buffer by doubling and then copies it out.
 /// `None` for a control character, an unknown escape, a surrogate escape
 /// (paired or not: serde decides those) or no closing quote.
-pub fn unescaped(text: &str) -> Option<(String, &str)> {
+pub(super) fn unescaped(text: &str) -> Option<(String, &str)> {
     let end = closing_quote(text)?;
     // Both ends are ASCII quotes or text boundaries: character boundaries.
     let mut body = text.get(..end)?;
@@ -114,6 +115,31 @@ pub fn unescaped(text: &str) -> Option<(String, &str)> {
     }
     value.push_str(body);
     Some((value, rest))
+}
+
+/// `json` (valid JSON) without the whitespace between its tokens.
+pub(crate) fn compact(json: &str) -> String {
+    let mut out = String::with_capacity(json.len());
+    let mut in_string = false;
+    let mut escaped = false;
+    for c in json.chars() {
+        if in_string {
+            out.push(c);
+            if escaped {
+                escaped = false;
+            } else if c == '\\' {
+                escaped = true;
+            } else if c == '"' {
+                in_string = false;
+            }
+        } else if c == '"' {
+            in_string = true;
+            out.push(c);
+        } else if !matches!(c, ' ' | '\t' | '\n' | '\r') {
+            out.push(c);
+        }
+    }
+    out
 }
 
 #[cfg(test)]
