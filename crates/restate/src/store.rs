@@ -12,7 +12,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use dsh_core::session::{FORMAT_VERSION, LineReader};
+use dsh_core::codec::LineReader;
+use dsh_core::session::FORMAT_VERSION;
 use dsh_core::{
     LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
 };
