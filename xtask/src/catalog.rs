@@ -3,7 +3,9 @@
 //! events, error codes and model-facing tools found in the source by the
 //! conventions written in the catalogue's own preamble. The output depends on
 //! the source alone: crates by package name, modules by path, items by file
-//! and position, so the same tree always gives the same bytes.
+//! and position, so the same tree always gives the same bytes. It is one
+//! file of some 800 lines because the sections share their cell, pointer
+//! and table-reading helpers, and each section is only read here.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -55,7 +57,9 @@ fn preamble(out: &mut String, ws: &Workspace) {
     out.push_str(
         "- **Events.** A `pub` method returning `&str` or `&'static str` whose body is a `match` \
          on `self` mapping variants to string literals, at least one shaped `namespace/name`, \
-         is an event table: each variant is an event and its fields are the payload. A `pub \
+         is an event table: each variant is an event and its fields are the payload. So is a \
+         method that ends by passing `self` to a function of its crate (a table one of the \
+         crate's macros generates, say) whose body is such a `match` on its argument. A `pub \
          const` string shaped `namespace/name` is an event type; its payload is the first type \
          its doc comment links to (``[`Type`]``).\n",
     );
@@ -339,13 +343,69 @@ fn returns_str(sig: &syn::Signature) -> bool {
 
 /// The `match self` a method body ends with.
 fn tail_match(block: &syn::Block) -> Option<&syn::ExprMatch> {
+    tail_match_on(block, "self")
+}
+
+/// The `match subject` a body ends with.
+fn tail_match_on<'a>(block: &'a syn::Block, subject: &str) -> Option<&'a syn::ExprMatch> {
     match block.stmts.last()? {
         syn::Stmt::Expr(syn::Expr::Match(m), None) => {
-            let on_self = matches!(m.expr.as_ref(), syn::Expr::Path(p) if p.path.is_ident("self"));
-            on_self.then_some(m)
+            let on = matches!(m.expr.as_ref(), syn::Expr::Path(p) if p.path.is_ident(subject));
+            on.then_some(m)
         }
         _ => None,
     }
+}
+
+/// The function of `krate` a method body ends by passing `self` alone to
+/// (`crate::path::f(self)`, or `f(self)` for a function of the item's own
+/// module), when that function returns `&str` and ends with a `match` on
+/// its argument: a table written elsewhere, such as one a macro of the
+/// crate generates. The function's item and its `match`.
+fn delegated_match<'a>(
+    krate: &'a Crate,
+    item: &Item,
+    block: &syn::Block,
+) -> Option<(&'a Item, &'a syn::ExprMatch)> {
+    let syn::Stmt::Expr(syn::Expr::Call(call), None) = block.stmts.last()? else {
+        return None;
+    };
+    let is_self = |arg: &syn::Expr| matches!(arg, syn::Expr::Path(p) if p.path.is_ident("self"));
+    if call.args.len() != 1 || !call.args.first().is_some_and(is_self) {
+        return None;
+    }
+    let syn::Expr::Path(callee) = call.func.as_ref() else {
+        return None;
+    };
+    let segments: Vec<String> = callee
+        .path
+        .segments
+        .iter()
+        .map(|s| s.ident.to_string())
+        .collect();
+    let (name, module) = match segments.as_slice() {
+        [name] => (name, krate.modules.get(item.module)?.path.as_slice()),
+        [first, module @ .., name] if first == "crate" => (name, module),
+        _ => return None,
+    };
+    krate.items.iter().find_map(|found| {
+        let syn::Item::Fn(f) = &found.ast else {
+            return None;
+        };
+        if found.name != *name || krate.modules.get(found.module)?.path != module {
+            return None;
+        }
+        let Some(syn::FnArg::Typed(arg)) = f.sig.inputs.first() else {
+            return None;
+        };
+        let syn::Pat::Ident(subject) = arg.pat.as_ref() else {
+            return None;
+        };
+        if !returns_str(&f.sig) {
+            return None;
+        }
+        Some((found, tail_match_on(&f.block, &subject.ident.to_string())?))
+    })
 }
 
 fn tail_literal(block: &syn::Block) -> Option<String> {
@@ -446,8 +506,12 @@ fn events_section(out: &mut String, ws: &Workspace) {
                 if !returns_str(&method.sig) {
                     continue;
                 }
-                let Some(table) = tail_match(&method.block) else {
-                    continue;
+                let (table, source) = match tail_match(&method.block) {
+                    Some(table) => (table, None),
+                    None => match delegated_match(krate, item, &method.block) {
+                        Some((source, table)) => (table, Some(source)),
+                        None => continue,
+                    },
                 };
                 let mut rows = Vec::new();
                 for arm in &table.arms {
@@ -478,6 +542,20 @@ fn events_section(out: &mut String, ws: &Workspace) {
                 );
                 if let Some(doc) = &item.doc {
                     let _ = writeln!(body, "{}\n", cell(doc));
+                }
+                if let Some(source) = source {
+                    let module = &krate.modules[source.module].path;
+                    let path = [krate.lib.as_str()]
+                        .into_iter()
+                        .chain(module.iter().map(String::as_str))
+                        .chain([source.name.as_str()])
+                        .collect::<Vec<_>>()
+                        .join("::");
+                    let _ = writeln!(
+                        body,
+                        "The table is the `match` of `{path}` · {}\n",
+                        pointer(&source.file)
+                    );
                 }
                 body.push_str("| event | variant | payload | meaning |\n|---|---|---|---|\n");
                 for row in rows {

@@ -290,6 +290,21 @@ fn an_id_a_macro_of_the_crate_makes_is_an_item() {
 }
 
 #[test]
+fn a_table_a_macro_of_the_crate_writes_is_an_event_table() {
+    let catalogue = generate_catalog(&Tree::at(fixture(), None)).unwrap();
+    let events = &catalogue[catalogue.find("\n## Events\n").unwrap()..];
+    let table = "### `demo::events::Phase::kind` · \
+                 [crates/demo/src/events.rs](../crates/demo/src/events.rs)\n\n\
+                 A phase of a demo drawing.\n\n\
+                 The table is the `match` of `demo::events::kind_of` · \
+                 [crates/demo/src/events.rs](../crates/demo/src/events.rs)\n\n\
+                 | event | variant | payload | meaning |\n|---|---|---|---|\n\
+                 | `phase/begun` | `Begun` | — | The drawing began. |\n\
+                 | `phase/ended` | `Ended` | — | The drawing ended. |\n";
+    assert!(events.contains(table), "{events}");
+}
+
+#[test]
 fn items_whose_docs_say_hidden_and_made_items_are_doc_checked() {
     let scratch = Scratch::new();
     scratch.edit(
