@@ -14,7 +14,7 @@ pub struct SubagentToolConfig {
     /// The registered provider the tool starts children on.
     pub provider: String,
     /// The depth cap sent with every start, resolved at each call by
-    /// [`SubagentRuntime::resolve_max_depth`]: `None` follows the runtime's
+    /// [`SubagentRuntime::resolve_max_depth`](dsh_subagent::SubagentRuntime::resolve_max_depth): `None` follows the runtime's
     /// current user setting.
     pub max_depth: Option<MaxDepth>,
     /// Agent options for every child (needs the `agent_options` capability).
