@@ -250,17 +250,7 @@ async fn deliver(
     // prunes them (`dsh agents --prune-orphans`): they are listed, never
     // removed behind the user's back.
     world.runtime.deliver_lost_notices(&lead).await?;
-    let (_subscription, mut events) = world.runtime.events().subscribe();
-    let settled = async {
-        while let Some(event) = events.recv().await {
-            if let SubagentEvent::End(info, outcome) = event
-                && info.child_id == child
-            {
-                return Some(outcome);
-            }
-        }
-        None
-    };
+    let (_subscription, settled) = end_of(world, &child);
     if external {
         world
             .runtime
@@ -351,6 +341,34 @@ async fn deliver(
         )));
     }
     answered(world, &lead, reporter, &name, turn.answer).await
+}
+
+/// The outcome of `child`'s next activation end: `None` when the runtime
+/// ends first. A listener, not a subscription channel, hears it: a channel
+/// lagging behind a busy tree could lose the one end this command waits for.
+fn end_of(
+    world: &World,
+    child: &SessionId,
+) -> (
+    dsh_core::observe::Subscription,
+    impl Future<Output = Option<RunOutcome>> + use<>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let child = child.clone();
+    let subscription = world.runtime.events().listen(move |event| {
+        if let SubagentEvent::End(info, outcome) = event
+            && info.child_id == child
+            && let Some(tx) = tx
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        {
+            // A receiver gone means nobody waits any more.
+            let _ = tx.send(outcome.clone());
+        }
+    });
+    (subscription, async move { rx.await.ok() })
 }
 
 /// Print `answer` as `name`'s reply, then stop the tree.

@@ -118,7 +118,7 @@ async fn subagent_depth_deepens_a_child_and_never_lowers_it() {
     world.quiesce().await;
 }
 
-fn drain(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> Vec<SubagentEvent> {
+fn drain(events: &mut dsh_core::observe::Events<SubagentEvent>) -> Vec<SubagentEvent> {
     let mut seen = Vec::new();
     while let Ok(event) = events.try_recv() {
         seen.push(event);

@@ -159,6 +159,8 @@ mod tests {
     fn info(child: &SessionId) -> RunInfo {
         RunInfo {
             provider: "spawn".into(),
+            name: child.to_string(),
+            label: String::new(),
             child_id: child.clone(),
             parent_session_id: SessionId::generate(),
             root: SessionId::generate(),
