@@ -215,7 +215,7 @@ async fn deliver(
     resumed: &mut Option<Arc<dyn Agent>>,
     reporter: Option<&Reporter>,
 ) -> Result<(), CliError> {
-    let row = match sessions::resolve(&world.runtime, root, &args.name).await? {
+    let row = match sessions::resolve(store, root, &args.name).await? {
         Member::Root(_) => {
             return Err(CliError::Refused(format!(
                 "`{}` is the root of the tree; `dsh send` talks to its children (`dsh run` starts a new lead)",

@@ -435,6 +435,25 @@ async fn listings_traverse_one_shot_and_unknown_children_and_rows_carry_children
         let err = resolve(leaf).await.unwrap_err();
         assert_eq!(err.code(), "AGENT_NAME_NOT_FOUND", "{leaf}: {err}");
     }
+
+    // The logs alone list the same tree, row for row, through the same
+    // walk; with no runtime behind them nothing is live.
+    let stored = dsh_subagent::list_stored_descendants(
+        world.store.as_ref(),
+        lead.agent().id(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let cold: Vec<DescendantRow> = rows
+        .iter()
+        .cloned()
+        .map(|mut row| {
+            row.activity = ChildActivity::Inactive;
+            row
+        })
+        .collect();
+    assert_eq!(stored, cold);
     one_shot.dispose().await;
 }
 
