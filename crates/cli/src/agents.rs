@@ -1,6 +1,6 @@
 //! `dsh agents`: every persisted tree in a session directory, one per root
 //! session (oldest first), each listed from its root by
-//! `list_descendants`: names or paths, providers, modes, labels, session
+//! `list_stored_descendants` (no runtime is built): names or paths, providers, modes, labels, session
 //! ids and row diagnostics. One bad file affects only what needs it (B57):
 //! a tree whose root log or catalog cannot be read is marked and the other
 //! trees are listed; a log that cannot be read is an `unavailable` row
@@ -22,7 +22,7 @@ use dsh_core::{SessionId, SessionStore, StoreError};
 use dsh_subagent::{RowDiagnostic, SubagentError};
 
 use crate::error::{CliError, person};
-use crate::sessions::{self, Orphan, ReadOnlyTree};
+use crate::sessions::{self, Orphan};
 
 fn diagnostic(diagnostic: RowDiagnostic) -> &'static str {
     match diagnostic {
@@ -84,8 +84,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
     {
         return Err(CliError::NoSessions(dir.to_path_buf()));
     }
-    // Listing loads no agent, and has nothing that could.
-    let tree = ReadOnlyTree::over(store.clone());
+    // Listing reads the logs only: no runtime, nothing that could run.
     let mut out = String::new();
     let mut listed: HashSet<SessionId> = HashSet::new();
     for (index, root) in roots.iter().enumerate() {
@@ -98,7 +97,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
             out.push('\n');
         }
         out.push_str(&format!("tree {}{latest}\n", root.id));
-        let rows = match tree.list(&root.id).await {
+        let rows = match sessions::descendants(store.as_ref(), &root.id).await {
             Ok(rows) => rows,
             Err(err) => {
                 out.push_str(&format!(
@@ -137,7 +136,6 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
             out.push('\n');
         }
     }
-    drop(tree);
     let stray: Vec<_> = scan
         .unreadable
         .iter()

@@ -40,6 +40,7 @@ mod config;
 mod demo;
 mod demo_team;
 mod error;
+mod held;
 mod json;
 mod model;
 mod observe;
@@ -215,6 +216,16 @@ struct RootArg {
     root: Option<String>,
 }
 
+/// How long a command waits for a tree another process holds.
+#[derive(Debug, Args)]
+struct WaitArg {
+    /// While another process (a `dsh run`, `dsh send` or `dsh resume` in
+    /// the same tree) holds the tree, wait this many seconds for it, then
+    /// say who holds it; 0 says so at once.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    wait: u64,
+}
+
 #[derive(Debug, Subcommand)]
 enum Command {
     /// Run a lead agent with the subagent, fork and control tools until its
@@ -281,11 +292,8 @@ enum Command {
         model: ModelArg,
         #[command(flatten)]
         acp: AcpArgs,
-        /// While another process (a `dsh run` or `dsh send` in the same
-        /// tree) holds the tree, wait this many seconds for it, then say
-        /// who holds it; 0 says so at once.
-        #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-        wait: u64,
+        #[command(flatten)]
+        wait: WaitArg,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -305,6 +313,8 @@ enum Command {
         model: ModelArg,
         #[command(flatten)]
         acp: AcpArgs,
+        #[command(flatten)]
+        wait: WaitArg,
         #[command(flatten)]
         json: JsonArg,
     },
@@ -655,7 +665,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 settings,
                 json: json.json,
                 ask,
-                wait,
+                wait: wait.wait,
             })
             .await
         }
@@ -664,6 +674,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             dir,
             model,
             acp,
+            wait,
             json,
         } => {
             let (settings, ask) = load_settings(model, acp, false, config)?;
@@ -673,6 +684,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 settings,
                 json: json.json,
                 ask,
+                wait: wait.wait,
             })
             .await
         }

@@ -7,6 +7,11 @@
 //! what runs is what the tree had left to do, and a tree with nothing left
 //! ends at once. What became of each member is printed first, one line
 //! each ([`render`]).
+//!
+//! A tree another process holds (another `dsh` working in it) is waited
+//! for, up to `--wait` seconds, after one line on stderr naming the
+//! holder's pid; then the command refuses, naming it again, as `dsh send`
+//! does ([`crate::held`]).
 
 use std::path::PathBuf;
 
@@ -29,6 +34,9 @@ pub struct ResumeArgs {
     pub json: bool,
     /// Whether an action above the level asks the person (`--ask`).
     pub ask: crate::ask::AskMode,
+    /// How long to wait, in seconds, for a tree another process holds
+    /// (`--wait`).
+    pub wait: u64,
 }
 
 /// Run the command.
@@ -41,6 +49,7 @@ pub async fn resume(args: ResumeArgs) -> Result<(), CliError> {
     let mut settings = args.settings;
     settings.model = picked.model;
     let root = picked.root;
+    crate::held::wait_free(&picked.store.log_path(&root), root.as_str(), args.wait).await?;
     drop(picked.store);
     crate::run::run(crate::run::RunArgs {
         prompt: None,

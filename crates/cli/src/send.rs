@@ -43,7 +43,6 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
 
 use dsh_core::{
     Agent, AgentError, AgentFactory, CancellationToken, ContentBlock, MessageId, Model,
@@ -89,9 +88,6 @@ pub struct SendArgs {
     pub wait: u64,
 }
 
-/// How often a held tree is tried again.
-const HELD_POLL: Duration = Duration::from_millis(100);
-
 /// Run the command.
 ///
 /// # Cancel safety
@@ -114,7 +110,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         // The lead's own conversation goes on, with its whole tree: a run
         // that resumes instead of creating, once no other process holds
         // the lead.
-        wait_free(&store.log_path(&root), &args.name, args.wait).await?;
+        crate::held::wait_free(&store.log_path(&root), &args.name, args.wait).await?;
         drop(store);
         drop(signals);
         let mut settings = args.settings;
@@ -174,41 +170,6 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     outcome
 }
 
-/// Wait, up to `wait` seconds, until no process holds the log at `path`
-/// (the kernel's lock table names it by device and inode; where it
-/// cannot, this returns at once and a held log is refused later), after
-/// one line naming the holder; then refuse, naming it again.
-///
-/// # Cancel safety
-/// Cancel safe: it only reads the lock table.
-async fn wait_free(path: &std::path::Path, name: &str, wait: u64) -> Result<(), CliError> {
-    let until = tokio::time::Instant::now() + Duration::from_secs(wait);
-    let mut told = false;
-    loop {
-        let Some(pid) = sessions::holder(path.to_path_buf(), false).await else {
-            return Ok(());
-        };
-        let now = tokio::time::Instant::now();
-        if now >= until {
-            return Err(CliError::Held {
-                name: name.to_owned(),
-                pid: Some(pid),
-                waited: wait,
-            });
-        }
-        if !told {
-            told = true;
-            crate::run::say(
-                None,
-                &format!(
-                    "`{name}` is held by another process (pid {pid}); waiting up to {wait} s for it"
-                ),
-            );
-        }
-        tokio::time::sleep_until(until.min(now + HELD_POLL)).await;
-    }
-}
-
 /// Resume the root `root` to deliver through it. While another process
 /// holds its log (another `dsh` working in this tree), wait for it, up to
 /// `wait` seconds, polling, after one line saying who holds it; then
@@ -224,8 +185,7 @@ async fn resume_root(
     wait: u64,
     reporter: Option<&Reporter>,
 ) -> Result<Arc<dyn Agent>, CliError> {
-    let until = tokio::time::Instant::now() + Duration::from_secs(wait);
-    let mut told = false;
+    let mut waiting = crate::held::HeldWait::new(name, wait);
     loop {
         let resumed = world
             .harness
@@ -240,26 +200,8 @@ async fn resume_root(
             Err(AgentError::Store(StoreError::Locked(held))) => held,
             Err(err) => return Err(err.into()),
         };
-        let now = tokio::time::Instant::now();
-        if now >= until {
-            return Err(CliError::Held {
-                name: name.to_owned(),
-                pid: sessions::holder(store.log_path(&held), true).await,
-                waited: wait,
-            });
-        }
-        if !told {
-            told = true;
-            let pid = sessions::holder(store.log_path(&held), true)
-                .await
-                .map(|pid| format!(" (pid {pid})"))
-                .unwrap_or_default();
-            crate::run::say(
-                reporter,
-                &format!("`{name}` is held by another process{pid}; waiting up to {wait} s for it"),
-            );
-        }
-        tokio::time::sleep_until(until.min(now + HELD_POLL)).await;
+        let pid = sessions::holder(store.log_path(&held), true).await;
+        waiting.held(pid, reporter).await?;
     }
 }
 
@@ -273,7 +215,7 @@ async fn deliver(
     resumed: &mut Option<Arc<dyn Agent>>,
     reporter: Option<&Reporter>,
 ) -> Result<(), CliError> {
-    let row = match sessions::resolve(&world.runtime, root, &args.name).await? {
+    let row = match sessions::resolve(store, root, &args.name).await? {
         Member::Root(_) => {
             return Err(CliError::Refused(format!(
                 "`{}` is the root of the tree; `dsh send` talks to its children (`dsh run` starts a new lead)",
@@ -308,17 +250,7 @@ async fn deliver(
     // prunes them (`dsh agents --prune-orphans`): they are listed, never
     // removed behind the user's back.
     world.runtime.deliver_lost_notices(&lead).await?;
-    let (_subscription, mut events) = world.runtime.events().subscribe();
-    let settled = async {
-        while let Some(event) = events.recv().await {
-            if let SubagentEvent::End(info, outcome) = event
-                && info.child_id == child
-            {
-                return Some(outcome);
-            }
-        }
-        None
-    };
+    let (_subscription, settled) = end_of(world, &child);
     if external {
         world
             .runtime
@@ -409,6 +341,34 @@ async fn deliver(
         )));
     }
     answered(world, &lead, reporter, &name, turn.answer).await
+}
+
+/// The outcome of `child`'s next activation end: `None` when the runtime
+/// ends first. A listener, not a subscription channel, hears it: a channel
+/// lagging behind a busy tree could lose the one end this command waits for.
+fn end_of(
+    world: &World,
+    child: &SessionId,
+) -> (
+    dsh_core::observe::Subscription,
+    impl Future<Output = Option<RunOutcome>> + use<>,
+) {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    let tx = std::sync::Mutex::new(Some(tx));
+    let child = child.clone();
+    let subscription = world.runtime.events().listen(move |event| {
+        if let SubagentEvent::End(info, outcome) = event
+            && info.child_id == child
+            && let Some(tx) = tx
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take()
+        {
+            // A receiver gone means nobody waits any more.
+            let _ = tx.send(outcome.clone());
+        }
+    });
+    (subscription, async move { rx.await.ok() })
 }
 
 /// Print `answer` as `name`'s reply, then stop the tree.

@@ -18,7 +18,7 @@ use std::sync::Arc;
 
 use dsh_core::{CancellationToken, Durability, SessionHeader, SessionId, SessionStore, StoreError};
 use dsh_harness::JsonlStore;
-use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentError, SubagentRuntime, fold_catalog};
+use dsh_subagent::{DescendantRow, ROOT_NAME, SubagentError, fold_catalog};
 
 use crate::error::CliError;
 
@@ -343,76 +343,21 @@ pub async fn pick_tree(
     })
 }
 
-/// The persisted trees of a session directory, read from their logs: the
-/// runtime's listing over the store with nothing behind it that could run
-/// an agent (no harness, model, provider or tool; a create or resume is
-/// refused), for the commands that only read (`agents`, `show`).
-pub struct ReadOnlyTree {
-    runtime: SubagentRuntime,
-}
-
-/// The factory of a [`ReadOnlyTree`]: it makes no agent.
-struct NoAgents {
-    registry: dsh_core::AgentRegistry,
-}
-
-impl NoAgents {
-    /// Why no agent is made.
-    fn refusal() -> dsh_core::AgentError {
-        dsh_core::AgentError::Composition("this command only reads the sessions".to_owned())
-    }
-}
-
-#[async_trait::async_trait]
-impl dsh_core::AgentFactory for NoAgents {
-    async fn create(
-        &self,
-        _spec: dsh_core::CreateAgent,
-    ) -> Result<dsh_core::AgentHandle, dsh_core::AgentError> {
-        Err(NoAgents::refusal())
-    }
-
-    async fn resume(
-        &self,
-        _spec: dsh_core::ResumeAgent,
-    ) -> Result<dsh_core::AgentHandle, dsh_core::AgentError> {
-        Err(NoAgents::refusal())
-    }
-
-    fn registry(&self) -> &dsh_core::AgentRegistry {
-        &self.registry
-    }
-}
-
-impl ReadOnlyTree {
-    /// The trees `store` holds.
-    pub fn over(store: Arc<dyn SessionStore>) -> Self {
-        let factory = Arc::new(NoAgents {
-            registry: dsh_core::AgentRegistry::new(),
-        });
-        Self {
-            runtime: SubagentRuntime::new(factory, store, dsh_subagent::RuntimeConfig::default()),
-        }
-    }
-
-    /// Every descendant of `root`, as
-    /// [`SubagentRuntime::list_descendants`] lists them.
-    ///
-    /// # Errors
-    /// As `list_descendants`: the root's own catalog cannot be read.
-    ///
-    /// # Cancel safety
-    /// Cancel safe: it only reads.
-    pub async fn list(&self, root: &SessionId) -> Result<Vec<DescendantRow>, SubagentError> {
-        self.runtime
-            .list_descendants(root, &CancellationToken::new())
-            .await
-    }
-
-    /// The runtime the listing runs on (for [`resolve`]).
-    pub fn runtime(&self) -> &SubagentRuntime {
-        &self.runtime
-    }
+/// Every descendant of `root` in its persisted tree, read from the logs
+/// alone ([`dsh_subagent::list_stored_descendants`], the walk the runtime's
+/// own listing takes): the commands that only read (`agents`, `show`)
+/// build no runtime, and every row is inactive.
+///
+/// # Errors
+/// The root's own catalog cannot be read.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub async fn descendants(
+    store: &dyn SessionStore,
+    root: &SessionId,
+) -> Result<Vec<DescendantRow>, SubagentError> {
+    dsh_subagent::list_stored_descendants(store, root, &CancellationToken::new()).await
 }
 
 /// The process that holds the lock on the log at `path` (another `dsh`
@@ -485,16 +430,14 @@ fn holder_in(_locks: &str, _path: &Path) -> (Option<u32>, Option<u32>) {
 /// # Cancel safety
 /// Only reads; dropping the future leaves nothing behind.
 pub async fn resolve(
-    runtime: &SubagentRuntime,
+    store: &dyn SessionStore,
     root: &SessionId,
     name: &str,
 ) -> Result<Member, CliError> {
     if name == ROOT_NAME || name == root.as_str() {
         return Ok(Member::Root(root.clone()));
     }
-    let rows = runtime
-        .list_descendants(root, &CancellationToken::new())
-        .await?;
+    let rows = descendants(store, root).await?;
     rows.into_iter()
         .find(|row| row.path.as_deref() == Some(name) || row.entry.child_id.as_str() == name)
         .map(|row| Member::Child(Box::new(row)))

@@ -15,7 +15,7 @@ use dsh_core::{SessionId, SessionStore as _};
 use dsh_subagent::ROOT_NAME;
 
 use crate::error::CliError;
-use crate::sessions::{self, Member, ReadOnlyTree};
+use crate::sessions::{self, Member};
 use crate::transcript;
 
 /// Run the command.
@@ -27,8 +27,7 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(dir, root)?;
-    let tree = ReadOnlyTree::over(store.clone());
-    let member = sessions::resolve(tree.runtime(), &root, name).await?;
+    let member = sessions::resolve(store.as_ref(), &root, name).await?;
     if let Member::Child(row) = &member
         && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL
     {
@@ -38,7 +37,7 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
     }
     let mut names: HashMap<SessionId, String> = HashMap::new();
     names.insert(root.clone(), ROOT_NAME.to_owned());
-    for row in tree.list(&root).await? {
+    for row in sessions::descendants(store.as_ref(), &root).await? {
         names.insert(row.entry.child_id.clone(), sessions::display_name(&row));
     }
     let log = store.load(member.id()).await?;

@@ -10,29 +10,13 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader};
-use std::time::Duration;
-
 use support::{Scratch, text};
-
-/// The most recent tree's root session id, as `dsh agents` lists it.
-fn root(scratch: &Scratch) -> String {
-    let agents = text(&scratch.dsh(&["agents"], &[]).stdout);
-    agents
-        .lines()
-        .find_map(|line| line.strip_prefix("tree "))
-        .and_then(|line| line.split_whitespace().next())
-        .unwrap_or_else(|| panic!("no tree in {agents}"))
-        .to_owned()
-}
 
 #[test]
 fn a_send_to_a_held_tree_names_the_holder_or_waits_for_it() {
     let scratch = Scratch::new();
     scratch.demo();
-    let log = scratch.sessions().join(format!("{}.jsonl", root(&scratch)));
-    let held = std::fs::OpenOptions::new().read(true).open(&log).unwrap();
-    held.try_lock().unwrap();
+    let held = scratch.hold_root();
     let pid = std::process::id();
 
     let err = scratch.refused(&["send", "--wait", "0", "researcher", "hi"], &[], 1);
@@ -50,21 +34,16 @@ fn a_send_to_a_held_tree_names_the_holder_or_waits_for_it() {
         format!("dsh: `lead` is held by another process (pid {pid}); try again when it is done\n")
     );
 
-    let mut send = scratch.spawn(&["send", "--wait", "600", "researcher", "hi"], &[]);
-    let mut stderr = BufReader::new(send.stderr.take().unwrap());
-    let mut line = String::new();
-    stderr.read_line(&mut line).unwrap();
+    let (line, output, rest) =
+        scratch.first_line_then(&["send", "--wait", "600", "researcher", "hi"], || {
+            held.unlock().unwrap();
+        });
     assert_eq!(
         line,
         format!(
             "dsh: `researcher` is held by another process (pid {pid}); waiting up to 600 s for it\n"
         )
     );
-    held.unlock().unwrap();
-    drop(held);
-    let output = support::wait_bounded(send, Duration::from_secs(120), "dsh send");
-    let mut rest = String::new();
-    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     assert!(output.status.success(), "{rest}");
     assert_eq!(rest, "");
     assert!(

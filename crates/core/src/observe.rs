@@ -4,12 +4,24 @@
 //! order. The bus must never let a listener disturb the emitter or its peers: a panicking
 //! listener is caught, logged and skipped, `emit` never panics, and the internal lock is never
 //! held while a listener runs (so listeners may listen, unsubscribe or emit re-entrantly).
+//!
+//! [`EventBus::subscribe`] is the channel view for async readers. Its buffer is bounded, as the
+//! runtime's tree stream (a tokio broadcast of the same size) is: a subscriber that falls
+//! [`SUBSCRIBE_BUFFER`] events behind loses the oldest ones it has not read, and
+//! [`Events::missed`] says how many. A reader that must see every event of some kind (an end it
+//! waits for) uses [`EventBus::listen`], which runs in the emitter and loses nothing.
 
+use std::collections::VecDeque;
 use std::fmt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
 
-use tokio::sync::mpsc;
+use tokio::sync::Notify;
+pub use tokio::sync::mpsc::error::TryRecvError;
+
+/// How many unread events a [`EventBus::subscribe`] channel keeps: past it, the oldest is
+/// dropped and counted ([`Events::missed`]). The runtime's tree stream keeps as many.
+pub const SUBSCRIBE_BUFFER: usize = 1024;
 
 type Listener<E> = Arc<dyn Fn(&E) + Send + Sync>;
 
@@ -127,23 +139,133 @@ impl<E: Send + Sync + 'static> EventBus<E> {
         }
     }
 
-    /// A channel view: every event emitted after this call is cloned into an unbounded receiver.
+    /// A channel view: every event emitted after this call is cloned into the returned
+    /// [`Events`], which keeps the newest [`SUBSCRIBE_BUFFER`] it has not read; older ones are
+    /// dropped for it and counted ([`Events::missed`]), so a slow reader never makes the bus
+    /// grow without bound nor slows the emitter.
     ///
-    /// Delivery stops when the returned [`Subscription`] is dropped; a dropped receiver is ignored.
-    pub fn subscribe(&self) -> (Subscription, mpsc::UnboundedReceiver<E>)
+    /// Delivery stops when the returned [`Subscription`] is dropped (or the bus is); the
+    /// receiver then reads what it holds and ends.
+    pub fn subscribe(&self) -> (Subscription, Events<E>)
     where
         E: Clone,
     {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let subscription = self.listen(move |event: &E| {
-            let _ = tx.send(event.clone());
+        let channel = Arc::new(Channel {
+            queue: Mutex::new(Queue {
+                events: VecDeque::new(),
+                missed: 0,
+                closed: false,
+            }),
+            ready: Notify::new(),
         });
-        (subscription, rx)
+        let feed = Feed(Arc::clone(&channel));
+        let subscription = self.listen(move |event: &E| feed.push(event.clone()));
+        (subscription, Events { channel })
     }
 
     /// The number of currently registered listeners.
     pub fn listener_count(&self) -> usize {
         lock(&self.registry).listeners.len()
+    }
+}
+
+/// What a [`EventBus::subscribe`] channel holds.
+struct Queue<E> {
+    /// Unread events, oldest first; at most [`SUBSCRIBE_BUFFER`].
+    events: VecDeque<E>,
+    /// Events dropped unread since the subscription began.
+    missed: u64,
+    /// The listener is gone: nothing more arrives.
+    closed: bool,
+}
+
+/// The state a subscription's listener and its [`Events`] share.
+struct Channel<E> {
+    queue: Mutex<Queue<E>>,
+    /// Wakes the (single) reader after a push or the close.
+    ready: Notify,
+}
+
+fn queue<E>(channel: &Channel<E>) -> MutexGuard<'_, Queue<E>> {
+    channel.queue.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// The listener's end of a channel: dropping it (with the listener) closes the channel.
+struct Feed<E>(Arc<Channel<E>>);
+
+impl<E> Feed<E> {
+    fn push(&self, event: E) {
+        let mut queue = queue(&self.0);
+        if queue.events.len() >= SUBSCRIBE_BUFFER {
+            queue.events.pop_front();
+            queue.missed += 1;
+        }
+        queue.events.push_back(event);
+        drop(queue);
+        self.0.ready.notify_one();
+    }
+}
+
+impl<E> Drop for Feed<E> {
+    fn drop(&mut self) {
+        queue(&self.0).closed = true;
+        self.0.ready.notify_one();
+    }
+}
+
+/// The reading end of [`EventBus::subscribe`]: the events emitted since, oldest first, but for
+/// those dropped because it fell [`SUBSCRIBE_BUFFER`] behind ([`missed`](Self::missed)).
+pub struct Events<E> {
+    channel: Arc<Channel<E>>,
+}
+
+impl<E> Events<E> {
+    /// The next unread event; `None` once the subscription (or the bus) is gone and every
+    /// event it delivered was read. Events dropped while this reader lagged are skipped
+    /// (counted by [`missed`](Self::missed)).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: an event is taken only when it is returned.
+    pub async fn recv(&mut self) -> Option<E> {
+        loop {
+            match self.try_recv() {
+                Ok(event) => return Some(event),
+                Err(TryRecvError::Disconnected) => return None,
+                // A push after this check leaves a permit, so the wait cannot miss it.
+                Err(TryRecvError::Empty) => self.channel.ready.notified().await,
+            }
+        }
+    }
+
+    /// The next unread event if there is one now.
+    ///
+    /// # Errors
+    /// [`TryRecvError::Empty`] when nothing is unread, [`TryRecvError::Disconnected`] when,
+    /// besides, nothing more will arrive.
+    pub fn try_recv(&mut self) -> Result<E, TryRecvError> {
+        let mut queue = queue(&self.channel);
+        match queue.events.pop_front() {
+            Some(event) => Ok(event),
+            None if queue.closed => Err(TryRecvError::Disconnected),
+            None => Err(TryRecvError::Empty),
+        }
+    }
+
+    /// How many events this reader lost since it subscribed, dropped unread because it was
+    /// [`SUBSCRIBE_BUFFER`] behind.
+    pub fn missed(&self) -> u64 {
+        queue(&self.channel).missed
+    }
+}
+
+impl<E> fmt::Debug for Events<E> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let queue = queue(&self.channel);
+        f.debug_struct("Events")
+            .field("unread", &queue.events.len())
+            .field("missed", &queue.missed)
+            .field("closed", &queue.closed)
+            .finish()
     }
 }
 
@@ -305,6 +427,57 @@ mod tests {
         assert_eq!(calls.load(Ordering::SeqCst), 0);
         bus.emit(&2);
         assert_eq!(calls.load(Ordering::SeqCst), 1);
+    }
+
+    proptest::proptest! {
+        /// However many events a reader leaves unread, the channel keeps at most
+        /// `SUBSCRIBE_BUFFER` of them (the newest, in order), and the reader learns how many
+        /// it lost; what it read before falling behind is not counted.
+        #[test]
+        fn a_slow_subscriber_keeps_the_newest_and_counts_the_rest(
+            read_first in 0_u32..64,
+            unread in 0_usize..3 * SUBSCRIBE_BUFFER,
+        ) {
+            let bus = EventBus::<u32>::new();
+            let (_sub, mut rx) = bus.subscribe();
+            for event in 0..read_first {
+                bus.emit(&event);
+                proptest::prop_assert_eq!(rx.try_recv(), Ok(event));
+            }
+            let total = read_first + u32::try_from(unread).unwrap();
+            for event in read_first..total {
+                bus.emit(&event);
+            }
+            let kept = unread.min(SUBSCRIBE_BUFFER);
+            {
+                let queue = queue(&rx.channel);
+                proptest::prop_assert_eq!(queue.events.len(), kept);
+                proptest::prop_assert!(queue.events.capacity() <= 2 * SUBSCRIBE_BUFFER);
+            }
+            proptest::prop_assert_eq!(rx.missed(), u64::try_from(unread - kept).unwrap());
+            let mut seen = Vec::new();
+            while let Ok(event) = rx.try_recv() {
+                seen.push(event);
+            }
+            let newest: Vec<u32> = (total - u32::try_from(kept).unwrap()..total).collect();
+            proptest::prop_assert_eq!(seen, newest);
+            proptest::prop_assert_eq!(rx.try_recv(), Err(TryRecvError::Empty));
+        }
+    }
+
+    #[tokio::test]
+    async fn a_waiting_reader_wakes_for_an_event_and_for_the_close() {
+        let bus = EventBus::<u32>::new();
+        let (sub, mut rx) = bus.subscribe();
+        let reader = tokio::spawn(async move {
+            let first = rx.recv().await;
+            let second = rx.recv().await;
+            (first, second, rx.missed())
+        });
+        tokio::task::yield_now().await;
+        bus.emit(&7);
+        drop(sub);
+        assert_eq!(reader.await.unwrap(), (Some(7), None, 0));
     }
 
     #[tokio::test]

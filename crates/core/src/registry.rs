@@ -343,9 +343,7 @@ mod tests {
         }
     }
 
-    fn seen(
-        events: &mut tokio::sync::mpsc::UnboundedReceiver<RegistryEvent>,
-    ) -> Vec<RegistryEvent> {
+    fn seen(events: &mut crate::observe::Events<RegistryEvent>) -> Vec<RegistryEvent> {
         let mut seen = Vec::new();
         while let Ok(event) = events.try_recv() {
             seen.push(event);

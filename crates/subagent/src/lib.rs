@@ -64,4 +64,4 @@ pub use resume::{
     MemberResume, PARKED_EVENT, ResumeReason, ResumedMember, ResumedTree, TreeResume,
 };
 pub use runtime::{ProviderRegistration, RuntimeConfig, SubagentRuntime, TREE_EVENTS_BUFFER};
-pub use tree::{ChildActivity, DescendantRow, RowDiagnostic};
+pub use tree::{ChildActivity, DescendantRow, RowDiagnostic, list_stored_descendants};

@@ -13,6 +13,12 @@
 //! catalog order, so each catalog is read once and the output is exactly
 //! the sequential walk's. Only external children are leaves (seed 002);
 //! an unreadable branch is marked and stops there.
+//!
+//! One walk lists for both readers: the runtime's
+//! [`SubagentRuntime::list_descendants`] (live agents' catalogs and
+//! activity first) and [`list_stored_descendants`], over a store alone for
+//! a command that only reads the logs and builds no runtime (every child
+//! is then `inactive`).
 
 use crate::DeliveryError;
 use std::collections::hash_map::Entry;
@@ -22,7 +28,7 @@ use foldhash::fast::RandomState;
 use std::sync::Arc;
 
 use dsh_core::KindEvents;
-use dsh_core::{Agent, AgentStatus, CancellationToken, SessionId, StoreError};
+use dsh_core::{Agent, AgentStatus, CancellationToken, SessionId, SessionStore, StoreError};
 use futures::StreamExt as _;
 use futures::stream::BoxStream;
 use serde::Serialize;
@@ -209,27 +215,27 @@ impl SubagentRuntime {
     /// only with [`Learn::Facts`]: a listing reads each catalog once and
     /// has no use for the copy.
     async fn catalog_of(&self, id: &SessionId, learn: Learn) -> Result<Catalog, Unreadable> {
-        if let Some(agent) = self.registry().get(id) {
-            return self
-                .with_live_catalog(&agent, |fold| fold.catalog().clone())
-                .map_err(Unreadable::fold);
+        if let Some(read) = self.live_catalog(id) {
+            return read;
         }
-        let skimmed = self
-            .store()
-            .load_kind_many(std::slice::from_ref(id), CATALOG_KINDS)
-            .await
-            .into_iter()
-            .next()
-            .unwrap_or_else(|| Err(StoreError::NotFound(id.clone())))
-            .map_err(Unreadable::store)?;
-        let catalog = fold_catalog(&skimmed.header, &skimmed.events).map_err(Unreadable::fold)?;
+        let (catalog, parent) = stored_catalog(self.store().as_ref(), id).await?;
         if learn == Learn::Facts {
             // Both are facts that never change: the next read of them is free.
             let cold = self.cold();
-            cold.learn_parent(id, skimmed.header.parent_session);
+            cold.learn_parent(id, parent);
             cold.learn_catalog(id, &catalog);
         }
         Ok(catalog)
+    }
+
+    /// The catalog of `id`'s live agent, folded from its events; `None`
+    /// when the registry holds none.
+    fn live_catalog(&self, id: &SessionId) -> Option<Result<Catalog, Unreadable>> {
+        let agent = self.registry().get(id)?;
+        Some(
+            self.with_live_catalog(&agent, |fold| fold.catalog().clone())
+                .map_err(Unreadable::fold),
+        )
     }
 
     /// The entry `parent`'s catalog holds for `child`: from the live
@@ -286,14 +292,7 @@ impl SubagentRuntime {
         learn: Learn,
         cancel: &CancellationToken,
     ) -> Result<Result<Catalog, Unreadable>, SubagentError> {
-        if cancel.is_cancelled() {
-            return Err(SubagentError::Cancelled);
-        }
-        tokio::select! {
-            biased;
-            () = cancel.cancelled() => Err(SubagentError::Cancelled),
-            read = self.catalog_of(id, learn) => Ok(read),
-        }
+        unless_cancelled(self.catalog_of(id, learn), cancel).await
     }
 
     /// Resolve a model-supplied agent reference within `caller`'s tree:
@@ -384,90 +383,209 @@ impl SubagentRuntime {
         root: &SessionId,
         cancel: &CancellationToken,
     ) -> Result<Vec<DescendantRow>, SubagentError> {
-        let catalog = self
-            .observe_catalog_of(root, Learn::Nothing, cancel)
-            .await?
-            .map_err(|unreadable| unreadable.error)?;
-        // Sized for the root's children; deeper levels grow them.
-        let width = catalog.entries().len();
-        // The ids met so far, hashed with a fast seeded hasher: one lookup
-        // when a child is read ahead, one when it is visited.
-        let mut met: Met = HashMap::with_capacity_and_hasher(width + 1, RandomState::default());
-        met.insert(root.clone(), Claim::Listed);
-        let mut rows = Vec::with_capacity(width);
-        let mut stack: Vec<Pending> = Vec::with_capacity(width);
-        let mut readers: Vec<ReadAhead<'_>> = Vec::new();
-        self.read_ahead(&catalog, &mut met, &mut readers, cancel)?;
-        push_children(&mut stack, catalog, root, 1, Some(Arc::from("")));
-        while let Some(Pending {
+        list(Source::Runtime(self), root, cancel).await
+    }
+}
+
+/// Every descendant of `root` as [`SubagentRuntime::list_descendants`]
+/// lists them, read from `store` alone: for a reader with no runtime (a
+/// command that only shows the logs). Nothing is live here, so every row
+/// is [`ChildActivity::Inactive`].
+///
+/// # Errors
+/// As `list_descendants`: the root's own catalog cannot be read, or
+/// `cancel` fired.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads catalogs and logs.
+pub async fn list_stored_descendants(
+    store: &dyn SessionStore,
+    root: &SessionId,
+    cancel: &CancellationToken,
+) -> Result<Vec<DescendantRow>, SubagentError> {
+    list(Source::Store(store), root, cancel).await
+}
+
+/// `read` unless `cancel` fires first: the outer error is the
+/// cancellation, the inner one the unreadable catalog.
+async fn unless_cancelled(
+    read: impl Future<Output = Result<Catalog, Unreadable>>,
+    cancel: &CancellationToken,
+) -> Result<Result<Catalog, Unreadable>, SubagentError> {
+    if cancel.is_cancelled() {
+        return Err(SubagentError::Cancelled);
+    }
+    tokio::select! {
+        biased;
+        () = cancel.cancelled() => Err(SubagentError::Cancelled),
+        read = read => Ok(read),
+    }
+}
+
+/// One session's catalog read from its log in `store`, and the parent its
+/// header names.
+async fn stored_catalog(
+    store: &dyn SessionStore,
+    id: &SessionId,
+) -> Result<(Catalog, Option<SessionId>), Unreadable> {
+    let skimmed = store
+        .load_kind_many(std::slice::from_ref(id), CATALOG_KINDS)
+        .await
+        .into_iter()
+        .next()
+        .unwrap_or_else(|| Err(StoreError::NotFound(id.clone())))
+        .map_err(Unreadable::store)?;
+    let catalog = fold_catalog(&skimmed.header, &skimmed.events).map_err(Unreadable::fold)?;
+    Ok((catalog, skimmed.header.parent_session))
+}
+
+/// Where a listing reads catalogs and activity: a store alone, or a
+/// runtime, whose live agents come first and whose cold reads are
+/// remembered.
+#[derive(Clone, Copy)]
+enum Source<'a> {
+    /// The logs only: nothing is live.
+    Store(&'a dyn SessionStore),
+    /// The runtime's live agents, then its store.
+    Runtime(&'a SubagentRuntime),
+}
+
+impl<'a> Source<'a> {
+    /// The store cold catalogs are read from.
+    fn store(self) -> &'a dyn SessionStore {
+        match self {
+            Self::Store(store) => store,
+            Self::Runtime(runtime) => runtime.store().as_ref(),
+        }
+    }
+
+    /// `id`'s catalog unless `cancel` fires first (see
+    /// [`unless_cancelled`]); a runtime remembers a cold one with
+    /// [`Learn::Facts`].
+    async fn catalog(
+        self,
+        id: &SessionId,
+        learn: Learn,
+        cancel: &CancellationToken,
+    ) -> Result<Result<Catalog, Unreadable>, SubagentError> {
+        match self {
+            Self::Store(store) => {
+                let read = async { stored_catalog(store, id).await.map(|(catalog, _)| catalog) };
+                unless_cancelled(read, cancel).await
+            }
+            Self::Runtime(runtime) => runtime.observe_catalog_of(id, learn, cancel).await,
+        }
+    }
+
+    /// The catalog of `id`'s live agent; `None` when it has none.
+    fn live_catalog(self, id: &SessionId) -> Option<Result<Catalog, Unreadable>> {
+        match self {
+            Self::Store(_) => None,
+            Self::Runtime(runtime) => runtime.live_catalog(id),
+        }
+    }
+
+    /// What `child` is doing now.
+    fn activity(self, child: &SessionId) -> ChildActivity {
+        match self {
+            Self::Store(_) => ChildActivity::Inactive,
+            Self::Runtime(runtime) => runtime.activity(child),
+        }
+    }
+}
+
+/// The walk both listings share: see [`SubagentRuntime::list_descendants`].
+async fn list(
+    source: Source<'_>,
+    root: &SessionId,
+    cancel: &CancellationToken,
+) -> Result<Vec<DescendantRow>, SubagentError> {
+    let catalog = source
+        .catalog(root, Learn::Nothing, cancel)
+        .await?
+        .map_err(|unreadable| unreadable.error)?;
+    // Sized for the root's children; deeper levels grow them.
+    let width = catalog.entries().len();
+    // The ids met so far, hashed with a fast seeded hasher: one lookup
+    // when a child is read ahead, one when it is visited.
+    let mut met: Met = HashMap::with_capacity_and_hasher(width + 1, RandomState::default());
+    met.insert(root.clone(), Claim::Listed);
+    let mut rows = Vec::with_capacity(width);
+    let mut stack: Vec<Pending> = Vec::with_capacity(width);
+    let mut readers: Vec<ReadAhead<'_>> = Vec::new();
+    read_ahead(source, &catalog, &mut met, &mut readers, cancel)?;
+    push_children(&mut stack, catalog, root, 1, Some(Arc::from("")));
+    while let Some(Pending {
+        entry,
+        parent_id,
+        depth,
+        parent_path,
+        usage,
+    }) = stack.pop()
+    {
+        let reader = match met.entry(entry.child_id.clone()) {
+            Entry::Occupied(mut claim) => match *claim.get() {
+                Claim::Listed => continue,
+                Claim::Ahead(at) => {
+                    claim.insert(Claim::Listed);
+                    Some(at)
+                }
+            },
+            Entry::Vacant(claim) => {
+                claim.insert(Claim::Listed);
+                None
+            }
+        };
+        let path = join_path(parent_path.as_deref(), entry.name.as_deref());
+        let kind = traversal(&entry.mode);
+        let mut has_children = false;
+        let mut diagnostic = (kind == Traversal::Unsupported).then_some(RowDiagnostic::Unsupported);
+        if kind != Traversal::Leaf {
+            let ahead = match reader.and_then(|at| readers.get_mut(at)) {
+                Some(ahead) => ahead.take(&entry.child_id, cancel).await?,
+                None => None,
+            };
+            let read = match ahead {
+                Some(read) => read,
+                None => {
+                    source
+                        .catalog(&entry.child_id, Learn::Facts, cancel)
+                        .await?
+                }
+            };
+            match read {
+                // A leaf's empty catalog has nothing to read ahead or
+                // queue (and its path is not shared with children).
+                Ok(catalog) if catalog.is_empty() => {}
+                Ok(catalog) => {
+                    has_children = true;
+                    read_ahead(source, &catalog, &mut met, &mut readers, cancel)?;
+                    push_children(
+                        &mut stack,
+                        catalog,
+                        &entry.child_id,
+                        depth.saturating_add(1),
+                        path.as_deref().map(Arc::from),
+                    );
+                }
+                Err(unreadable) => {
+                    diagnostic.get_or_insert(unreadable.diagnostic);
+                }
+            }
+        }
+        let activity = source.activity(&entry.child_id);
+        rows.push(DescendantRow {
             entry,
             parent_id,
             depth,
-            parent_path,
+            path,
+            diagnostic,
+            has_children,
+            activity,
             usage,
-        }) = stack.pop()
-        {
-            let reader = match met.entry(entry.child_id.clone()) {
-                Entry::Occupied(mut claim) => match *claim.get() {
-                    Claim::Listed => continue,
-                    Claim::Ahead(at) => {
-                        claim.insert(Claim::Listed);
-                        Some(at)
-                    }
-                },
-                Entry::Vacant(claim) => {
-                    claim.insert(Claim::Listed);
-                    None
-                }
-            };
-            let path = join_path(parent_path.as_deref(), entry.name.as_deref());
-            let kind = traversal(&entry.mode);
-            let mut has_children = false;
-            let mut diagnostic =
-                (kind == Traversal::Unsupported).then_some(RowDiagnostic::Unsupported);
-            if kind != Traversal::Leaf {
-                let ahead = match reader.and_then(|at| readers.get_mut(at)) {
-                    Some(ahead) => ahead.take(&entry.child_id, cancel).await?,
-                    None => None,
-                };
-                let read = match ahead {
-                    Some(read) => read,
-                    None => self.observe_catalog(&entry.child_id, cancel).await?,
-                };
-                match read {
-                    // A leaf's empty catalog has nothing to read ahead or
-                    // queue (and its path is not shared with children).
-                    Ok(catalog) if catalog.is_empty() => {}
-                    Ok(catalog) => {
-                        has_children = true;
-                        self.read_ahead(&catalog, &mut met, &mut readers, cancel)?;
-                        push_children(
-                            &mut stack,
-                            catalog,
-                            &entry.child_id,
-                            depth.saturating_add(1),
-                            path.as_deref().map(Arc::from),
-                        );
-                    }
-                    Err(unreadable) => {
-                        diagnostic.get_or_insert(unreadable.diagnostic);
-                    }
-                }
-            }
-            let activity = self.activity(&entry.child_id);
-            rows.push(DescendantRow {
-                entry,
-                parent_id,
-                depth,
-                path,
-                diagnostic,
-                has_children,
-                activity,
-                usage,
-            });
-        }
-        Ok(rows)
+        });
     }
+    Ok(rows)
 }
 
 impl SubagentRuntime {
@@ -560,80 +678,75 @@ impl ReadAhead<'_> {
     }
 }
 
-impl SubagentRuntime {
-    /// Start reading the catalogs of `catalog`'s traversable children that
-    /// the listing has not met yet, when there are two or more (a lone one
-    /// is read when visited), and claim them for the new reader in `met`.
-    /// The walk's output order does not depend on it, and each catalog is
-    /// still read once.
-    fn read_ahead<'a>(
-        &'a self,
-        catalog: &Catalog,
-        met: &mut Met,
-        readers: &mut Vec<ReadAhead<'a>>,
-        cancel: &CancellationToken,
-    ) -> Result<(), SubagentError> {
-        let at = readers.len();
-        // A catalog lists each child once (its fold skips repeated ids).
-        let mut wanted: Vec<SessionId> = Vec::new();
-        for entry in catalog.entries() {
-            if traversal(&entry.mode) != Traversal::Leaf
-                && let Entry::Vacant(claim) = met.entry(entry.child_id.clone())
-            {
-                claim.insert(Claim::Ahead(at));
-                wanted.push(entry.child_id.clone());
-            }
+/// Start reading the catalogs of `catalog`'s traversable children that
+/// the listing has not met yet, when there are two or more (a lone one
+/// is read when visited), and claim them for the new reader in `met`.
+/// The walk's output order does not depend on it, and each catalog is
+/// still read once.
+fn read_ahead<'a>(
+    source: Source<'a>,
+    catalog: &Catalog,
+    met: &mut Met,
+    readers: &mut Vec<ReadAhead<'a>>,
+    cancel: &CancellationToken,
+) -> Result<(), SubagentError> {
+    let at = readers.len();
+    // A catalog lists each child once (its fold skips repeated ids).
+    let mut wanted: Vec<SessionId> = Vec::new();
+    for entry in catalog.entries() {
+        if traversal(&entry.mode) != Traversal::Leaf
+            && let Entry::Vacant(claim) = met.entry(entry.child_id.clone())
+        {
+            claim.insert(Claim::Ahead(at));
+            wanted.push(entry.child_id.clone());
         }
-        if let [lone] = wanted.as_slice() {
-            met.remove(lone);
-        }
-        if wanted.len() < 2 {
-            return Ok(());
-        }
-        if cancel.is_cancelled() {
-            return Err(SubagentError::Cancelled);
-        }
-        // Live children are folded from their agents; the cold ones are
-        // read in batches from the store.
-        let mut live = HashMap::with_hasher(RandomState::default());
-        let mut chunks: Vec<Vec<SessionId>> = Vec::new();
-        for id in wanted {
-            match self.registry().get(&id) {
-                Some(agent) => {
-                    let read = self
-                        .with_live_catalog(&agent, |fold| fold.catalog().clone())
-                        .map_err(Unreadable::fold);
-                    live.insert(id, read);
-                }
-                None => match chunks.last_mut() {
-                    Some(chunk) if chunk.len() < LIST_BATCH => chunk.push(id),
-                    _ => chunks.push(vec![id]),
-                },
-            }
-        }
-        // One batch more in flight than the machine has cores, so that no
-        // reader waits for the walk to ask for its next batch; at most
-        // `in_flight` batches of logs are held in memory at once.
-        let in_flight = std::thread::available_parallelism().map_or(3, |n| n.get().clamp(2, 8) + 1);
-        let store = self.store();
-        // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
-        // makes this future impossible to prove `Send` (higher-ranked
-        // closure lifetimes), and tools run it inside `Send` futures.
-        let batches = futures::stream::iter(chunks)
-            .map(move |chunk| async move {
-                let loaded = store.load_kind_many(&chunk, CATALOG_KINDS).await;
-                (chunk, loaded)
-            })
-            .buffered(in_flight)
-            .boxed();
-        readers.push(ReadAhead {
-            live,
-            arrived: VecDeque::new(),
-            passed: HashMap::with_hasher(RandomState::default()),
-            batches: Some(batches),
-        });
-        Ok(())
     }
+    if let [lone] = wanted.as_slice() {
+        met.remove(lone);
+    }
+    if wanted.len() < 2 {
+        return Ok(());
+    }
+    if cancel.is_cancelled() {
+        return Err(SubagentError::Cancelled);
+    }
+    // Live children are folded from their agents; the cold ones are
+    // read in batches from the store.
+    let mut live = HashMap::with_hasher(RandomState::default());
+    let mut chunks: Vec<Vec<SessionId>> = Vec::new();
+    for id in wanted {
+        match source.live_catalog(&id) {
+            Some(read) => {
+                live.insert(id, read);
+            }
+            None => match chunks.last_mut() {
+                Some(chunk) if chunk.len() < LIST_BATCH => chunk.push(id),
+                _ => chunks.push(vec![id]),
+            },
+        }
+    }
+    // One batch more in flight than the machine has cores, so that no
+    // reader waits for the walk to ask for its next batch; at most
+    // `in_flight` batches of logs are held in memory at once.
+    let in_flight = std::thread::available_parallelism().map_or(3, |n| n.get().clamp(2, 8) + 1);
+    let store = source.store();
+    // Owned batches: a stream of futures borrowing `&[SessionId]` chunks
+    // makes this future impossible to prove `Send` (higher-ranked
+    // closure lifetimes), and tools run it inside `Send` futures.
+    let batches = futures::stream::iter(chunks)
+        .map(move |chunk| async move {
+            let loaded = store.load_kind_many(&chunk, CATALOG_KINDS).await;
+            (chunk, loaded)
+        })
+        .buffered(in_flight)
+        .boxed();
+    readers.push(ReadAhead {
+        live,
+        arrived: VecDeque::new(),
+        passed: HashMap::with_hasher(RandomState::default()),
+        batches: Some(batches),
+    });
+    Ok(())
 }
 
 /// Queue a catalog's entries so that they pop in event order, before

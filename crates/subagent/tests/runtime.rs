@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use dsh_core::observe::Events;
 use dsh_core::schema::ObjectSchema;
 use dsh_core::{
     Agent, AgentOptions, CancellationToken, ContentBlock, EventPayload, MessageSource, ModelError,
@@ -33,13 +34,12 @@ use dsh_test_support::world::{
 use futures::FutureExt;
 use serde_json::json;
 use tokio::sync::Semaphore;
-use tokio::sync::mpsc::UnboundedReceiver;
 
 // ---------------------------------------------------------------------------
 // Helpers
 // ---------------------------------------------------------------------------
 
-fn drain(rx: &mut UnboundedReceiver<SubagentEvent>) -> Vec<SubagentEvent> {
+fn drain(rx: &mut Events<SubagentEvent>) -> Vec<SubagentEvent> {
     let mut events = Vec::new();
     while let Ok(event) = rx.try_recv() {
         events.push(event);
@@ -131,7 +131,7 @@ impl Env {
     /// B9's "nothing left behind": no session but the parent's, no catalog
     /// entry, no live activation, no live agent but the parent, no lifecycle
     /// event.
-    async fn assert_nothing_left(&self, events: &mut UnboundedReceiver<SubagentEvent>) {
+    async fn assert_nothing_left(&self, events: &mut Events<SubagentEvent>) {
         assert_eq!(self.sessions().await, [self.parent.id().clone()]);
         assert!(self.catalog().is_empty(), "{:?}", self.catalog());
         assert_eq!(self.runtime.live_activations(), 0);

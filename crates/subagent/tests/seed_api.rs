@@ -118,7 +118,7 @@ async fn subagent_depth_deepens_a_child_and_never_lowers_it() {
     world.quiesce().await;
 }
 
-fn drain(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> Vec<SubagentEvent> {
+fn drain(events: &mut dsh_core::observe::Events<SubagentEvent>) -> Vec<SubagentEvent> {
     let mut seen = Vec::new();
     while let Ok(event) = events.try_recv() {
         seen.push(event);
@@ -435,6 +435,25 @@ async fn listings_traverse_one_shot_and_unknown_children_and_rows_carry_children
         let err = resolve(leaf).await.unwrap_err();
         assert_eq!(err.code(), "AGENT_NAME_NOT_FOUND", "{leaf}: {err}");
     }
+
+    // The logs alone list the same tree, row for row, through the same
+    // walk; with no runtime behind them nothing is live.
+    let stored = dsh_subagent::list_stored_descendants(
+        world.store.as_ref(),
+        lead.agent().id(),
+        &CancellationToken::new(),
+    )
+    .await
+    .unwrap();
+    let cold: Vec<DescendantRow> = rows
+        .iter()
+        .cloned()
+        .map(|mut row| {
+            row.activity = ChildActivity::Inactive;
+            row
+        })
+        .collect();
+    assert_eq!(stored, cold);
     one_shot.dispose().await;
 }
 

@@ -126,7 +126,9 @@ impl Team {
             while let Some(event) = registry.recv().await {
                 let (RegistryEvent::Published(reference) | RegistryEvent::Disposed(reference)) =
                     event;
-                if sessions.contains(&reference.id) {
+                // Events lost while this wait lagged may have been a
+                // member's: count it as a change (the caller reads again).
+                if sessions.contains(&reference.id) || registry.missed() > 0 {
                     return;
                 }
             }

@@ -243,6 +243,45 @@ impl Scratch {
         files
     }
 
+    /// The most recent tree's root session id, as `dsh agents` lists it.
+    pub fn root_id(&self) -> String {
+        let agents = text(&self.dsh(&["agents"], &[]).stdout);
+        agents
+            .lines()
+            .find_map(|line| line.strip_prefix("tree "))
+            .and_then(|line| line.split_whitespace().next())
+            .unwrap_or_else(|| panic!("no tree in {agents}"))
+            .to_owned()
+    }
+
+    /// The most recent tree's root log, locked by this test process as a
+    /// running `dsh` holds it (unlocked when dropped).
+    pub fn hold_root(&self) -> std::fs::File {
+        let log = self.sessions().join(format!("{}.jsonl", self.root_id()));
+        let held = std::fs::OpenOptions::new().read(true).open(&log).unwrap();
+        held.try_lock().unwrap();
+        held
+    }
+
+    /// Run `dsh args` until its first line on stderr, then `release` and
+    /// wait for it (bounded): that line, the output, and the rest of its
+    /// stderr.
+    pub fn first_line_then(
+        &self,
+        args: &[&str],
+        release: impl FnOnce(),
+    ) -> (String, Output, String) {
+        let mut child = self.spawn(args, &[]);
+        let mut stderr = std::io::BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stderr, &mut line).unwrap();
+        release();
+        let output = wait_bounded(child, BOUND, &args.join(" "));
+        let mut rest = String::new();
+        stderr.read_to_string(&mut rest).unwrap();
+        (line, output, rest)
+    }
+
     /// The session id of the child named `name` in the latest tree.
     pub fn child_id(&self, name: &str) -> String {
         let agents = text(&self.dsh(&["agents"], &[]).stdout);

@@ -202,7 +202,7 @@ impl World {
         index: usize,
     ) -> (
         dsh_core::observe::Subscription,
-        tokio::sync::mpsc::UnboundedReceiver<AcpProgress>,
+        dsh_core::observe::Events<AcpProgress>,
     ) {
         self.providers[index].progress().subscribe()
     }
@@ -301,7 +301,7 @@ pub fn text(result: &SubagentResult) -> String {
 /// Wait for the first progress event matching `pred`; returns every event
 /// seen up to and including it.
 pub async fn progress_until(
-    rx: &mut tokio::sync::mpsc::UnboundedReceiver<AcpProgress>,
+    rx: &mut dsh_core::observe::Events<AcpProgress>,
     mut pred: impl FnMut(&AcpProgress) -> bool,
 ) -> Vec<AcpProgress> {
     let mut seen = Vec::new();
@@ -318,7 +318,7 @@ pub async fn progress_until(
 }
 
 /// Drain what is already queued.
-pub fn drain(rx: &mut tokio::sync::mpsc::UnboundedReceiver<AcpProgress>) -> Vec<AcpProgress> {
+pub fn drain(rx: &mut dsh_core::observe::Events<AcpProgress>) -> Vec<AcpProgress> {
     let mut seen = Vec::new();
     while let Ok(event) = rx.try_recv() {
         seen.push(event);

@@ -554,7 +554,7 @@ pub fn notices_from(agent: &Arc<dyn Agent>, child: &str) -> Vec<(Option<StopReas
 }
 
 /// How many `subagent/start` events `events` holds (drained).
-pub fn starts(events: &mut tokio::sync::mpsc::UnboundedReceiver<SubagentEvent>) -> usize {
+pub fn starts(events: &mut dsh_core::observe::Events<SubagentEvent>) -> usize {
     let mut count = 0;
     while let Ok(event) = events.try_recv() {
         count += usize::from(matches!(event, SubagentEvent::Start(_)));
