@@ -139,6 +139,10 @@ impl SessionStore for ProbeStore {
 
 /// Call every method of `store` once, on one made-up id, ignoring the
 /// results (a probe underneath fails them all).
+///
+/// # Cancel safety
+/// Not cancel safe: a drop between two calls leaves the later methods
+/// uncalled, and the wrapper's own state as those calls left it.
 pub async fn call_every_method(store: &dyn SessionStore) {
     let id = SessionId::new("probe").unwrap_or_else(|_| SessionId::generate());
     let ids = std::slice::from_ref(&id);
