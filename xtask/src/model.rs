@@ -12,6 +12,10 @@
 //! are invoked as items or impl items ([`crate::expand`]), so the ids
 //! `opaque_id!` makes are public items; any other macro's output is
 //! invisible here.
+//!
+//! One file of about 1,300 lines: the surface walk, the item model and the
+//! re-export resolution share their private types, and a split would make
+//! them public to each other without making any one easier to read.
 
 use std::collections::BTreeMap;
 use std::fs;
