@@ -1,7 +1,8 @@
 //! Workspace hygiene, checked by `cargo test --workspace` from xtask (the
 //! crate that owns the workspace's checks): every Rust file opens with a
 //! `//!` paragraph saying its role (a library's may be its included
-//! README), and no `todo!`, `unimplemented!` or `dbg!` is left behind.
+//! README), no `todo!`, `unimplemented!` or `dbg!` is left behind, and no
+//! test skips by printing (it calls `skip_or_fail`).
 
 use std::path::{Path, PathBuf};
 
@@ -60,6 +61,16 @@ fn every_file_says_what_it_is_and_nothing_is_left_unfinished() {
                         n + 1
                     ));
                 }
+            }
+            // A test that cannot run says so through `skip_or_fail`, which
+            // fails under CI; a printed skip is captured by libtest and
+            // passes unseen.
+            if code.contains("println!(\"skipped") && !file.ends_with("tidy.rs") {
+                problems.push(format!(
+                    "{}:{}: a silent skip: call `dsh_test_support::skip_or_fail`",
+                    file.display(),
+                    n + 1
+                ));
             }
         }
     }

@@ -7,13 +7,14 @@
 
 mod support;
 
+use dsh_test_support::skip_or_fail;
 use support::model::{FakeModel, Reply};
 use support::{Scratch, text};
 
 #[test]
 fn send_and_resume_take_the_acp_flags_of_run() {
     let Some((python, rogue)) = support::rogue_agent() else {
-        println!("skipped: no Python for the test-only ACP agent");
+        skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();
