@@ -51,13 +51,7 @@ fn the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker() {
         return;
     }
     support::run(async {
-        let server = Server::start().await;
-        let worker = Worker::start(WORKER_ADDR);
-        server
-            .client
-            .register_deployment(&worker.uri)
-            .await
-            .unwrap();
+        let (server, worker) = Server::with_worker(WORKER_ADDR).await;
         let lead = SessionId::new("lead").unwrap();
         let (client, queue, steer) = (&server.client, InboxTarget::NextTurn, InboxTarget::NextStep);
 
@@ -131,13 +125,7 @@ fn the_session_store_lists_and_loads_what_the_session_objects_hold() {
         return;
     }
     support::run(async {
-        let server = Server::start().await;
-        let worker = Worker::start(WORKER_ADDR);
-        server
-            .client
-            .register_deployment(&worker.uri)
-            .await
-            .unwrap();
+        let (server, worker) = Server::with_worker(WORKER_ADDR).await;
         let store = RestateSessionStore::new(server.client.clone());
 
         // Two sessions: one longer than a page of chunks, one empty.
