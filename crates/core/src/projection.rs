@@ -236,16 +236,24 @@ impl<'a> PendingItemsFold<'a> {
         }
     }
 
+    /// The item accepted as `id`, while it is still pending.
+    pub fn get(&self, id: &MessageId) -> Option<PendingItem> {
+        let seq = self.index.get(id)?;
+        self.pending.get(seq).map(|accepted| pending_item(accepted))
+    }
+
     /// What is pending after the events taken in, in acceptance order.
     pub fn finish(self) -> Vec<PendingItem> {
-        self.pending
-            .into_values()
-            .map(|accepted| PendingItem {
-                message: accepted.message.clone(),
-                target: accepted.target,
-                wake: accepted.wake,
-            })
-            .collect()
+        self.pending.into_values().map(pending_item).collect()
+    }
+}
+
+/// The pending item an `inbox/accepted` event recorded.
+fn pending_item(accepted: &crate::session::InboxAccepted) -> PendingItem {
+    PendingItem {
+        message: accepted.message.clone(),
+        target: accepted.target,
+        wake: accepted.wake,
     }
 }
 

@@ -15,13 +15,13 @@
 //! [`close_interrupted_turn`] writes. This module must never write to a
 //! store.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, HashSet, VecDeque};
 
-use dsh_core::projection::PendingItem;
-use dsh_core::session::{InboxIds, TurnEnd};
+use dsh_core::projection::{PendingItem, PendingItemsFold};
+use dsh_core::session::TurnEnd;
 use dsh_core::{
-    ContentBlock, EventPayload, FinishReason, MessageId, SessionEvent, SessionHeader, SessionId,
-    SessionStore, StopReason, StoreError, ToolOutput, Usage,
+    ContentBlock, EventPayload, FinishReason, SessionEvent, SessionHeader, SessionId, SessionStore,
+    StopReason, StoreError, ToolOutput, Usage,
 };
 
 use crate::turn::{
@@ -90,7 +90,7 @@ pub fn replay_session(header: &SessionHeader, events: &[SessionEvent]) -> Verdic
         session: &header.id,
         events,
         cursor: seed,
-        inbox: Inbox::default(),
+        inbox: PendingItemsFold::new(),
         turns: events[..seed].iter().filter(|e| is_turn_start(e)).count() as u64,
     };
     match replay.run() {
@@ -115,35 +115,30 @@ pub async fn replay_tree(
 ) -> Result<Vec<SessionReplay>, StoreError> {
     let mut ids = store.list().await?;
     ids.sort();
-    let mut headers = Vec::with_capacity(ids.len());
-    for id in &ids {
-        headers.push(store.header(id).await?);
+    let mut children: HashMap<SessionId, Vec<SessionId>> = HashMap::new();
+    let mut roots = Vec::new();
+    let known: HashSet<&SessionId> = ids.iter().collect();
+    for (id, header) in ids.iter().zip(store.header_many(&ids).await) {
+        match header?.parent_session {
+            Some(parent) if known.contains(&parent) => {
+                children.entry(parent).or_default().push(id.clone());
+            }
+            _ => roots.push(id.clone()),
+        }
     }
     // Breadth first from the root (or from every session without a parent
     // in the store), so a parent is replayed before its children.
-    let mut order: Vec<SessionId> = Vec::new();
     let mut queue: VecDeque<SessionId> = match root {
         Some(root) => VecDeque::from([root.clone()]),
-        None => headers
-            .iter()
-            .filter(|h| {
-                h.parent_session
-                    .as_ref()
-                    .is_none_or(|parent| !ids.contains(parent))
-            })
-            .map(|h| h.id.clone())
-            .collect(),
+        None => roots.into(),
     };
+    let mut order: Vec<SessionId> = Vec::new();
+    let mut seen: HashSet<SessionId> = HashSet::new();
     while let Some(id) = queue.pop_front() {
-        if order.contains(&id) {
+        if !seen.insert(id.clone()) {
             continue;
         }
-        queue.extend(
-            headers
-                .iter()
-                .filter(|h| h.parent_session.as_ref() == Some(&id))
-                .map(|h| h.id.clone()),
-        );
+        queue.extend(children.remove(&id).unwrap_or_default());
         order.push(id);
     }
     let mut replays = Vec::with_capacity(order.len());
@@ -153,41 +148,6 @@ pub async fn replay_tree(
         replays.push(SessionReplay { id, verdict });
     }
     Ok(replays)
-}
-
-/// The inbox as the log has it: accepted and not yet claimed or discarded,
-/// in acceptance order (the fold a resume makes).
-#[derive(Default)]
-struct Inbox {
-    pending: Vec<PendingItem>,
-}
-
-impl Inbox {
-    fn apply(&mut self, event: &SessionEvent) {
-        match &event.payload {
-            EventPayload::InboxAccepted(accepted) => self.pending.push(PendingItem {
-                message: accepted.message.clone(),
-                target: accepted.target,
-                wake: accepted.wake,
-            }),
-            EventPayload::UserMessage(entry) => self.remove(&entry.message.id),
-            EventPayload::InboxClaimed(InboxIds { message_ids })
-            | EventPayload::InboxDiscarded(InboxIds { message_ids }) => {
-                for id in message_ids {
-                    self.remove(id);
-                }
-            }
-            _ => {}
-        }
-    }
-
-    fn remove(&mut self, id: &MessageId) {
-        self.pending.retain(|item| &item.message.id != id);
-    }
-
-    fn get(&self, id: &MessageId) -> Option<&PendingItem> {
-        self.pending.iter().find(|item| &item.message.id == id)
-    }
 }
 
 /// Written by others than the turn (taken as they are).
@@ -242,11 +202,12 @@ struct Replay<'a> {
     events: &'a [SessionEvent],
     /// The next event not yet matched or taken.
     cursor: usize,
-    inbox: Inbox,
+    /// The inbox as the log has it so far (the fold a resume makes).
+    inbox: PendingItemsFold<'a>,
     turns: u64,
 }
 
-impl Replay<'_> {
+impl<'a> Replay<'a> {
     fn run(&mut self) -> Result<(), Box<Divergence>> {
         while let Some(at) = self.next_own() {
             if !is_turn_start(&self.events[at]) {
@@ -266,7 +227,8 @@ impl Replay<'_> {
     /// Take the events others wrote up to the next one a turn wrote, and
     /// return where it is.
     fn next_own(&mut self) -> Option<usize> {
-        while let Some(event) = self.events.get(self.cursor) {
+        let events = self.events;
+        while let Some(event) = events.get(self.cursor) {
             if !is_external(event) {
                 return Some(self.cursor);
             }
@@ -366,7 +328,8 @@ impl Replay<'_> {
     /// Match the machine's next event with the log's.
     fn matched(&mut self, payload: EventPayload) -> Result<(), Stop> {
         let at = self.own_or_cut()?;
-        let recorded = &self.events[at];
+        let events = self.events;
+        let recorded = &events[at];
         if recorded.payload != payload {
             let got = SessionEvent {
                 seq: recorded.seq,
@@ -403,7 +366,7 @@ impl Replay<'_> {
         }
         ids.iter()
             .map(|id| match self.inbox.get(id) {
-                Some(item) => Ok(item.clone()),
+                Some(item) => Ok(item),
                 // A claim of a message that is not pending: the first event
                 // naming it is where the log parts from any replay.
                 None => {
