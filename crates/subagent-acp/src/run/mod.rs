@@ -371,13 +371,9 @@ struct Drive {
     stdout: tokio::process::ChildStdout,
     close_stdin: CancellationToken,
     stdin_closed: CancellationToken,
-    exit: watch::Receiver<Option<ExitStatus>>,
-    cwd: PathBuf,
-    prompt: Option<Vec<acp::ContentBlock>>,
-    images: usize,
-    model: Option<String>,
-    open: Open,
-    startup: oneshot::Sender<Result<(), StartFailure>>,
+    /// The connection's inputs; its `exit` watch also tells the driver why
+    /// a connection that ended without a verdict ended.
+    turn: Turn,
 }
 
 /// Why a start-up failed: a fault of the agent, or a request it cannot
@@ -412,14 +408,9 @@ async fn drive(drive: Drive) {
         stdout,
         close_stdin,
         stdin_closed,
-        exit,
-        cwd,
-        prompt,
-        images,
-        model,
-        open,
-        startup,
+        turn,
     } = drive;
+    let exit = turn.exit.clone();
     let run = shared.run_id.to_string();
     let (ours, theirs) = Channel::duplex();
     let (to_agent, from_agent) = theirs.into_parts();
@@ -428,19 +419,7 @@ async fn drive(drive: Drive) {
         transport::write_stdin(stdin, to_agent, close_stdin, &run).await;
         stdin_closed.cancel();
     };
-    let connection = connect(
-        shared.clone(),
-        ours,
-        Turn {
-            cwd,
-            prompt,
-            images,
-            model,
-            open,
-            startup,
-            exit: exit.clone(),
-        },
-    );
+    let connection = connect(shared.clone(), ours, turn);
     let ((), (), connected) = tokio::join!(reader, writer, connection);
     if let Err(err) = connected {
         tracing::debug!(run = %run, "the ACP connection ended with an error: {err}");
@@ -729,13 +708,15 @@ pub(crate) async fn start(start: Start<'_>) -> Result<AcpRun, SubagentError> {
         stdout: spawned.stdout,
         close_stdin: close_stdin.clone(),
         stdin_closed: stdin_closed.clone(),
-        exit: exit.clone(),
-        cwd,
-        prompt,
-        images,
-        model,
-        open,
-        startup: startup_tx,
+        turn: Turn {
+            cwd,
+            prompt,
+            images,
+            model,
+            open,
+            startup: startup_tx,
+            exit: exit.clone(),
+        },
     }));
     // From here on, dropping `parts` (this future dropped by a caller that
     // gave up) kills the group: nothing outlives an abandoned start.
