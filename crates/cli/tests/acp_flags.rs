@@ -13,28 +13,16 @@ use support::{Scratch, text};
 
 #[test]
 fn send_and_resume_take_the_acp_flags_of_run() {
-    let Some((python, rogue)) = support::rogue_agent() else {
+    let Some(agent) = support::rogue_agent() else {
         skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
     let scratch = Scratch::new();
     let sessions = scratch.dir.path().join("acp-sessions");
     std::fs::create_dir_all(&sessions).unwrap();
-    let (python, rogue, sessions) = (
-        python.display().to_string(),
-        rogue.display().to_string(),
-        sessions.display().to_string(),
-    );
-    let acp = [
-        "--acp-command",
-        python.as_str(),
-        "--acp-arg",
-        rogue.as_str(),
-        "--acp-arg",
-        "--sessions",
-        "--acp-arg",
-        sessions.as_str(),
-    ];
+    let sessions = sessions.display().to_string();
+    let mut acp = support::acp_flags(&agent);
+    acp.extend(["--acp-arg", "--sessions", "--acp-arg", sessions.as_str()]);
     let mut replies = vec![Reply::ToolCall {
         name: "acp".to_owned(),
         arguments: serde_json::json!({

@@ -584,10 +584,15 @@ impl Drop for Tmpfs {
 /// (`rogue_agent`'s Python and script) as the ACP agent; the caller adds
 /// the rest (more `--acp-arg`s, the prompt).
 pub fn acp_run(agent: &(PathBuf, PathBuf)) -> Vec<&str> {
+    let mut args = vec!["run", "--model", "openai:fake"];
+    args.extend(acp_flags(agent));
+    args
+}
+
+/// The `--acp-*` flags that make `agent` (`rogue_agent`'s Python and
+/// script) the ACP agent, for `run`, `send` and `resume` alike.
+pub fn acp_flags(agent: &(PathBuf, PathBuf)) -> Vec<&str> {
     vec![
-        "run",
-        "--model",
-        "openai:fake",
         "--acp-command",
         agent.0.to_str().unwrap(),
         "--acp-arg",
@@ -597,7 +602,7 @@ pub fn acp_run(agent: &(PathBuf, PathBuf)) -> Vec<&str> {
 
 /// The ACP suite's test-only agent: a Python to run it with (the suite's
 /// venv when installed, else the system's) and its script; `None` (the
-/// caller prints why it skips) when there is no Python.
+/// caller calls `skip_or_fail`) when there is no Python.
 pub fn rogue_agent() -> Option<(PathBuf, PathBuf)> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../subagent-acp");
     let python = [
