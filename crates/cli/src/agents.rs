@@ -20,6 +20,7 @@ use std::sync::Arc;
 
 use dsh_core::{SessionId, SessionStore, StoreError};
 use dsh_subagent::{RowDiagnostic, SubagentError};
+use serde::Serialize;
 
 use crate::error::{CliError, person};
 use crate::sessions::{self, Orphan};
@@ -55,6 +56,9 @@ pub struct AgentsArgs<'a> {
     pub dir: &'a Path,
     /// `--prune-orphans`: remove the orphan logs listed.
     pub prune_orphans: bool,
+    /// `--json`: the listing as one JSON document (never with
+    /// `--prune-orphans`: the document only reads).
+    pub json: bool,
 }
 
 /// Run the command.
@@ -65,9 +69,166 @@ pub struct AgentsArgs<'a> {
 /// whole). Listing never writes.
 pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
     let store = sessions::existing_store(args.dir)?;
-    let out = listing(store, &args).await?;
+    let out = if args.json {
+        crate::json::document(&document(store.as_ref(), args.dir).await?)
+    } else {
+        listing(store, &args).await?
+    };
     print!("{out}");
     Ok(())
+}
+
+/// `dsh agents --json`: the whole directory as one document (the schema
+/// is in docs/cli-json.md).
+#[derive(Debug, Serialize)]
+struct Document {
+    /// [`crate::json::SCHEMA_VERSION`].
+    schema: u32,
+    /// Every tree, oldest root first.
+    trees: Vec<TreeDoc>,
+    /// Logs that cannot be read and no listed tree names.
+    unreadable: Vec<UnreadableDoc>,
+    /// Child logs no catalog names.
+    orphans: Vec<OrphanDoc>,
+    /// Logs whose header was never written whole.
+    unfinished: Vec<SessionId>,
+}
+
+/// One tree of [`Document`].
+#[derive(Debug, Serialize)]
+struct TreeDoc {
+    /// The root session.
+    root: SessionId,
+    /// Whether it is the most recent root (the default of `--root`).
+    most_recent: bool,
+    /// Why the tree cannot be listed; `agents` is then empty.
+    error: Option<String>,
+    /// Its children, depth first in catalog order (the lead is `root`).
+    agents: Vec<AgentDoc>,
+}
+
+/// One child of a [`TreeDoc`].
+#[derive(Debug, Serialize)]
+struct AgentDoc {
+    /// Its path of names from the root, else its name, else its session.
+    name: String,
+    /// Its session.
+    session: SessionId,
+    /// The session whose catalog holds it.
+    parent: SessionId,
+    /// Edge distance from the root: direct children are 1.
+    depth: u32,
+    /// The provider that made it.
+    provider: String,
+    /// `continuable`, `one-shot`, `external`, ...
+    mode: String,
+    /// Its label.
+    label: String,
+    /// Tokens of its settled activations, when any.
+    usage: Option<dsh_subagent::budget::ChildUsage>,
+    /// `corrupt`, `unavailable` or `unsupported` when its own descendants
+    /// are not listed.
+    diagnostic: Option<RowDiagnostic>,
+}
+
+/// A log of [`Document::unreadable`].
+#[derive(Debug, Serialize)]
+struct UnreadableDoc {
+    /// The session its file name claims.
+    session: SessionId,
+    /// `corrupt`, `unsupported` or `unavailable`.
+    kind: &'static str,
+    /// What reading it said.
+    error: String,
+}
+
+/// A log of [`Document::orphans`].
+#[derive(Debug, Serialize)]
+struct OrphanDoc {
+    /// The child's session.
+    session: SessionId,
+    /// The parent its header names.
+    parent: SessionId,
+    /// Whether the parent's log exists.
+    parent_exists: bool,
+    /// Events after its header.
+    events: usize,
+}
+
+/// The document of the directory `store` reads.
+async fn document(store: &dyn SessionStore, dir: &Path) -> Result<Document, CliError> {
+    let scan = sessions::scan(store).await?;
+    scan.warn();
+    let roots = scan.roots();
+    let orphans = sessions::orphans(&scan, store).await;
+    if roots.is_empty()
+        && scan.unreadable.is_empty()
+        && orphans.is_empty()
+        && scan.unfinished.is_empty()
+    {
+        return Err(CliError::NoSessions(dir.to_path_buf()));
+    }
+    let mut listed: HashSet<SessionId> = HashSet::new();
+    let mut trees = Vec::new();
+    for (index, root) in roots.iter().enumerate() {
+        let (agents, error) = match sessions::descendants(store, &root.id).await {
+            Ok(rows) => (rows, None),
+            Err(err) => (Vec::new(), Some(root_diagnostic(&err))),
+        };
+        listed.extend(agents.iter().map(|row| row.entry.child_id.clone()));
+        trees.push(TreeDoc {
+            root: root.id.clone(),
+            most_recent: index + 1 == roots.len(),
+            error,
+            agents: agents
+                .into_iter()
+                .map(|row| AgentDoc {
+                    name: sessions::display_name(&row),
+                    usage: (!row.usage.is_empty()).then_some(row.usage),
+                    diagnostic: row.diagnostic,
+                    session: row.entry.child_id,
+                    parent: row.parent_id,
+                    depth: row.depth,
+                    provider: row.entry.provider,
+                    mode: row.entry.mode.as_str().to_owned(),
+                    label: row.entry.label,
+                })
+                .collect(),
+        });
+    }
+    Ok(Document {
+        schema: crate::json::SCHEMA_VERSION,
+        trees,
+        unreadable: scan
+            .unreadable
+            .iter()
+            .filter(|log| !listed.contains(&log.id))
+            .map(|log| UnreadableDoc {
+                session: log.id.clone(),
+                kind: unreadable_kind(&log.error),
+                error: crate::one_line(&log.error.to_string()),
+            })
+            .collect(),
+        orphans: orphans
+            .into_iter()
+            .map(|orphan| OrphanDoc {
+                session: orphan.id,
+                parent: orphan.parent,
+                parent_exists: orphan.parent_exists,
+                events: orphan.events,
+            })
+            .collect(),
+        unfinished: scan.unfinished.into_iter().map(|log| log.id).collect(),
+    })
+}
+
+/// How a log that cannot be read is classed.
+fn unreadable_kind(error: &StoreError) -> &'static str {
+    match error {
+        StoreError::Corrupt { .. } | StoreError::OutOfSequence { .. } => "corrupt",
+        StoreError::UnsupportedFormat { .. } => "unsupported",
+        _ => "unavailable",
+    }
 }
 
 /// The listing of the directory `store` reads, pruning orphans when asked.
@@ -147,11 +308,7 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
             "logs that cannot be read (no listed tree names them)",
         );
         for log in stray {
-            let kind = match &log.error {
-                StoreError::Corrupt { .. } | StoreError::OutOfSequence { .. } => "corrupt",
-                StoreError::UnsupportedFormat { .. } => "unsupported",
-                _ => "unavailable",
-            };
+            let kind = unreadable_kind(&log.error);
             out.push_str(&format!(
                 "  {}  ({kind}: {})\n",
                 log.id,
@@ -310,6 +467,7 @@ mod tests {
             &AgentsArgs {
                 dir: dir.path(),
                 prune_orphans: false,
+                json: false,
             },
         )
         .await

@@ -219,6 +219,10 @@ pub(crate) enum Command {
         /// changed.
         #[arg(long)]
         prune_orphans: bool,
+        /// Print the listing as one JSON document on stdout (the schema is in
+        /// docs/cli-json.md) instead of the text.
+        #[arg(long, conflicts_with = "prune_orphans")]
+        json: bool,
     },
     /// Send a message to a child as the user and print its reply, or to
     /// `lead` to continue the lead's conversation with its whole tree.
@@ -279,6 +283,10 @@ pub(crate) enum Command {
         dir: DirArg,
         #[command(flatten)]
         root: RootArg,
+        /// Print the transcript as one JSON document on stdout (the schema
+        /// is in docs/cli-json.md) instead of the text.
+        #[arg(long)]
+        json: bool,
     },
     /// Drive every session of the most recent tree (or of TREE) again
     /// from its own log and say, per session, `identical` or the first
@@ -302,6 +310,10 @@ pub(crate) enum Command {
         tree: Option<String>,
         #[command(flatten)]
         dir: DirArg,
+        /// Print the team as one JSON document on stdout (the schema is in
+        /// docs/cli-json.md) instead of the text.
+        #[arg(long)]
+        json: bool,
     },
 }
 

@@ -9,6 +9,10 @@
 //! a write that fails prints nothing. The runtime's start and end events
 //! become `agent_started` and `settled`. Nothing else is written to stdout
 //! in this mode; the person's lines go to stderr.
+//!
+//! The read-only commands (`agents`, `show`, `team`) take `--json` too and
+//! print one document each, through [`document`], with the same
+//! [`SCHEMA_VERSION`] in its `schema` field.
 
 use dsh_core::content::joined_text;
 use dsh_core::{EventPayload, MessageSource, SessionEvent, ToolInput};
@@ -144,6 +148,16 @@ pub enum Line<'a> {
         /// Why it failed, when it did.
         error: Option<&'a str>,
     },
+    /// A message a person typed (`dsh show --json` only: the run's stream
+    /// does not repeat its own prompt).
+    Prompt {
+        /// The agent that read it.
+        agent: &'a str,
+        /// Its session id.
+        session: &'a str,
+        /// Its text.
+        text: String,
+    },
     /// The reply of the child `dsh send` addressed.
     Reply {
         /// The child.
@@ -160,6 +174,16 @@ impl Line<'_> {
         // fail; a failure would print an empty object rather than nothing.
         serde_json::to_string(self).unwrap_or_else(|_| "{}".to_owned())
     }
+}
+
+/// The JSON text of a read-only command's `--json` document (`dsh agents`,
+/// `dsh show`, `dsh team`), with its newline: one document on stdout.
+pub fn document(value: &impl Serialize) -> String {
+    // Strings, numbers, bools and maps with string keys only: this cannot
+    // fail; a failure would print an empty object rather than nothing.
+    let mut text = serde_json::to_string(value).unwrap_or_else(|_| "{}".to_owned());
+    text.push('\n');
+    text
 }
 
 /// The line of one durable event of `agent`'s log, when it is one the
@@ -227,5 +251,29 @@ pub fn event_line<'a>(
             diagnostic: end.diagnostic.as_deref(),
         }),
         _ => None,
+    }
+}
+
+/// The line of one event of a transcript (`dsh show --json`): the stream's
+/// line, or for a message a person typed, a `prompt` line.
+pub fn transcript_line<'a>(
+    agent: &'a str,
+    session: &'a str,
+    event: &'a SessionEvent,
+) -> Option<Line<'a>> {
+    match &event.payload {
+        EventPayload::UserMessage(entry)
+            if matches!(
+                entry.message.source,
+                MessageSource::User | MessageSource::UserPrompt(_)
+            ) =>
+        {
+            Some(Line::Prompt {
+                agent,
+                session,
+                text: joined_text(&entry.message.content),
+            })
+        }
+        _ => event_line(agent, session, event),
     }
 }

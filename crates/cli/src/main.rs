@@ -167,10 +167,15 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
-        Command::Agents { dir, prune_orphans } => {
+        Command::Agents {
+            dir,
+            prune_orphans,
+            json,
+        } => {
             agents::agents(agents::AgentsArgs {
                 dir: &dir.dir,
                 prune_orphans,
+                json,
             })
             .await
         }
@@ -217,10 +222,13 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             .await
         }
         Command::Providers => providers::providers(config).await,
-        Command::Show { name, dir, root } => {
-            show::show(&dir.dir, root.root.as_deref(), &name).await
-        }
-        Command::Team { tree, dir } => team::team(&dir.dir, tree.as_deref()).await,
+        Command::Show {
+            name,
+            dir,
+            root,
+            json,
+        } => show::show(&dir.dir, root.root.as_deref(), &name, json).await,
+        Command::Team { tree, dir, json } => team::team(&dir.dir, tree.as_deref(), json).await,
         Command::Replay { tree, dir } => replay::replay(&dir.dir, tree.as_deref()).await,
     }
 }

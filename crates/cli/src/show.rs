@@ -13,6 +13,7 @@ use std::path::Path;
 
 use dsh_core::{SessionId, SessionStore as _};
 use dsh_subagent::ROOT_NAME;
+use serde::Serialize;
 
 use crate::error::CliError;
 use crate::sessions::{self, Member};
@@ -22,7 +23,7 @@ use crate::transcript;
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads the logs.
-pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliError> {
+pub async fn show(dir: &Path, root: Option<&str>, name: &str, json: bool) -> Result<(), CliError> {
     let store = sessions::existing_store(dir)?;
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
@@ -32,7 +33,20 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
         && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL
     {
         let creator = store.load(&row.parent_id).await?;
-        print!("{}", external(row, &creator.events));
+        if json {
+            let heard = dsh_subagent::heard_from(
+                &creator.events,
+                &row.entry.child_id,
+                &sessions::display_name(row),
+            );
+            let document = Document {
+                heard,
+                ..Document::of(&member, 0, Vec::new())
+            };
+            print!("{}", crate::json::document(&document));
+        } else {
+            print!("{}", external(row, &creator.events));
+        }
         return Ok(());
     }
     let mut names: HashMap<SessionId, String> = HashMap::new();
@@ -41,6 +55,21 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
         names.insert(row.entry.child_id.clone(), sessions::display_name(&row));
     }
     let log = store.load(member.id()).await?;
+    if json {
+        let agent = member_name(&member);
+        let session = member.id().as_str();
+        let seed = usize::try_from(log.header.seed_len).unwrap_or(usize::MAX);
+        let events = log
+            .events
+            .get(seed..)
+            .unwrap_or_default()
+            .iter()
+            .filter_map(|event| crate::json::transcript_line(&agent, session, event))
+            .collect();
+        let document = Document::of(&member, log.header.seed_len, events);
+        print!("{}", crate::json::document(&document));
+        return Ok(());
+    }
     let title = match &member {
         Member::Root(_) => ROOT_NAME.to_owned(),
         Member::Child(row) => format!(
@@ -57,6 +86,65 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str) -> Result<(), CliE
         transcript::render(&log.events, log.header.seed_len, &name_of)
     );
     Ok(())
+}
+
+/// `dsh show --json`: one agent's transcript as one document (the schema
+/// is in docs/cli-json.md).
+#[derive(Debug, Serialize)]
+struct Document<'a> {
+    /// [`crate::json::SCHEMA_VERSION`].
+    schema: u32,
+    /// Its name or path (`lead` for the root).
+    agent: String,
+    /// Its session.
+    session: &'a SessionId,
+    /// The provider that made it (`root` for the lead).
+    provider: &'a str,
+    /// `root`, `continuable`, `one-shot`, `external`, ...
+    mode: &'a str,
+    /// Its label (empty for the lead).
+    label: &'a str,
+    /// Events it inherited (a fork's parent's), left out of `events`.
+    inherited_events: u64,
+    /// Its own events as `dsh run --json` lines, with a `prompt` line for
+    /// each message a person typed; empty for an external child.
+    events: Vec<crate::json::Line<'a>>,
+    /// For an external child, what its creator heard from it (each
+    /// settlement notice); else empty.
+    heard: Vec<String>,
+}
+
+impl<'a> Document<'a> {
+    /// The document of `member` with these events and nothing heard.
+    fn of(member: &'a Member, inherited_events: u64, events: Vec<crate::json::Line<'a>>) -> Self {
+        let (provider, mode, label) = match member {
+            Member::Root(_) => ("root", "root", ""),
+            Member::Child(row) => (
+                row.entry.provider.as_str(),
+                row.entry.mode.as_str(),
+                row.entry.label.as_str(),
+            ),
+        };
+        Self {
+            schema: crate::json::SCHEMA_VERSION,
+            agent: member_name(member),
+            session: member.id(),
+            provider,
+            mode,
+            label,
+            inherited_events,
+            events,
+            heard: Vec::new(),
+        }
+    }
+}
+
+/// The member's name as the transcript's title gives it.
+fn member_name(member: &Member) -> String {
+    match member {
+        Member::Root(_) => ROOT_NAME.to_owned(),
+        Member::Child(row) => sessions::display_name(row),
+    }
 }
 
 /// What is known of the external child `row`: its creator's settlement

@@ -16,6 +16,8 @@ use dsh_agent_team::{MemberPhase, Queued, TaskStatus, TeamId, TeamState, fold_te
 use dsh_core::content::joined_text;
 use dsh_core::{SessionEvent, SessionId, SessionStore};
 
+use serde::Serialize;
+
 use crate::error::CliError;
 use crate::observe::compact;
 use crate::sessions;
@@ -24,12 +26,17 @@ use crate::sessions;
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads the logs.
-pub async fn team(dir: &Path, tree: Option<&str>) -> Result<(), CliError> {
+pub async fn team(dir: &Path, tree: Option<&str>, json: bool) -> Result<(), CliError> {
     let store = sessions::existing_store(dir)?;
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
     let root = scan.pick_root(dir, tree)?;
-    print!("{}", report(store.as_ref(), &root).await?);
+    let (state, statuses) = fold(store.as_ref(), &root).await?;
+    if json {
+        print!("{}", crate::json::document(&document(&state, &statuses)));
+    } else {
+        print!("{}", render(&root, &state, &statuses));
+    }
     Ok(())
 }
 
@@ -42,6 +49,16 @@ pub async fn team(dir: &Path, tree: Option<&str>) -> Result<(), CliError> {
 /// # Cancel safety
 /// Cancel safe: it only reads the logs.
 pub async fn report(store: &dyn SessionStore, root: &SessionId) -> Result<String, CliError> {
+    let (state, statuses) = fold(store, root).await?;
+    Ok(render(root, &state, &statuses))
+}
+
+/// The team of the tree rooted at `root` and the statuses of the lead and
+/// then each member in roster order.
+async fn fold(
+    store: &dyn SessionStore,
+    root: &SessionId,
+) -> Result<(TeamState, Vec<String>), CliError> {
     let lead = store.load(root).await?;
     let state = fold_team(&TeamId(root.clone()), &lead.events);
     let mut statuses = vec![cold_status(&lead.events, lead.header.seed_len)];
@@ -56,7 +73,7 @@ pub async fn report(store: &dyn SessionStore, root: &SessionId) -> Result<String
             },
         });
     }
-    Ok(render(root, &state, &statuses))
+    Ok((state, statuses))
 }
 
 /// Whether the tree rooted at `root` has a team: its lead's log holds a
@@ -126,6 +143,187 @@ fn message_line(queued: &Queued) -> String {
         },
         compact(&joined_text(&record.content), 100)
     )
+}
+
+/// `dsh team --json`: the team as one document (the schema is in
+/// docs/cli-json.md).
+#[derive(Debug, Serialize)]
+struct Document<'a> {
+    /// [`crate::json::SCHEMA_VERSION`].
+    schema: u32,
+    /// The team (its lead's session).
+    team: &'a SessionId,
+    /// The lead, then each member in roster order.
+    members: Vec<MemberDoc<'a>>,
+    /// The board, deleted tasks left out.
+    tasks: Vec<TaskDoc<'a>>,
+    /// How many tasks were deleted.
+    deleted_tasks: usize,
+    /// Every message, queued or delivered, in order.
+    mailbox: Vec<MessageDoc<'a>>,
+    /// Team records the fold refused, with why.
+    refused: Vec<RefusedDoc<'a>>,
+}
+
+/// One member of a [`Document`].
+#[derive(Debug, Serialize)]
+struct MemberDoc<'a> {
+    /// Its name in the team (`lead` for the lead).
+    name: &'a str,
+    /// Its session.
+    session: &'a SessionId,
+    /// `lead` or `member`.
+    role: &'static str,
+    /// As the text report shows it (`inactive, last turn completed`).
+    status: &'a str,
+    /// What it was asked to do (empty for the lead).
+    description: &'a str,
+    /// The provider that made it (`root` for the lead).
+    provider: &'a str,
+    /// Messages queued for it.
+    queued: usize,
+    /// The tasks it has in progress.
+    owns: Vec<&'a str>,
+    /// Its worktree's directory, when it has one.
+    worktree: Option<&'a Path>,
+    /// Why it could not be created, when it could not.
+    error: Option<&'a str>,
+}
+
+/// One task of a [`Document`].
+#[derive(Debug, Serialize)]
+struct TaskDoc<'a> {
+    /// Its id.
+    id: &'a str,
+    /// Its revision.
+    revision: u64,
+    /// `pending`, `in_progress` or `completed`.
+    status: &'static str,
+    /// `ready`, `blocked by ...` or the status, as the report shows it.
+    readiness: String,
+    /// Its owner, when it has one.
+    owner: Option<&'a str>,
+    /// Its subject.
+    subject: &'a str,
+    /// The tasks it waits for.
+    blocked_by: &'a [String],
+    /// The paths it may write.
+    write_scopes: &'a [String],
+    /// Scope overlaps with other tasks.
+    warnings: Vec<String>,
+    /// Its note, when it has one.
+    note: Option<&'a str>,
+}
+
+/// One message of a [`Document`].
+#[derive(Debug, Serialize)]
+struct MessageDoc<'a> {
+    /// Its id.
+    id: String,
+    /// The sender's name.
+    from: &'a str,
+    /// The addressee's name.
+    to: &'a str,
+    /// `quiet` or `wakeup`.
+    delivery: &'a dsh_agent_team::DeliveryMode,
+    /// Whether the addressee has read it.
+    delivered: bool,
+    /// Its text.
+    text: String,
+}
+
+/// One refused record of a [`Document`].
+#[derive(Debug, Serialize)]
+struct RefusedDoc<'a> {
+    /// Its seq in the lead's log.
+    seq: u64,
+    /// Why the fold refused it.
+    reason: &'a str,
+}
+
+/// The document of `state`; `statuses` as [`render`] takes them.
+fn document<'a>(state: &'a TeamState, statuses: &'a [String]) -> Document<'a> {
+    let status = |at: usize| statuses.get(at).map_or("-", String::as_str);
+    let owns = |name: &str| -> Vec<&'a str> {
+        state
+            .tasks()
+            .iter()
+            .filter(|task| {
+                task.status == TaskStatus::InProgress && task.owner.as_deref() == Some(name)
+            })
+            .map(|task| task.id.as_str())
+            .collect()
+    };
+    let lead = MemberDoc {
+        name: "lead",
+        session: &state.team().0,
+        role: "lead",
+        status: status(0),
+        description: "",
+        provider: "root",
+        queued: state.pending_for("lead").count(),
+        owns: owns("lead"),
+        worktree: None,
+        error: None,
+    };
+    let members =
+        std::iter::once(lead).chain(state.members().iter().enumerate().map(|(at, member)| {
+            let record = &member.record;
+            MemberDoc {
+                name: &record.name,
+                session: &record.id,
+                role: "member",
+                status: status(at + 1),
+                description: &record.description,
+                provider: &record.provider,
+                queued: state.pending_for(&record.name).count(),
+                owns: owns(&record.name),
+                worktree: record.worktree.as_ref().map(|tree| tree.path.as_path()),
+                error: record.error.as_deref(),
+            }
+        }));
+    let tasks = state
+        .tasks()
+        .iter()
+        .filter(|task| task.status != TaskStatus::Deleted);
+    Document {
+        schema: crate::json::SCHEMA_VERSION,
+        team: &state.team().0,
+        members: members.collect(),
+        tasks: tasks
+            .clone()
+            .map(|task| TaskDoc {
+                id: &task.id,
+                revision: task.revision,
+                status: task.status.as_str(),
+                readiness: readiness(state, task.status, &task.blocked_by),
+                owner: task.owner.as_deref(),
+                subject: &task.subject,
+                blocked_by: &task.blocked_by,
+                write_scopes: &task.write_scopes,
+                warnings: state.scope_warnings(task),
+                note: task.note.as_deref(),
+            })
+            .collect(),
+        deleted_tasks: state.tasks().len() - tasks.count(),
+        mailbox: state
+            .messages()
+            .into_iter()
+            .map(|queued| MessageDoc {
+                id: queued.record.id.to_string(),
+                from: &queued.record.from,
+                to: &queued.record.to,
+                delivery: &queued.record.delivery,
+                delivered: queued.delivered,
+                text: joined_text(&queued.record.content),
+            })
+            .collect(),
+        refused: state
+            .refused()
+            .iter()
+            .map(|(seq, reason)| RefusedDoc { seq: *seq, reason })
+            .collect(),
+    }
 }
 
 /// The report: `statuses` are the lead's, then each member's in roster order.

@@ -9,7 +9,18 @@
 use std::path::Path;
 use std::process::Command;
 
-const COMMANDS: [&str; 6] = ["run", "agents", "send", "providers", "show", "replay"];
+/// Every subcommand, in the order `dsh --help` lists them (checked by
+/// [`every_subcommand_has_its_section`]).
+const COMMANDS: [&str; 8] = [
+    "run",
+    "agents",
+    "send",
+    "resume",
+    "providers",
+    "show",
+    "replay",
+    "team",
+];
 
 fn help(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_dsh"))
@@ -92,5 +103,32 @@ fn the_reference_page_is_the_clap_definition() {
     assert!(
         committed == page,
         "docs/cli.md is stale: run `UPDATE_DOCS=1 cargo test -p dsh-cli --test reference`"
+    );
+}
+
+/// The subcommands `dsh --help` lists (clap's own `help` left out).
+fn listed_commands() -> Vec<String> {
+    help(&[])
+        .lines()
+        .skip_while(|line| *line != "Commands:")
+        .skip(1)
+        .take_while(|line| !line.trim().is_empty())
+        .filter(|line| line.starts_with("  ") && !line.starts_with("   "))
+        .filter_map(|line| line.split_whitespace().next())
+        .filter(|name| *name != "help")
+        .map(str::to_owned)
+        .collect()
+}
+
+/// A new subcommand gets its section of docs/cli.md: COMMANDS is exactly
+/// the list `dsh --help` gives, in its order, so the page above names them
+/// all.
+#[test]
+fn every_subcommand_has_its_section() {
+    let listed = listed_commands();
+    assert!(listed.len() >= 8, "{listed:?}");
+    assert_eq!(
+        listed, COMMANDS,
+        "add the subcommand to COMMANDS in crates/cli/tests/reference.rs"
     );
 }
