@@ -164,6 +164,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 whole_tree: false,
                 json: json.json,
                 ask,
+                held: None,
             })
             .await
         }

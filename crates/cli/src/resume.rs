@@ -11,7 +11,8 @@
 //! A tree another process holds (another `dsh` working in it) is waited
 //! for, up to `--wait` seconds, after one line on stderr naming the
 //! holder's pid; then the command refuses, naming it again, as `dsh send`
-//! does ([`crate::held`]).
+//! does ([`crate::held`]); a tree another waiter took first, between the
+//! look at the lock table and the resume, is waited for again.
 
 use std::path::PathBuf;
 
@@ -49,7 +50,9 @@ pub async fn resume(args: ResumeArgs) -> Result<(), CliError> {
     let mut settings = args.settings;
     settings.model = picked.model;
     let root = picked.root;
-    crate::held::wait_free(&picked.store.log_path(&root), root.as_str(), args.wait).await?;
+    let mut held =
+        crate::held::TreeWait::new(root.as_str(), args.wait, picked.store.log_path(&root));
+    held.free().await?;
     drop(picked.store);
     crate::run::run(crate::run::RunArgs {
         prompt: None,
@@ -59,6 +62,7 @@ pub async fn resume(args: ResumeArgs) -> Result<(), CliError> {
         whole_tree: true,
         json: args.json,
         ask: args.ask,
+        held: Some(held),
     })
     .await
 }

@@ -68,6 +68,9 @@ pub struct RunArgs {
     pub json: bool,
     /// Whether an action above the level asks the person (`--ask`).
     pub ask: AskMode,
+    /// For a resumed root, the wait for it while another process holds
+    /// the tree (`--wait`); without one, a held tree is refused at once.
+    pub held: Option<crate::held::TreeWait>,
 }
 
 /// Run the command.
@@ -342,6 +345,14 @@ async fn drive(
     outcome
 }
 
+/// The wait for the resumed root `id`: the command's, or none (a held
+/// tree refused at once).
+fn held(args: &RunArgs, id: &SessionId) -> crate::held::TreeWait {
+    args.held
+        .clone()
+        .unwrap_or_else(|| crate::held::TreeWait::new(id.as_str(), 0, PathBuf::new()))
+}
+
 /// The lead: the resumed root's whole tree (`dsh resume`), the resumed
 /// root alone (`dsh send lead`: its children stay cold until it addresses
 /// them, and the runtime resumes them on demand), or a new lead.
@@ -358,9 +369,13 @@ async fn begin(
     let handle = match &args.resume {
         Some(id) if args.whole_tree => {
             reporter.root(id);
-            let tree = world
-                .runtime
-                .resume_tree(id, world.lead_setup(id), &CancellationToken::new())
+            let tree = held(args, id)
+                .take(|| async {
+                    Ok(world
+                        .runtime
+                        .resume_tree(id, world.lead_setup(id), &CancellationToken::new())
+                        .await?)
+                })
                 .await?;
             for line in crate::resume::render(&tree.members) {
                 reporter.line(&line);
@@ -369,12 +384,16 @@ async fn begin(
         }
         Some(id) => {
             reporter.root(id);
-            world
-                .harness
-                .resume(ResumeAgent {
-                    setup: world.lead_setup(id),
-                    id: id.clone(),
-                    cancel: CancellationToken::new(),
+            held(args, id)
+                .take(|| async {
+                    Ok(world
+                        .harness
+                        .resume(ResumeAgent {
+                            setup: world.lead_setup(id),
+                            id: id.clone(),
+                            cancel: CancellationToken::new(),
+                        })
+                        .await?)
                 })
                 .await?
         }
@@ -706,6 +725,7 @@ mod tests {
             whole_tree: false,
             json: false,
             ask: AskMode::Never,
+            held: None,
         }
     }
 

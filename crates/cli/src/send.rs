@@ -45,8 +45,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use dsh_core::{
-    Agent, AgentError, AgentFactory, CancellationToken, ContentBlock, MessageId, Model,
-    ResumeAgent, SessionId, StoreError,
+    Agent, AgentFactory, CancellationToken, ContentBlock, MessageId, Model, ResumeAgent, SessionId,
 };
 use dsh_harness::JsonlStore;
 use dsh_subagent::{
@@ -110,7 +109,8 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         // The lead's own conversation goes on, with its whole tree: a run
         // that resumes instead of creating, once no other process holds
         // the lead.
-        crate::held::wait_free(&store.log_path(&root), &args.name, args.wait).await?;
+        let mut held = crate::held::TreeWait::new(&args.name, args.wait, store.log_path(&root));
+        held.free().await?;
         drop(store);
         drop(signals);
         let mut settings = args.settings;
@@ -123,6 +123,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
             whole_tree: false,
             json: args.json,
             ask: args.ask,
+            held: Some(held),
         })
         .await;
     }
@@ -186,23 +187,23 @@ async fn resume_root(
     reporter: Option<&Reporter>,
 ) -> Result<Arc<dyn Agent>, CliError> {
     let mut waiting = crate::held::HeldWait::new(name, wait);
-    loop {
-        let resumed = world
-            .harness
-            .resume(ResumeAgent {
-                id: root.clone(),
-                setup: world.lead_setup(root),
-                cancel: CancellationToken::new(),
-            })
-            .await;
-        let held = match resumed {
-            Ok(handle) => return Ok(handle.agent().clone()),
-            Err(AgentError::Store(StoreError::Locked(held))) => held,
-            Err(err) => return Err(err.into()),
-        };
-        let pid = sessions::holder(store.log_path(&held), true).await;
-        waiting.held(pid, reporter).await?;
-    }
+    crate::held::take(
+        &mut waiting,
+        |held| store.log_path(held),
+        reporter,
+        || async {
+            let resumed = world
+                .harness
+                .resume(ResumeAgent {
+                    id: root.clone(),
+                    setup: world.lead_setup(root),
+                    cancel: CancellationToken::new(),
+                })
+                .await?;
+            Ok(resumed.agent().clone())
+        },
+    )
+    .await
 }
 
 /// Resolve, resume, deliver and wait; the resumed root is left in `lead`
