@@ -5,12 +5,15 @@
 //! event the replay wrote). Model replies, tool outputs, times and ids all
 //! come from the log: nothing runs, nothing is written, no model is asked.
 //! Any divergence makes the command fail (exit 1) after every session is
-//! reported.
+//! reported. The store's headers are read once, by the scan that picks the
+//! tree, and handed to the replay ([`replay_headers`]); a log whose header
+//! cannot be read fails the command, as it did when the replay read them.
 
 use std::fmt::Write as _;
 use std::path::Path;
 
-use dsh_harness::replay::{SessionReplay, Verdict, replay_tree};
+use dsh_core::SessionStore;
+use dsh_harness::replay::{SessionReplay, Verdict, replay_headers};
 
 use crate::error::CliError;
 use crate::sessions;
@@ -21,10 +24,7 @@ use crate::sessions;
 /// Cancel safe: it only reads the logs.
 pub async fn replay(dir: &Path, tree: Option<&str>) -> Result<(), CliError> {
     let store = sessions::existing_store(dir)?;
-    let scan = sessions::scan(store.as_ref()).await?;
-    scan.warn();
-    let root = scan.pick_root(dir, tree)?;
-    let replays = replay_tree(store.as_ref(), Some(&root)).await?;
+    let replays = replays(store.as_ref(), dir, tree).await?;
     print!("{}", render(&replays));
     let diverged = replays
         .iter()
@@ -37,6 +37,22 @@ pub async fn replay(dir: &Path, tree: Option<&str>) -> Result<(), CliError> {
         )));
     }
     Ok(())
+}
+
+/// Every session of the tree `tree` (the most recent when `None`) of the
+/// directory `dir` that `store` reads, replayed, parents first.
+async fn replays(
+    store: &dyn SessionStore,
+    dir: &Path,
+    tree: Option<&str>,
+) -> Result<Vec<SessionReplay>, CliError> {
+    let scan = sessions::scan(store).await?;
+    scan.warn();
+    let root = scan.pick_root(dir, tree)?;
+    if let Some(log) = scan.unreadable.first() {
+        return Err(log.error.clone().into());
+    }
+    Ok(replay_headers(store, &scan.headers, Some(&root)).await?)
 }
 
 /// One line per session; a divergence adds the two events, one per line.
@@ -67,4 +83,43 @@ fn render(replays: &[SessionReplay]) -> String {
         };
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use dsh_core::{Durability, SessionHeader, SessionId, SessionStore as _};
+    use dsh_harness::JsonlStore;
+    use dsh_test_support::store::{FaultStore, Op};
+
+    use super::*;
+
+    /// `dsh replay` reads each log's header once (the scan that picks the
+    /// tree; the replay orders the tree from those headers) and its events
+    /// once: two reads a log, where the replay reading the headers again
+    /// made three.
+    #[tokio::test]
+    async fn each_header_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let jsonl = JsonlStore::new(dir.path(), Durability::None).unwrap();
+        // A lead, its child and its grandchild.
+        let mut ids: Vec<SessionId> = Vec::new();
+        for depth in 0..3 {
+            let mut header = SessionHeader::new(SessionId::generate(), dir.path());
+            header.parent_session = ids.last().cloned();
+            header.delegation_depth = depth;
+            jsonl.create(&header, &[]).await.unwrap().close().await;
+            ids.push(header.id);
+        }
+        let store = FaultStore::new(jsonl);
+        let replays = replays(&store, dir.path(), Some(ids[0].as_str()))
+            .await
+            .unwrap();
+        let replayed: Vec<_> = replays.iter().map(|replay| replay.id.clone()).collect();
+        assert_eq!(replayed, ids, "parents first");
+        for id in &ids {
+            assert_eq!(store.calls_on_log(id, Op::Load), 2, "{id}");
+        }
+    }
 }

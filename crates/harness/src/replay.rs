@@ -102,7 +102,8 @@ pub fn replay_session(header: &SessionHeader, events: &[SessionEvent]) -> Verdic
 }
 
 /// Replay every session of the tree rooted at `root` (every session in
-/// `store` when `None`), parents before their children.
+/// `store` when `None`), parents before their children. A create a crash
+/// cut short (no whole header) is passed over.
 ///
 /// # Errors
 /// A session that cannot be listed or loaded.
@@ -115,15 +116,48 @@ pub async fn replay_tree(
 ) -> Result<Vec<SessionReplay>, StoreError> {
     let mut ids = store.list().await?;
     ids.sort();
+    let mut headers = Vec::with_capacity(ids.len());
+    for header in store.header_many(&ids).await {
+        match header {
+            Ok(header) => headers.push(header),
+            // A create a crash cut before its header was whole is no
+            // session yet: there is nothing of it to replay.
+            Err(StoreError::TornCreate { .. }) => {}
+            Err(err) => return Err(err),
+        }
+    }
+    replay_headers(store, &headers, root).await
+}
+
+/// [`replay_tree`] over `headers`, the headers of the store's sessions a
+/// caller has already read (a command that scanned the store to pick the
+/// tree): the tree is ordered from them, and no header is read again. A
+/// session whose header is not among them is not replayed.
+///
+/// # Errors
+/// A session that cannot be loaded.
+///
+/// # Cancel safety
+/// Reads only: dropped, nothing is left behind.
+pub async fn replay_headers(
+    store: &dyn SessionStore,
+    headers: &[SessionHeader],
+    root: Option<&SessionId>,
+) -> Result<Vec<SessionReplay>, StoreError> {
+    let mut sorted: Vec<&SessionHeader> = headers.iter().collect();
+    sorted.sort_by(|a, b| a.id.cmp(&b.id));
     let mut children: HashMap<SessionId, Vec<SessionId>> = HashMap::new();
     let mut roots = Vec::new();
-    let known: HashSet<&SessionId> = ids.iter().collect();
-    for (id, header) in ids.iter().zip(store.header_many(&ids).await) {
-        match header?.parent_session {
-            Some(parent) if known.contains(&parent) => {
-                children.entry(parent).or_default().push(id.clone());
+    let known: HashSet<&SessionId> = sorted.iter().map(|header| &header.id).collect();
+    for header in &sorted {
+        match &header.parent_session {
+            Some(parent) if known.contains(parent) => {
+                children
+                    .entry(parent.clone())
+                    .or_default()
+                    .push(header.id.clone());
             }
-            _ => roots.push(id.clone()),
+            _ => roots.push(header.id.clone()),
         }
     }
     // Breadth first from the root (or from every session without a parent
