@@ -34,6 +34,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::{Args, Parser, Subcommand};
 
 mod acp;
+#[cfg(feature = "acp")]
+mod acp_agent;
 mod agents;
 mod ask;
 mod config;
@@ -318,6 +320,21 @@ enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Serve a lead and its whole tree to an editor over the Agent Client
+    /// Protocol on stdin and stdout (Zed's `agent_servers`, any ACP client).
+    ///
+    /// Each session is a tree in the session directory, its workspace the
+    /// client's cwd under `--sandbox`; every child appears as a child
+    /// session, and an action above the level is asked of the client.
+    /// Nothing but protocol frames is written to stdout.
+    Acp {
+        #[command(flatten)]
+        dir: DirArg,
+        #[command(flatten)]
+        model: ModelArg,
+        #[command(flatten)]
+        acp: AcpArgs,
+    },
     /// List the subagent providers `dsh run` registers, with their capabilities.
     Providers,
     /// Print an agent's transcript.
@@ -582,9 +599,10 @@ fn main() -> ExitCode {
     };
     quiet_panics();
     let log = match &cli.command {
-        Command::Run { dir, .. } | Command::Send { dir, .. } | Command::Resume { dir, .. } => {
-            Some(dir.dir.clone())
-        }
+        Command::Run { dir, .. }
+        | Command::Send { dir, .. }
+        | Command::Resume { dir, .. }
+        | Command::Acp { dir, .. } => Some(dir.dir.clone()),
         Command::Agents { .. }
         | Command::Show { .. }
         | Command::Team { .. }
@@ -688,6 +706,10 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
+        Command::Acp { dir, model, acp } => {
+            let (settings, _) = load_settings(model, acp, false, config)?;
+            serve_acp(dir.dir, settings).await
+        }
         Command::Providers => providers::providers(config).await,
         Command::Show { name, dir, root } => {
             show::show(&dir.dir, root.root.as_deref(), &name).await
@@ -695,4 +717,16 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
         Command::Team { tree, dir } => team::team(&dir.dir, tree.as_deref()).await,
         Command::Replay { tree, dir } => replay::replay(&dir.dir, tree.as_deref()).await,
     }
+}
+
+/// `dsh acp`.
+#[cfg(feature = "acp")]
+async fn serve_acp(dir: PathBuf, settings: config::Settings) -> Result<(), CliError> {
+    acp_agent::acp(acp_agent::AcpAgentArgs { dir, settings }).await
+}
+
+/// `dsh acp`: refused, this `dsh` was built without the `acp` feature.
+#[cfg(not(feature = "acp"))]
+async fn serve_acp(_dir: PathBuf, _settings: config::Settings) -> Result<(), CliError> {
+    Err(acp::disabled("dsh acp"))
 }
