@@ -1,0 +1,194 @@
+//! `dsh acp` driven by dsh's own ACP provider: a tree inside a tree. The
+//! outer `dsh run` (its lead answered by a loopback model) starts the
+//! `acp` tool with `dsh acp` as the agent program; the inner dsh builds a
+//! whole tree of its own (the offline demo: a lead and two children) in
+//! its own session directory and answers with its lead's summary, which
+//! the outer lead receives as the child's result. `dsh send` continues
+//! the inner tree through `session/load` (dsh advertises it, so the child
+//! is continuable). A signal to the outer run while the inner tree works
+//! stops both and leaves no process behind.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::Path;
+
+use rustix::process::{Pid, Signal, kill_process};
+use support::model::{FakeModel, Reply};
+use support::{BOUND, Scratch, processes, text, wait_bounded, wait_for};
+
+/// The `--acp-*` flags that make `dsh acp --dir INNER EXTRA...` the ACP agent.
+fn inner_agent(inner: &Path, extra: &[&str]) -> Vec<String> {
+    let mut flags = vec![
+        "--acp-command".to_owned(),
+        env!("CARGO_BIN_EXE_dsh").to_owned(),
+    ];
+    for arg in ["acp", "--dir", inner.to_str().unwrap()]
+        .into_iter()
+        .chain(extra.iter().copied())
+    {
+        flags.extend(["--acp-arg".to_owned(), arg.to_owned()]);
+    }
+    flags
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
+/// The outer lead's call of `dsh acp` as the child `inner`.
+fn delegate() -> Reply {
+    Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": "inner tree",
+            "name": "inner",
+            "prompt": "Report on this workspace.",
+        }),
+    }
+}
+
+/// `dsh ARGS --dir INNER` against the inner tree's directory.
+fn inner_dsh(scratch: &Scratch, inner: &Path, args: &[&str]) -> std::process::Output {
+    let mut command = scratch.bare(args, &[]);
+    command.arg("--dir").arg(inner);
+    let child = command
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_bounded(child, BOUND, &format!("dsh {args:?}"))
+}
+
+#[test]
+fn dsh_acp_serves_a_whole_tree_to_dshs_own_acp_provider_and_continues_it_through_load() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.dir.path().join("README.md"),
+        "# Notes\n\nA small workspace.\n",
+    )
+    .unwrap();
+    let inner = scratch.dir.path().join("inner");
+    let mut replies = vec![delegate()];
+    replies.extend((0..6).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let flags = inner_agent(&inner, &[]);
+    let mut args = vec!["run", "--model", "openai:fake", "--json"];
+    args.extend(strs(&flags));
+    args.push("delegate");
+    let run = scratch.dsh(&args, &model.env());
+    let stdout = text(&run.stdout);
+    assert!(run.status.success(), "{}{stdout}", text(&run.stderr));
+
+    // Start and settlement: the outer run saw the child start once and
+    // settle `completed`, and its lead heard the inner lead's words.
+    let events = support::json_lines(&run.stdout);
+    let of_inner = |kind: &str| {
+        events
+            .iter()
+            .filter(|event| event["type"] == kind && event["agent"] == "inner")
+            .count()
+    };
+    assert_eq!(of_inner("agent_started"), 1, "{stdout}");
+    assert_eq!(of_inner("settled"), 1, "{stdout}");
+    assert!(
+        events.iter().any(|event| event["type"] == "settled"
+            && event["agent"] == "inner"
+            && event["stop_reason"] == "completed"),
+        "{stdout}"
+    );
+    assert!(
+        events.iter().any(|event| event["type"] == "notice"
+            && event["text"]
+                .as_str()
+                .is_some_and(|text| text.contains("a fresh researcher searches"))),
+        "{stdout}"
+    );
+
+    // The result: the outer lead heard the inner lead's summary, which
+    // quotes both inner children.
+    let show = scratch.dsh(&["show", "inner"], &[]);
+    assert!(show.status.success(), "{}", text(&show.stderr));
+    let shown = text(&show.stdout);
+    assert!(shown.contains("Summary: the researcher reports"), "{shown}");
+
+    // The inner tree is a real dsh tree of its own: a lead and both
+    // children, in the inner directory.
+    let agents = inner_dsh(&scratch, &inner, &["agents"]);
+    let listing = text(&agents.stdout);
+    assert!(agents.status.success(), "{}", text(&agents.stderr));
+    for child in ["researcher", "reviewer"] {
+        assert!(listing.contains(child), "{listing}");
+    }
+
+    // Continuation: the external child takes a message as a follow-up
+    // run, which loads the inner session again and prompts its lead.
+    let mut send = vec!["send", "inner", "And the headings?"];
+    send.extend(strs(&flags));
+    let sent = scratch.dsh(&send, &model.env());
+    assert!(
+        sent.status.success(),
+        "{}{}",
+        text(&sent.stderr),
+        text(&sent.stdout)
+    );
+    assert!(
+        text(&sent.stdout).starts_with("inner: "),
+        "{}",
+        text(&sent.stdout)
+    );
+    let lead = inner_dsh(&scratch, &inner, &["show", "lead"]);
+    assert!(
+        text(&lead.stdout).contains("And the headings?"),
+        "{}",
+        text(&lead.stdout)
+    );
+    assert_eq!(
+        text(&inner_dsh(&scratch, &inner, &["agents"]).stdout)
+            .matches("tree s-")
+            .count(),
+        1,
+        "the load made a second tree"
+    );
+}
+
+#[test]
+fn a_signal_to_the_outer_run_stops_the_inner_tree_and_leaves_no_process() {
+    let scratch = Scratch::new();
+    let inner = scratch.dir.path().join("inner");
+    let outer = FakeModel::start(vec![delegate()]);
+    // The inner lead waits for its model for ever.
+    let hanging = FakeModel::start(vec![Reply::Hang]);
+    let flags = inner_agent(
+        &inner,
+        &["--model", "openai:fake", "--base-url", &hanging.base_url],
+    );
+    let mut args = vec![
+        "run",
+        "--model",
+        "openai:fake",
+        "--acp-env",
+        "OPENAI_API_KEY",
+    ];
+    args.extend(strs(&flags));
+    args.push("delegate");
+    let child = scratch.spawn(&args, &outer.env());
+    let dsh = child.id();
+    // The inner lead asked its model: the inner tree is live.
+    hanging.next_request(BOUND);
+    let needle = inner.to_str().unwrap().to_owned();
+    assert!(!processes(&needle, dsh).is_empty());
+    let pid = Pid::from_raw(i32::try_from(dsh).unwrap()).unwrap();
+    kill_process(pid, Signal::TERM).unwrap();
+    let output = wait_bounded(child, BOUND, "dsh run after SIGTERM");
+    assert_eq!(output.status.code(), Some(143), "{}", text(&output.stderr));
+    wait_for("every inner process is gone", || {
+        processes(&needle, dsh).is_empty()
+    });
+    // What the inner tree wrote stays: its lead's log and its prompt.
+    let shown = inner_dsh(&scratch, &inner, &["show", "lead"]);
+    assert!(shown.status.success(), "{}", text(&shown.stderr));
+    assert!(text(&shown.stdout).contains("Report on this workspace."));
+}
