@@ -53,7 +53,14 @@ struct Inner {
     always: Mutex<HashSet<String>>,
     /// Ids for questions that name no open call.
     next: AtomicU64,
+    /// What the host runs before a question, so that the updates the
+    /// asking call caused have reached [`Updates`] (the asking call is then
+    /// known).
+    settle: Mutex<Option<Settle>>,
 }
+
+/// A host's hook run before each question ([`Approvals::before_asking`]).
+type Settle = Arc<dyn Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync>;
 
 impl std::fmt::Debug for Approvals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -71,15 +78,14 @@ enum Reply {
 
 /// One question, as the client sees it.
 struct Question {
-    /// The asking agent's path of names.
+    /// The asking agent's path of names (an ACP child's provider name;
+    /// a member's is read once it is announced).
     path: String,
     /// Its session, when it is a member with a log.
     agent: Option<SessionId>,
     tool: String,
     subject: String,
     kind: ToolKind,
-    /// The asking call, when known.
-    call: Option<String>,
 }
 
 impl Approvals {
@@ -93,6 +99,7 @@ impl Approvals {
                 session: Mutex::new(None),
                 always: Mutex::new(HashSet::new()),
                 next: AtomicU64::new(0),
+                settle: Mutex::new(None),
             }),
         }
     }
@@ -104,6 +111,20 @@ impl Approvals {
             .session
             .lock()
             .unwrap_or_else(PoisonError::into_inner) = Some(id.clone());
+    }
+
+    /// Run `settle` before each question: a host whose events reach
+    /// [`Updates`] through a queue waits there for what it already sent, so
+    /// that the question names the asking call and follows its update.
+    pub fn before_asking(
+        &self,
+        settle: impl Fn() -> futures::future::BoxFuture<'static, ()> + Send + Sync + 'static,
+    ) {
+        *self
+            .inner
+            .settle
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Some(Arc::new(settle));
     }
 
     /// The workspace tools' asker.
@@ -122,14 +143,19 @@ impl Approvals {
     /// Dropped while the client thinks, the request stays with the client
     /// and its late answer is ignored; the call it was for is refused.
     async fn put(&self, question: Question) -> Reply {
-        let always = self
+        let settle = self
             .inner
-            .always
+            .settle
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .contains(&question.path);
-        if always {
-            return Reply::Once;
+            .clone();
+        if let Some(settle) = settle {
+            settle().await;
+        }
+        // A child asking before the runtime announced it: after its
+        // announcement, which names it and shows its asking call.
+        if let Some(agent) = &question.agent {
+            self.inner.updates.announced(agent).await;
         }
         let Some(session) = self
             .inner
@@ -140,7 +166,26 @@ impl Approvals {
         else {
             return Reply::No;
         };
-        let call = question.call.clone().unwrap_or_else(|| {
+        // Named after the announcement: the path is then the child's.
+        let path = match &question.agent {
+            Some(agent) => self.inner.updates.name_of(agent),
+            None => question.path.clone(),
+        };
+        let always = self
+            .inner
+            .always
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .contains(&path);
+        if always {
+            return Reply::Once;
+        }
+        let question = Question { path, ..question };
+        let asking = question
+            .agent
+            .as_ref()
+            .and_then(|agent| self.inner.updates.open_calls(agent).pop());
+        let call = asking.unwrap_or_else(|| {
             format!(
                 "approval-{}",
                 self.inner.next.fetch_add(1, Ordering::Relaxed)
@@ -209,7 +254,7 @@ impl Approvals {
 impl Asker for Approvals {
     async fn ask(&self, request: &Request) -> Answer {
         let question = Question {
-            path: self.inner.updates.name_of(&request.agent),
+            path: String::new(),
             agent: Some(request.agent.clone()),
             tool: request.tool.clone(),
             subject: request.subject.clone(),
@@ -217,7 +262,6 @@ impl Asker for Approvals {
                 "shell" => ToolKind::Execute,
                 _ => ToolKind::Edit,
             },
-            call: self.inner.updates.open_calls(&request.agent).pop(),
         };
         match self.put(question).await {
             Reply::Once | Reply::Always => Answer::Allow,
@@ -235,7 +279,6 @@ impl PermissionAsker for Approvals {
             tool: question.kind.unwrap_or_else(|| "permission".to_owned()),
             subject: question.action,
             kind: ToolKind::Other,
-            call: None,
         };
         match self.put(question).await {
             Reply::Once => PermissionAnswer::AllowOnce,

@@ -42,6 +42,8 @@ struct Inner {
     /// Where notifications go; `None` collects them (tests).
     to: Sink,
     state: Mutex<State>,
+    /// Woken at each announcement of a child.
+    announced: tokio::sync::Notify,
 }
 
 enum Sink {
@@ -85,6 +87,7 @@ impl Updates {
             inner: Arc::new(Inner {
                 to,
                 state: Mutex::new(State::default()),
+                announced: tokio::sync::Notify::new(),
             }),
         }
     }
@@ -101,8 +104,7 @@ impl Updates {
     fn emit(&self, session: &SessionId, update: SessionUpdate) {
         {
             let mut state = self.state();
-            let known = state.root.as_ref() == Some(session) || state.names.contains_key(session);
-            if !known {
+            if state.root.as_ref() != Some(session) && !state.names.contains_key(session) {
                 state
                     .unannounced
                     .entry(session.clone())
@@ -146,6 +148,29 @@ impl Updates {
             .get(id)
             .cloned()
             .unwrap_or_else(|| id.to_string())
+    }
+
+    /// Whether `id` is the root or an announced child.
+    fn known(&self, id: &SessionId) -> bool {
+        let state = self.state();
+        state.root.as_ref() == Some(id) || state.names.contains_key(id)
+    }
+
+    /// Wait until `id` is the root or an announced child (a child runs,
+    /// and may ask, before the runtime says it started).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only waits.
+    pub(crate) async fn announced(&self, id: &SessionId) {
+        loop {
+            let notified = self.inner.announced.notified();
+            let mut notified = std::pin::pin!(notified);
+            notified.as_mut().enable();
+            if self.known(id) {
+                return;
+            }
+            notified.await;
+        }
     }
 
     /// The open call ids of `agent`, newest last.
@@ -327,6 +352,7 @@ impl Updates {
         for update in held.into_iter().flatten() {
             self.send(&info.child_id, update);
         }
+        self.inner.announced.notify_waiters();
     }
 
     /// A child replayed for `session/load` had settled before: the call

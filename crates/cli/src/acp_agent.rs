@@ -308,6 +308,11 @@ impl DshTree {
     ) -> Result<Opened, HostError> {
         let reporter = Reporter::with(Box::new(Forward(client.updates.clone())), Output::quiet());
         reporter.root(root);
+        let queued = reporter.clone();
+        client.approvals.before_asking(move || {
+            let queued = queued.clone();
+            Box::pin(async move { queued.flush().await })
+        });
         let session = Session::open(SessionConfig {
             store,
             model,
