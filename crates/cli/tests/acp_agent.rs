@@ -192,3 +192,128 @@ fn a_signal_to_the_outer_run_stops_the_inner_tree_and_leaves_no_process() {
     assert!(shown.status.success(), "{}", text(&shown.stderr));
     assert!(text(&shown.stdout).contains("Report on this workspace."));
 }
+
+/// `dsh acp` spoken to line by line.
+struct Raw {
+    child: std::process::Child,
+    stdin: Option<std::process::ChildStdin>,
+    lines: std::sync::mpsc::Receiver<serde_json::Value>,
+}
+
+impl Raw {
+    fn start(scratch: &Scratch, model: &FakeModel) -> Self {
+        let mut command = scratch.command(&["acp", "--model", "openai:fake"], &model.env());
+        let mut child = command
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            use std::io::BufRead;
+            for line in std::io::BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // Every line on stdout must be a protocol frame.
+                let frame: serde_json::Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|_| serde_json::json!({ "not_a_frame": line }));
+                if tx.send(frame).is_err() {
+                    break;
+                }
+            }
+        });
+        let stdin = child.stdin.take();
+        Self {
+            child,
+            stdin,
+            lines,
+        }
+    }
+
+    fn send(&mut self, line: &str) {
+        use std::io::Write;
+        let stdin = self.stdin.as_mut().unwrap();
+        writeln!(stdin, "{line}").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn request(&mut self, id: u64, method: &str, params: serde_json::Value) {
+        let frame =
+            serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
+        self.send(&frame.to_string());
+    }
+
+    /// The response to request `id` (updates on the way are checked to be
+    /// frames and passed over).
+    fn response(&self, id: serde_json::Value) -> serde_json::Value {
+        loop {
+            let frame = self
+                .lines
+                .recv_timeout(BOUND)
+                .unwrap_or_else(|_| panic!("no response to {id} within {BOUND:?}"));
+            assert!(frame.get("not_a_frame").is_none(), "{frame}");
+            if frame.get("method").is_none() && frame["id"] == id {
+                return frame;
+            }
+        }
+    }
+}
+
+#[test]
+fn bad_frames_unknown_sessions_a_second_prompt_and_a_closed_stdin_get_the_protocols_answers() {
+    let scratch = Scratch::new();
+    let model = FakeModel::start(vec![Reply::Hang]);
+    let mut raw = Raw::start(&scratch, &model);
+    raw.send("this is not JSON");
+    let parse = raw.response(serde_json::Value::Null);
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+    let init = raw.response(1.into());
+    assert_eq!(
+        init["result"]["agentCapabilities"]["loadSession"], true,
+        "{init}"
+    );
+    let prompt = |session: &str, text: &str| serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] });
+    raw.request(
+        2,
+        "session/prompt",
+        prompt("s-0123456789abcdef0123456789abcdef", "hi"),
+    );
+    let unknown = raw.response(2.into());
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+    raw.request(
+        3,
+        "session/load",
+        serde_json::json!({ "sessionId": "s-0123456789abcdef0123456789abcdef", "cwd": scratch.dir.path(), "mcpServers": [] }),
+    );
+    assert_eq!(raw.response(3.into())["error"]["code"], -32602);
+    raw.request(
+        4,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
+    );
+    let created = raw.response(4.into());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(5, "session/prompt", prompt(&session, "Keep this message."));
+    // The lead is waiting for its model: a turn runs.
+    model.next_request(BOUND);
+    raw.request(6, "session/prompt", prompt(&session, "And this?"));
+    let busy = raw.response(6.into());
+    assert_eq!(busy["error"]["code"], -32600, "{busy}");
+    // The client goes away mid-turn: the tree stops, the turn ends
+    // cancelled, and dsh exits cleanly.
+    drop(raw.stdin.take());
+    let ended = raw.response(5.into());
+    assert_eq!(ended["result"]["stopReason"], "cancelled", "{ended}");
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    // What was written stays: the prompt the turn took is in the lead's log.
+    let shown = scratch.dsh(&["show", "lead"], &[]);
+    assert!(
+        text(&shown.stdout).contains("Keep this message."),
+        "{}",
+        text(&shown.stdout)
+    );
+    assert!(!text(&shown.stdout).contains("And this?"));
+}
