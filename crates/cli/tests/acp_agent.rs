@@ -245,15 +245,33 @@ impl Raw {
     }
 
     /// The response to request `id` (updates on the way are checked to be
-    /// frames and passed over).
-    fn response(&self, id: serde_json::Value) -> serde_json::Value {
+    /// frames and passed over; a permission request is rejected).
+    fn response(&mut self, id: serde_json::Value) -> serde_json::Value {
+        self.answering(id, |_| "reject")
+    }
+
+    /// The response to request `id`, each permission request on the way
+    /// answered with the option `answer` picks.
+    fn answering(
+        &mut self,
+        id: serde_json::Value,
+        mut answer: impl FnMut(&serde_json::Value) -> &'static str,
+    ) -> serde_json::Value {
         loop {
             let frame = self
                 .lines
                 .recv_timeout(BOUND)
                 .unwrap_or_else(|_| panic!("no response to {id} within {BOUND:?}"));
             assert!(frame.get("not_a_frame").is_none(), "{frame}");
-            if frame.get("method").is_none() && frame["id"] == id {
+            if frame["method"] == "session/request_permission" {
+                let option = answer(&frame);
+                let reply = serde_json::json!({
+                    "jsonrpc": "2.0",
+                    "id": frame["id"],
+                    "result": { "outcome": { "outcome": "selected", "optionId": option } },
+                });
+                self.send(&reply.to_string());
+            } else if frame.get("method").is_none() && frame["id"] == id {
                 return frame;
             }
         }
@@ -316,4 +334,49 @@ fn bad_frames_unknown_sessions_a_second_prompt_and_a_closed_stdin_get_the_protoc
         text(&shown.stdout)
     );
     assert!(!text(&shown.stdout).contains("And this?"));
+}
+
+#[test]
+fn an_always_answer_covers_that_agent_for_the_rest_of_the_session() {
+    let scratch = Scratch::new();
+    let shell = |command: &str| Reply::ToolCall {
+        name: "shell".to_owned(),
+        arguments: serde_json::json!({ "command": command }),
+    };
+    let model = FakeModel::start(vec![
+        shell("echo one"),
+        shell("echo two"),
+        Reply::Text("Both ran.".to_owned()),
+    ]);
+    let mut raw = Raw::start(&scratch, &model);
+    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+    raw.response(1.into());
+    raw.request(
+        2,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
+    );
+    let created = raw.response(2.into());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(
+        3,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Run both." }] }),
+    );
+    let mut asked = Vec::new();
+    let ended = raw.answering(3.into(), |frame| {
+        asked.push(frame["params"]["toolCall"]["title"].clone());
+        "always"
+    });
+    assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+    // Asked once, naming the lead, the tool and the exact command; the
+    // second command of the same agent ran without a question.
+    assert_eq!(asked, vec![serde_json::json!("lead: shell `echo one`")]);
+    let shown = scratch.dsh(&["show", "lead"], &[]);
+    let transcript = text(&shown.stdout);
+    assert!(transcript.contains("echo two"), "{transcript}");
+    assert!(!transcript.contains("declined"), "{transcript}");
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
 }
