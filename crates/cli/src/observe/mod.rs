@@ -214,6 +214,7 @@ impl Output {
 
     /// Nothing on stdout (a renderer that speaks elsewhere, `dsh acp`);
     /// person lines on stderr.
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
     pub fn quiet() -> Self {
         Self {
             out: Box::new(std::io::sink()),
