@@ -9,8 +9,8 @@
 //! `invalid_params`, a prompt while that session's turn runs is
 //! `invalid_request`; a frame that is not JSON-RPC, or a method nobody
 //! handles, is answered by the protocol crate itself. When the client
-//! closes its side (end of input), every tree is stopped, children first,
-//! and closed, and every turn still running answers `cancelled` (to no
+//! closes its side (end of input), or the host says stop, every tree is
+//! stopped, children first, and closed, and every turn still running answers `cancelled` (to no
 //! one): what the trees wrote stays written.
 
 use std::collections::HashMap;
@@ -49,7 +49,8 @@ struct Session {
 
 /// Serve `host` to the client at the other end of `input` and `output`
 /// (stdin and stdout for `dsh acp`), one JSON-RPC message per line, until
-/// the client closes `input`. Every tree is then stopped and closed.
+/// the client closes `input` or `stop` completes (a signal). Every tree is
+/// then stopped, children first, and closed.
 ///
 /// # Errors
 /// The connection failed (a write to `output` failed).
@@ -61,6 +62,7 @@ pub async fn serve(
     host: Arc<dyn Host>,
     input: impl AsyncRead + Unpin + Send + 'static,
     output: impl AsyncWrite + Unpin + Send + 'static,
+    stop: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), agent_client_protocol::Error> {
     let incoming = futures::stream::unfold(Some(BufReader::new(input)), |reader| async move {
         let mut reader = reader?;
@@ -166,7 +168,10 @@ pub async fn serve(
             agent_client_protocol::on_receive_notification!(),
         )
         .connect_with(Lines::new(outgoing, incoming), async move |cx| {
-            cx.incoming_closed().await;
+            tokio::select! {
+                () = cx.incoming_closed() => {}
+                () = stop => {}
+            }
             closing.close().await;
             Ok(())
         })

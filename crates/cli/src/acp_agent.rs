@@ -50,10 +50,11 @@ pub struct AcpAgentArgs {
     pub settings: Settings,
 }
 
-/// Serve ACP on stdin and stdout until the client closes stdin.
+/// Serve ACP on stdin and stdout until the client closes stdin, or a
+/// signal (SIGINT, SIGTERM, SIGHUP) stops every tree first.
 ///
 /// # Errors
-/// The connection failed.
+/// The connection failed; [`CliError::Interrupted`] after a signal.
 ///
 /// # Cancel safety
 /// The whole command, not meant to be dropped; what the trees wrote stays.
@@ -67,9 +68,18 @@ pub async fn acp(args: AcpAgentArgs) -> Result<(), CliError> {
         settings: args.settings,
         images,
     });
-    dsh_acp_agent::serve(host, tokio::io::stdin(), tokio::io::stdout())
+    let mut signals = crate::signals::Signals::install()?;
+    let (signalled, heard) = tokio::sync::oneshot::channel();
+    let stop = async move {
+        let _ = signalled.send(signals.recv().await);
+    };
+    dsh_acp_agent::serve(host, tokio::io::stdin(), tokio::io::stdout(), stop)
         .await
-        .map_err(|err| CliError::Refused(format!("the ACP connection failed: {err}")))
+        .map_err(|err| CliError::Refused(format!("the ACP connection failed: {err}")))?;
+    match heard.await {
+        Ok(signal) => Err(CliError::Interrupted(signal)),
+        Err(_) => Ok(()),
+    }
 }
 
 /// The host: trees in one session directory under one configuration.

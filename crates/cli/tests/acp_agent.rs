@@ -202,7 +202,14 @@ struct Raw {
 
 impl Raw {
     fn start(scratch: &Scratch, model: &FakeModel) -> Self {
-        let mut command = scratch.command(&["acp", "--model", "openai:fake"], &model.env());
+        Self::with(scratch, model, &[])
+    }
+
+    /// `dsh acp --model openai:fake EXTRA...`.
+    fn with(scratch: &Scratch, model: &FakeModel, extra: &[&str]) -> Self {
+        let mut args = vec!["acp", "--model", "openai:fake"];
+        args.extend(extra);
+        let mut command = scratch.command(&args, &model.env());
         let mut child = command
             .stdin(std::process::Stdio::piped())
             .stdout(std::process::Stdio::piped())
@@ -379,4 +386,52 @@ fn an_always_answer_covers_that_agent_for_the_rest_of_the_session() {
     drop(raw.stdin.take());
     let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
     assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
+fn a_signal_to_dsh_acp_mid_turn_stops_its_tree_and_leaves_no_process() {
+    let Some(agent) = support::rogue_agent() else {
+        dsh_test_support::skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let marker = format!("--dsh-acp-agent-signal-{}", std::process::id());
+    let model = FakeModel::start(vec![Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": "hang",
+            "prompt": "say working; grandchild; hang",
+        }),
+    }]);
+    let mut extra = support::acp_flags(&agent);
+    extra.extend(["--acp-arg", &marker]);
+    let mut raw = Raw::with(&scratch, &model, &extra);
+    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+    raw.response(1.into());
+    raw.request(
+        2,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
+    );
+    let created = raw.response(2.into());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(
+        3,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Go." }] }),
+    );
+    let dsh = raw.child.id();
+    // The ACP agent and its grandchild (`sleep`, in its process group).
+    wait_for("the ACP agent and its grandchild start", || {
+        processes(&marker, dsh).len() >= 2
+    });
+    let pid = Pid::from_raw(i32::try_from(dsh).unwrap()).unwrap();
+    kill_process(pid, Signal::TERM).unwrap();
+    let ended = raw.response(3.into());
+    assert_eq!(ended["result"]["stopReason"], "cancelled", "{ended}");
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after SIGTERM");
+    assert_eq!(output.status.code(), Some(143), "{}", text(&output.stderr));
+    wait_for("every ACP process is gone", || {
+        processes(&marker, dsh).is_empty()
+    });
 }
