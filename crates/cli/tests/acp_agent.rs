@@ -435,3 +435,63 @@ fn a_signal_to_dsh_acp_mid_turn_stops_its_tree_and_leaves_no_process() {
         processes(&marker, dsh).is_empty()
     });
 }
+
+#[test]
+fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
+    let Some(agent) = support::rogue_agent() else {
+        dsh_test_support::skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let model = FakeModel::start(vec![
+        Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": "clean up",
+                "name": "cleaner",
+                "prompt": "ask rm -rf build; say done",
+                "run_in_background": false,
+            }),
+        },
+        Reply::Text("Cleaned.".to_owned()),
+    ]);
+    let mut extra = support::acp_flags(&agent);
+    extra.extend(["--acp-permission", "ask"]);
+    let mut raw = Raw::with(&scratch, &model, &extra);
+    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+    raw.response(1.into());
+    raw.request(
+        2,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
+    );
+    let created = raw.response(2.into());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(
+        3,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Clean." }] }),
+    );
+    let mut asked = Vec::new();
+    let ended = raw.answering(3.into(), |frame| {
+        asked.push(frame["params"].clone());
+        "allow"
+    });
+    assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+    assert_eq!(asked.len(), 1, "{asked:?}");
+    assert_eq!(asked[0]["sessionId"], session.as_str());
+    assert_eq!(
+        asked[0]["toolCall"]["title"], "acp: execute `rm -rf build`",
+        "{asked:?}"
+    );
+    // The agent was granted its request and said so in its result.
+    let shown = scratch.dsh(&["show", "cleaner"], &[]);
+    assert!(
+        text(&shown.stdout).contains("granted yes"),
+        "{}",
+        text(&shown.stdout)
+    );
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
