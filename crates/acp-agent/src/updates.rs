@@ -637,4 +637,93 @@ mod tests {
         );
         assert_eq!(digest[3].0, child.to_string());
     }
+
+    /// One child's life as the host reports it: its creator's call, its
+    /// log events (`before` of them written before the runtime's start),
+    /// its settlement, and the call's own result before it (background)
+    /// or after it (foreground).
+    #[derive(Debug, Clone)]
+    struct Life {
+        events: usize,
+        before: usize,
+        background: bool,
+        failed: bool,
+    }
+
+    fn life() -> impl proptest::strategy::Strategy<Value = Life> {
+        use proptest::prelude::*;
+        (0usize..5, 0usize..5, any::<bool>(), any::<bool>()).prop_map(
+            |(events, before, background, failed)| Life {
+                events,
+                before: before.min(events),
+                background,
+                failed,
+            },
+        )
+    }
+
+    proptest::proptest! {
+        /// For any children, in any of those orders: no update of a child
+        /// session is sent before its announcement, none is lost, and each
+        /// call that started a child gets exactly one final status, which
+        /// is its child's.
+        #[test]
+        fn children_are_announced_first_lose_nothing_and_close_their_call_once(
+            lives in proptest::collection::vec(life(), 1..5),
+        ) {
+            let updates = Updates::collecting();
+            let root = SessionId::generate();
+            updates.root(&root);
+            let mut children = Vec::new();
+            for (n, life) in lives.iter().enumerate() {
+                let child = SessionId::generate();
+                let call_id = format!("c-{n}");
+                updates.logged(&root, &[call(&call_id, "subagent", &json!({}))]);
+                let said: Vec<_> = (0..life.events).map(|k| said(&format!("{n}.{k}"))).collect();
+                updates.logged(&child, &said[..life.before]);
+                updates.started(&info(&root, &child));
+                updates.logged(&child, &said[life.before..]);
+                let outcome = if life.failed {
+                    RunOutcome::Error("failed".to_owned())
+                } else {
+                    RunOutcome::Settled(SubagentResult::stopped(StopReason::COMPLETED))
+                };
+                if life.background {
+                    updates.logged(&root, &[result(&call_id, "subagent", "started")]);
+                    updates.ended(&info(&root, &child), &outcome);
+                } else {
+                    updates.ended(&info(&root, &child), &outcome);
+                    updates.logged(&root, &[result(&call_id, "subagent", "done")]);
+                }
+                children.push((child.to_string(), call_id, life.clone()));
+            }
+            let sent = updates.sent();
+            for (child, call_id, life) in &children {
+                let announced = sent.iter().position(|n| {
+                    n["update"]["sessionUpdate"] == "subagent_update"
+                        && n["update"]["sessionId"] == child.as_str()
+                });
+                let announced = announced.expect("announced");
+                let own: Vec<usize> = sent
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, n)| n["sessionId"] == child.as_str())
+                    .map(|(at, _)| at)
+                    .collect();
+                proptest::prop_assert!(own.iter().all(|at| *at > announced));
+                proptest::prop_assert_eq!(own.len(), life.events);
+                let statuses: Vec<Value> = sent
+                    .iter()
+                    .filter(|n| {
+                        n["sessionId"] == root.to_string().as_str()
+                            && n["update"]["toolCallId"] == call_id.as_str()
+                            && n["update"]["sessionUpdate"] == "tool_call_update"
+                    })
+                    .filter_map(|n| n["update"].get("status").cloned())
+                    .collect();
+                let expected = if life.failed { "failed" } else { "completed" };
+                proptest::prop_assert_eq!(statuses, vec![json!(expected)]);
+            }
+        }
+    }
 }
