@@ -118,12 +118,12 @@ fn the_custom_host_example_has_no_harness_in_its_tree() {
 #[test]
 fn dsh_without_the_acp_feature_has_no_acp_in_its_tree() {
     let with = tree("dsh-cli", &[]);
-    for acp in ["dsh-subagent-acp", "agent-client-protocol"] {
+    for acp in ["dsh-subagent-acp", "dsh-acp-agent", "agent-client-protocol"] {
         assert!(with.contains(acp), "the default dsh lacks {acp}:\n{with}");
     }
     let without = tree("dsh-cli", &["--no-default-features"]);
     assert!(without.contains("dsh-subagent-spawn"), "{without}");
-    for acp in ["dsh-subagent-acp", "agent-client-protocol"] {
+    for acp in ["dsh-subagent-acp", "dsh-acp-agent", "agent-client-protocol"] {
         assert!(
             !without.contains(acp),
             "dsh without `acp` still pulls {acp}:\n{without}"

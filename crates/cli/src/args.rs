@@ -273,6 +273,21 @@ pub(crate) enum Command {
         #[command(flatten)]
         json: JsonArg,
     },
+    /// Serve a lead and its whole tree to an editor over the Agent Client
+    /// Protocol on stdin and stdout (Zed's `agent_servers`, any ACP client).
+    ///
+    /// Each session is a tree in the session directory, its workspace the
+    /// client's cwd under `--sandbox`; every child appears as a child
+    /// session, and an action above the level is asked of the client.
+    /// Nothing but protocol frames is written to stdout.
+    Acp {
+        #[command(flatten)]
+        dir: DirArg,
+        #[command(flatten)]
+        model: ModelArg,
+        #[command(flatten)]
+        acp: AcpArgs,
+    },
     /// List the subagent providers `dsh run` registers, with their capabilities.
     Providers,
     /// Print an agent's transcript.

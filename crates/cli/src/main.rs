@@ -31,6 +31,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use clap::Parser;
 
 mod acp;
+#[cfg(feature = "acp")]
+mod acp_agent;
 mod agents;
 mod args;
 mod ask;
@@ -110,9 +112,10 @@ fn main() -> ExitCode {
     };
     quiet_panics();
     let log = match &cli.command {
-        Command::Run { dir, .. } | Command::Send { dir, .. } | Command::Resume { dir, .. } => {
-            Some(dir.dir.clone())
-        }
+        Command::Run { dir, .. }
+        | Command::Send { dir, .. }
+        | Command::Resume { dir, .. }
+        | Command::Acp { dir, .. } => Some(dir.dir.clone()),
         Command::Agents { .. }
         | Command::Show { .. }
         | Command::Team { .. }
@@ -222,6 +225,10 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
+        Command::Acp { dir, model, acp } => {
+            let (settings, _) = load_settings(model, acp, false, config)?;
+            serve_acp(dir.dir, settings).await
+        }
         Command::Providers => providers::providers(config).await,
         Command::Show {
             name,
@@ -232,4 +239,16 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
         Command::Team { tree, dir, json } => team::team(&dir.dir, tree.as_deref(), json).await,
         Command::Replay { tree, dir } => replay::replay(&dir.dir, tree.as_deref()).await,
     }
+}
+
+/// `dsh acp`.
+#[cfg(feature = "acp")]
+async fn serve_acp(dir: PathBuf, settings: config::Settings) -> Result<(), CliError> {
+    acp_agent::acp(acp_agent::AcpAgentArgs { dir, settings }).await
+}
+
+/// `dsh acp`: refused, this `dsh` was built without the `acp` feature.
+#[cfg(not(feature = "acp"))]
+async fn serve_acp(_dir: PathBuf, _settings: config::Settings) -> Result<(), CliError> {
+    Err(acp::disabled("dsh acp"))
 }

@@ -195,6 +195,7 @@ async fn run_over(
         team,
         ask: args.ask,
         cwd: &cwd,
+        askers: None,
     })?;
     let outcome = drive(&args, &script, &session, &reporter, &mut signals, team, cwd).await;
     // Everything shown is written before the command's last word; quitting
@@ -482,14 +483,14 @@ pub async fn shutdown(world: &World, reporter: Option<&Reporter>) {
 /// External children (no local agent) started and not yet ended: the
 /// runtime's `wait_for_tree_work` joins members through their local agents,
 /// so the run waits for these through the runtime's start and end events.
-struct External {
+pub(crate) struct External {
     running: Mutex<HashSet<SessionId>>,
     changed: Notify,
 }
 
 impl External {
     /// Track the runtime's external activations from now on.
-    fn track(runtime: &dsh_subagent::SubagentRuntime) -> (Arc<Self>, Subscription) {
+    pub(crate) fn track(runtime: &dsh_subagent::SubagentRuntime) -> (Arc<Self>, Subscription) {
         let external = Arc::new(Self {
             running: Mutex::new(HashSet::new()),
             changed: Notify::new(),
@@ -532,7 +533,7 @@ impl External {
 
 /// Wait until the tree is done (B33), printing each of the lead's answers
 /// as its turn ends (after the first `printed` turns). Errors when the lead's last turn failed.
-async fn settle(
+pub(crate) async fn settle(
     world: &World,
     lead: &Arc<dyn Agent>,
     reporter: &Reporter,

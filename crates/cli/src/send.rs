@@ -142,6 +142,7 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         team,
         ask: args.ask,
         cwd: &std::env::current_dir()?,
+        askers: None,
     })?;
     if let Some(reporter) = &reporter {
         reporter.root(&root);

@@ -37,6 +37,18 @@ pub struct SessionConfig<'a> {
     pub ask: AskMode,
     /// The workspace root.
     pub cwd: &'a Path,
+    /// Who answers in place of the terminal (`dsh acp`: the ACP client);
+    /// `ask` is then not consulted.
+    pub askers: Option<Askers>,
+}
+
+/// The askers of a session whose questions go elsewhere than the terminal.
+pub struct Askers {
+    /// The workspace tools' asker, above the `--sandbox` level.
+    pub workspace: Arc<dyn dsh_tool_workspace::Asker>,
+    /// The ACP agents' asker under `permission = "ask"`.
+    #[cfg(feature = "acp")]
+    pub acp: Arc<dyn dsh_subagent_acp::PermissionAsker>,
 }
 
 /// A command's world and what watches it.
@@ -65,16 +77,19 @@ impl Session {
             team,
             ask,
             cwd,
+            askers,
         } = config;
         let faults = WriteFaults::new();
         let store = match reporter.filter(|reporter| reporter.wants().logs) {
             Some(reporter) => Watched::streaming(store, &faults, reporter),
             None => Watched::wrap(store, &faults),
         };
-        let prompter = ask
-            .asks(std::io::stdin().is_terminal())
+        let prompter = (askers.is_none() && ask.asks(std::io::stdin().is_terminal()))
             .then(|| Prompter::terminal(reporter.cloned()));
-        let (policy, acp, agents) = asking(settings, prompter.as_ref());
+        let (policy, acp, agents) = match &askers {
+            Some(askers) => answered_by(settings, askers),
+            None => asking(settings, prompter.as_ref()),
+        };
         let world = World::build(WorldConfig {
             store,
             model,
@@ -100,6 +115,32 @@ impl Session {
             _listening: listening,
         })
     }
+}
+
+/// The workspace policy and the ACP configurations with `askers` as their
+/// askers.
+fn answered_by(
+    settings: &Settings,
+    askers: &Askers,
+) -> (
+    dsh_tool_workspace::Policy,
+    Option<crate::acp::AcpConfig>,
+    Vec<crate::acp::AcpConfig>,
+) {
+    let policy = dsh_tool_workspace::Policy::new(settings.sandbox, Some(askers.workspace.clone()));
+    #[cfg(feature = "acp")]
+    let ask = |acp: crate::acp::AcpConfig| {
+        if acp.permission == crate::acp::PermissionPolicy::Ask {
+            acp.ask_with(askers.acp.clone())
+        } else {
+            acp
+        }
+    };
+    #[cfg(not(feature = "acp"))]
+    let ask = |acp: crate::acp::AcpConfig| acp;
+    let acp = settings.acp.clone().map(ask);
+    let agents = settings.acp_agents.iter().cloned().map(ask).collect();
+    (policy, acp, agents)
 }
 
 /// The workspace policy and the ACP configurations (the `acp` agent, the

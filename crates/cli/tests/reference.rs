@@ -11,11 +11,12 @@ use std::process::Command;
 
 /// Every subcommand, in the order `dsh --help` lists them (checked by
 /// [`every_subcommand_has_its_section`]).
-const COMMANDS: [&str; 8] = [
+const COMMANDS: [&str; 9] = [
     "run",
     "agents",
     "send",
     "resume",
+    "acp",
     "providers",
     "show",
     "replay",

@@ -11,12 +11,10 @@
 
 mod support;
 
-use std::time::{Duration, Instant};
-
 use dsh_test_support::skip_or_fail;
 use rustix::process::{Pid, Signal, kill_process};
 use support::model::{FakeModel, Reply};
-use support::{BOUND, Scratch, text, wait_bounded};
+use support::{BOUND, Scratch, processes, text, wait_bounded, wait_for};
 
 const SIGNALS: [(Signal, i32, &str); 3] = [
     (Signal::TERM, 143, "terminated (SIGTERM)"),
@@ -67,47 +65,6 @@ fn each_stopping_signal_interrupts_a_waiting_lead_and_exits_128_plus_n() {
         let agents = scratch.dsh(&["agents"], &[]);
         assert!(agents.status.success(), "{}", text(&agents.stderr));
         assert_eq!(text(&agents.stdout).matches("tree s-").count(), 1);
-    }
-}
-
-/// `(pid, process group)` of every live process but `dsh` itself whose
-/// command line holds `needle`, and of every process in those groups.
-fn processes(needle: &str, dsh: u32) -> Vec<(i32, i32)> {
-    let mut all = Vec::new();
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
-            continue;
-        };
-        // Fields after the command name, which may hold spaces: state ppid pgrp.
-        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest.to_owned()) else {
-            continue;
-        };
-        let fields: Vec<&str> = rest.split_whitespace().collect();
-        if fields.first() == Some(&"Z") {
-            continue;
-        }
-        let pgrp = fields.get(2).and_then(|g| g.parse().ok()).unwrap_or(0);
-        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
-        let marked = String::from_utf8_lossy(&cmdline).contains(needle);
-        all.push((pid, pgrp, marked && i64::from(pid) != i64::from(dsh)));
-    }
-    let groups: Vec<i32> = all.iter().filter(|p| p.2).map(|p| p.1).collect();
-    all.into_iter()
-        .filter(|(pid, pgrp, marked)| {
-            *marked || (groups.contains(pgrp) && i64::from(*pid) != i64::from(dsh))
-        })
-        .map(|(pid, pgrp, _)| (pid, pgrp))
-        .collect()
-}
-
-fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + BOUND;
-    while !done() {
-        assert!(Instant::now() < deadline, "{what} within {BOUND:?}");
-        std::thread::sleep(Duration::from_millis(20));
     }
 }
 

@@ -212,6 +212,16 @@ impl Output {
         }
     }
 
+    /// Nothing on stdout (a renderer that speaks elsewhere, `dsh acp`);
+    /// person lines on stderr.
+    #[cfg_attr(not(feature = "acp"), allow(dead_code))]
+    pub fn quiet() -> Self {
+        Self {
+            out: Box::new(std::io::sink()),
+            err: Box::new(std::io::stderr()),
+        }
+    }
+
     /// Over any two writers (tests).
     #[cfg(test)]
     pub fn new(out: Box<dyn Write + Send>, err: Box<dyn Write + Send>) -> Self {

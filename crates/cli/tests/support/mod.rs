@@ -634,3 +634,45 @@ pub fn fake_env(model: &model::FakeModel) -> [(&'static str, &str); 2] {
         ("OPENAI_BASE_URL", model.base_url.as_str()),
     ]
 }
+
+/// `(pid, process group)` of every live process but `dsh` itself whose
+/// command line holds `needle`, and of every process in those groups.
+pub fn processes(needle: &str, dsh: u32) -> Vec<(i32, i32)> {
+    let mut all = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<i32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        // Fields after the command name, which may hold spaces: state ppid pgrp.
+        let Some(rest) = stat.rsplit_once(')').map(|(_, rest)| rest.to_owned()) else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.first() == Some(&"Z") {
+            continue;
+        }
+        let pgrp = fields.get(2).and_then(|g| g.parse().ok()).unwrap_or(0);
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let marked = String::from_utf8_lossy(&cmdline).contains(needle);
+        all.push((pid, pgrp, marked && i64::from(pid) != i64::from(dsh)));
+    }
+    let groups: Vec<i32> = all.iter().filter(|p| p.2).map(|p| p.1).collect();
+    all.into_iter()
+        .filter(|(pid, pgrp, marked)| {
+            *marked || (groups.contains(pgrp) && i64::from(*pid) != i64::from(dsh))
+        })
+        .map(|(pid, pgrp, _)| (pid, pgrp))
+        .collect()
+}
+
+/// Poll `done` until it holds, failing after [`BOUND`].
+pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + BOUND;
+    while !done() {
+        assert!(Instant::now() < deadline, "{what} within {BOUND:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
