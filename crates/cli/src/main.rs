@@ -36,6 +36,7 @@ use clap::{Args, Parser, Subcommand};
 mod acp;
 mod agents;
 mod ask;
+mod budget;
 mod config;
 mod demo;
 mod demo_team;
@@ -47,6 +48,7 @@ mod observe;
 mod providers;
 mod replay;
 mod resume;
+mod roles;
 mod run;
 mod send;
 mod session;
@@ -120,6 +122,16 @@ struct ModelArg {
     /// `limits.max_turn_steps`).
     #[arg(long, value_name = "N")]
     max_turn_steps: Option<u32>,
+    /// Tokens (input plus output) the whole tree may use; when they are
+    /// spent the tree is stopped, children first (dsh.toml
+    /// `limits.max_tokens`). Also the largest budget one child may get.
+    #[arg(long, value_name = "N")]
+    max_tokens: Option<u64>,
+    /// Dollars the whole tree may spend, at dsh.toml's `[prices]`; when
+    /// they are spent the tree is stopped, children first (dsh.toml
+    /// `limits.max_cost`). Refused unless every model in use has a price.
+    #[arg(long, value_name = "USD")]
+    max_cost: Option<f64>,
     /// What the workspace tools may do over the working directory:
     /// `read-only` (the default: read, list, grep), `workspace-write`
     /// (also writes and `shell` inside it) or `full`; an action above
@@ -168,6 +180,8 @@ impl ModelArg {
             max_live_children: self.max_live_children,
             max_depth: self.max_depth,
             max_turn_steps: self.max_turn_steps,
+            max_tokens: self.max_tokens,
+            max_cost: self.max_cost,
             sandbox: self.sandbox.and_then(|level| level.parse().ok()),
             durability: self.durability.and_then(|mode| config::durability(&mode)),
             ..config::Overrides::default()

@@ -277,6 +277,10 @@ async fn drive(
                     stop(world, &lead, Some(reporter)).await;
                     Err(CliError::WriteFailed(err))
                 }
+                spent = exhausted(session.meter.as_deref()) => {
+                    stop_children_first(world, &lead, Some(reporter)).await;
+                    Err(CliError::BudgetSpent(spent.end_line()))
+                }
                 signal = signals.recv() => {
                     reporter.line("interrupted: stopping the tree (again to quit at once)");
                     tokio::select! {
@@ -409,6 +413,17 @@ pub(crate) fn say(reporter: Option<&Reporter>, line: &str) {
     }
 }
 
+/// The first of the tree's budgets to be spent; never without a meter.
+///
+/// # Cancel safety
+/// Cancel safe: it only watches.
+async fn exhausted(meter: Option<&crate::budget::TreeMeter>) -> crate::budget::Spent {
+    match meter {
+        Some(meter) => meter.exhausted().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Interrupt the lead and drain its tree, within [`STOP_GRACE`].
 ///
 /// # Cancel safety
@@ -417,6 +432,40 @@ pub(crate) fn say(reporter: Option<&Reporter>, line: &str) {
 /// others keep running until [`shutdown`].
 pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Reporter>) {
     lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
+    drain(world, lead, reporter, None).await;
+}
+
+/// Stop the tree children first (its budget is spent): drain the lead's
+/// descendants (admission closed, each branch stopped from its leaves),
+/// then interrupt the lead, within [`STOP_GRACE`].
+///
+/// # Cancel safety
+/// As [`stop`].
+pub async fn stop_children_first(
+    world: &World,
+    lead: &Arc<dyn Agent>,
+    reporter: Option<&Reporter>,
+) {
+    drain(
+        world,
+        lead,
+        reporter,
+        Some(CancelCause::Hook("the tree's budget was spent".into())),
+    )
+    .await;
+}
+
+/// Drain `lead`'s descendants, then cancel the lead for `then` (when
+/// given) and wait for it, within [`STOP_GRACE`].
+///
+/// # Cancel safety
+/// As [`stop`].
+async fn drain(
+    world: &World,
+    lead: &Arc<dyn Agent>,
+    reporter: Option<&Reporter>,
+    then: Option<CancelCause>,
+) {
     let stopping = async {
         if let Err(err) = world
             .runtime
@@ -430,6 +479,9 @@ pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Report
                     compact(&crate::error::person(&err), 200)
                 ),
             );
+        }
+        if let Some(cause) = then {
+            lead.cancel(cause, CancelOptions { keep_inbox: true });
         }
         lead.wait_idle().await;
     };

@@ -14,6 +14,7 @@ use dsh_core::observe::Subscription;
 use dsh_core::{Model, SessionStore};
 
 use crate::ask::{AskMode, Prompter};
+use crate::budget::{Metered, TreeMeter};
 use crate::config::Settings;
 use crate::error::CliError;
 use crate::observe::Reporter;
@@ -45,6 +46,8 @@ pub struct Session {
     pub world: World,
     /// Failed writes anywhere in the tree.
     pub faults: Arc<WriteFaults>,
+    /// The tree's usage against its budgets, when it has any.
+    pub meter: Option<Arc<TreeMeter>>,
     /// The reporter's subscription to the runtime.
     _listening: Vec<Subscription>,
 }
@@ -67,6 +70,25 @@ impl Session {
             cwd,
         } = config;
         let faults = WriteFaults::new();
+        let meter = settings.budgets.meters_tree().then(|| {
+            // The spend reaches the person each quarter of the way.
+            let reporter = reporter.cloned();
+            let announce: crate::budget::Announce = Box::new(move |line| {
+                if let Some(reporter) = &reporter {
+                    reporter.line(&line);
+                }
+            });
+            TreeMeter::new(
+                settings.budgets,
+                settings.prices.clone(),
+                &settings.model,
+                Some(announce),
+            )
+        });
+        let store = match &meter {
+            Some(meter) => Metered::wrap(store, meter),
+            None => store,
+        };
         let store = match reporter.filter(|reporter| reporter.wants().logs) {
             Some(reporter) => Watched::streaming(store, &faults, reporter),
             None => Watched::wrap(store, &faults),
@@ -83,6 +105,10 @@ impl Session {
             limits: settings.limits,
             workspace: Some((cwd, policy)),
             team,
+            roles: &settings.roles,
+            model_choice: &settings.model,
+            sandbox: settings.sandbox,
+            budgets: settings.budgets,
         })?;
         for agent in agents {
             world.add_acp(agent, reporter)?;
@@ -97,6 +123,7 @@ impl Session {
         Ok(Self {
             world,
             faults,
+            meter,
             _listening: listening,
         })
     }

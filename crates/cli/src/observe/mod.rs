@@ -719,6 +719,10 @@ mod tests {
             limits: Limits::default(),
             workspace: None,
             team: false,
+            roles: &std::collections::BTreeMap::new(),
+            model_choice: &crate::model::ModelChoice::Demo,
+            sandbox: dsh_tool_workspace::Level::ReadOnly,
+            budgets: crate::config::Budgets::default(),
         })
         .unwrap();
         let _listening = reporter.attach(&world.runtime);
