@@ -947,6 +947,17 @@ mod tests {
         assert_eq!(settings.sandbox, Level::WorkspaceWrite);
         assert!(settings.team);
         assert_eq!(settings.durability, Durability::Batched);
+        assert_eq!(settings.budgets.max_tokens, Some(2_000_000));
+        assert_eq!(settings.budgets.max_cost, Some(5.0));
+        assert_eq!(settings.budgets.child_tokens, Some(400_000));
+        let mut parsed = parse(Path::new("/cfg/dsh.toml"), text).unwrap();
+        let roles = crate::roles::load(
+            Path::new("/cfg/dsh.toml"),
+            std::mem::take(&mut parsed.agents),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(roles["reviewer"].spec.token_budget, Some(100_000));
         let cost = settings.prices["deepseek-chat"].cost(1_000_000, 500_000);
         assert!((cost - (0.27 + 0.55)).abs() < 1e-9, "{cost}");
     }
