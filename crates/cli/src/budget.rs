@@ -6,8 +6,9 @@
 //! children first (the runtime's drain) and then the lead, and ends with
 //! one line naming the budget that stopped it. A child's own budget and
 //! time limit are the runtime's (the delegation tools' defaults); this
-//! module only meters what no activation owns: the lead and the tree as a
-//! whole.
+//! module only meters what no activation owns, the lead and the tree as a
+//! whole, and hears which children the runtime stopped at their own limits
+//! ([`ChildLimits`]), for a line each at the end of the run.
 //!
 //! An external (ACP) child keeps its own log elsewhere: its usage is not
 //! metered here.
@@ -203,6 +204,55 @@ impl TreeMeter {
                 continue;
             }
         }
+    }
+}
+
+/// The children the runtime stopped at their own limits (their token
+/// budget or time limit), heard from its end events, for the run's last
+/// lines.
+#[derive(Debug, Default)]
+pub struct ChildLimits {
+    stopped: Mutex<Vec<String>>,
+}
+
+impl ChildLimits {
+    /// Listen to `runtime`'s end events from now on (for as long as the
+    /// subscription is kept).
+    pub fn track(
+        runtime: &dsh_subagent::SubagentRuntime,
+    ) -> (Arc<Self>, dsh_core::observe::Subscription) {
+        let limits = Arc::new(Self::default());
+        let heard = Arc::clone(&limits);
+        let subscription = runtime.events().listen(move |event| {
+            if let dsh_subagent::SubagentEvent::End(info, outcome) = event {
+                let reason = outcome.stop_reason();
+                let limit = if reason == dsh_core::StopReason::BUDGET_EXHAUSTED {
+                    "token budget"
+                } else if reason == dsh_core::StopReason::TIMED_OUT {
+                    "time limit"
+                } else {
+                    return;
+                };
+                heard
+                    .stopped
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .push(format!(
+                        "budget: `{}` was stopped by its {limit}",
+                        info.name
+                    ));
+            }
+        });
+        (limits, subscription)
+    }
+
+    /// One line per child stopped at its own limit, in the order they
+    /// stopped.
+    pub fn lines(&self) -> Vec<String> {
+        self.stopped
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
     }
 }
 

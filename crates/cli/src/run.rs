@@ -230,6 +230,7 @@ async fn drive(
         .as_ref()
         .map(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
+    let (limited, _hearing) = crate::budget::ChildLimits::track(&world.runtime);
     reporter.show(Seen::RunStarted {
         banner: script.banner(settings, &args.dir),
         model: settings.model.spec(),
@@ -318,6 +319,10 @@ async fn drive(
             }
         }
         reporter.show(Seen::Summary(lines));
+    }
+    // Which budget stopped what: each child stopped at its own limit.
+    for line in limited.lines() {
+        reporter.line(&line);
     }
     let events = lead.events();
     reporter.show(Seen::RunEnded {

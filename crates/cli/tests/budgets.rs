@@ -101,6 +101,34 @@ fn b64_a_spent_token_budget_stops_the_tree_children_first_and_says_so() {
 }
 
 #[test]
+fn b64_a_child_that_spends_its_default_budget_is_stopped_and_the_run_says_which() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        "[limits]\nchild_token_budget = 8000\n",
+    )
+    .unwrap();
+    // The lead waits for its spinner's notice, then answers.
+    let server = ChatServer::start(|request, board| {
+        if request.task() == LEAD_TASK && request.mentions("spinner") && request.step() >= 2 {
+            return Answer::text("done");
+        }
+        spinning(request, board)
+    });
+    let run = scratch.dsh(
+        &["run", "--model", "openai:loopback", LEAD_TASK],
+        &server.env(),
+    );
+    server.assert_clean();
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let out = text(&run.stdout);
+    assert!(
+        out.contains("budget: `spinner` was stopped by its token budget"),
+        "{out}"
+    );
+}
+
+#[test]
 fn b63_a_role_file_reaches_its_child_and_the_listings_name_it() {
     let scratch = Scratch::new();
     let agents = scratch.dir.path().join(".dsh/agents");
