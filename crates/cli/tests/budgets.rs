@@ -57,47 +57,62 @@ fn logs(scratch: &Scratch) -> Vec<(Value, Vec<Value>)> {
 }
 
 #[test]
-fn b64_a_spent_token_budget_stops_the_tree_children_first_and_says_so() {
-    let scratch = Scratch::new();
-    let server = ChatServer::start(spinning);
-    let run = scratch.dsh(
-        &[
-            "run",
-            "--model",
-            "openai:loopback",
-            "--max-tokens",
-            "20000",
-            LEAD_TASK,
-        ],
-        &server.env(),
-    );
-    server.assert_clean();
-    let stderr = text(&run.stderr);
-    assert_eq!(run.status.code(), Some(1), "{stderr}");
-    assert!(
-        stderr.contains("budget: the tree's token budget of 20000 was spent ("),
-        "{stderr}"
-    );
-    assert!(
-        stderr.contains("so the tree was stopped, children first, then the lead"),
-        "{stderr}"
-    );
-    // Children first: the child settled (its usage recorded in the lead's
-    // log) before the lead's last turn ended.
-    let logs = logs(&scratch);
-    let (_, lead) = logs
-        .iter()
-        .find(|(header, _)| header.get("parent_session").is_none())
+fn b64_a_spent_token_or_cost_budget_stops_the_tree_children_first_and_says_so() {
+    let cases: [(&[&str], &str); 2] = [
+        (
+            &["--max-tokens", "20000"],
+            "budget: the tree's token budget of 20000 was spent (",
+        ),
+        (
+            // At $1000 per million tokens, a request of about 2000 costs $2.
+            &["--max-cost", "10"],
+            "budget: the tree's cost budget of $10.0000 was spent ($",
+        ),
+    ];
+    for (flags, said) in cases {
+        let scratch = Scratch::new();
+        std::fs::write(
+            scratch.dir.path().join("dsh.toml"),
+            "[prices.loopback]\ninput = 1000.0\noutput = 1000.0\n",
+        )
         .unwrap();
-    let settled = lead
-        .iter()
-        .position(|event| event["type"] == "subagent/usage")
-        .expect("the child's usage in the lead's log");
-    let ended = lead
-        .iter()
-        .rposition(|event| event["type"] == "turn/end")
-        .expect("the lead's turn ended");
-    assert!(settled < ended, "{lead:#?}");
+        let server = ChatServer::start(spinning);
+        let mut args = vec!["run", "--model", "openai:loopback"];
+        args.extend_from_slice(flags);
+        args.push(LEAD_TASK);
+        let run = scratch.dsh(&args, &server.env());
+        server.assert_clean();
+        let stderr = text(&run.stderr);
+        assert_eq!(run.status.code(), Some(1), "{stderr}");
+        assert!(stderr.contains(said), "{stderr}");
+        assert!(
+            stderr.contains("so the tree was stopped, children first, then the lead"),
+            "{stderr}"
+        );
+        // Children first: the child settled (its usage recorded in the
+        // lead's log) before the lead's last turn ended, and its log's
+        // last event is no later than the lead's.
+        let logs = logs(&scratch);
+        let (_, lead) = logs
+            .iter()
+            .find(|(header, _)| header.get("parent_session").is_none())
+            .unwrap();
+        let (_, child) = logs
+            .iter()
+            .find(|(header, _)| header.get("parent_session").is_some())
+            .unwrap();
+        let settled = lead
+            .iter()
+            .position(|event| event["type"] == "subagent/usage")
+            .expect("the child's usage in the lead's log");
+        let ended = lead
+            .iter()
+            .rposition(|event| event["type"] == "turn/end")
+            .expect("the lead's turn ended");
+        assert!(settled < ended, "{lead:#?}");
+        let last = |log: &[Value]| log.last().map(|event| event["time"].as_u64().unwrap());
+        assert!(last(child) <= last(lead));
+    }
 }
 
 #[test]
