@@ -308,6 +308,9 @@ async fn drive(
     // The tree rolled up: under the plain lines, or above the live tree.
     if reporter.wants().summary && outcome.is_ok() {
         let mut lines = summary(world, &lead, settings.price()).await;
+        if let Some(meter) = &session.meter {
+            lines.push(format!("  budget: {} used", meter.line()));
+        }
         if team {
             // The team as its logs hold it, as `dsh team` shows it.
             match crate::team::report(world.store.as_ref(), lead.id()).await {

@@ -141,6 +141,29 @@ fn b64_a_child_that_spends_its_default_budget_is_stopped_and_the_run_says_which(
         out.contains("budget: `spinner` was stopped by its token budget"),
         "{out}"
     );
+    // A tree that has a limit and stays within it shows its spend.
+    let scratch = Scratch::new();
+    let server = ChatServer::start(|request, _| {
+        if request.step() == 0 {
+            Answer::text("quick")
+        } else {
+            Answer::text("SCRIPT: one step only")
+        }
+    });
+    let run = scratch.dsh(
+        &[
+            "run",
+            "--model",
+            "openai:loopback",
+            "--max-tokens",
+            "900000",
+            LEAD_TASK,
+        ],
+        &server.env(),
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let out = text(&run.stdout);
+    assert!(out.contains(" of 900000 tokens used"), "{out}");
 }
 
 #[test]
