@@ -66,7 +66,35 @@ struct Account {
 }
 
 /// Hears the spend each time it passes another quarter of a limit.
-pub type Announce = Box<dyn Fn(String) + Send + Sync>;
+pub type Announce = Box<dyn Fn(Spend) + Send + Sync>;
+
+/// The tree's spend against its limits.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Spend {
+    /// Tokens used.
+    pub tokens: u64,
+    /// The tokens the tree may use, if limited.
+    pub max_tokens: Option<u64>,
+    /// Dollars spent.
+    pub cost: f64,
+    /// The dollars the tree may spend, if limited.
+    pub max_cost: Option<f64>,
+}
+
+impl Spend {
+    /// `1200 of 5000 tokens, $0.0012 of $0.5000`: the parts that have a
+    /// limit.
+    pub fn line(&self) -> String {
+        let mut parts = Vec::new();
+        if let Some(limit) = self.max_tokens {
+            parts.push(format!("{} of {limit} tokens", self.tokens));
+        }
+        if let Some(limit) = self.max_cost {
+            parts.push(format!("${:.4} of ${limit:.4}", self.cost));
+        }
+        parts.join(", ")
+    }
+}
 
 /// Meters the tree's usage against its budgets.
 pub struct TreeMeter {
@@ -82,8 +110,8 @@ pub struct TreeMeter {
 impl TreeMeter {
     /// A meter for `budgets`, pricing each agent's model from `prices`
     /// (the run's `model` for an agent that names none), telling
-    /// `announce` the spend (as [`TreeMeter::line`] says it) each time it
-    /// passes another quarter of a limit.
+    /// `announce` the spend each time it passes another quarter of a
+    /// limit.
     pub fn new(
         budgets: Budgets,
         prices: BTreeMap<String, Price>,
@@ -161,7 +189,7 @@ impl TreeMeter {
             (spent, announce)
         };
         if announce && let Some(announce) = &self.announce {
-            announce(format!("budget: {} used", self.line()));
+            announce(self.spend());
         }
         if let Some(spent) = spent {
             self.spent.send_if_modified(|first| {
@@ -174,18 +202,15 @@ impl TreeMeter {
         }
     }
 
-    /// The spend against the limits: `1200 of 5000 tokens, $0.0012 of
-    /// $0.5000`, the parts that have a limit.
-    pub fn line(&self) -> String {
+    /// The spend against the limits so far.
+    pub fn spend(&self) -> Spend {
         let account = self.account();
-        let mut parts = Vec::new();
-        if let Some(limit) = self.budgets.max_tokens {
-            parts.push(format!("{} of {limit} tokens", account.tokens));
+        Spend {
+            tokens: account.tokens,
+            max_tokens: self.budgets.max_tokens,
+            cost: account.cost,
+            max_cost: self.budgets.max_cost,
         }
-        if let Some(limit) = self.budgets.max_cost {
-            parts.push(format!("${:.4} of ${limit:.4}", account.cost));
-        }
-        parts.join(", ")
     }
 
     /// The limit that was reached first, once one is.
@@ -390,7 +415,9 @@ mod tests {
             },
             prices,
             &model,
-            Some(Box::new(move |line| hearing.lock().unwrap().push(line))),
+            Some(Box::new(move |spend: Spend| {
+                hearing.lock().unwrap().push(spend.line())
+            })),
         );
         let lead = SessionHeader::new(SessionId::generate(), "/");
         let mut child = SessionHeader::new(SessionId::generate(), "/");
@@ -400,7 +427,10 @@ mod tests {
         meter.charge(&lead.id, &[usage(5_000, 0)]);
         assert_eq!(*meter.spent.borrow(), None);
         meter.charge(&child.id, &[usage(5_000, 5_000)]);
-        assert_eq!(meter.line(), "15000 of 100000 tokens, $1.0050 of $1.0000");
+        assert_eq!(
+            meter.spend().line(),
+            "15000 of 100000 tokens, $1.0050 of $1.0000"
+        );
         let first = meter.spent.borrow().clone().unwrap();
         assert!(matches!(first, Spent::Cost(..)), "{first:?}");
         meter.charge(&lead.id, &[usage(100_000, 0)]);
@@ -409,7 +439,7 @@ mod tests {
         // the cost at once), and not again.
         assert_eq!(
             *heard.lock().unwrap(),
-            ["budget: 15000 of 100000 tokens, $1.0050 of $1.0000 used"]
+            ["15000 of 100000 tokens, $1.0050 of $1.0000"]
         );
     }
 }

@@ -309,7 +309,7 @@ async fn drive(
     if reporter.wants().summary && outcome.is_ok() {
         let mut lines = summary(world, &lead, settings.price()).await;
         if let Some(meter) = &session.meter {
-            lines.push(format!("  budget: {} used", meter.line()));
+            lines.push(format!("  budget: {} used", meter.spend().line()));
         }
         if team {
             // The team as its logs hold it, as `dsh team` shows it.

@@ -73,9 +73,9 @@ impl Session {
         let meter = settings.budgets.meters_tree().then(|| {
             // The spend reaches the person each quarter of the way.
             let reporter = reporter.cloned();
-            let announce: crate::budget::Announce = Box::new(move |line| {
+            let announce: crate::budget::Announce = Box::new(move |spend| {
                 if let Some(reporter) = &reporter {
-                    reporter.line(&line);
+                    reporter.show(crate::observe::Seen::Budget(spend));
                 }
             });
             TreeMeter::new(

@@ -271,3 +271,44 @@ fn b63_b64_bad_roles_and_unpriced_cost_limits_are_refused_before_anything_runs()
     assert_eq!(run.status.code(), Some(2));
     assert!(text(&run.stderr).contains("--max-tokens: must be positive"));
 }
+
+#[test]
+fn b64_json_shows_the_spend_against_the_budget_and_ends_with_the_budget() {
+    let scratch = Scratch::new();
+    let server = ChatServer::start(spinning);
+    let run = scratch.dsh(
+        &[
+            "run",
+            "--model",
+            "openai:loopback",
+            "--max-tokens",
+            "20000",
+            "--json",
+            LEAD_TASK,
+        ],
+        &server.env(),
+    );
+    assert_eq!(run.status.code(), Some(1), "{}", text(&run.stderr));
+    let lines = support::json_lines(&run.stdout);
+    let spends: Vec<u64> = lines
+        .iter()
+        .filter(|line| line["type"] == "budget")
+        .map(|line| {
+            assert_eq!(line["max_tokens"], 20000);
+            assert_eq!(line["max_cost"], Value::Null);
+            line["tokens"].as_u64().unwrap()
+        })
+        .collect();
+    assert!(!spends.is_empty(), "{}", text(&run.stdout));
+    assert!(spends.is_sorted(), "{spends:?}");
+    let last = lines.last().unwrap();
+    assert_eq!(last["type"], "settled");
+    assert_eq!(last["agent"], "lead");
+    assert!(
+        last["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("budget: the tree's token budget of 20000 was spent"),
+        "{last}"
+    );
+}

@@ -109,6 +109,8 @@ pub enum Seen {
     },
     /// A line for the person.
     Line(String),
+    /// The tree's spend passed another quarter of a limit.
+    Budget(crate::budget::Spend),
     /// A child was started or resumed; `agent` is its live agent when the
     /// renderer follows logs.
     Started {
