@@ -11,7 +11,13 @@
 //! and never reports success after a failed write. Every check that can
 //! refuse the run (the model, its address) runs before the first session is
 //! written; other logs of the directory are never needed, so a foreign or
-//! unreadable file there is only warned about (B57).
+//! unreadable file there is only warned about (B57). When the tree's
+//! budget is spent (B64) the tree is stopped children first and the run
+//! ends with the line naming the budget; each child the runtime stopped at
+//! its own limit gets a line too.
+//!
+//! Past 800 lines because its unit tests live here (about 90 lines): the
+//! code itself is one concept, a run from its first line to its last.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
