@@ -49,6 +49,22 @@ fn root_diagnostic(err: &SubagentError) -> String {
     )
 }
 
+/// Each row's role, as its child's header records it (the preset it was
+/// composed from); `None` for a child started without one, an external
+/// child (no log here) and a header that cannot be read (its row says so).
+pub(crate) async fn roles_of(
+    store: &dyn SessionStore,
+    rows: &[dsh_subagent::DescendantRow],
+) -> Vec<Option<String>> {
+    let ids: Vec<SessionId> = rows.iter().map(|row| row.entry.child_id.clone()).collect();
+    store
+        .header_many(&ids)
+        .await
+        .into_iter()
+        .map(|header| header.ok().and_then(|header| header.composition.preset))
+        .collect()
+}
+
 /// What `dsh agents` was asked.
 #[derive(Debug)]
 pub struct AgentsArgs<'a> {
@@ -270,7 +286,8 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
             }
         };
         out.push_str(&format!("  {:<24} root\n", "lead"));
-        for row in rows {
+        let roles = roles_of(store.as_ref(), &rows).await;
+        for (row, role) in rows.into_iter().zip(roles) {
             listed.insert(row.entry.child_id.clone());
             let name = format!(
                 "{}{}",
@@ -284,6 +301,9 @@ async fn listing(store: Arc<dyn SessionStore>, args: &AgentsArgs<'_>) -> Result<
                 row.entry.child_id,
                 row.entry.label
             );
+            if let Some(role) = role {
+                line.push_str(&format!("  role: {role}"));
+            }
             if !row.usage.is_empty() {
                 line.push_str(&format!(
                     "  [{}]",

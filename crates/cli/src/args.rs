@@ -71,6 +71,16 @@ pub(crate) struct ModelArg {
     /// `limits.max_turn_steps`).
     #[arg(long, value_name = "N")]
     pub(crate) max_turn_steps: Option<u32>,
+    /// Tokens (input plus output) the whole tree may use; when they are
+    /// spent the tree is stopped, children first (dsh.toml
+    /// `limits.max_tokens`). Also the largest budget one child may get.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_tokens: Option<u64>,
+    /// Dollars the whole tree may spend, at dsh.toml's `[prices]`; when
+    /// they are spent the tree is stopped, children first (dsh.toml
+    /// `limits.max_cost`). Refused unless every model in use has a price.
+    #[arg(long, value_name = "USD")]
+    pub(crate) max_cost: Option<f64>,
     /// What the workspace tools may do over the working directory:
     /// `read-only` (the default: read, list, grep), `workspace-write`
     /// (also writes and `shell` inside it) or `full`; an action above
@@ -119,6 +129,8 @@ impl ModelArg {
             max_live_children: self.max_live_children,
             max_depth: self.max_depth,
             max_turn_steps: self.max_turn_steps,
+            max_tokens: self.max_tokens,
+            max_cost: self.max_cost,
             sandbox: self.sandbox.and_then(|level| level.parse().ok()),
             durability: self.durability.and_then(|mode| config::durability(&mode)),
             ..config::Overrides::default()

@@ -26,6 +26,7 @@ use serde::Deserialize;
 
 use crate::error::CliError;
 use crate::model::{ApiModel, ModelChoice, parse_spec};
+use crate::roles::{AgentRole, RoleSpec};
 
 /// The configuration file's name.
 pub const FILE_NAME: &str = "dsh.toml";
@@ -57,6 +58,9 @@ pub struct ConfigFile {
     /// `turn-boundary` (the default), `every-event`, `grouped` or
     /// `batched` (write-behind; flushed before a successful exit).
     pub durability: Option<String>,
+    /// Agent roles by name (`[agents.NAME]`), as role files define them.
+    #[serde(default)]
+    pub agents: BTreeMap<String, RoleSpec>,
 }
 
 /// One OpenAI-compatible API.
@@ -82,6 +86,15 @@ pub struct LimitsConfig {
     pub max_depth: Option<u32>,
     /// Model requests in one turn of one agent.
     pub max_turn_steps: Option<u32>,
+    /// Tokens (input plus output) the whole tree may use.
+    pub max_tokens: Option<u64>,
+    /// Dollars the whole tree may spend (needs `[prices]` for every model
+    /// in use).
+    pub max_cost: Option<f64>,
+    /// A child's token budget when its start names none.
+    pub child_token_budget: Option<u64>,
+    /// A child's time limit in seconds when its start names none.
+    pub child_time_limit: Option<u64>,
 }
 
 /// The `[acp]` table as written, read only to be refused: this `dsh` was
@@ -192,6 +205,10 @@ pub struct Overrides {
     pub team: bool,
     /// `--durability`.
     pub durability: Option<Durability>,
+    /// `--max-tokens`.
+    pub max_tokens: Option<u64>,
+    /// `--max-cost`.
+    pub max_cost: Option<f64>,
 }
 
 /// The tree's limits, resolved.
@@ -241,6 +258,45 @@ pub struct Settings {
     /// The flags, for a command that resolves a model again (`send` over a
     /// tree that recorded its own).
     pub overrides: Overrides,
+    /// The agent roles by name (`[agents.NAME]`, role files), read and
+    /// checked against the model; their tools are checked when the world
+    /// is built.
+    pub roles: BTreeMap<String, AgentRole>,
+    /// The tree's budgets.
+    pub budgets: Budgets,
+}
+
+/// The tree's budgets, resolved: the whole tree's tokens and cost, and a
+/// child's defaults.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Budgets {
+    /// Tokens the whole tree may use (`--max-tokens`, `limits.max_tokens`).
+    pub max_tokens: Option<u64>,
+    /// Dollars the whole tree may spend (`--max-cost`, `limits.max_cost`).
+    pub max_cost: Option<f64>,
+    /// A child's token budget when its start names none.
+    pub child_tokens: Option<u64>,
+    /// A child's time limit when its start names none.
+    pub child_time: Option<std::time::Duration>,
+}
+
+impl Budgets {
+    /// Whether the whole tree is metered.
+    pub fn meters_tree(&self) -> bool {
+        self.max_tokens.is_some() || self.max_cost.is_some()
+    }
+
+    /// The defaults and ceilings the delegation tools give a child: the
+    /// child defaults, and the tree's tokens as the largest budget a call
+    /// may ask for.
+    pub fn child_policy(&self) -> dsh_subagent::BudgetPolicy {
+        dsh_subagent::BudgetPolicy {
+            default_tokens: self.child_tokens,
+            max_tokens: self.max_tokens,
+            default_time: self.child_time,
+            max_time: None,
+        }
+    }
 }
 
 impl Settings {
@@ -323,7 +379,45 @@ pub fn load(overrides: &Overrides) -> Result<Settings, CliError> {
             (Some(path), parsed)
         }
     };
-    resolve(file.as_deref(), parsed, overrides)
+    let mut parsed = parsed;
+    let tables = std::mem::take(&mut parsed.agents);
+    let mut settings = resolve(file.as_deref(), parsed, overrides)?;
+    let source = file.unwrap_or_else(|| PathBuf::from(FILE_NAME));
+    settings.roles = crate::roles::load(&source, tables, &crate::roles::search_dirs(&cwd))?;
+    check_roles(&settings)?;
+    Ok(settings)
+}
+
+/// Refuse what the roles ask of the run that it cannot give: a model route
+/// it does not have, or, under a cost limit, a model without a price.
+pub fn check_roles(settings: &Settings) -> Result<(), CliError> {
+    let mut models = Vec::new();
+    if let ModelChoice::Api(api) = &settings.model {
+        models.push(api.model.clone());
+    }
+    for role in settings.roles.values() {
+        if let Some(model) = role.model_id(&settings.model)? {
+            models.push(model);
+        }
+    }
+    if settings.budgets.max_cost.is_some()
+        && let Some(model) = models
+            .iter()
+            .find(|model| !settings.prices.contains_key(*model))
+    {
+        let source = settings
+            .file
+            .clone()
+            .unwrap_or_else(|| PathBuf::from(FILE_NAME));
+        return Err(bad(
+            &source,
+            &format!("prices.{model}"),
+            format!(
+                "missing: a cost limit needs the price of every model in use, and `{model}` has none (add [prices.\"{model}\"] with `input` and `output`)"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 /// Parse the text of `file`.
@@ -429,6 +523,7 @@ pub fn resolve(
         Some(n) => n,
         None => defaults.max_live_children,
     };
+    let budgets = budgets(source, &parsed.limits, overrides)?;
     for (id, price) in &parsed.prices {
         for (field, value) in [("input", price.input), ("output", price.output)] {
             if !value.is_finite() || value < 0.0 {
@@ -482,6 +577,48 @@ pub fn resolve(
         team: overrides.team || parsed.team.unwrap_or(false),
         durability,
         overrides: overrides.clone(),
+        roles: BTreeMap::new(),
+        budgets,
+    })
+}
+
+/// The tree's budgets from `[limits]` and the flags; a zero is refused.
+fn budgets(
+    source: &Path,
+    limits: &LimitsConfig,
+    overrides: &Overrides,
+) -> Result<Budgets, CliError> {
+    let zero = |flag: Option<&str>, key: &str| match flag {
+        Some(flag) => CliError::BadFlag(format!("{flag}: must be positive")),
+        None => bad(source, &format!("limits.{key}"), "must be positive"),
+    };
+    let tokens = |flag: Option<u64>, file: Option<u64>, name: &str, key: &str| match flag.or(file) {
+        Some(0) => Err(zero(flag.is_some().then_some(name), key)),
+        other => Ok(other),
+    };
+    let max_tokens = tokens(
+        overrides.max_tokens,
+        limits.max_tokens,
+        "--max-tokens",
+        "max_tokens",
+    )?;
+    let child_tokens = tokens(None, limits.child_token_budget, "", "child_token_budget")?;
+    let child_time = tokens(None, limits.child_time_limit, "", "child_time_limit")?
+        .map(std::time::Duration::from_secs);
+    let max_cost = match overrides.max_cost.or(limits.max_cost) {
+        Some(cost) if !cost.is_finite() || cost <= 0.0 => {
+            return Err(zero(
+                overrides.max_cost.is_some().then_some("--max-cost"),
+                "max_cost",
+            ));
+        }
+        other => other,
+    };
+    Ok(Budgets {
+        max_tokens,
+        max_cost,
+        child_tokens,
+        child_time,
     })
 }
 
@@ -810,6 +947,17 @@ mod tests {
         assert_eq!(settings.sandbox, Level::WorkspaceWrite);
         assert!(settings.team);
         assert_eq!(settings.durability, Durability::Batched);
+        assert_eq!(settings.budgets.max_tokens, Some(2_000_000));
+        assert_eq!(settings.budgets.max_cost, Some(5.0));
+        assert_eq!(settings.budgets.child_tokens, Some(400_000));
+        let mut parsed = parse(Path::new("/cfg/dsh.toml"), text).unwrap();
+        let roles = crate::roles::load(
+            Path::new("/cfg/dsh.toml"),
+            std::mem::take(&mut parsed.agents),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(roles["reviewer"].spec.token_budget, Some(100_000));
         let cost = settings.prices["deepseek-chat"].cost(1_000_000, 500_000);
         assert!((cost - (0.27 + 0.55)).abs() < 1e-9, "{cost}");
     }
@@ -832,6 +980,8 @@ mod tests {
             team: true,
             durability: Some(Durability::Batched),
             config: None,
+            max_tokens: None,
+            max_cost: None,
         };
         let from_file = settings(text, &Overrides::default()).unwrap();
         assert_eq!(from_file.durability, Durability::Grouped);
@@ -913,6 +1063,106 @@ mod tests {
             })
             .collect();
         insta::assert_snapshot!(lines.join("\n"));
+    }
+
+    #[test]
+    fn a_zero_budget_and_a_cost_limit_without_prices_are_refused_naming_them() {
+        let refused = |text: &str, overrides: &Overrides| {
+            let file = Path::new("/cfg/dsh.toml");
+            let settings =
+                match parse(file, text).and_then(|parsed| resolve(Some(file), parsed, overrides)) {
+                    Ok(settings) => settings,
+                    Err(err) => return Some(format!("{err} (exit {})", err.exit_code())),
+                };
+            check_roles(&settings)
+                .err()
+                .map(|err| format!("{err} (exit {})", err.exit_code()))
+        };
+        let none = Overrides::default();
+        let lines: Vec<String> = [
+            ("[limits]\nmax_tokens = 0", none.clone()),
+            ("[limits]\nmax_cost = 0.0", none.clone()),
+            ("[limits]\nchild_token_budget = 0", none.clone()),
+            ("[limits]\nchild_time_limit = 0", none.clone()),
+            (
+                "",
+                Overrides {
+                    max_tokens: Some(0),
+                    ..none.clone()
+                },
+            ),
+            (
+                "",
+                Overrides {
+                    max_cost: Some(-1.0),
+                    ..none.clone()
+                },
+            ),
+            (
+                "model = \"openai:gpt-4o\"\n[limits]\nmax_cost = 1.5",
+                none.clone(),
+            ),
+            (
+                "model = \"openai:gpt-4o\"",
+                Overrides {
+                    max_cost: Some(2.0),
+                    ..none.clone()
+                },
+            ),
+        ]
+        .iter()
+        .map(|(text, overrides)| {
+            let err = refused(text, overrides).unwrap();
+            assert!(err.ends_with("(exit 2)"), "{err}");
+            format!("{text:?}\n  -> {err}")
+        })
+        .collect();
+        insta::assert_snapshot!(lines.join("\n"));
+        // With the price, or without a cost limit, it runs; the demo is free.
+        assert_eq!(
+            refused(
+                "model = \"openai:gpt-4o\"\n[limits]\nmax_cost = 1.5\n[prices.gpt-4o]\ninput = 1.0\noutput = 2.0",
+                &none
+            ),
+            None
+        );
+        assert_eq!(
+            refused("model = \"openai:gpt-4o\"\n[limits]\nmax_tokens = 9", &none),
+            None
+        );
+        assert_eq!(refused("[limits]\nmax_cost = 1.5", &none), None);
+        let settings = settings(
+            "[limits]\nmax_tokens = 9000\nchild_token_budget = 800\nchild_time_limit = 60",
+            &Overrides {
+                max_cost: Some(0.5),
+                ..none
+            },
+        )
+        .unwrap();
+        assert_eq!(
+            settings.budgets,
+            Budgets {
+                max_tokens: Some(9000),
+                max_cost: Some(0.5),
+                child_tokens: Some(800),
+                child_time: Some(std::time::Duration::from_secs(60)),
+            }
+        );
+    }
+
+    #[test]
+    fn a_roles_model_without_a_price_is_refused_under_a_cost_limit() {
+        let file = Path::new("/cfg/dsh.toml");
+        let text = "model = \"openai:gpt-4o\"\n[limits]\nmax_cost = 1.5\n[prices.gpt-4o]\ninput = 1.0\noutput = 2.0\n[agents.reviewer]\ndescription = \"r\"\nmodel = \"openai:o3\"\n";
+        let mut parsed = parse(file, text).unwrap();
+        let tables = std::mem::take(&mut parsed.agents);
+        let mut settings = resolve(Some(file), parsed, &Overrides::default()).unwrap();
+        settings.roles = crate::roles::load(file, tables, &[]).unwrap();
+        let err = check_roles(&settings).unwrap_err().to_string();
+        assert!(
+            err.starts_with("/cfg/dsh.toml: prices.o3: missing"),
+            "{err}"
+        );
     }
 
     #[test]

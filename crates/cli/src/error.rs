@@ -129,6 +129,10 @@ pub enum CliError {
         /// What went wrong, as the loop recorded it.
         diagnostic: Option<String>,
     },
+    /// The tree's budget was spent, so the tree was stopped (the text is
+    /// the run's end line, naming the budget).
+    #[error("{0}")]
+    BudgetSpent(String),
     /// The command was stopped by a signal (Ctrl-C, SIGTERM, SIGHUP).
     #[error("{}; the tree was stopped and its sessions kept", signal_text(*.0))]
     Interrupted(i32),
@@ -171,6 +175,7 @@ impl CliError {
             | Self::Agent(_)
             | Self::Subagent(_)
             | Self::LeadStopped { .. }
+            | Self::BudgetSpent(_)
             | Self::Signals(_)
             | Self::Output(_) => 1,
         }

@@ -158,6 +158,17 @@ pub enum Line<'a> {
         /// Its text.
         text: String,
     },
+    /// The tree's spend passed another quarter of a limit.
+    Budget {
+        /// Tokens used so far.
+        tokens: u64,
+        /// The tokens the tree may use; `None` when not limited.
+        max_tokens: Option<u64>,
+        /// Dollars spent so far.
+        cost: f64,
+        /// The dollars the tree may spend; `None` when not limited.
+        max_cost: Option<f64>,
+    },
     /// The reply of the child `dsh send` addressed.
     Reply {
         /// The child.

@@ -11,7 +11,13 @@
 //! and never reports success after a failed write. Every check that can
 //! refuse the run (the model, its address) runs before the first session is
 //! written; other logs of the directory are never needed, so a foreign or
-//! unreadable file there is only warned about (B57).
+//! unreadable file there is only warned about (B57). When the tree's
+//! budget is spent (B64) the tree is stopped children first and the run
+//! ends with the line naming the budget; each child the runtime stopped at
+//! its own limit gets a line too.
+//!
+//! Past 800 lines because its unit tests live here (about 90 lines): the
+//! code itself is one concept, a run from its first line to its last.
 
 use std::collections::HashSet;
 use std::path::PathBuf;
@@ -234,6 +240,7 @@ async fn drive(
         .as_ref()
         .map(|demo| demo.attach(&world.runtime));
     let (external, _tracking) = External::track(&world.runtime);
+    let (limited, _hearing) = crate::budget::ChildLimits::track(&world.runtime);
     reporter.show(Seen::RunStarted {
         banner: script.banner(settings, &args.dir),
         model: settings.model.spec(),
@@ -281,6 +288,10 @@ async fn drive(
                     stop(world, &lead, Some(reporter)).await;
                     Err(CliError::WriteFailed(err))
                 }
+                spent = exhausted(session.meter.as_deref()) => {
+                    stop_children_first(world, &lead, Some(reporter)).await;
+                    Err(CliError::BudgetSpent(spent.end_line()))
+                }
                 signal = signals.recv() => {
                     reporter.line("interrupted: stopping the tree (again to quit at once)");
                     tokio::select! {
@@ -307,6 +318,9 @@ async fn drive(
     // The tree rolled up: under the plain lines, or above the live tree.
     if reporter.wants().summary && outcome.is_ok() {
         let mut lines = summary(world, &lead, settings.price()).await;
+        if let Some(meter) = &session.meter {
+            lines.push(format!("  budget: {} used", meter.spend().line()));
+        }
         if team {
             // The team as its logs hold it, as `dsh team` shows it.
             match crate::team::report(world.store.as_ref(), lead.id()).await {
@@ -318,6 +332,10 @@ async fn drive(
             }
         }
         reporter.show(Seen::Summary(lines));
+    }
+    // Which budget stopped what: each child stopped at its own limit.
+    for line in limited.lines() {
+        reporter.line(&line);
     }
     let events = lead.events();
     reporter.show(Seen::RunEnded {
@@ -429,6 +447,17 @@ pub(crate) fn say(reporter: Option<&Reporter>, line: &str) {
     }
 }
 
+/// The first of the tree's budgets to be spent; never without a meter.
+///
+/// # Cancel safety
+/// Cancel safe: it only watches.
+async fn exhausted(meter: Option<&crate::budget::TreeMeter>) -> crate::budget::Spent {
+    match meter {
+        Some(meter) => meter.exhausted().await,
+        None => std::future::pending().await,
+    }
+}
+
 /// Interrupt the lead and drain its tree, within [`STOP_GRACE`].
 ///
 /// # Cancel safety
@@ -437,6 +466,40 @@ pub(crate) fn say(reporter: Option<&Reporter>, line: &str) {
 /// others keep running until [`shutdown`].
 pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Reporter>) {
     lead.cancel(CancelCause::User, CancelOptions { keep_inbox: true });
+    drain(world, lead, reporter, None).await;
+}
+
+/// Stop the tree children first (its budget is spent): drain the lead's
+/// descendants (admission closed, each branch stopped from its leaves),
+/// then interrupt the lead, within [`STOP_GRACE`].
+///
+/// # Cancel safety
+/// As [`stop`].
+pub async fn stop_children_first(
+    world: &World,
+    lead: &Arc<dyn Agent>,
+    reporter: Option<&Reporter>,
+) {
+    drain(
+        world,
+        lead,
+        reporter,
+        Some(CancelCause::Hook("the tree's budget was spent".into())),
+    )
+    .await;
+}
+
+/// Drain `lead`'s descendants, then cancel the lead for `then` (when
+/// given) and wait for it, within [`STOP_GRACE`].
+///
+/// # Cancel safety
+/// As [`stop`].
+async fn drain(
+    world: &World,
+    lead: &Arc<dyn Agent>,
+    reporter: Option<&Reporter>,
+    then: Option<CancelCause>,
+) {
     let stopping = async {
         if let Err(err) = world
             .runtime
@@ -450,6 +513,9 @@ pub async fn stop(world: &World, lead: &Arc<dyn Agent>, reporter: Option<&Report
                     compact(&crate::error::person(&err), 200)
                 ),
             );
+        }
+        if let Some(cause) = then {
+            lead.cancel(cause, CancelOptions { keep_inbox: true });
         }
         lead.wait_idle().await;
     };

@@ -14,6 +14,7 @@ use dsh_core::observe::Subscription;
 use dsh_core::{Model, SessionStore};
 
 use crate::ask::{AskMode, Prompter};
+use crate::budget::{Metered, TreeMeter};
 use crate::config::Settings;
 use crate::error::CliError;
 use crate::observe::Reporter;
@@ -57,6 +58,8 @@ pub struct Session {
     pub world: World,
     /// Failed writes anywhere in the tree.
     pub faults: Arc<WriteFaults>,
+    /// The tree's usage against its budgets, when it has any.
+    pub meter: Option<Arc<TreeMeter>>,
     /// The reporter's subscription to the runtime.
     _listening: Vec<Subscription>,
 }
@@ -80,6 +83,25 @@ impl Session {
             askers,
         } = config;
         let faults = WriteFaults::new();
+        let meter = settings.budgets.meters_tree().then(|| {
+            // The spend reaches the person each quarter of the way.
+            let reporter = reporter.cloned();
+            let announce: crate::budget::Announce = Box::new(move |spend| {
+                if let Some(reporter) = &reporter {
+                    reporter.show(crate::observe::Seen::Budget(spend));
+                }
+            });
+            TreeMeter::new(
+                settings.budgets,
+                settings.prices.clone(),
+                &settings.model,
+                Some(announce),
+            )
+        });
+        let store = match &meter {
+            Some(meter) => Metered::wrap(store, meter),
+            None => store,
+        };
         let store = match reporter.filter(|reporter| reporter.wants().logs) {
             Some(reporter) => Watched::streaming(store, &faults, reporter),
             None => Watched::wrap(store, &faults),
@@ -98,6 +120,10 @@ impl Session {
             limits: settings.limits,
             workspace: Some((cwd, policy)),
             team,
+            roles: &settings.roles,
+            model_choice: &settings.model,
+            sandbox: settings.sandbox,
+            budgets: settings.budgets,
         })?;
         for agent in agents {
             world.add_acp(agent, reporter)?;
@@ -112,6 +138,7 @@ impl Session {
         Ok(Self {
             world,
             faults,
+            meter,
             _listening: listening,
         })
     }

@@ -73,10 +73,16 @@ pub async fn show(dir: &Path, root: Option<&str>, name: &str, json: bool) -> Res
     let title = match &member {
         Member::Root(_) => ROOT_NAME.to_owned(),
         Member::Child(row) => format!(
-            "{} ({}, {}): {}",
+            "{} ({}, {}{}): {}",
             sessions::display_name(row),
             row.entry.provider,
             row.entry.mode.as_str(),
+            log.header
+                .composition
+                .preset
+                .as_ref()
+                .map(|role| format!(", role {role}"))
+                .unwrap_or_default(),
             row.entry.label
         ),
     };

@@ -13,23 +13,28 @@
 //! module only assembles; it starts no agent (a team is opened for a lead
 //! the command created or resumed, [`World::open_team`]).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use dsh_agent_team::{Recovery, Role, Team, TeamConfig, TeamId};
-use dsh_core::{Agent, AgentOptions, AgentSetup, Model, SessionId, SessionStore, Tool};
+use dsh_core::{
+    Agent, AgentOptions, AgentSetup, Model, Preset, PresetCatalog, SessionId, SessionStore, Tool,
+};
 use dsh_harness::{Harness, SystemPrompt};
 use dsh_subagent::{RuntimeConfig, SubagentRuntime};
 use dsh_subagent_fork::ForkProvider;
 use dsh_subagent_spawn::SpawnProvider;
 use dsh_tool_agent_team::{SHARED_WITH_CONTROL, TeamDirectory, TeamTool, policy_for};
-use dsh_tool_subagent::{SubagentTool, SubagentToolConfig};
+use dsh_tool_subagent::{SubagentRoles, SubagentTool, SubagentToolConfig};
 use dsh_tool_subagent_control::ControlTools;
-use dsh_tool_workspace::{Policy, WorkspaceTools};
+use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
 
 use crate::acp::{self, AcpConfig};
-use crate::config::Limits;
+use crate::config::{Budgets, Limits};
 use crate::error::CliError;
+use crate::model::ModelChoice;
 use crate::observe::{Observed, Reporter};
+use crate::roles::{AgentRole, RunFacts};
 
 /// The system prompt every agent shares.
 const SYSTEM_PROMPT: &str = "You are an agent in dsh, a harness in which agents delegate work to subagents. \
@@ -85,6 +90,16 @@ pub struct WorldConfig<'a> {
     /// The ten team tools in place of the three control tools they share
     /// names with.
     pub team: bool,
+    /// The agent roles the `subagent` tool offers, checked here against
+    /// the tools that exist, `model` and `sandbox`.
+    pub roles: &'a BTreeMap<String, AgentRole>,
+    /// The run's model (a role's route must be its provider's).
+    pub model_choice: &'a ModelChoice,
+    /// The run's sandbox level (a role can only narrow it).
+    pub sandbox: Level,
+    /// A child's default budget and time limit, and the tree's tokens as
+    /// the largest budget one child may get.
+    pub budgets: Budgets,
 }
 
 impl World {
@@ -98,6 +113,10 @@ impl World {
             limits,
             workspace,
             team,
+            roles,
+            model_choice,
+            sandbox,
+            budgets,
         } = config;
         let mut prompt = SystemPrompt::new().section("role", SYSTEM_PROMPT);
         if team {
@@ -112,8 +131,20 @@ impl World {
         if let Some(reporter) = reporter.filter(|r| r.wants().deltas) {
             builder = builder.text_observer(reporter.clone());
         }
+        // Each role is a preset of its name, so a role child's header
+        // records its role (`composition.preset`).
+        let presets = roles.keys().fold(PresetCatalog::new(), |presets, name| {
+            presets.with(Preset {
+                id: name.clone(),
+                persona: None,
+                tools: None,
+                options: AgentOptions::default(),
+            })
+        });
+        let checked_prompt = prompt.clone();
         let harness = builder
             .model(model)
+            .presets(presets)
             .prompt(prompt)
             .defaults(AgentOptions {
                 max_turn_steps: limits.max_turn_steps,
@@ -132,15 +163,7 @@ impl World {
         runtime.set_max_depth(limits.max_depth);
         runtime.register(Arc::new(SpawnProvider::new()))?;
         runtime.register(Arc::new(ForkProvider::new()))?;
-        let spawn = SubagentToolConfig::new("spawn");
-        let fork = SubagentToolConfig {
-            tool_name: "fork".to_owned(),
-            ..SubagentToolConfig::new("fork")
-        };
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        for config in [spawn, fork] {
-            tools.push(SubagentTool::install(&runtime, config).map_err(install_error)?);
-        }
         if let Some(acp) = acp {
             tools.push(acp::tool(&runtime, acp)?);
         }
@@ -166,6 +189,31 @@ impl World {
                 .map_err(|err| CliError::Refused(format!("cannot use the workspace: {err}")))?;
             tools.extend(workspace);
         }
+        let spawn = SubagentToolConfig {
+            budget: budgets.child_policy(),
+            ..SubagentToolConfig::new("spawn")
+        };
+        let fork = SubagentToolConfig {
+            tool_name: "fork".to_owned(),
+            budget: budgets.child_policy(),
+            ..SubagentToolConfig::new("fork")
+        };
+        let names: BTreeSet<String> = tools
+            .iter()
+            .map(|tool| tool.name().to_owned())
+            .chain([spawn.tool_name.clone(), fork.tool_name.clone()])
+            .collect();
+        let spawn = SubagentToolConfig {
+            roles: checked_roles(roles, &names, model_choice, sandbox, &checked_prompt)?,
+            ..spawn
+        };
+        // The delegation tools first, as they always were.
+        let delegation = [spawn, fork]
+            .into_iter()
+            .map(|config| SubagentTool::install(&runtime, config).map(|tool| tool as Arc<dyn Tool>))
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(install_error)?;
+        tools.splice(0..0, delegation);
         for tool in tools {
             let tool = match reporter {
                 Some(reporter) => Observed::wrap(tool, reporter),
@@ -252,6 +300,36 @@ impl World {
     }
 }
 
+/// The roles resolved against the tools that exist (`names`), the run's
+/// model and sandbox, each one's instructions rendered with the system
+/// prompt as a child's would be.
+fn checked_roles(
+    roles: &BTreeMap<String, AgentRole>,
+    names: &BTreeSet<String>,
+    model: &ModelChoice,
+    sandbox: Level,
+    prompt: &SystemPrompt,
+) -> Result<SubagentRoles, CliError> {
+    let run = RunFacts {
+        model,
+        sandbox,
+        tools: names,
+    };
+    let resolved = crate::roles::resolve_all(roles, &run)?;
+    for (name, role) in &resolved {
+        if let (Some(persona), Some(source)) = (&role.persona, roles.get(name))
+            && let Err(err) = prompt.render(Some(persona), &BTreeMap::new())
+        {
+            return Err(CliError::Config {
+                file: source.source.clone(),
+                key: format!("{}instructions", source.prefix),
+                reason: format!("expected text the system prompt can hold: {err}"),
+            });
+        }
+    }
+    Ok(resolved)
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -278,6 +356,10 @@ mod tests {
                 limits: Limits::default(),
                 workspace: None,
                 team,
+                roles: &BTreeMap::new(),
+                model_choice: &ModelChoice::Demo,
+                sandbox: Level::ReadOnly,
+                budgets: Budgets::default(),
             })
             .unwrap();
             let id = SessionId::generate();

@@ -1,7 +1,8 @@
 //! `docs/cli.md`, the `dsh` reference, is generated and checked here so it
 //! cannot drift: every command's flags are the binary's own `--help` text
 //! (the clap definition), and the exit codes are the `EXIT_*` constants of
-//! `src/error.rs` with their doc comments. A stale page fails with the
+//! `src/error.rs` with their doc comments, then the roles and budgets
+//! sections of `docs/roles-and-budgets.md`. A stale page fails with the
 //! command that rewrites it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -68,7 +69,8 @@ fn exit_codes() -> Vec<(String, String, String)> {
 fn page() -> String {
     let mut out = String::from(
         "# The `dsh` command\n\n\
-         Generated from the clap definition and `crates/cli/src/error.rs` by\n\
+         Generated from the clap definition, `crates/cli/src/error.rs` and\n\
+         `crates/cli/docs/roles-and-budgets.md` by\n\
          `crates/cli/tests/reference.rs`; never edit it by hand (run\n\
          `UPDATE_DOCS=1 cargo test -p dsh-cli --test reference`).\n\n",
     );
@@ -89,6 +91,8 @@ fn page() -> String {
     out.push_str(
         "| 1 | | any other failure (a refused request, a failed write, a store or agent error) |\n",
     );
+    // The prose sections the flags' help cannot hold.
+    out.push_str(include_str!("../docs/roles-and-budgets.md"));
     out
 }
 

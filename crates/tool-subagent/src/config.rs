@@ -4,6 +4,7 @@
 use dsh_core::{AgentOptions, ToolRestriction};
 use dsh_subagent::{BudgetPolicy, MaxDepth, SubagentProvider};
 
+use crate::role::SubagentRoles;
 use crate::{DEFAULT_TOOL_NAME, SubagentModelSelectionConfig};
 
 /// The configuration of one `subagent` tool instance.
@@ -38,6 +39,12 @@ pub struct SubagentToolConfig {
     /// one that asks for nothing gets the default. A token budget needs the
     /// provider's `token_budget` capability; a time limit needs none.
     pub budget: BudgetPolicy,
+    /// The roles the model may start a child as (the `agent` argument);
+    /// with none, the tool has no `agent` argument. Each is sent as the
+    /// request's preset, so the provider needs the `agent_preset`
+    /// capability (and a child that does not inherit its parent's
+    /// conversation).
+    pub roles: SubagentRoles,
 }
 
 impl SubagentToolConfig {
@@ -54,6 +61,7 @@ impl SubagentToolConfig {
             background: true,
             model_selection: None,
             budget: BudgetPolicy::default(),
+            roles: SubagentRoles::new(),
         }
     }
 }
@@ -128,6 +136,30 @@ pub(crate) fn check_capabilities(
     }
     if config.tool_filter.is_some() && !caps.tool_filter {
         return Err(missing("tool_filter", ""));
+    }
+    if !config.roles.is_empty() {
+        if !caps.agent_preset || provider.inherits_parent_context() {
+            return Err(missing(
+                "agent_preset",
+                "; roles need a provider whose children start fresh (not a fork)",
+            ));
+        }
+        let roles = config.roles.values();
+        if roles.clone().any(|role| role.persona.is_some()) && !caps.persona {
+            return Err(missing("persona", ""));
+        }
+        if roles.clone().any(|role| role.tool_filter.is_some()) && !caps.tool_filter {
+            return Err(missing("tool_filter", ""));
+        }
+        if roles.clone().any(|role| role.options.is_some()) && !caps.agent_options {
+            return Err(missing("agent_options", ""));
+        }
+        if roles.clone().any(|role| role.token_budget.is_some()) && !caps.token_budget {
+            return Err(missing(
+                "token_budget",
+                "; remove the token budget from the roles",
+            ));
+        }
     }
     if (config.budget.default_tokens.is_some() || config.budget.max_tokens.is_some())
         && !caps.token_budget

@@ -3,6 +3,7 @@
 mod config;
 mod model_selection;
 mod render;
+mod role;
 mod spec;
 pub mod survey;
 mod tool;
@@ -11,6 +12,7 @@ pub use config::{InstallError, SubagentToolConfig};
 pub use model_selection::{
     ModelSelectionError, ModelSelectionSettings, SubagentModelSelectionConfig,
 };
+pub use role::{SubagentRole, SubagentRoles};
 pub use survey::{SURVEY_TOOL_NAME, SurveyTool};
 pub use tool::SubagentTool;
 

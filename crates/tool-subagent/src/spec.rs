@@ -24,7 +24,8 @@ pub(crate) fn description(inherits: bool, background: bool) -> String {
 }
 
 /// The input schema for `config`: `run_in_background` only when background
-/// runs are on, `provider` and `model` only with model selection,
+/// runs are on, `provider` and `model` only with model selection, `agent`
+/// only with roles,
 /// `token_budget` only for a provider that meters tokens (`budgets`),
 /// `timeout_seconds` always (each bounded by the host's ceiling), and the
 /// prompt worded for a child that does (`inherits`) or does not see the
@@ -68,6 +69,18 @@ pub(crate) fn input_schema(config: &SubagentToolConfig, inherits: bool, budgets:
                 "type": "string",
                 "minLength": 1,
                 "description": "The model id for the subagent, under `provider`."
+            }),
+        );
+    }
+    if !config.roles.is_empty()
+        && let Some(map) = properties.as_object_mut()
+    {
+        map.insert(
+            "agent".to_owned(),
+            json!({
+                "type": "string",
+                "minLength": 1,
+                "description": "The role to start the subagent as, one of those this tool's description lists; leave it out for a general subagent."
             }),
         );
     }
@@ -126,7 +139,11 @@ mod tests {
             model_selection: Some(SubagentModelSelectionConfig::default()),
             ..SubagentToolConfig::new("spawn")
         };
-        for config in [SubagentToolConfig::new("spawn"), selecting] {
+        let mut with_roles = SubagentToolConfig::new("spawn");
+        with_roles
+            .roles
+            .insert("reviewer".to_owned(), crate::SubagentRole::new("Reviews"));
+        for config in [SubagentToolConfig::new("spawn"), selecting, with_roles] {
             let schema =
                 dsh_core::schema::JsonSchema::compile(input_schema(&config, false, true)).unwrap();
             for input in [
@@ -140,12 +157,15 @@ mod tests {
                 json!({"description": "a", "prompt": "b", "model": 3}),
                 json!({"description": "a", "prompt": "b", "token_budget": 500, "timeout_seconds": 60}),
                 json!({"description": "a", "prompt": "b", "token_budget": "many"}),
+                json!({"description": "a", "prompt": "b", "agent": "reviewer"}),
+                json!({"description": "a", "prompt": "b", "agent": 1}),
             ] {
                 // What `execute` accepts: the struct, and the selection
                 // parameters only when the tool has a selection setting.
                 let parsed = serde_json::from_value::<Args>(input.clone()).is_ok_and(|args| {
-                    config.model_selection.is_some()
-                        || (args.provider.is_none() && args.model.is_none())
+                    (config.model_selection.is_some()
+                        || (args.provider.is_none() && args.model.is_none()))
+                        && (!config.roles.is_empty() || args.agent.is_none())
                 });
                 assert_eq!(schema.validate(&input).is_ok(), parsed, "{input}");
             }

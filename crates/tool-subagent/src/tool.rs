@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use async_trait::async_trait;
 use dsh_core::{
     Agent, AgentOptions, AgentRef, ContentBlock, Tool, ToolContext, ToolError, ToolOutput,
+    ToolRestriction,
 };
 use dsh_subagent::{
     ActivationSpec, AgentRoute, Delivery, StartRequest, SubagentActivation, SubagentProvider,
@@ -20,6 +21,7 @@ use serde_json::Value;
 use crate::ModelSelectionSettings;
 use crate::config::{InstallError, SubagentToolConfig, check_capabilities};
 use crate::render::{refusal, render_result, started_in_background};
+use crate::role;
 use crate::spec::{description, input_schema};
 
 /// The `subagent` tool for one provider. See the crate documentation.
@@ -56,6 +58,8 @@ pub(crate) struct Args {
     pub(crate) token_budget: Option<u64>,
     #[serde(default)]
     pub(crate) timeout_seconds: Option<u64>,
+    #[serde(default)]
+    pub(crate) agent: Option<String>,
 }
 
 impl SubagentTool {
@@ -217,9 +221,22 @@ impl SubagentTool {
             }
             (false, _) => false,
         };
+        let role = match &args.agent {
+            Some(name) => match self.config.roles.get(name) {
+                Some(role) => Some(role),
+                None => {
+                    return Ok(ToolOutput::error(role::unknown(name, &self.config.roles)));
+                }
+            },
+            None => None,
+        };
         let mut request =
             StartRequest::new(ctx.agent.clone(), vec![ContentBlock::text(args.prompt)]);
         request.agent_options.clone_from(&self.config.agent_options);
+        if let Some(route) = role.and_then(|role| role.options.as_ref()) {
+            request.agent_options =
+                Some(route.merged_over(&request.agent_options.unwrap_or_default()));
+        }
         match self.chosen_route(ctx.agent.as_ref(), args.provider, args.model) {
             Ok(Some(route)) => {
                 let chosen = AgentOptions {
@@ -236,9 +253,29 @@ impl SubagentTool {
         request.persona.clone_from(&self.config.persona);
         request.tool_filter.clone_from(&self.config.tool_filter);
         request.max_depth = self.runtime.resolve_max_depth(self.config.max_depth);
+        // The caller's own role bounds the depth of whatever it starts.
+        let caller_role = ctx
+            .agent
+            .composition()
+            .preset
+            .as_ref()
+            .and_then(|name| self.config.roles.get(name));
+        for cap in [caller_role, role].into_iter().flatten() {
+            request.max_depth = capped(request.max_depth, cap.max_depth);
+        }
+        if let (Some(name), Some(role)) = (&args.agent, role) {
+            request.agent_preset = Some(name.clone());
+            if role.persona.is_some() {
+                request.persona.clone_from(&role.persona);
+            }
+            request.tool_filter = narrowed(request.tool_filter.take(), role.tool_filter.as_ref());
+        }
         let limits = match self.config.budget.resolve(
-            args.token_budget,
-            args.timeout_seconds.map(std::time::Duration::from_secs),
+            args.token_budget
+                .or_else(|| role.and_then(|role| role.token_budget)),
+            args.timeout_seconds
+                .map(std::time::Duration::from_secs)
+                .or_else(|| role.and_then(|role| role.time_limit)),
         ) {
             Ok(limits) => limits,
             Err(err) => return Ok(ToolOutput::error(refusal(&err.into()))),
@@ -303,6 +340,42 @@ impl SubagentTool {
     }
 }
 
+/// The tighter of a depth cap and a role's.
+fn capped(cap: Option<u32>, role: Option<u32>) -> Option<u32> {
+    match (cap, role) {
+        (Some(cap), Some(role)) => Some(cap.min(role)),
+        (cap, role) => cap.or(role),
+    }
+}
+
+/// The tool's own filter narrowed by a role's: what both let through.
+fn narrowed(
+    filter: Option<ToolRestriction>,
+    role: Option<&ToolRestriction>,
+) -> Option<ToolRestriction> {
+    let Some(role) = role else {
+        return filter;
+    };
+    Some(match filter {
+        None => role.clone(),
+        Some(ToolRestriction::Allow(mine)) => {
+            ToolRestriction::Allow(mine.into_iter().filter(|tool| role.permits(tool)).collect())
+        }
+        Some(ToolRestriction::Deny(mine)) => match role {
+            ToolRestriction::Allow(theirs) => ToolRestriction::Allow(
+                theirs
+                    .iter()
+                    .filter(|tool| !mine.contains(*tool))
+                    .cloned()
+                    .collect(),
+            ),
+            ToolRestriction::Deny(theirs) => {
+                ToolRestriction::Deny(mine.union(theirs).cloned().collect())
+            }
+        },
+    })
+}
+
 /// Disposes a foreground activation whose call went away before its result,
 /// on the runtime's task tracker, so the teardown has an owner that
 /// [`SubagentRuntime::shutdown`] waits for.
@@ -353,6 +426,7 @@ impl Tool for SubagentTool {
         if self.config.model_selection.is_some() {
             text.push_str(" You may choose the subagent's model with `provider` and `model` (both or neither); only the routes this session was allowed are accepted, and a refused choice names them. Leave them out for the default.");
         }
+        text.push_str(&role::listing(&self.config.roles));
         text
     }
 
@@ -386,6 +460,11 @@ impl Tool for SubagentTool {
         {
             return Err(ToolError::new(
                 "Invalid arguments: `provider` and `model` are not parameters of this tool.",
+            ));
+        }
+        if self.config.roles.is_empty() && args.agent.is_some() {
+            return Err(ToolError::new(
+                "Invalid arguments: `agent` is not a parameter of this tool: no roles are configured.",
             ));
         }
         self.run(args, ctx).await

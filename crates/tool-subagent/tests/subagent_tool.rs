@@ -808,3 +808,181 @@ async fn the_host_sets_budget_defaults_and_ceilings_the_model_cannot_raise() {
     let spent = last_tool_result(&world.lead_requests()[1]);
     insta::assert_debug_snapshot!((over, spent));
 }
+
+// ---------------------------------------------------------------------------
+// B63: roles map onto persona, tool filter, model route, budget and depth
+// ---------------------------------------------------------------------------
+
+/// Two roles: a reviewer (persona, tools, model, budget, depth 1) and a
+/// scout (description only).
+fn roles() -> dsh_tool_subagent::SubagentRoles {
+    let reviewer = dsh_tool_subagent::SubagentRole {
+        description: "Reviews a change and reports the risks.".into(),
+        persona: Some("You review code.".into()),
+        tool_filter: Some(ToolRestriction::allow(["subagent"])),
+        options: Some(dsh_core::AgentOptions {
+            model: Some("careful-model".into()),
+            ..dsh_core::AgentOptions::default()
+        }),
+        max_depth: Some(1),
+        token_budget: Some(900),
+        time_limit: Some(Duration::from_secs(60)),
+    };
+    let scout = dsh_tool_subagent::SubagentRole::new("Finds things.");
+    [
+        ("scout".to_owned(), scout),
+        ("reviewer".to_owned(), reviewer),
+    ]
+    .into_iter()
+    .collect()
+}
+
+/// A world whose `subagent` tool offers [`roles`], each registered as a
+/// preset of the harness.
+async fn role_world(responder: Responder) -> World {
+    let config = SubagentToolConfig {
+        roles: roles(),
+        ..SubagentToolConfig::new("spawn")
+    };
+    let world = WorldBuilder::project()
+        .model(Arc::new(ScriptedModel::new().responder(responder)))
+        .provider(provider_named("spawn"))
+        .harness(|builder| {
+            let mut presets = dsh_core::PresetCatalog::new();
+            for name in roles().keys() {
+                presets = presets.with(dsh_core::Preset {
+                    id: name.clone(),
+                    persona: None,
+                    tools: None,
+                    options: dsh_core::AgentOptions::default(),
+                });
+            }
+            builder.presets(presets)
+        })
+        .setup(move |harness, runtime| {
+            harness
+                .add_tool(SubagentTool::install(runtime, config).unwrap())
+                .unwrap();
+        })
+        .build()
+        .await;
+    World(world)
+}
+
+#[tokio::test]
+async fn b63_with_roles_the_spec_lists_them_and_takes_an_agent() {
+    let with_roles = role_world(Box::new(|_| Scripted::Text("ok".into()))).await;
+    let tool = SubagentTool::install(
+        &with_roles.runtime,
+        SubagentToolConfig {
+            roles: roles(),
+            ..SubagentToolConfig::new("spawn")
+        },
+    )
+    .unwrap();
+    insta::assert_json_snapshot!("roles_tool", spec_json(tool.as_ref()));
+    // Roles need a child that starts fresh: a fork cannot take them.
+    let forking = world(Box::new(|_| Scripted::Text("ok".into())), &["fork"]).await;
+    let fork = SubagentTool::install(
+        &forking.runtime,
+        SubagentToolConfig {
+            tool_name: "fork".into(),
+            roles: roles(),
+            ..SubagentToolConfig::new("fork")
+        },
+    );
+    assert_eq!(fork.unwrap_err().code(), "MISSING_CAPABILITY");
+}
+
+#[tokio::test]
+async fn b63_a_role_maps_onto_the_childs_persona_tools_route_budget_and_depth() {
+    let world = role_world(lead_calls(json!({
+        "description": "review", "prompt": "child: look", "agent": "reviewer",
+        "run_in_background": false
+    })))
+    .await;
+    world.ask("lead: delegate").await;
+    let (is_error, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(!is_error, "{text}");
+    let child_request = world
+        .model
+        .requests()
+        .into_iter()
+        .find(|request| first_user_text(request) == "child: look")
+        .unwrap();
+    assert!(child_request.system.contains("You review code."));
+    assert_eq!(child_request.model.as_deref(), Some("careful-model"));
+    let tools: Vec<&str> = child_request
+        .tools
+        .iter()
+        .map(|tool| tool.name.as_str())
+        .collect();
+    assert_eq!(tools, ["subagent"], "the role's filter");
+    let row = world
+        .runtime
+        .list_descendants(world.lead().id(), &dsh_core::CancellationToken::new())
+        .await
+        .unwrap()
+        .remove(0);
+    let header = world.store.header(&row.entry.child_id).await.unwrap();
+    assert_eq!(header.composition.preset.as_deref(), Some("reviewer"));
+    assert_eq!(
+        header.composition.tools,
+        Some(ToolRestriction::allow(["subagent"]))
+    );
+}
+
+#[tokio::test]
+async fn b63_a_role_child_cannot_start_below_its_roles_depth() {
+    // The reviewer (depth cap 1) tries to start a child of its own.
+    let responder: Responder = Box::new(|request| {
+        let first = first_user_text(request);
+        if first.starts_with("lead:") {
+            if has_tool_result(request) {
+                Scripted::Text("noted".into())
+            } else {
+                call(
+                    json!({"description": "r", "prompt": "child: go deeper", "agent": "reviewer", "run_in_background": false}),
+                )
+            }
+        } else if first == "child: go deeper" && !has_tool_result(request) {
+            call(json!({"description": "g", "prompt": "grandchild", "run_in_background": false}))
+        } else if first == "child: go deeper" {
+            let (_, text) = last_tool_result(request);
+            Scripted::Text(format!("heard: {text}"))
+        } else {
+            Scripted::Text("grandchild ran".into())
+        }
+    });
+    let world = role_world(responder).await;
+    world.ask("lead: delegate").await;
+    let (_, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(text.contains("heard: No subagent was started"), "{text}");
+    assert!(text.contains("depth"), "{text}");
+}
+
+#[tokio::test]
+async fn b63_an_unknown_role_is_a_tool_error_listing_the_roles() {
+    let world = role_world(lead_calls(json!({
+        "description": "x", "prompt": "child: y", "agent": "critic"
+    })))
+    .await;
+    world.ask("lead: delegate").await;
+    let (is_error, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(is_error);
+    insta::assert_snapshot!(text, @"No subagent was started: there is no role `critic`. The roles are: reviewer, scout.");
+    assert_eq!(world.harness.registry().len(), 1, "nothing started");
+}
+
+#[tokio::test]
+async fn without_roles_an_agent_argument_is_refused() {
+    let world = world_with_tool(
+        lead_calls(json!({"description": "x", "prompt": "y", "agent": "reviewer"})),
+        SubagentToolConfig::new("spawn"),
+    )
+    .await;
+    world.ask("lead: delegate").await;
+    let (is_error, text) = last_tool_result(&world.lead_requests()[1]);
+    assert!(is_error);
+    assert!(text.contains("'agent' was unexpected"), "{text}");
+}

@@ -105,6 +105,13 @@ impl Renderer for Json {
                 .to_json()]);
             }
             Seen::Line(text) => out.err_line(&format!("dsh: {text}")),
+            Seen::Budget(spend) => out.lines(&[Line::Budget {
+                tokens: spend.tokens,
+                max_tokens: spend.max_tokens,
+                cost: spend.cost,
+                max_cost: spend.max_cost,
+            }
+            .to_json()]),
             Seen::Started { info, .. } => {
                 let parent = self.names.parent_of(&info);
                 self.names.insert(info.child_id.clone(), info.name.clone());

@@ -342,6 +342,7 @@ impl Renderer for Live {
             Seen::RunStarted { .. }
             | Seen::Root(_)
             | Seen::Line(_)
+            | Seen::Budget(_)
             | Seen::Logged(..)
             | Seen::LeadTurn { .. }
             | Seen::Summary(_)

@@ -109,6 +109,8 @@ pub enum Seen {
     },
     /// A line for the person.
     Line(String),
+    /// The tree's spend passed another quarter of a limit.
+    Budget(crate::budget::Spend),
     /// A child was started or resumed; `agent` is its live agent when the
     /// renderer follows logs.
     Started {
@@ -729,6 +731,10 @@ mod tests {
             limits: Limits::default(),
             workspace: None,
             team: false,
+            roles: &std::collections::BTreeMap::new(),
+            model_choice: &crate::model::ModelChoice::Demo,
+            sandbox: dsh_tool_workspace::Level::ReadOnly,
+            budgets: crate::config::Budgets::default(),
         })
         .unwrap();
         let _listening = reporter.attach(&world.runtime);

@@ -31,6 +31,7 @@ impl Lines {
                 vec![format!("lead {id}: {}", compact(prompt, 200))]
             }
             Seen::Line(text) => vec![text.clone()],
+            Seen::Budget(spend) => vec![format!("budget: {} used", spend.line())],
             Seen::Started { info, .. } => vec![self.started(info)],
             Seen::Ended(info, outcome) => vec![self.ended(info, outcome)],
             Seen::ToolFinished {

@@ -424,6 +424,7 @@ pub const JSON_TYPES: &[&str] = &[
     "turn_ended",
     "settled",
     "reply",
+    "budget",
 ];
 
 /// A `--json` stdout as its objects: every line must be one JSON object
