@@ -6,12 +6,31 @@
 
 use std::sync::Arc;
 
-use dsh_core::{InboxTarget, MessageId, SessionId};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use std::time::Duration;
 
-use crate::object::{EventPage, SessionSeed};
+use dsh_core::{InboxTarget, MessageId, SessionHeader, SessionId, UserMessage};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::object::{EventPage, InboxStatus, SessionSeed};
 use crate::state::inbox::{AcceptRequest, Acceptance, InboxItem};
+use crate::state::log::LogHead;
+
+/// Where a session stands: its log's head and its inbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// The log's head (events, turns ended, the open turn).
+    pub head: LogHead,
+    /// The inbox (a turn scheduled, input waiting).
+    pub inbox: InboxStatus,
+}
+
+impl SessionStatus {
+    /// No turn is scheduled or open: the session waits for input.
+    pub fn is_idle(&self) -> bool {
+        !self.inbox.turn_scheduled && self.head.open_turn.is_none()
+    }
+}
 
 /// Why a call to the server failed.
 #[derive(Debug, thiserror::Error)]
@@ -202,6 +221,75 @@ impl RestateClient {
     pub async fn create_session(&self, seed: &SessionSeed) -> Result<(), ClientError> {
         self.call("dsh.Session", &seed.header.id, "create", seed, None)
             .await
+    }
+
+    /// Start a session: create it with `header` and an empty log, then
+    /// accept `prompt` (request id: the message's id), which schedules its
+    /// first turn on the cluster.
+    ///
+    /// # Errors
+    /// As [`RestateClient::create_session`] (an existing id is a 409
+    /// naming `SESSION_EXISTS`), then as [`RestateClient::accept`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the session may have been created, and with
+    /// the prompt accepted or not (a second `start` is refused: send the
+    /// prompt with [`RestateClient::accept`] and the same request id).
+    pub async fn start(
+        &self,
+        header: &SessionHeader,
+        prompt: UserMessage,
+    ) -> Result<MessageId, ClientError> {
+        let seed = SessionSeed {
+            header: header.clone(),
+            seed: Vec::new(),
+        };
+        self.create_session(&seed).await?;
+        let request = AcceptRequest {
+            request_id: prompt.id.to_string(),
+            message: prompt,
+            target: InboxTarget::NextTurn,
+            wake: true,
+        };
+        Ok(self.accept(&header.id, &request).await?.message_id)
+    }
+
+    /// Where `session` stands (two reads, not one snapshot: the head may be
+    /// a step newer than the inbox).
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn status(&self, session: &SessionId) -> Result<SessionStatus, ClientError> {
+        let url = format!("{}/dsh.Inbox/{session}/status", self.ingress);
+        let inbox: InboxStatus = self.send(self.http.post(&url), &url).await?;
+        let url = format!("{}/dsh.Session/{session}/status", self.ingress);
+        let head: LogHead = self.send(self.http.post(&url), &url).await?;
+        Ok(SessionStatus { head, inbox })
+    }
+
+    /// Wait until `session` is idle ([`SessionStatus::is_idle`]), asking
+    /// every `poll`.
+    ///
+    /// # Errors
+    /// As [`RestateClient::status`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn wait_idle(
+        &self,
+        session: &SessionId,
+        poll: Duration,
+    ) -> Result<SessionStatus, ClientError> {
+        loop {
+            let status = self.status(session).await?;
+            if status.is_idle() {
+                return Ok(status);
+            }
+            tokio::time::sleep(poll).await;
+        }
     }
 
     /// The header line of a session, `None` when it does not exist.

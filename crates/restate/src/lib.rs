@@ -11,6 +11,8 @@
 //! [`store::RestateSessionStore`] reads sessions through it.
 
 pub mod client;
+pub mod export;
 pub mod object;
 pub mod state;
 pub mod store;
+pub mod worker;

@@ -6,7 +6,26 @@
 use dsh_core::{InboxTarget, MessageId};
 use restate_sdk::prelude::*;
 
+use serde::{Deserialize, Serialize};
+
+use super::session::SessionClient;
+pub use crate::state::inbox::ClaimedItem;
 use crate::state::inbox::{AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState};
+
+/// Where an inbox stands, as `status` reports it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxStatus {
+    /// A turn is scheduled or running.
+    pub turn_scheduled: bool,
+    /// The agent is parked (interrupted).
+    pub parked: bool,
+    /// The tree drains.
+    pub draining: bool,
+    /// Items waiting for the next turn.
+    pub queued: usize,
+    /// Items waiting for the next step.
+    pub steering: usize,
+}
 
 /// The `dsh.Inbox` virtual object.
 pub struct Inbox;
@@ -36,6 +55,9 @@ impl Inbox {
         if !acceptance.duplicate {
             ctx.set(INBOX_KEY, Json(state));
         }
+        if acceptance.schedule_turn {
+            schedule_turn(&ctx);
+        }
         Ok(Json(acceptance))
     }
 
@@ -52,6 +74,48 @@ impl Inbox {
             ctx.set(INBOX_KEY, Json(state));
         }
         Ok(Json(claimed))
+    }
+
+    /// What a turn claims at once: every next-step item and, at a turn
+    /// boundary, the oldest next-turn item.
+    #[handler]
+    async fn claim_turn(
+        &self,
+        ctx: ObjectContext<'_>,
+        turn_boundary: bool,
+    ) -> HandlerResult<Json<Vec<ClaimedItem>>> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        let claimed = state.claim_batch(turn_boundary);
+        if !claimed.is_empty() {
+            ctx.set(INBOX_KEY, Json(state));
+        }
+        Ok(Json(claimed))
+    }
+
+    /// A turn ended: schedule the next one (a one-way call of
+    /// `dsh.Session/{id}/run_turn`) if waking input waits.
+    #[handler]
+    async fn turn_ended(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        let again = state.turn_ended();
+        ctx.set(INBOX_KEY, Json(state));
+        if again {
+            schedule_turn(&ctx);
+        }
+        Ok(())
+    }
+
+    /// Where the inbox stands.
+    #[handler]
+    async fn status(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<InboxStatus>> {
+        let state = or_empty(ctx.get(INBOX_KEY).await?);
+        Ok(Json(InboxStatus {
+            turn_scheduled: state.turn_scheduled(),
+            parked: state.parked(),
+            draining: state.draining(),
+            queued: state.pending(InboxTarget::NextTurn).count(),
+            steering: state.pending(InboxTarget::NextStep).count(),
+        }))
     }
 
     /// Drop the waiting items with these message ids; their request ids
@@ -88,4 +152,12 @@ impl Inbox {
         let state = or_empty(ctx.get(INBOX_KEY).await?);
         Ok(Json(state.pending(target.into_inner()).cloned().collect()))
     }
+}
+
+/// Start a turn of this inbox's session: a one-way call, journaled with
+/// the handler, so it is made exactly once.
+fn schedule_turn(ctx: &ObjectContext<'_>) {
+    ctx.object_client::<SessionClient>(ctx.key().to_owned())
+        .run_turn()
+        .send();
 }

@@ -15,6 +15,13 @@ use serde::{Deserialize, Serialize};
 /// The state key of the whole [`InboxState`].
 pub const INBOX_KEY: &str = "inbox";
 
+/// How many request ids an inbox remembers (the newest ones): a retry of
+/// a request older than the last `REQUEST_ID_WINDOW` accepts is accepted
+/// again as a new message. Senders retry within seconds (the ingress's own
+/// idempotency keys live a day); an agent that takes this many messages
+/// between a send and its retry is not a case to pay unbounded state for.
+pub const REQUEST_ID_WINDOW: usize = 4096;
+
 /// What a sender asks the inbox to accept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AcceptRequest {
@@ -38,6 +45,15 @@ pub struct InboxItem {
     pub message: UserMessage,
     /// Whether it may wake the agent.
     pub wake: bool,
+}
+
+/// An item a turn claimed, with the list it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimedItem {
+    /// Its list.
+    pub target: InboxTarget,
+    /// The item.
+    pub item: InboxItem,
 }
 
 /// How an accept went.
@@ -76,9 +92,12 @@ pub struct InboxState {
     queue: VecDeque<InboxItem>,
     /// Next-step items, oldest first.
     steer: VecDeque<InboxItem>,
-    /// Every request id accepted, with its message's id. Grows with the
-    /// session (bounded retention is future work, `docs/distributed.md`).
+    /// The request ids accepted (the newest [`REQUEST_ID_WINDOW`]), with
+    /// their messages' ids.
     accepted: BTreeMap<String, MessageId>,
+    /// The ids of `accepted`, oldest first, for pruning.
+    #[serde(default)]
+    accept_order: VecDeque<String>,
     /// Whether a turn was scheduled and has not ended.
     turn_scheduled: bool,
     /// The agent was interrupted: input waits, no turn is scheduled.
@@ -109,6 +128,12 @@ impl InboxState {
         let message_id = request.message.id.clone();
         self.accepted
             .insert(request.request_id.clone(), message_id.clone());
+        self.accept_order.push_back(request.request_id.clone());
+        while self.accept_order.len() > REQUEST_ID_WINDOW {
+            if let Some(oldest) = self.accept_order.pop_front() {
+                self.accepted.remove(&oldest);
+            }
+        }
         let schedule_turn = request.wake && !self.turn_scheduled && !self.parked;
         self.turn_scheduled |= schedule_turn;
         let item = InboxItem {
@@ -128,6 +153,27 @@ impl InboxState {
     /// claimed again.
     pub fn claim(&mut self, target: InboxTarget) -> Vec<InboxItem> {
         self.list_mut(target).drain(..).collect()
+    }
+
+    /// What a turn claims at once: every next-step item and, at a turn
+    /// boundary, the oldest next-turn item, in that order (the local
+    /// loop's claim).
+    pub fn claim_batch(&mut self, turn_boundary: bool) -> Vec<ClaimedItem> {
+        let mut batch: Vec<ClaimedItem> = self
+            .steer
+            .drain(..)
+            .map(|item| ClaimedItem {
+                target: InboxTarget::NextStep,
+                item,
+            })
+            .collect();
+        if turn_boundary && let Some(item) = self.queue.pop_front() {
+            batch.push(ClaimedItem {
+                target: InboxTarget::NextTurn,
+                item,
+            });
+        }
+        batch
     }
 
     /// Drop the waiting items with these message ids (from either list).
@@ -308,6 +354,24 @@ mod tests {
             for id in &claimed {
                 prop_assert!(seen.insert(id.clone()), "{} claimed twice", id);
             }
+        }
+    }
+
+    proptest! {
+        /// Only the newest REQUEST_ID_WINDOW request ids are remembered: a
+        /// repeat inside the window is a duplicate, one beyond it is new.
+        #[test]
+        fn request_ids_are_kept_for_a_window(extra in 1usize..40, n in 0usize..80) {
+            let mut inbox = InboxState::default();
+            let total = REQUEST_ID_WINDOW + extra;
+            for n in 0..total {
+                let req = AcceptRequest { request_id: format!("r{n}"), ..request(0, InboxTarget::NextTurn, false) };
+                prop_assert!(!inbox.accept(req).unwrap().duplicate);
+            }
+            prop_assert_eq!(inbox.accepted.len(), REQUEST_ID_WINDOW);
+            let again = AcceptRequest { request_id: format!("r{n}"), ..request(0, InboxTarget::NextTurn, false) };
+            let within = n >= total - REQUEST_ID_WINDOW;
+            prop_assert_eq!(inbox.accept(again).unwrap().duplicate, within);
         }
     }
 

@@ -209,8 +209,18 @@ pub struct Worker {
 impl Worker {
     /// Start a worker listening on `addr` and wait until it is bound.
     pub fn start(addr: &str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-restate-worker"))
-            .args(["--listen", addr])
+        Self::start_with(addr, None)
+    }
+
+    /// Start a worker listening on `addr` that runs the script `script`
+    /// (the test worker's `--script`), and wait until it is bound.
+    pub fn start_with(addr: &str, script: Option<&Path>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-restate-worker"));
+        command.args(["--listen", addr]);
+        if let Some(script) = script {
+            command.arg("--script").arg(script);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -239,6 +249,45 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A failover front for several workers, as one deployment address: each
+/// connection goes to the first worker (in the order given) that accepts
+/// it. Restate knows one URL per deployment; this stands for the L4
+/// balancer a user puts in front of identical workers. Stops on drop.
+pub struct Front {
+    task: tokio::task::JoinHandle<()>,
+    /// The URL to register.
+    pub uri: String,
+}
+
+impl Front {
+    /// Listen on `addr`, forwarding to `workers` (addresses).
+    pub async fn start(addr: &str, workers: Vec<String>) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let workers = workers.clone();
+                tokio::spawn(async move {
+                    for worker in &workers {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(worker).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { task, uri }
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

@@ -1,0 +1,341 @@
+//! The kill tests of issue 35 (B60, B61): real `restate-server`, two real
+//! `dsh-restate-worker` processes behind one failover address
+//! (`support::Front`), each test in its own network namespace. Every kill
+//! lands at a gate (a FIFO the gated step writes to and then waits on),
+//! never after a sleep. The assertions read the tree exported as JSONL
+//! with dsh's own store, replay each session with `harness::replay`, and
+//! count the model's asks and the tools' runs from the files the test
+//! worker appends to across processes.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use dsh_core::session::ToolResultEntry;
+use dsh_core::{
+    ContentBlock, EventPayload, InboxTarget, SessionEvent, SessionHeader, SessionId, SessionStore,
+    StopReason, UserMessage,
+};
+use dsh_harness::JsonlStore;
+use dsh_harness::replay::{Verdict, replay_session};
+use dsh_restate::client::RestateClient;
+use dsh_restate::object::WORKER_STOPPED_TOOL_CALL;
+use dsh_restate::state::inbox::AcceptRequest;
+use serde_json::{Value, json};
+use support::{Front, Server, Worker};
+
+/// How often a test asks whether a session is idle.
+const POLL: Duration = Duration::from_millis(20);
+
+/// A server, workers A and B behind one front, and the script's folder.
+struct Cluster {
+    server: Server,
+    a: Option<Worker>,
+    _b: Worker,
+    _front: Front,
+    dir: tempfile::TempDir,
+}
+
+impl Cluster {
+    /// Start everything with `sessions` as the workers' script; `gates`
+    /// are made as FIFOs.
+    async fn start(sessions: Value, gates: &[&str]) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        for gate in gates {
+            for end in ["started", "open"] {
+                let status = std::process::Command::new("mkfifo")
+                    .arg(dir.path().join(format!("{gate}.{end}")))
+                    .status()
+                    .unwrap();
+                assert!(status.success());
+            }
+        }
+        let script = dir.path().join("script.json");
+        let text = json!({"dir": dir.path(), "sessions": sessions}).to_string();
+        std::fs::write(&script, text).unwrap();
+        let server = Server::start().await;
+        let a = Worker::start_with("127.0.0.1:9081", Some(&script));
+        let b = Worker::start_with("127.0.0.1:9082", Some(&script));
+        let front = Front::start(
+            "127.0.0.1:9080",
+            vec!["127.0.0.1:9081".into(), "127.0.0.1:9082".into()],
+        )
+        .await;
+        server.client.register_deployment(&front.uri).await.unwrap();
+        Self {
+            server,
+            a: Some(a),
+            _b: b,
+            _front: front,
+            dir,
+        }
+    }
+
+    fn client(&self) -> &RestateClient {
+        &self.server.client
+    }
+
+    /// Wait until gate `gate`'s step is in flight (it wrote its start).
+    async fn started(&self, gate: &str) {
+        let path = self.dir.path().join(format!("{gate}.started"));
+        let line = tokio::task::spawn_blocking(move || std::fs::read_to_string(path))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(line, "started\n");
+    }
+
+    /// Let gate `gate`'s step through.
+    async fn open(&self, gate: &str) {
+        let path = self.dir.path().join(format!("{gate}.open"));
+        tokio::task::spawn_blocking(move || std::fs::write(path, "open\n"))
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
+    /// `kill -9` worker A.
+    fn kill_a(&mut self) {
+        self.a.take().unwrap().kill9();
+    }
+
+    /// The lines of the worker's record `file` (`asks`, `runs`).
+    fn record(&self, file: &str) -> Vec<String> {
+        std::fs::read_to_string(self.dir.path().join(file))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// Export `root`'s tree, load every session with dsh's JSONL store,
+    /// replay each, and check what every tree must hold; returns the
+    /// sessions' logs.
+    async fn export_and_check(&self, root: &SessionId) -> Vec<(SessionId, Vec<SessionEvent>)> {
+        let out: PathBuf = self.dir.path().join("export");
+        let ids = dsh_restate::export::export(self.client(), root, &out)
+            .await
+            .unwrap();
+        let store = JsonlStore::new(&out, dsh_core::Durability::default()).unwrap();
+        let mut logs = Vec::new();
+        for id in ids {
+            let loaded = store.load(&id).await.unwrap();
+            assert!(loaded.torn_tail.is_none());
+            let verdict = replay_session(&loaded.header, &loaded.events);
+            assert!(
+                matches!(verdict, Verdict::Identical { .. }),
+                "{id}: {verdict:?}"
+            );
+            check_log(&id, &loaded.events);
+            logs.push((id, loaded.events));
+        }
+        let rows = self
+            .client()
+            .query("select target_handler_name, status from sys_invocation")
+            .await
+            .unwrap();
+        for row in rows {
+            assert_eq!(row["status"], "completed", "{row}");
+        }
+        logs
+    }
+}
+
+/// Each user message once, every tool call answered once, every turn
+/// ended `completed`.
+fn check_log(id: &SessionId, events: &[SessionEvent]) {
+    let mut users = std::collections::BTreeSet::new();
+    let mut calls = std::collections::BTreeMap::new();
+    for event in events {
+        match &event.payload {
+            EventPayload::UserMessage(user) => {
+                assert!(
+                    users.insert(user.message.id.clone()),
+                    "{id}: {event:?} twice"
+                );
+            }
+            EventPayload::ToolCall(call) => {
+                assert!(calls.insert(call.call_id.clone(), 0).is_none());
+            }
+            EventPayload::ToolResult(result) => {
+                *calls.get_mut(&result.call_id).unwrap() += 1;
+            }
+            EventPayload::TurnEnd(end) => {
+                assert_eq!(end.stop_reason, StopReason::COMPLETED, "{id}: {end:?}");
+            }
+            _ => {}
+        }
+    }
+    assert!(
+        calls.values().all(|answers| *answers == 1),
+        "{id}: {calls:?}"
+    );
+}
+
+fn results(events: &[SessionEvent]) -> Vec<&ToolResultEntry> {
+    events
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::ToolResult(result) => Some(result),
+            _ => None,
+        })
+        .collect()
+}
+
+fn assistant_texts(events: &[SessionEvent]) -> Vec<String> {
+    events
+        .iter()
+        .filter_map(|event| match &event.payload {
+            EventPayload::AssistantMessage(entry) => Some(text(&entry.content)),
+            _ => None,
+        })
+        .collect()
+}
+
+fn text(content: &[ContentBlock]) -> String {
+    content
+        .iter()
+        .filter_map(|block| match block {
+            ContentBlock::Text { text } => Some(text.as_str()),
+            _ => None,
+        })
+        .collect()
+}
+
+fn lead() -> (SessionId, SessionHeader) {
+    let id = SessionId::new("lead").unwrap();
+    let header = SessionHeader::new(id.clone(), Path::new("/"));
+    (id, header)
+}
+
+/// Kill test 2: a worker dies during a tool call, after the model step
+/// that made the call was journaled. The model is not asked again; a tool
+/// that is not idempotent is not run again and answers that its outcome
+/// is unknown; an idempotent one runs again; the turn goes on, on B.
+fn kill_during_a_tool_call(tool: &str) -> (Vec<String>, Vec<String>, Vec<SessionEvent>) {
+    let mut outcome = None;
+    support::run(async {
+        let sessions = json!({"lead": [
+            {"calls": [{"tool": tool, "input": {"label": "a", "gate": "tool"}}]},
+            {"text": "finished"},
+        ]});
+        let mut cluster = Cluster::start(sessions, &["tool"]).await;
+        let (id, header) = lead();
+        cluster
+            .client()
+            .start(&header, UserMessage::user_text("go"))
+            .await
+            .unwrap();
+        cluster.started("tool").await;
+        cluster.kill_a();
+        if tool == "count_idempotent" {
+            // Run again on B: let that run through.
+            cluster.started("tool").await;
+            cluster.open("tool").await;
+        }
+        cluster.client().wait_idle(&id, POLL).await.unwrap();
+        let mut logs = cluster.export_and_check(&id).await;
+        let (_, events) = logs.remove(0);
+        outcome = Some((cluster.record("asks"), cluster.record("runs"), events));
+    });
+    outcome.unwrap()
+}
+
+#[test]
+fn a_cut_tool_call_that_is_not_idempotent_is_not_run_again() {
+    if !support::isolated("a_cut_tool_call_that_is_not_idempotent_is_not_run_again") {
+        return;
+    }
+    let (asks, runs, events) = kill_during_a_tool_call("count");
+    assert_eq!(asks, ["lead 0", "lead 1"]);
+    assert_eq!(runs, ["a"]);
+    let results = results(&events);
+    assert_eq!(results.len(), 1);
+    assert!(results[0].is_error);
+    assert_eq!(text(&results[0].content), WORKER_STOPPED_TOOL_CALL);
+    assert_eq!(assistant_texts(&events).last().unwrap(), "finished");
+}
+
+#[test]
+fn a_cut_tool_call_that_is_idempotent_runs_again() {
+    if !support::isolated("a_cut_tool_call_that_is_idempotent_runs_again") {
+        return;
+    }
+    let (asks, runs, events) = kill_during_a_tool_call("count_idempotent");
+    assert_eq!(asks, ["lead 0", "lead 1"]);
+    assert_eq!(runs, ["a", "a"]);
+    let results = results(&events);
+    assert_eq!(results.len(), 1);
+    assert!(!results[0].is_error);
+    assert_eq!(text(&results[0].content), "counted a");
+}
+
+/// Kill test 4 (and 1's model half): the lead's worker dies while a model
+/// step is in flight; two follow-ups and a steer sent then are each
+/// accepted, claimed once and in order; the cut step is asked at most
+/// twice, every other step once.
+#[test]
+fn input_sent_while_a_worker_is_dead_is_claimed_once_in_order() {
+    if !support::isolated("input_sent_while_a_worker_is_dead_is_claimed_once_in_order") {
+        return;
+    }
+    support::run(async {
+        let sessions = json!({"lead": [
+            {"text": "first", "gate": "model"},
+            {"text": "second"},
+            {"text": "third"},
+            {"text": "fourth"},
+        ]});
+        let mut cluster = Cluster::start(sessions, &["model"]).await;
+        let (id, header) = lead();
+        let client = cluster.client().clone();
+        client
+            .start(&header, UserMessage::user_text("m1"))
+            .await
+            .unwrap();
+        cluster.started("model").await;
+        cluster.kill_a();
+        let mut sent = Vec::new();
+        for (n, target) in [
+            (2, InboxTarget::NextTurn),
+            (3, InboxTarget::NextStep),
+            (4, InboxTarget::NextTurn),
+        ] {
+            let message = UserMessage::user_text(format!("m{n}"));
+            sent.push(message.id.clone());
+            let request = AcceptRequest {
+                request_id: format!("r{n}"),
+                message,
+                target,
+                wake: true,
+            };
+            let first = client.accept(&id, &request).await.unwrap();
+            let again = client.accept(&id, &request).await.unwrap();
+            assert!(!first.duplicate && again.duplicate);
+        }
+        // The cut step is asked again on B: let it through.
+        cluster.started("model").await;
+        cluster.open("model").await;
+        client.wait_idle(&id, POLL).await.unwrap();
+        let mut logs = cluster.export_and_check(&id).await;
+        let (_, events) = logs.remove(0);
+        let users: Vec<String> = events
+            .iter()
+            .filter_map(|event| match &event.payload {
+                EventPayload::UserMessage(user) => Some(text(&user.message.content)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(users.len(), 4);
+        assert_eq!(users[0], "m1");
+        // The steer joins the first turn if it arrived before that turn's
+        // last step boundary, else the next; the follow-ups keep their order.
+        let followups: Vec<&String> = users.iter().filter(|u| *u != "m3").collect();
+        assert_eq!(followups, ["m1", "m2", "m4"]);
+        let asks = cluster.record("asks");
+        assert_eq!(asks.iter().filter(|ask| *ask == "lead 0").count(), 2);
+        assert_eq!(asks.len(), assistant_texts(&events).len() + 1, "{asks:?}");
+    });
+}
