@@ -15,8 +15,8 @@ use std::time::Duration;
 
 use dsh_core::session::ToolResultEntry;
 use dsh_core::{
-    ContentBlock, EventPayload, InboxTarget, SessionEvent, SessionHeader, SessionId, SessionStore,
-    StopReason, UserMessage,
+    ContentBlock, EventPayload, InboxTarget, MessageSource, SessionEvent, SessionHeader, SessionId,
+    SessionStore, StopReason, UserMessage,
 };
 use dsh_harness::JsonlStore;
 use dsh_harness::replay::{Verdict, replay_session};
@@ -75,6 +75,17 @@ impl Cluster {
 
     fn client(&self) -> &RestateClient {
         &self.server.client
+    }
+
+    /// Wait until `id` has ended `turns` turns and is idle.
+    async fn wait_turns(&self, id: &SessionId, turns: u64) {
+        loop {
+            let status = self.client().status(id).await.unwrap();
+            if status.head.turns_ended >= turns && status.is_idle() {
+                return;
+            }
+            tokio::time::sleep(POLL).await;
+        }
     }
 
     /// Wait until gate `gate`'s step is in flight (it wrote its start).
@@ -337,5 +348,118 @@ fn input_sent_while_a_worker_is_dead_is_claimed_once_in_order() {
         let asks = cluster.record("asks");
         assert_eq!(asks.iter().filter(|ask| *ask == "lead 0").count(), 2);
         assert_eq!(asks.len(), assistant_texts(&events).len() + 1, "{asks:?}");
+    });
+}
+
+fn count(asks: &[String], ask: &str) -> usize {
+    asks.iter().filter(|line| *line == ask).count()
+}
+
+fn notices(events: &[SessionEvent]) -> usize {
+    events
+        .iter()
+        .filter(|event| {
+            matches!(&event.payload, EventPayload::UserMessage(user)
+                if matches!(user.message.source, MessageSource::SubagentSettled { .. }))
+        })
+        .count()
+}
+
+fn catalog_entries(events: &[SessionEvent]) -> usize {
+    events
+        .iter()
+        .filter(|event| matches!(&event.payload, EventPayload::Extension { kind, .. } if kind == "subagent/child"))
+        .count()
+}
+
+/// Kill test 1: the worker dies while a background child's model step is
+/// in flight. Every journaled step ran once, the cut one twice (A, then
+/// B), the tree finishes on B, and the lead hears the child's notice once.
+#[test]
+fn a_child_cut_mid_model_step_finishes_on_the_other_worker() {
+    if !support::isolated("a_child_cut_mid_model_step_finishes_on_the_other_worker") {
+        return;
+    }
+    support::run(async {
+        let sessions = json!({
+            "lead": [
+                {"calls": [{"tool": "subagent", "input": {"prompt": "work", "background": true}}]},
+                {"text": "waiting"},
+                {"text": "heard"},
+            ],
+            "lead.1": [{"text": "child done", "gate": "child"}],
+        });
+        let mut cluster = Cluster::start(sessions, &["child"]).await;
+        let (id, header) = lead();
+        let child = SessionId::new("lead.1").unwrap();
+        cluster
+            .client()
+            .start(&header, UserMessage::user_text("go"))
+            .await
+            .unwrap();
+        cluster.started("child").await;
+        cluster.kill_a();
+        cluster.started("child").await;
+        cluster.open("child").await;
+        cluster.wait_turns(&child, 1).await;
+        cluster.wait_turns(&id, 2).await;
+        let logs = cluster.export_and_check(&id).await;
+        assert_eq!(logs.len(), 2);
+        let (lead_log, child_log) = (&logs[0].1, &logs[1].1);
+        assert_eq!(logs[1].0, child);
+        assert_eq!(catalog_entries(lead_log), 1);
+        assert_eq!(notices(lead_log), 1);
+        assert_eq!(assistant_texts(child_log), ["child done"]);
+        assert_eq!(assistant_texts(lead_log).last().unwrap(), "heard");
+        let asks = cluster.record("asks");
+        assert_eq!(count(&asks, "lead.1 0"), 2, "{asks:?}");
+        assert_eq!(count(&asks, "lead 0"), 1, "{asks:?}");
+        assert!(count(&asks, "lead 1") <= 2, "{asks:?}");
+        assert_eq!(count(&asks, "lead 2"), 1, "{asks:?}");
+    });
+}
+
+/// Kill test 3: the worker dies while a foreground parent waits on its
+/// child (the parent's turn suspended on an awakeable). No step of the
+/// parent runs again; it resumes with the child's reply when the child
+/// settles; no notice is sent for a foreground child's first settlement.
+#[test]
+fn a_foreground_parent_resumes_when_its_child_settles_after_a_kill() {
+    if !support::isolated("a_foreground_parent_resumes_when_its_child_settles_after_a_kill") {
+        return;
+    }
+    support::run(async {
+        let sessions = json!({
+            "lead": [
+                {"calls": [{"tool": "subagent", "input": {"prompt": "work"}}]},
+                {"text": "got it"},
+            ],
+            "lead.1": [{"text": "child answer", "gate": "child"}],
+        });
+        let mut cluster = Cluster::start(sessions, &["child"]).await;
+        let (id, header) = lead();
+        let child = SessionId::new("lead.1").unwrap();
+        cluster
+            .client()
+            .start(&header, UserMessage::user_text("go"))
+            .await
+            .unwrap();
+        cluster.started("child").await;
+        cluster.kill_a();
+        cluster.started("child").await;
+        cluster.open("child").await;
+        cluster.wait_turns(&id, 1).await;
+        cluster.wait_turns(&child, 1).await;
+        let logs = cluster.export_and_check(&id).await;
+        let lead_log = &logs[0].1;
+        let results = results(lead_log);
+        assert_eq!(results.len(), 1);
+        assert_eq!(text(&results[0].content), "child answer");
+        assert_eq!(notices(lead_log), 0);
+        assert_eq!(catalog_entries(lead_log), 1);
+        let asks = cluster.record("asks");
+        assert_eq!(count(&asks, "lead 0"), 1, "{asks:?}");
+        assert_eq!(count(&asks, "lead 1"), 1, "{asks:?}");
+        assert_eq!(count(&asks, "lead.1 0"), 2, "{asks:?}");
     });
 }

@@ -93,16 +93,17 @@ impl Inbox {
     }
 
     /// A turn ended: schedule the next one (a one-way call of
-    /// `dsh.Session/{id}/run_turn`) if waking input waits.
+    /// `dsh.Session/{id}/run_turn`) if waking input waits. Returns whether
+    /// it did (when not, the agent has settled).
     #[handler]
-    async fn turn_ended(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+    async fn turn_ended(&self, ctx: ObjectContext<'_>) -> HandlerResult<bool> {
         let mut state = or_empty(ctx.get(INBOX_KEY).await?);
         let again = state.turn_ended();
         ctx.set(INBOX_KEY, Json(state));
         if again {
             schedule_turn(&ctx);
         }
-        Ok(())
+        Ok(again)
     }
 
     /// Where the inbox stands.

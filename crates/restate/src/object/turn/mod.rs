@@ -19,6 +19,9 @@
 //! - appends: `ctx.set` of the log's chunks and head (state is journaled
 //!   with the steps).
 //!
+//! - the built-in `subagent` tool: calls between objects, not a `ctx.run`
+//!   (`delegate`), and a child's settlement when its turn ends idle.
+//!
 //! Interrupts are not wired yet: `IsCancelled` answers `false`.
 
 use std::sync::Arc;
@@ -39,6 +42,8 @@ use dsh_harness::turn::{Effect, Input, ModelOutcome, ModelReply, TurnMachine};
 use futures::StreamExt;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
+
+mod delegate;
 
 use super::inbox::{ClaimedItem, InboxClient};
 use super::view::TurnView;
@@ -132,10 +137,14 @@ pub(super) async fn run_turn(ctx: &ObjectContext<'_>, env: &dyn WorkerEnv) -> Ha
         host.write(closing)?;
     }
     host.drive().await?;
-    ctx.object_client::<InboxClient>(key)
+    let again = ctx
+        .object_client::<InboxClient>(key)
         .turn_ended()
         .call()
         .await?;
+    if !again {
+        host.settle().await?;
+    }
     Ok(())
 }
 
@@ -327,7 +336,11 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         let view = self.view.clone();
         let specs: Vec<ToolSpec> = self
             .ctx
-            .run(|| async move { Ok(Json(tools.specs(view.as_ref()))) })
+            .run(|| async move {
+                let mut specs = tools.specs(view.as_ref());
+                specs.push(delegate::spec());
+                Ok(Json(specs))
+            })
             .name(format!("tools:{turn}:{step}"))
             .await?
             .into_inner();
@@ -369,6 +382,10 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     async fn call_tools(&mut self, calls: &[ToolCall]) -> HandlerResult<Vec<ToolOutput>> {
         let mut outputs = Vec::with_capacity(calls.len());
         for call in calls {
+            if call.name == delegate::DELEGATE_TOOL {
+                outputs.push(self.delegate(call).await?);
+                continue;
+            }
             let idempotent = self
                 .composed
                 .tools
