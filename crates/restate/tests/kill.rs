@@ -112,6 +112,25 @@ impl Cluster {
         self.a.take().unwrap().kill9();
     }
 
+    /// Kill A while gate `gate`'s step is in flight on it, then let the
+    /// step through when B runs it again.
+    async fn kill_a_at_and_rerun(&mut self, gate: &str) {
+        self.started(gate).await;
+        self.kill_a();
+        self.started(gate).await;
+        self.open(gate).await;
+    }
+
+    /// Start the lead with a prompt.
+    async fn start_lead(&self) -> SessionId {
+        let (id, header) = lead();
+        self.client()
+            .start(&header, UserMessage::user_text("go"))
+            .await
+            .unwrap();
+        id
+    }
+
     /// The lines of the worker's record `file` (`asks`, `runs`).
     fn record(&self, file: &str) -> Vec<String> {
         std::fs::read_to_string(self.dir.path().join(file))
@@ -206,13 +225,7 @@ fn assistant_texts(events: &[SessionEvent]) -> Vec<String> {
 }
 
 fn text(content: &[ContentBlock]) -> String {
-    content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
+    dsh_core::content::joined_text(content)
 }
 
 fn lead() -> (SessionId, SessionHeader) {
@@ -233,12 +246,7 @@ fn kill_during_a_tool_call(tool: &str) -> (Vec<String>, Vec<String>, Vec<Session
             {"text": "finished"},
         ]});
         let mut cluster = Cluster::start(sessions, &["tool"]).await;
-        let (id, header) = lead();
-        cluster
-            .client()
-            .start(&header, UserMessage::user_text("go"))
-            .await
-            .unwrap();
+        let id = cluster.start_lead().await;
         cluster.started("tool").await;
         cluster.kill_a();
         if tool == "count_idempotent" {
@@ -390,17 +398,9 @@ fn a_child_cut_mid_model_step_finishes_on_the_other_worker() {
             "lead.1": [{"text": "child done", "gate": "child"}],
         });
         let mut cluster = Cluster::start(sessions, &["child"]).await;
-        let (id, header) = lead();
+        let id = cluster.start_lead().await;
         let child = SessionId::new("lead.1").unwrap();
-        cluster
-            .client()
-            .start(&header, UserMessage::user_text("go"))
-            .await
-            .unwrap();
-        cluster.started("child").await;
-        cluster.kill_a();
-        cluster.started("child").await;
-        cluster.open("child").await;
+        cluster.kill_a_at_and_rerun("child").await;
         cluster.wait_turns(&child, 1).await;
         cluster.wait_turns(&id, 2).await;
         let logs = cluster.export_and_check(&id).await;
@@ -437,17 +437,9 @@ fn a_foreground_parent_resumes_when_its_child_settles_after_a_kill() {
             "lead.1": [{"text": "child answer", "gate": "child"}],
         });
         let mut cluster = Cluster::start(sessions, &["child"]).await;
-        let (id, header) = lead();
+        let id = cluster.start_lead().await;
         let child = SessionId::new("lead.1").unwrap();
-        cluster
-            .client()
-            .start(&header, UserMessage::user_text("go"))
-            .await
-            .unwrap();
-        cluster.started("child").await;
-        cluster.kill_a();
-        cluster.started("child").await;
-        cluster.open("child").await;
+        cluster.kill_a_at_and_rerun("child").await;
         cluster.wait_turns(&id, 1).await;
         cluster.wait_turns(&child, 1).await;
         let logs = cluster.export_and_check(&id).await;

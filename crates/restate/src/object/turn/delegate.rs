@@ -18,6 +18,7 @@
 //! input. Child ids are `{parent}.{n}`, `n` counting the parent's catalog
 //! entries from 1, so a replayed turn names the same child.
 
+use dsh_core::content::joined_text;
 use dsh_core::{
     ContentBlock, EventPayload, ExtensionPayload, InboxTarget, MessageId, MessageSource,
     SessionHeader, SessionId, StopReason, ToolCall, ToolOutput, ToolSpec, UserMessage,
@@ -181,7 +182,7 @@ impl Host<'_, '_> {
             .iter()
             .rev()
             .find_map(|event| match &event.payload {
-                EventPayload::AssistantMessage(entry) => Some(text(&entry.content)),
+                EventPayload::AssistantMessage(entry) => Some(joined_text(&entry.content)),
                 _ => None,
             })
             .unwrap_or_default();
@@ -229,15 +230,4 @@ impl Host<'_, '_> {
             .send();
         Ok(())
     }
-}
-
-/// The text blocks of `content`, joined.
-fn text(content: &[ContentBlock]) -> String {
-    content
-        .iter()
-        .filter_map(|block| match block {
-            ContentBlock::Text { text } => Some(text.as_str()),
-            _ => None,
-        })
-        .collect()
 }
