@@ -455,3 +455,47 @@ fn a_foreground_parent_resumes_when_its_child_settles_after_a_kill() {
         assert_eq!(count(&asks, "lead.1 0"), 2, "{asks:?}");
     });
 }
+
+/// Kill test 5: the server itself stops (SIGTERM) and starts again on its
+/// data while a background child's model step is in flight. Nothing is
+/// lost: the child's step is asked again by the new attempt (the old
+/// attempt, cut, is let through its gate first and its answer goes
+/// nowhere), the lead hears one notice, every other step ran once.
+#[test]
+fn a_server_restart_mid_tree_loses_nothing() {
+    if !support::isolated("a_server_restart_mid_tree_loses_nothing") {
+        return;
+    }
+    support::run(async {
+        let sessions = json!({
+            "lead": [
+                {"calls": [{"tool": "subagent", "input": {"prompt": "work", "background": true}}]},
+                {"text": "waiting"},
+                {"text": "heard"},
+            ],
+            "lead.1": [{"text": "child done", "gate": "child"}],
+        });
+        let mut cluster = Cluster::start(sessions, &["child"]).await;
+        let id = cluster.start_lead().await;
+        let child = SessionId::new("lead.1").unwrap();
+        cluster.started("child").await;
+        cluster.server.restart().await;
+        // The cut attempt still waits at the gate; the new one waits to
+        // announce itself, so this opening can only reach the cut one.
+        cluster.open("child").await;
+        cluster.started("child").await;
+        cluster.open("child").await;
+        cluster.wait_turns(&child, 1).await;
+        cluster.wait_turns(&id, 2).await;
+        let logs = cluster.export_and_check(&id).await;
+        let lead_log = &logs[0].1;
+        assert_eq!(catalog_entries(lead_log), 1);
+        assert_eq!(notices(lead_log), 1);
+        assert_eq!(assistant_texts(&logs[1].1), ["child done"]);
+        let asks = cluster.record("asks");
+        assert_eq!(count(&asks, "lead.1 0"), 2, "{asks:?}");
+        assert_eq!(count(&asks, "lead 0"), 1, "{asks:?}");
+        assert!(count(&asks, "lead 1") <= 2, "{asks:?}");
+        assert_eq!(count(&asks, "lead 2"), 1, "{asks:?}");
+    });
+}

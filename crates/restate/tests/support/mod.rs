@@ -134,33 +134,40 @@ impl Server {
     pub async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), CONFIG).unwrap();
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-        let started = Instant::now();
-        let child = Command::new(server_binary())
-            .arg("--config-file")
-            .arg(dir.path().join("config.toml"))
-            .arg("--base-dir")
-            .arg(dir.path().join("data"))
-            .arg("--no-logo")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = spawn_server(dir.path());
         let client = RestateClient::new("http://127.0.0.1:8080", "http://127.0.0.1:9070").unwrap();
         let mut server = Self { child, dir, client };
+        server.wait_healthy().await;
+        server
+    }
+
+    /// Stop the server with SIGTERM, wait for it to exit, and start it
+    /// again on the same data directory.
+    pub async fn restart(&mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap();
+        self.child = spawn_server(self.dir.path());
+        self.wait_healthy().await;
+    }
+
+    async fn wait_healthy(&mut self) {
+        let started = Instant::now();
         let deadline = started + Duration::from_secs(60);
         loop {
-            if server.client.health().await.is_ok() {
+            if self.client.health().await.is_ok() {
                 break;
             }
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!("restate-server exited ({status}):\n{}", server.log());
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("restate-server exited ({status}):\n{}", self.log());
             }
             assert!(
                 Instant::now() < deadline,
                 "restate-server not healthy in 60 s:\n{}",
-                server.log()
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -168,13 +175,33 @@ impl Server {
             "restate-server healthy {} ms after exec",
             started.elapsed().as_millis()
         );
-        server
     }
 
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
+}
+
+/// Start `restate-server` on the configuration and data in `dir`, its
+/// output appended to `dir/server.log`.
+fn spawn_server(dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .unwrap();
+    Command::new(server_binary())
+        .arg("--config-file")
+        .arg(dir.join("config.toml"))
+        .arg("--base-dir")
+        .arg(dir.join("data"))
+        .arg("--no-logo")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 impl Server {
