@@ -380,6 +380,41 @@ fn catalog_entries(events: &[SessionEvent]) -> usize {
         .count()
 }
 
+/// A lead that starts one background child (`lead.1`, whose only model
+/// step waits at gate `child`), then waits, then answers the notice.
+fn background_tree() -> Value {
+    json!({
+        "lead": [
+            {"calls": [{"tool": "subagent", "input": {"prompt": "work", "background": true}}]},
+            {"text": "waiting"},
+            {"text": "heard"},
+        ],
+        "lead.1": [{"text": "child done", "gate": "child"}],
+    })
+}
+
+/// Once the child's gated step was cut once and run again: the tree ends
+/// with one catalog entry and one notice, the child's step asked twice and
+/// every lead step once (its second, in flight or not at the cut, at most
+/// twice).
+async fn check_background_tree(cluster: &Cluster, id: &SessionId, child: &SessionId) {
+    cluster.wait_turns(child, 1).await;
+    cluster.wait_turns(id, 2).await;
+    let logs = cluster.export_and_check(id).await;
+    assert_eq!(logs.len(), 2);
+    let (lead_log, child_log) = (&logs[0].1, &logs[1].1);
+    assert_eq!(&logs[1].0, child);
+    assert_eq!(catalog_entries(lead_log), 1);
+    assert_eq!(notices(lead_log), 1);
+    assert_eq!(assistant_texts(child_log), ["child done"]);
+    assert_eq!(assistant_texts(lead_log).last().unwrap(), "heard");
+    let asks = cluster.record("asks");
+    assert_eq!(count(&asks, "lead.1 0"), 2, "{asks:?}");
+    assert_eq!(count(&asks, "lead 0"), 1, "{asks:?}");
+    assert!(count(&asks, "lead 1") <= 2, "{asks:?}");
+    assert_eq!(count(&asks, "lead 2"), 1, "{asks:?}");
+}
+
 /// Kill test 1: the worker dies while a background child's model step is
 /// in flight. Every journaled step ran once, the cut one twice (A, then
 /// B), the tree finishes on B, and the lead hears the child's notice once.
@@ -389,33 +424,11 @@ fn a_child_cut_mid_model_step_finishes_on_the_other_worker() {
         return;
     }
     support::run(async {
-        let sessions = json!({
-            "lead": [
-                {"calls": [{"tool": "subagent", "input": {"prompt": "work", "background": true}}]},
-                {"text": "waiting"},
-                {"text": "heard"},
-            ],
-            "lead.1": [{"text": "child done", "gate": "child"}],
-        });
-        let mut cluster = Cluster::start(sessions, &["child"]).await;
+        let mut cluster = Cluster::start(background_tree(), &["child"]).await;
         let id = cluster.start_lead().await;
         let child = SessionId::new("lead.1").unwrap();
         cluster.kill_a_at_and_rerun("child").await;
-        cluster.wait_turns(&child, 1).await;
-        cluster.wait_turns(&id, 2).await;
-        let logs = cluster.export_and_check(&id).await;
-        assert_eq!(logs.len(), 2);
-        let (lead_log, child_log) = (&logs[0].1, &logs[1].1);
-        assert_eq!(logs[1].0, child);
-        assert_eq!(catalog_entries(lead_log), 1);
-        assert_eq!(notices(lead_log), 1);
-        assert_eq!(assistant_texts(child_log), ["child done"]);
-        assert_eq!(assistant_texts(lead_log).last().unwrap(), "heard");
-        let asks = cluster.record("asks");
-        assert_eq!(count(&asks, "lead.1 0"), 2, "{asks:?}");
-        assert_eq!(count(&asks, "lead 0"), 1, "{asks:?}");
-        assert!(count(&asks, "lead 1") <= 2, "{asks:?}");
-        assert_eq!(count(&asks, "lead 2"), 1, "{asks:?}");
+        check_background_tree(&cluster, &id, &child).await;
     });
 }
 
@@ -467,15 +480,7 @@ fn a_server_restart_mid_tree_loses_nothing() {
         return;
     }
     support::run(async {
-        let sessions = json!({
-            "lead": [
-                {"calls": [{"tool": "subagent", "input": {"prompt": "work", "background": true}}]},
-                {"text": "waiting"},
-                {"text": "heard"},
-            ],
-            "lead.1": [{"text": "child done", "gate": "child"}],
-        });
-        let mut cluster = Cluster::start(sessions, &["child"]).await;
+        let mut cluster = Cluster::start(background_tree(), &["child"]).await;
         let id = cluster.start_lead().await;
         let child = SessionId::new("lead.1").unwrap();
         cluster.started("child").await;
@@ -485,17 +490,6 @@ fn a_server_restart_mid_tree_loses_nothing() {
         cluster.open("child").await;
         cluster.started("child").await;
         cluster.open("child").await;
-        cluster.wait_turns(&child, 1).await;
-        cluster.wait_turns(&id, 2).await;
-        let logs = cluster.export_and_check(&id).await;
-        let lead_log = &logs[0].1;
-        assert_eq!(catalog_entries(lead_log), 1);
-        assert_eq!(notices(lead_log), 1);
-        assert_eq!(assistant_texts(&logs[1].1), ["child done"]);
-        let asks = cluster.record("asks");
-        assert_eq!(count(&asks, "lead.1 0"), 2, "{asks:?}");
-        assert_eq!(count(&asks, "lead 0"), 1, "{asks:?}");
-        assert!(count(&asks, "lead 1") <= 2, "{asks:?}");
-        assert_eq!(count(&asks, "lead 2"), 1, "{asks:?}");
+        check_background_tree(&cluster, &id, &child).await;
     });
 }
