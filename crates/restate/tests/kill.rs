@@ -10,167 +10,53 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::PathBuf;
 
 use dsh_core::session::ToolResultEntry;
 use dsh_core::{
-    ContentBlock, EventPayload, InboxTarget, MessageSource, SessionEvent, SessionHeader, SessionId,
-    SessionStore, StopReason, UserMessage,
+    ContentBlock, EventPayload, InboxTarget, MessageSource, SessionEvent, SessionId, SessionStore,
+    StopReason, UserMessage,
 };
 use dsh_harness::JsonlStore;
 use dsh_harness::replay::{Verdict, replay_session};
-use dsh_restate::client::RestateClient;
 use dsh_restate::object::WORKER_STOPPED_TOOL_CALL;
 use dsh_restate::state::inbox::AcceptRequest;
 use serde_json::{Value, json};
-use support::{Front, Server, Worker};
+use support::cluster::{Cluster, POLL, lead};
 
-/// How often a test asks whether a session is idle.
-const POLL: Duration = Duration::from_millis(20);
-
-/// A server, workers A and B behind one front, and the script's folder.
-struct Cluster {
-    server: Server,
-    a: Option<Worker>,
-    _b: Worker,
-    _front: Front,
-    dir: tempfile::TempDir,
-}
-
-impl Cluster {
-    /// Start everything with `sessions` as the workers' script; `gates`
-    /// are made as FIFOs.
-    async fn start(sessions: Value, gates: &[&str]) -> Self {
-        let dir = tempfile::tempdir().unwrap();
-        for gate in gates {
-            for end in ["started", "open"] {
-                let status = std::process::Command::new("mkfifo")
-                    .arg(dir.path().join(format!("{gate}.{end}")))
-                    .status()
-                    .unwrap();
-                assert!(status.success());
-            }
-        }
-        let script = dir.path().join("script.json");
-        let text = json!({"dir": dir.path(), "sessions": sessions}).to_string();
-        std::fs::write(&script, text).unwrap();
-        let server = Server::start().await;
-        let a = Worker::start_with("127.0.0.1:9081", Some(&script));
-        let b = Worker::start_with("127.0.0.1:9082", Some(&script));
-        let front = Front::start(
-            "127.0.0.1:9080",
-            vec!["127.0.0.1:9081".into(), "127.0.0.1:9082".into()],
-        )
-        .await;
-        server.client.register_deployment(&front.uri).await.unwrap();
-        Self {
-            server,
-            a: Some(a),
-            _b: b,
-            _front: front,
-            dir,
-        }
+/// Export `root`'s tree, load every session with dsh's JSONL store,
+/// replay each, and check what every tree must hold; returns the
+/// sessions' logs.
+async fn export_and_check(
+    cluster: &Cluster,
+    root: &SessionId,
+) -> Vec<(SessionId, Vec<SessionEvent>)> {
+    let out: PathBuf = cluster.dir.path().join("export");
+    let ids = dsh_restate::export::export(cluster.client(), root, &out)
+        .await
+        .unwrap();
+    let store = JsonlStore::new(&out, dsh_core::Durability::default()).unwrap();
+    let mut logs = Vec::new();
+    for id in ids {
+        let loaded = store.load(&id).await.unwrap();
+        assert!(loaded.torn_tail.is_none());
+        let verdict = replay_session(&loaded.header, &loaded.events);
+        assert!(
+            matches!(verdict, Verdict::Identical { .. }),
+            "{id}: {verdict:?}"
+        );
+        check_log(&id, &loaded.events);
+        logs.push((id, loaded.events));
     }
-
-    fn client(&self) -> &RestateClient {
-        &self.server.client
+    let rows = cluster
+        .client()
+        .query("select target_handler_name, status from sys_invocation")
+        .await
+        .unwrap();
+    for row in rows {
+        assert_eq!(row["status"], "completed", "{row}");
     }
-
-    /// Wait until `id` has ended `turns` turns and is idle.
-    async fn wait_turns(&self, id: &SessionId, turns: u64) {
-        loop {
-            let status = self.client().status(id).await.unwrap();
-            if status.head.turns_ended >= turns && status.is_idle() {
-                return;
-            }
-            tokio::time::sleep(POLL).await;
-        }
-    }
-
-    /// Wait until gate `gate`'s step is in flight (it wrote its start).
-    async fn started(&self, gate: &str) {
-        let path = self.dir.path().join(format!("{gate}.started"));
-        let line = tokio::task::spawn_blocking(move || std::fs::read_to_string(path))
-            .await
-            .unwrap()
-            .unwrap();
-        assert_eq!(line, "started\n");
-    }
-
-    /// Let gate `gate`'s step through.
-    async fn open(&self, gate: &str) {
-        let path = self.dir.path().join(format!("{gate}.open"));
-        tokio::task::spawn_blocking(move || std::fs::write(path, "open\n"))
-            .await
-            .unwrap()
-            .unwrap();
-    }
-
-    /// `kill -9` worker A.
-    fn kill_a(&mut self) {
-        self.a.take().unwrap().kill9();
-    }
-
-    /// Kill A while gate `gate`'s step is in flight on it, then let the
-    /// step through when B runs it again.
-    async fn kill_a_at_and_rerun(&mut self, gate: &str) {
-        self.started(gate).await;
-        self.kill_a();
-        self.started(gate).await;
-        self.open(gate).await;
-    }
-
-    /// Start the lead with a prompt.
-    async fn start_lead(&self) -> SessionId {
-        let (id, header) = lead();
-        self.client()
-            .start(&header, UserMessage::user_text("go"))
-            .await
-            .unwrap();
-        id
-    }
-
-    /// The lines of the worker's record `file` (`asks`, `runs`).
-    fn record(&self, file: &str) -> Vec<String> {
-        std::fs::read_to_string(self.dir.path().join(file))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_owned)
-            .collect()
-    }
-
-    /// Export `root`'s tree, load every session with dsh's JSONL store,
-    /// replay each, and check what every tree must hold; returns the
-    /// sessions' logs.
-    async fn export_and_check(&self, root: &SessionId) -> Vec<(SessionId, Vec<SessionEvent>)> {
-        let out: PathBuf = self.dir.path().join("export");
-        let ids = dsh_restate::export::export(self.client(), root, &out)
-            .await
-            .unwrap();
-        let store = JsonlStore::new(&out, dsh_core::Durability::default()).unwrap();
-        let mut logs = Vec::new();
-        for id in ids {
-            let loaded = store.load(&id).await.unwrap();
-            assert!(loaded.torn_tail.is_none());
-            let verdict = replay_session(&loaded.header, &loaded.events);
-            assert!(
-                matches!(verdict, Verdict::Identical { .. }),
-                "{id}: {verdict:?}"
-            );
-            check_log(&id, &loaded.events);
-            logs.push((id, loaded.events));
-        }
-        let rows = self
-            .client()
-            .query("select target_handler_name, status from sys_invocation")
-            .await
-            .unwrap();
-        for row in rows {
-            assert_eq!(row["status"], "completed", "{row}");
-        }
-        logs
-    }
+    logs
 }
 
 /// Each user message once, every tool call answered once, every turn
@@ -228,12 +114,6 @@ fn text(content: &[ContentBlock]) -> String {
     dsh_core::content::joined_text(content)
 }
 
-fn lead() -> (SessionId, SessionHeader) {
-    let id = SessionId::new("lead").unwrap();
-    let header = SessionHeader::new(id.clone(), Path::new("/"));
-    (id, header)
-}
-
 /// Kill test 2: a worker dies during a tool call, after the model step
 /// that made the call was journaled. The model is not asked again; a tool
 /// that is not idempotent is not run again and answers that its outcome
@@ -255,7 +135,7 @@ fn kill_during_a_tool_call(tool: &str) -> (Vec<String>, Vec<String>, Vec<Session
             cluster.open("tool").await;
         }
         cluster.client().wait_idle(&id, POLL).await.unwrap();
-        let mut logs = cluster.export_and_check(&id).await;
+        let mut logs = export_and_check(&cluster, &id).await;
         let (_, events) = logs.remove(0);
         outcome = Some((cluster.record("asks"), cluster.record("runs"), events));
     });
@@ -338,7 +218,7 @@ fn input_sent_while_a_worker_is_dead_is_claimed_once_in_order() {
         cluster.started("model").await;
         cluster.open("model").await;
         client.wait_idle(&id, POLL).await.unwrap();
-        let mut logs = cluster.export_and_check(&id).await;
+        let mut logs = export_and_check(&cluster, &id).await;
         let (_, events) = logs.remove(0);
         let users: Vec<String> = events
             .iter()
@@ -400,7 +280,7 @@ fn background_tree() -> Value {
 async fn check_background_tree(cluster: &Cluster, id: &SessionId, child: &SessionId) {
     cluster.wait_turns(child, 1).await;
     cluster.wait_turns(id, 2).await;
-    let logs = cluster.export_and_check(id).await;
+    let logs = export_and_check(cluster, id).await;
     assert_eq!(logs.len(), 2);
     let (lead_log, child_log) = (&logs[0].1, &logs[1].1);
     assert_eq!(&logs[1].0, child);
@@ -455,7 +335,7 @@ fn a_foreground_parent_resumes_when_its_child_settles_after_a_kill() {
         cluster.kill_a_at_and_rerun("child").await;
         cluster.wait_turns(&id, 1).await;
         cluster.wait_turns(&child, 1).await;
-        let logs = cluster.export_and_check(&id).await;
+        let logs = export_and_check(&cluster, &id).await;
         let lead_log = &logs[0].1;
         let results = results(lead_log);
         assert_eq!(results.len(), 1);

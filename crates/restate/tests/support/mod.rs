@@ -15,6 +15,8 @@
 //! stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -34,7 +36,7 @@ pub const WORKER_ADDR: &str = "127.0.0.1:9080";
 /// ran in a namespace and passed (it panics if it failed) or could not be
 /// run in one outside CI. `test` is the test function's name.
 pub fn isolated(test: &str) -> bool {
-    if std::env::var_os(INSIDE).is_some() {
+    if inside() {
         let devices = std::fs::read_to_string("/proc/self/net/dev").unwrap();
         let others: Vec<&str> = devices
             .lines()
@@ -46,19 +48,8 @@ pub fn isolated(test: &str) -> bool {
         assert!(others.is_empty(), "not isolated: interfaces {others:?}");
         return true;
     }
-    let exe = std::env::current_exe().unwrap();
-    let output = Command::new("unshare")
-        .args([
-            "--net",
-            "--",
-            "sh",
-            "-c",
-            "ip link set lo up && exec \"$@\"",
-            "sh",
-        ])
-        .arg(&exe)
+    let output = in_namespace()
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(INSIDE, "1")
         .stdin(Stdio::null())
         .output();
     let output = match output {
@@ -76,6 +67,29 @@ pub fn isolated(test: &str) -> bool {
     );
     say(stderr.trim_end());
     false
+}
+
+/// Whether this process runs in the namespace [`in_namespace`] made.
+pub fn inside() -> bool {
+    std::env::var_os(INSIDE).is_some()
+}
+
+/// A command running this executable again (add its arguments) under
+/// `unshare --net`, loopback up, marked so that [`inside`] is true there.
+pub fn in_namespace() -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .env(INSIDE, "1");
+    command
 }
 
 fn cannot_isolate(test: &str, why: &str) -> bool {
