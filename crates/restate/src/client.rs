@@ -209,6 +209,32 @@ impl RestateClient {
         self.send(self.http.post(&url), &url).await
     }
 
+    /// Interrupt `session`: park its inbox (input waits and wakes nothing
+    /// until [`RestateClient::unpark`]); a running turn ends `aborted` at
+    /// its next check (a model step or tool call in flight finishes first).
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the session may be parked.
+    pub async fn interrupt(&self, session: &SessionId) -> Result<(), ClientError> {
+        let url = format!("{}/dsh.Inbox/{session}/interrupt", self.ingress);
+        self.send(self.http.post(&url), &url).await
+    }
+
+    /// Unpark `session`: waiting waking input starts a turn.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the session may be unparked.
+    pub async fn unpark(&self, session: &SessionId) -> Result<(), ClientError> {
+        let url = format!("{}/dsh.Inbox/{session}/unpark", self.ingress);
+        self.send(self.http.post(&url), &url).await
+    }
+
     /// Create a session's log (`dsh.Session/{id}/create`) with its header
     /// and seed.
     ///

@@ -2,22 +2,21 @@
 //! store's JSONL files, byte for byte (`<id>.jsonl`: the header line, then
 //! one line per event, each ending in `\n`), so `dsh show`, dsh's parser,
 //! the snapshot suites and replay read them as any local log. The tree is
-//! the root and every session a `subagent/child` catalog entry of a
-//! session in it names (`payload.child_id`), parents first.
+//! [`crate::tree::members`].
 
-use std::collections::{BTreeSet, VecDeque};
 use std::path::{Path, PathBuf};
 
 use dsh_core::SessionId;
 
 use crate::client::{ClientError, RestateClient};
+use crate::tree::{self, TreeError};
 
 /// Why an export stopped. Files written before the error stay.
 #[derive(Debug, thiserror::Error)]
 pub enum ExportError {
-    /// A session of the tree does not exist on the cluster.
-    #[error("session `{0}` does not exist on the cluster")]
-    NoSuchSession(SessionId),
+    /// The tree could not be read.
+    #[error(transparent)]
+    Tree(#[from] TreeError),
     /// The server could not be asked.
     #[error("reading `{session}`: {source}")]
     Client {
@@ -60,9 +59,7 @@ pub async fn export(
             source,
         })?;
     let mut written = Vec::new();
-    let mut seen = BTreeSet::from([root.clone()]);
-    let mut next = VecDeque::from([root.clone()]);
-    while let Some(id) = next.pop_front() {
+    for id in tree::members(client, root).await? {
         let failed = |source| ExportError::Client {
             session: id.clone(),
             source,
@@ -71,17 +68,12 @@ pub async fn export(
             .header_line(&id)
             .await
             .map_err(failed)?
-            .ok_or_else(|| ExportError::NoSuchSession(id.clone()))?;
+            .ok_or_else(|| TreeError::NoSuchSession(id.clone()))?;
         let mut text = header;
         text.push('\n');
         let mut from = 0;
         loop {
             let page = client.events_since(&id, from).await.map_err(failed)?;
-            for child in children(&page.lines) {
-                if seen.insert(child.clone()) {
-                    next.push_back(child);
-                }
-            }
             text.push_str(&page.lines);
             from = page.next_seq;
             if page.complete {
@@ -95,16 +87,4 @@ pub async fn export(
         written.push(id);
     }
     Ok(written)
-}
-
-/// The child ids the `subagent/child` entries among `lines` name.
-fn children(lines: &str) -> Vec<SessionId> {
-    lines
-        .lines()
-        .filter(|line| line.contains("\"subagent/child\""))
-        .filter_map(|line| serde_json::from_str::<serde_json::Value>(line).ok())
-        .filter(|event| event["type"] == "subagent/child")
-        .filter_map(|event| event["payload"]["child_id"].as_str().map(str::to_owned))
-        .filter_map(|id| SessionId::new(id).ok())
-        .collect()
 }

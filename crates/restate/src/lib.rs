@@ -15,4 +15,5 @@ pub mod export;
 pub mod object;
 pub mod state;
 pub mod store;
+pub mod tree;
 pub mod worker;

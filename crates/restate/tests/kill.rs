@@ -26,10 +26,11 @@ use support::cluster::{Cluster, POLL, lead};
 
 /// Export `root`'s tree, load every session with dsh's JSONL store,
 /// replay each, and check what every tree must hold; returns the
-/// sessions' logs.
+/// sessions' logs. The `interrupted` sessions may end turns `aborted`.
 async fn export_and_check(
     cluster: &Cluster,
     root: &SessionId,
+    interrupted: &[&str],
 ) -> Vec<(SessionId, Vec<SessionEvent>)> {
     let out: PathBuf = cluster.dir.path().join("export");
     let ids = dsh_restate::export::export(cluster.client(), root, &out)
@@ -45,7 +46,7 @@ async fn export_and_check(
             matches!(verdict, Verdict::Identical { .. }),
             "{id}: {verdict:?}"
         );
-        check_log(&id, &loaded.events);
+        check_log(&id, &loaded.events, interrupted.contains(&id.as_str()));
         logs.push((id, loaded.events));
     }
     let rows = cluster
@@ -60,8 +61,8 @@ async fn export_and_check(
 }
 
 /// Each user message once, every tool call answered once, every turn
-/// ended `completed`.
-fn check_log(id: &SessionId, events: &[SessionEvent]) {
+/// ended `completed` (or `aborted`, for a session that was `interrupted`).
+fn check_log(id: &SessionId, events: &[SessionEvent], interrupted: bool) {
     let mut users = std::collections::BTreeSet::new();
     let mut calls = std::collections::BTreeMap::new();
     for event in events {
@@ -79,7 +80,11 @@ fn check_log(id: &SessionId, events: &[SessionEvent]) {
                 *calls.get_mut(&result.call_id).unwrap() += 1;
             }
             EventPayload::TurnEnd(end) => {
-                assert_eq!(end.stop_reason, StopReason::COMPLETED, "{id}: {end:?}");
+                let aborted = interrupted && end.stop_reason == StopReason::ABORTED;
+                assert!(
+                    aborted || end.stop_reason == StopReason::COMPLETED,
+                    "{id}: {end:?}"
+                );
             }
             _ => {}
         }
@@ -135,7 +140,7 @@ fn kill_during_a_tool_call(tool: &str) -> (Vec<String>, Vec<String>, Vec<Session
             cluster.open("tool").await;
         }
         cluster.client().wait_idle(&id, POLL).await.unwrap();
-        let mut logs = export_and_check(&cluster, &id).await;
+        let mut logs = export_and_check(&cluster, &id, &[]).await;
         let (_, events) = logs.remove(0);
         outcome = Some((cluster.record("asks"), cluster.record("runs"), events));
     });
@@ -218,7 +223,7 @@ fn input_sent_while_a_worker_is_dead_is_claimed_once_in_order() {
         cluster.started("model").await;
         cluster.open("model").await;
         client.wait_idle(&id, POLL).await.unwrap();
-        let mut logs = export_and_check(&cluster, &id).await;
+        let mut logs = export_and_check(&cluster, &id, &[]).await;
         let (_, events) = logs.remove(0);
         let users: Vec<String> = events
             .iter()
@@ -280,7 +285,7 @@ fn background_tree() -> Value {
 async fn check_background_tree(cluster: &Cluster, id: &SessionId, child: &SessionId) {
     cluster.wait_turns(child, 1).await;
     cluster.wait_turns(id, 2).await;
-    let logs = export_and_check(cluster, id).await;
+    let logs = export_and_check(cluster, id, &[]).await;
     assert_eq!(logs.len(), 2);
     let (lead_log, child_log) = (&logs[0].1, &logs[1].1);
     assert_eq!(&logs[1].0, child);
@@ -335,7 +340,7 @@ fn a_foreground_parent_resumes_when_its_child_settles_after_a_kill() {
         cluster.kill_a_at_and_rerun("child").await;
         cluster.wait_turns(&id, 1).await;
         cluster.wait_turns(&child, 1).await;
-        let logs = export_and_check(&cluster, &id).await;
+        let logs = export_and_check(&cluster, &id, &[]).await;
         let lead_log = &logs[0].1;
         let results = results(lead_log);
         assert_eq!(results.len(), 1);
@@ -371,5 +376,74 @@ fn a_server_restart_mid_tree_loses_nothing() {
         cluster.started("child").await;
         cluster.open("child").await;
         check_background_tree(&cluster, &id, &child).await;
+    });
+}
+
+/// Kill test 6: a three-level tree whose turns ran on both workers (A
+/// until it is killed mid-step in the grandchild, B after); then the
+/// middle subtree is drained across them: its members refuse input, the
+/// grandchild's turn, asked again on B, ends `aborted` with its reply kept,
+/// and its notice waits in the drained parent's inbox without waking it.
+#[test]
+fn a_subtree_drains_across_workers() {
+    if !support::isolated("a_subtree_drains_across_workers") {
+        return;
+    }
+    support::run(async {
+        let background = |prompt: &str| json!({"calls": [{"tool": "subagent", "input": {"prompt": prompt, "background": true}}]});
+        let sessions = json!({
+            "lead": [background("mid"), {"text": "waiting"}, {"text": "heard"}],
+            "lead.1": [background("deep"), {"text": "mid waiting"}],
+            "lead.1.1": [{"text": "deep", "gate": "deep"}],
+        });
+        let mut cluster = Cluster::start(sessions, &["deep"]).await;
+        let id = cluster.start_lead().await;
+        let (mid, deep) = (
+            SessionId::new("lead.1").unwrap(),
+            SessionId::new("lead.1.1").unwrap(),
+        );
+        cluster.started("deep").await;
+        cluster.kill_a();
+        cluster.started("deep").await;
+        let drained = dsh_restate::tree::drain(cluster.client(), &mid)
+            .await
+            .unwrap();
+        assert_eq!(drained, [mid.clone(), deep.clone()]);
+        let refused = cluster
+            .client()
+            .accept(
+                &mid,
+                &AcceptRequest {
+                    request_id: "late".to_owned(),
+                    message: UserMessage::user_text("late"),
+                    target: InboxTarget::NextTurn,
+                    wake: true,
+                },
+            )
+            .await
+            .unwrap_err();
+        assert!(refused.to_string().contains("DRAINING"), "{refused}");
+        cluster.open("deep").await;
+        cluster.wait_turns(&deep, 1).await;
+        cluster.wait_turns(&id, 2).await;
+        cluster.wait_turns(&mid, 1).await;
+        let logs = export_and_check(&cluster, &id, &["lead.1.1"]).await;
+        let log = |session: &SessionId| &logs.iter().find(|(id, _)| id == session).unwrap().1;
+        let deep_end = log(&deep)
+            .iter()
+            .rev()
+            .find_map(|event| match &event.payload {
+                EventPayload::TurnEnd(end) => Some(end.stop_reason.clone()),
+                _ => None,
+            });
+        assert_eq!(deep_end, Some(StopReason::ABORTED));
+        assert_eq!(assistant_texts(log(&deep)), ["deep"]);
+        assert_eq!(notices(log(&id)), 1);
+        assert_eq!(notices(log(&mid)), 0);
+        assert_eq!(catalog_entries(log(&mid)), 1);
+        let mid_status = cluster.client().status(&mid).await.unwrap();
+        assert!(mid_status.inbox.draining && mid_status.inbox.parked);
+        assert_eq!(mid_status.inbox.queued, 1, "the grandchild's notice waits");
+        assert_eq!(count(&cluster.record("asks"), "lead.1.1 0"), 2);
     });
 }

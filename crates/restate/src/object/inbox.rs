@@ -52,13 +52,44 @@ impl Inbox {
         let acceptance = state
             .accept(request.into_inner())
             .map_err(|refusal| super::refused(refusal.code(), refusal))?;
-        if !acceptance.duplicate {
-            ctx.set(INBOX_KEY, Json(state));
-        }
-        if acceptance.schedule_turn {
+        admitted(&ctx, state, &acceptance);
+        Ok(Json(acceptance))
+    }
+
+    /// Accept a child's settlement notice, once per request id; admitted
+    /// while draining too (then without waking the agent).
+    #[handler]
+    async fn accept_notice(
+        &self,
+        ctx: ObjectContext<'_>,
+        request: Json<AcceptRequest>,
+    ) -> HandlerResult<Json<Acceptance>> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        let acceptance = state.accept_notice(request.into_inner());
+        admitted(&ctx, state, &acceptance);
+        Ok(Json(acceptance))
+    }
+
+    /// Interrupt the agent: park it (input waits and wakes nothing until
+    /// `unpark`); a running turn sees it at its next check and ends
+    /// `aborted`.
+    #[handler]
+    async fn interrupt(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        state.park();
+        ctx.set(INBOX_KEY, Json(state));
+        Ok(())
+    }
+
+    /// Unpark the agent; waiting waking input starts a turn.
+    #[handler]
+    async fn unpark(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        if state.unpark() {
             schedule_turn(&ctx);
         }
-        Ok(Json(acceptance))
+        ctx.set(INBOX_KEY, Json(state));
+        Ok(())
     }
 
     /// Take every waiting item of one list, oldest first.
@@ -161,4 +192,14 @@ fn schedule_turn(ctx: &ObjectContext<'_>) {
     ctx.object_client::<SessionClient>(ctx.key().to_owned())
         .run_turn()
         .send();
+}
+
+/// Store what an accept changed and start the turn it scheduled.
+fn admitted(ctx: &ObjectContext<'_>, state: InboxState, acceptance: &Acceptance) {
+    if !acceptance.duplicate {
+        ctx.set(INBOX_KEY, Json(state));
+    }
+    if acceptance.schedule_turn {
+        schedule_turn(ctx);
+    }
 }

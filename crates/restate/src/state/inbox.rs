@@ -125,6 +125,27 @@ impl InboxState {
         if self.draining {
             return Err(InboxError::Draining);
         }
+        Ok(self.admit(request))
+    }
+
+    /// Accept a child's settlement notice: as [`InboxState::accept`], but
+    /// admitted while the tree drains too (without waking the agent then),
+    /// as a local parent that is stopping still takes its children's
+    /// notices.
+    pub fn accept_notice(&mut self, mut request: AcceptRequest) -> Acceptance {
+        if let Some(message_id) = self.accepted.get(&request.request_id) {
+            return Acceptance {
+                message_id: message_id.clone(),
+                duplicate: true,
+                schedule_turn: false,
+            };
+        }
+        request.wake &= !self.draining;
+        self.admit(request)
+    }
+
+    /// Admit a new request.
+    fn admit(&mut self, request: AcceptRequest) -> Acceptance {
         let message_id = request.message.id.clone();
         self.accepted
             .insert(request.request_id.clone(), message_id.clone());
@@ -142,11 +163,11 @@ impl InboxState {
             wake: request.wake,
         };
         self.list_mut(request.target).push_back(item);
-        Ok(Acceptance {
+        Acceptance {
             message_id,
             duplicate: false,
             schedule_turn,
-        })
+        }
     }
 
     /// Take every item of one list, oldest first. A claimed item is never
@@ -373,6 +394,22 @@ mod tests {
             let within = n >= total - REQUEST_ID_WINDOW;
             prop_assert_eq!(inbox.accept(again).unwrap().duplicate, within);
         }
+    }
+
+    #[test]
+    fn a_draining_inbox_takes_notices_without_waking_and_refuses_the_rest() {
+        let mut inbox = InboxState::default();
+        inbox.drain();
+        let notice = request(1, InboxTarget::NextTurn, true);
+        let taken = inbox.accept_notice(notice.clone());
+        assert!(!taken.duplicate && !taken.schedule_turn);
+        assert!(inbox.accept_notice(notice).duplicate);
+        assert_eq!(inbox.pending(InboxTarget::NextTurn).count(), 1);
+        assert!(!inbox.pending(InboxTarget::NextTurn).any(|item| item.wake));
+        assert_eq!(
+            inbox.accept(request(2, InboxTarget::NextTurn, true)),
+            Err(InboxError::Draining)
+        );
     }
 
     #[test]

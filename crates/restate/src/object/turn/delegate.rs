@@ -221,7 +221,7 @@ impl Host<'_, '_> {
         message.id = MessageId::new(format!("{child}.notice.{seq}"));
         self.ctx
             .object_client::<InboxClient>(parent.to_string())
-            .accept(Json(AcceptRequest {
+            .accept_notice(Json(AcceptRequest {
                 request_id: format!("notice:{child}:{seq}"),
                 message,
                 target: InboxTarget::NextTurn,

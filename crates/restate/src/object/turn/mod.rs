@@ -22,7 +22,10 @@
 //! - the built-in `subagent` tool: calls between objects, not a `ctx.run`
 //!   (`delegate`), and a child's settlement when its turn ends idle.
 //!
-//! Interrupts are not wired yet: `IsCancelled` answers `false`.
+//! An interrupt parks the inbox; the turn asks the inbox at each of the
+//! machine's checks (`IsCancelled`), so it ends `aborted` at the next one.
+//! A model step or a tool call in flight is not cut (the SDK cannot
+//! cancel a running `ctx.run`): the turn stops after it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -221,7 +224,7 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             let input = match effect {
                 Effect::Claim { turn_boundary } => Input::Claimed(self.claim(turn_boundary).await?),
                 Effect::SteeringWakes => Input::SteeringWakes(self.steering_wakes().await?),
-                Effect::IsCancelled(_) => Input::Cancelled(false),
+                Effect::IsCancelled(_) => Input::Cancelled(self.interrupted().await?),
                 Effect::Append(payloads) => {
                     self.append(payloads).await?;
                     Input::Appended
@@ -285,6 +288,18 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             self.append(accepted).await?;
         }
         Ok(items)
+    }
+
+    /// Whether the agent was interrupted (a journaled look at its inbox).
+    async fn interrupted(&self) -> HandlerResult<bool> {
+        let status = self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .status()
+            .call()
+            .await?
+            .into_inner();
+        Ok(status.parked)
     }
 
     /// Whether waiting next-step input wakes the agent (a journaled look).
