@@ -19,6 +19,7 @@ use dsh_core::{
 };
 use dsh_harness::JsonlStore;
 use dsh_harness::replay::{Verdict, replay_session};
+use dsh_restate::client::ClientError;
 use dsh_restate::object::WORKER_STOPPED_TOOL_CALL;
 use dsh_restate::state::inbox::AcceptRequest;
 use serde_json::{Value, json};
@@ -445,5 +446,39 @@ fn a_subtree_drains_across_workers() {
         assert!(mid_status.inbox.draining && mid_status.inbox.parked);
         assert_eq!(mid_status.inbox.queued, 1, "the grandchild's notice waits");
         assert_eq!(count(&cluster.record("asks"), "lead.1.1 0"), 2);
+    });
+}
+
+/// With every worker gone, a turn cannot go on: waiting for the session
+/// ends with a named error (the session, the failing invocation's status
+/// and error), not a silent wait; asking about a session that does not
+/// exist is a named error too.
+#[test]
+fn a_turn_with_no_worker_left_is_a_named_error() {
+    if !support::isolated("a_turn_with_no_worker_left_is_a_named_error") {
+        return;
+    }
+    support::run(async {
+        let sessions = json!({"lead": [{"text": "never", "gate": "step"}]});
+        let mut cluster = Cluster::start_with_one_worker(sessions, &["step"]).await;
+        let id = cluster.start_lead().await;
+        cluster.started("step").await;
+        cluster.kill_a();
+        let failing = cluster.client().wait_idle(&id, POLL).await.unwrap_err();
+        match &failing {
+            ClientError::TurnFailing {
+                session, status, ..
+            } => {
+                assert_eq!(session, &id);
+                assert!(status == "backing-off" || status == "paused", "{failing}");
+            }
+            other => panic!("expected TurnFailing, got {other}"),
+        }
+        let nobody = SessionId::new("nobody").unwrap();
+        let missing = cluster.client().status(&nobody).await.unwrap_err();
+        assert!(
+            matches!(missing, ClientError::NoSuchSession(ref id) if *id == nobody),
+            "{missing}"
+        );
     });
 }

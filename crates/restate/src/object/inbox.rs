@@ -6,26 +6,11 @@
 use dsh_core::{InboxTarget, MessageId};
 use restate_sdk::prelude::*;
 
-use serde::{Deserialize, Serialize};
-
 use super::session::SessionClient;
 pub use crate::state::inbox::ClaimedItem;
-use crate::state::inbox::{AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState};
-
-/// Where an inbox stands, as `status` reports it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InboxStatus {
-    /// A turn is scheduled or running.
-    pub turn_scheduled: bool,
-    /// The agent is parked (interrupted).
-    pub parked: bool,
-    /// The tree drains.
-    pub draining: bool,
-    /// Items waiting for the next turn.
-    pub queued: usize,
-    /// Items waiting for the next step.
-    pub steering: usize,
-}
+use crate::state::inbox::{
+    AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState, InboxStatus,
+};
 
 /// The `dsh.Inbox` virtual object.
 pub struct Inbox;
@@ -140,14 +125,7 @@ impl Inbox {
     /// Where the inbox stands.
     #[handler]
     async fn status(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<InboxStatus>> {
-        let state = or_empty(ctx.get(INBOX_KEY).await?);
-        Ok(Json(InboxStatus {
-            turn_scheduled: state.turn_scheduled(),
-            parked: state.parked(),
-            draining: state.draining(),
-            queued: state.pending(InboxTarget::NextTurn).count(),
-            steering: state.pending(InboxTarget::NextStep).count(),
-        }))
+        Ok(Json(or_empty(ctx.get(INBOX_KEY).await?).status()))
     }
 
     /// Drop the waiting items with these message ids; their request ids

@@ -10,7 +10,8 @@ mod session;
 mod turn;
 mod view;
 
-pub use inbox::{ClaimedItem, Inbox, InboxStatus};
+pub use crate::state::inbox::InboxStatus;
+pub use inbox::{ClaimedItem, Inbox};
 pub use session::{EventPage, Session, SessionSeed};
 pub use turn::{MODEL_ATTEMPTS, WORKER_STOPPED_TOOL_CALL};
 

@@ -56,6 +56,21 @@ pub struct ClaimedItem {
     pub item: InboxItem,
 }
 
+/// Where an inbox stands, as its `status` handler and the client report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxStatus {
+    /// A turn is scheduled or running.
+    pub turn_scheduled: bool,
+    /// The agent is parked (interrupted).
+    pub parked: bool,
+    /// The tree drains.
+    pub draining: bool,
+    /// Items waiting for the next turn.
+    pub queued: usize,
+    /// Items waiting for the next step.
+    pub steering: usize,
+}
+
 /// How an accept went.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Acceptance {
@@ -230,6 +245,17 @@ impl InboxState {
     /// Refuse new input from now on.
     pub fn drain(&mut self) {
         self.draining = true;
+    }
+
+    /// Where the inbox stands.
+    pub fn status(&self) -> InboxStatus {
+        InboxStatus {
+            turn_scheduled: self.turn_scheduled,
+            parked: self.parked,
+            draining: self.draining,
+            queued: self.queue.len(),
+            steering: self.steer.len(),
+        }
     }
 
     /// Whether a turn is scheduled.

@@ -20,7 +20,7 @@ pub struct Cluster {
     /// The server.
     pub server: Server,
     a: Option<Worker>,
-    _b: Worker,
+    _b: Option<Worker>,
     _front: Front,
     /// The script's folder (records, gates).
     pub dir: tempfile::TempDir,
@@ -32,6 +32,15 @@ impl Cluster {
     /// Start everything with `sessions` as the workers' script; `gates`
     /// are made as FIFOs.
     pub async fn start(sessions: Value, gates: &[&str]) -> Self {
+        Self::start_workers(sessions, gates, true).await
+    }
+
+    /// As [`Cluster::start`], with worker A alone behind the front.
+    pub async fn start_with_one_worker(sessions: Value, gates: &[&str]) -> Self {
+        Self::start_workers(sessions, gates, false).await
+    }
+
+    async fn start_workers(sessions: Value, gates: &[&str], with_b: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         for gate in gates {
             for end in ["started", "open"] {
@@ -47,7 +56,7 @@ impl Cluster {
         std::fs::write(&script, text).unwrap();
         let server = Server::start().await;
         let a = Worker::start_with("127.0.0.1:9081", Some(&script));
-        let b = Worker::start_with("127.0.0.1:9082", Some(&script));
+        let b = with_b.then(|| Worker::start_with("127.0.0.1:9082", Some(&script)));
         let front = Front::start(
             "127.0.0.1:9080",
             vec!["127.0.0.1:9081".into(), "127.0.0.1:9082".into()],
