@@ -84,8 +84,10 @@ impl Session {
 
     /// Run one turn: claim input, ask the model, run its tools, step by
     /// step, every effect journaled (`super::turn`). Scheduled by the
-    /// inbox (one-way); tells the inbox when it ends.
-    #[handler]
+    /// inbox (one-way); tells the inbox when it ends. A model step or tool
+    /// call may run for up to an hour before the server aborts the attempt
+    /// (and retries it: the step then counts as cut).
+    #[handler(abort_timeout = "1h")]
     async fn run_turn(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
         super::turn::run_turn(&ctx, self.env.as_ref()).await
     }
