@@ -68,6 +68,14 @@ pub enum ClientError {
         /// The answer's body.
         body: String,
     },
+    /// The cluster's workers run another version of dsh than this client.
+    #[error("the workers run dsh {worker}, this is dsh {client}: deploy one version")]
+    WorkerVersion {
+        /// The workers' version.
+        worker: String,
+        /// This client's version.
+        client: String,
+    },
     /// The session does not exist on the cluster.
     #[error("session `{0}` does not exist on the cluster")]
     NoSuchSession(SessionId),
@@ -232,6 +240,26 @@ impl RestateClient {
     pub async fn drain(&self, session: &SessionId) -> Result<(), ClientError> {
         let url = format!("{}/dsh.Inbox/{session}/drain", self.ingress);
         self.send(self.http.post(&url), &url).await
+    }
+
+    /// Check that the cluster's workers run this version of dsh.
+    ///
+    /// # Errors
+    /// [`ClientError::WorkerVersion`]; as [`RestateClient::query`] (no
+    /// worker registered: a 404 naming `dsh.Worker`).
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn check_worker(&self) -> Result<(), ClientError> {
+        let url = format!("{}/dsh.Worker/version", self.ingress);
+        let worker: String = self.send(self.http.post(&url), &url).await?;
+        if worker != crate::object::WORKER_VERSION {
+            return Err(ClientError::WorkerVersion {
+                worker,
+                client: crate::object::WORKER_VERSION.to_owned(),
+            });
+        }
+        Ok(())
     }
 
     /// Interrupt `session`: park its inbox (input waits and wakes nothing

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use dsh_core::{AgentOptions, Model, SessionHeader, Tool};
 use restate_sdk::prelude::{Endpoint, HttpServer};
 
-use crate::object::{Inbox, Session};
+use crate::object::{About, Inbox, Session};
 
 /// What one session's turns run with.
 pub struct Composed {
@@ -51,6 +51,7 @@ pub trait WorkerEnv: Send + Sync + 'static {
 /// The SDK endpoint with every object of dsh bound over `env`.
 pub fn endpoint(env: Arc<dyn WorkerEnv>) -> Endpoint {
     Endpoint::builder()
+        .bind(About)
         .bind(Inbox)
         .bind(Session::new(env))
         .build()

@@ -5,12 +5,14 @@
 //! see (a draining inbox, an existing session) is a terminal error with the
 //! runtime's code, anything else is retried by the server.
 
+mod about;
 mod inbox;
 mod session;
 mod turn;
 mod view;
 
 pub use crate::state::inbox::InboxStatus;
+pub use about::{About, WORKER_VERSION};
 pub use inbox::{ClaimedItem, Inbox};
 pub use session::{EventPage, Session, SessionSeed};
 pub use turn::{MODEL_ATTEMPTS, WORKER_STOPPED_TOOL_CALL};

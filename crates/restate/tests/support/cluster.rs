@@ -63,6 +63,7 @@ impl Cluster {
         )
         .await;
         server.client.register_deployment(&front.uri).await.unwrap();
+        server.client.check_worker().await.unwrap();
         Self {
             server,
             a: Some(a),
