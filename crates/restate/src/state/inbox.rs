@@ -422,6 +422,40 @@ mod tests {
         }
     }
 
+    proptest! {
+        /// A turn's claim takes every next-step item, then (at a turn
+        /// boundary) the oldest next-turn item; each in acceptance order,
+        /// none twice.
+        #[test]
+        fn a_turn_claims_the_steering_then_one_queued_item(
+            accepts in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..30),
+            boundaries in proptest::collection::vec(any::<bool>(), 1..10),
+        ) {
+            let mut inbox = InboxState::default();
+            let mut model: [VecDeque<String>; 2] = [VecDeque::new(), VecDeque::new()];
+            for (n, (steer, wake)) in (0u8..).zip(accepts) {
+                let req = request(n, target(steer), wake);
+                model[usize::from(steer)].push_back(req.request_id.clone());
+                inbox.accept(req).unwrap();
+            }
+            for boundary in boundaries {
+                let got: Vec<(InboxTarget, String)> = inbox
+                    .claim_batch(boundary)
+                    .into_iter()
+                    .map(|claimed| (claimed.target, claimed.item.request_id))
+                    .collect();
+                let mut want: Vec<(InboxTarget, String)> = model[1]
+                    .drain(..)
+                    .map(|id| (InboxTarget::NextStep, id))
+                    .collect();
+                if boundary && let Some(id) = model[0].pop_front() {
+                    want.push((InboxTarget::NextTurn, id));
+                }
+                prop_assert_eq!(got, want);
+            }
+        }
+    }
+
     #[test]
     fn a_draining_inbox_takes_notices_without_waking_and_refuses_the_rest() {
         let mut inbox = InboxState::default();
