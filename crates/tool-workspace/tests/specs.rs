@@ -36,6 +36,9 @@ fn the_six_tools_in_order() {
     );
     let safe: Vec<bool> = tools().iter().map(|t| t.concurrency_safe()).collect();
     assert_eq!(safe, [true, true, true, false, false, false]);
+    // Only the readers may run again after a worker died mid-call (B60).
+    let idempotent: Vec<bool> = tools().iter().map(|t| t.idempotent()).collect();
+    assert_eq!(idempotent, [true, true, true, false, false, false]);
 }
 
 #[test]
