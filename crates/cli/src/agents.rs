@@ -51,7 +51,7 @@ fn root_diagnostic(err: &SubagentError) -> String {
 /// What `dsh agents` was asked.
 #[derive(Debug)]
 pub struct AgentsArgs<'a> {
-    /// The session directory.
+    /// Where the sessions are, as messages name it (the session directory).
     pub dir: &'a Path,
     /// `--prune-orphans`: remove the orphan logs listed.
     pub prune_orphans: bool,
@@ -63,8 +63,12 @@ pub struct AgentsArgs<'a> {
 /// Cancel safe, except with `--prune-orphans`: a drop while orphans are
 /// being removed leaves the ones not yet removed in place (each removal is
 /// whole). Listing never writes.
-pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
-    let store = sessions::existing_store(args.dir)?;
+pub async fn agents(source: &crate::engine::Source, prune_orphans: bool) -> Result<(), CliError> {
+    let store = source.store().await?;
+    let args = AgentsArgs {
+        dir: source.place(),
+        prune_orphans,
+    };
     let out = listing(store, &args).await?;
     print!("{out}");
     Ok(())

@@ -57,6 +57,9 @@ pub struct ConfigFile {
     /// `turn-boundary` (the default), `every-event`, `grouped` or
     /// `batched` (write-behind; flushed before a successful exit).
     pub durability: Option<String>,
+    /// Where the sessions live and run: the local store (the default) or
+    /// a Restate cluster (`crate::engine`).
+    pub engine: Option<crate::engine::EngineSection>,
 }
 
 /// One OpenAI-compatible API.
@@ -309,21 +312,28 @@ pub fn search_path(cwd: &Path) -> Vec<PathBuf> {
 /// Read the configuration (the `--config` file, else the first of
 /// [`search_path`] that exists) and resolve it with the flags.
 pub fn load(overrides: &Overrides) -> Result<Settings, CliError> {
+    let (file, parsed) = read(overrides.config.as_deref())?;
+    resolve(file.as_deref(), parsed, overrides)
+}
+
+/// The configuration file (`config`, else the first of [`search_path`]
+/// that exists) parsed but not resolved, with its path; the defaults when
+/// there is none.
+pub fn read(config: Option<&Path>) -> Result<(Option<PathBuf>, ConfigFile), CliError> {
     let cwd = std::env::current_dir()?;
-    let found = match &overrides.config {
-        Some(path) => Some(path.clone()),
+    let found = match config {
+        Some(path) => Some(path.to_owned()),
         None => search_path(&cwd).into_iter().find(|path| path.exists()),
     };
-    let (file, parsed) = match found {
-        None => (None, ConfigFile::default()),
+    match found {
+        None => Ok((None, ConfigFile::default())),
         Some(path) => {
             let text = std::fs::read_to_string(&path)
                 .map_err(|err| bad(&path, "", format!("cannot read it: {err}")))?;
             let parsed = parse(&path, &text)?;
-            (Some(path), parsed)
+            Ok((Some(path), parsed))
         }
-    };
-    resolve(file.as_deref(), parsed, overrides)
+    }
 }
 
 /// Parse the text of `file`.

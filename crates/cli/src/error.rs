@@ -72,6 +72,15 @@ pub enum CliError {
         /// What the connection attempt said.
         reason: String,
     },
+    /// The Restate server does not answer at `url` (or answers with an
+    /// error).
+    #[error("the Restate server at {url} did not answer: {reason}")]
+    EngineUnavailable {
+        /// The URL asked.
+        url: String,
+        /// What the call said.
+        reason: String,
+    },
     /// The session directory does not exist.
     #[error("no session directory at {}", .0.display())]
     NoSessionDir(PathBuf),
@@ -160,7 +169,7 @@ impl CliError {
             | Self::UnknownAgent { .. } => EXIT_NOT_FOUND,
             Self::Corrupt(_) => EXIT_CORRUPT,
             Self::Store(err) if is_corrupt(err) => EXIT_CORRUPT,
-            Self::Unreachable { .. } => EXIT_UNAVAILABLE,
+            Self::Unreachable { .. } | Self::EngineUnavailable { .. } => EXIT_UNAVAILABLE,
             Self::Interrupted(signal) | Self::Forced(signal) => {
                 EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
             }

@@ -39,7 +39,9 @@ mod ask;
 mod config;
 mod demo;
 mod demo_team;
+mod engine;
 mod error;
+mod export;
 mod held;
 mod json;
 mod model;
@@ -208,6 +210,57 @@ struct JsonArg {
     json: bool,
 }
 
+/// Which engine holds the sessions (dsh.toml `[engine]`); the local
+/// session directory unless asked.
+#[derive(Debug, Args)]
+struct EngineArgs {
+    /// `local` (the default: the session directory) or `restate` (a
+    /// Restate cluster; see docs/distributed.md).
+    #[arg(long, value_name = "KIND")]
+    engine: Option<String>,
+    /// The Restate ingress URL (dsh.toml `engine.ingress_url`; default
+    /// http://127.0.0.1:8080).
+    #[arg(long, value_name = "URL")]
+    ingress: Option<String>,
+    /// The Restate admin API's URL (dsh.toml `engine.admin_url`; default
+    /// http://127.0.0.1:9070).
+    #[arg(long, value_name = "URL")]
+    admin: Option<String>,
+}
+
+impl EngineArgs {
+    /// The engine these flags choose over dsh.toml's `[engine]`.
+    fn resolve(self, config: Option<&std::path::Path>) -> Result<engine::Engine, CliError> {
+        let (file, parsed) = config::read(config)?;
+        let flags = engine::EngineFlags {
+            kind: self.engine,
+            ingress: self.ingress,
+            admin: self.admin,
+        };
+        engine::resolve(&flags, file.as_deref(), parsed.engine.as_ref())
+    }
+
+    /// Where a read command finds the sessions.
+    fn source(
+        self,
+        dir: &std::path::Path,
+        config: Option<&std::path::Path>,
+    ) -> Result<engine::Source, CliError> {
+        engine::Source::new(&self.resolve(config)?, dir)
+    }
+
+    /// Refuse an engine other than the local store, for a command that
+    /// does not run on one yet.
+    fn local_only(self, command: &str, config: Option<&std::path::Path>) -> Result<(), CliError> {
+        match self.resolve(config)? {
+            engine::Engine::Local => Ok(()),
+            engine::Engine::Restate { .. } => Err(CliError::Refused(format!(
+                "`dsh {command}` on Restate is not built yet (docs/distributed.md); `dsh worker`, `agents`, `show`, `replay` and `export` work against the cluster, or pass `--engine local`"
+            ))),
+        }
+    }
+}
+
 /// Which tree a name is looked up in.
 #[derive(Debug, Args)]
 struct RootArg {
@@ -252,6 +305,8 @@ enum Command {
         team: bool,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
@@ -268,6 +323,8 @@ enum Command {
         /// changed.
         #[arg(long)]
         prune_orphans: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Send a message to a child as the user and print its reply, or to
     /// `lead` to continue the lead's conversation with its whole tree.
@@ -296,6 +353,8 @@ enum Command {
         wait: WaitArg,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Bring a tree back after a crash or a kill and run what it had left
     /// to do, until the whole tree is done.
@@ -317,6 +376,8 @@ enum Command {
         wait: WaitArg,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// List the subagent providers `dsh run` registers, with their capabilities.
     Providers,
@@ -328,6 +389,8 @@ enum Command {
         dir: DirArg,
         #[command(flatten)]
         root: RootArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Drive every session of the most recent tree (or of TREE) again
     /// from its own log and say, per session, `identical` or the first
@@ -339,6 +402,25 @@ enum Command {
         tree: Option<String>,
         #[command(flatten)]
         dir: DirArg,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Write the logs of the most recent tree (or of TREE) as a session
+    /// directory of the local JSONL store, byte for byte the files that
+    /// store writes, from the session directory or from a Restate cluster
+    /// (`--engine restate`). Sessions already in DIR are refused; nothing
+    /// else there is touched.
+    Export {
+        /// The root session of the tree (default: the most recent root).
+        #[arg(value_name = "TREE")]
+        tree: Option<String>,
+        /// The directory to write the logs to (created if missing).
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+        #[command(flatten)]
+        dir: DirArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Show the agent team of the most recent tree (or of TREE): the
     /// roster with each member's status, the task board with readiness,
@@ -589,6 +671,7 @@ fn main() -> ExitCode {
         | Command::Show { .. }
         | Command::Team { .. }
         | Command::Replay { .. }
+        | Command::Export { .. }
         | Command::Providers => None,
     };
     diagnostics(cli.verbose, log.as_deref());
@@ -626,7 +709,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp,
             team,
             json,
+            engine,
         } => {
+            engine.local_only("run", config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, team, config)?;
             run::run(run::RunArgs {
                 prompt,
@@ -639,13 +724,11 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
-        Command::Agents { dir, prune_orphans } => {
-            agents::agents(agents::AgentsArgs {
-                dir: &dir.dir,
-                prune_orphans,
-            })
-            .await
-        }
+        Command::Agents {
+            dir,
+            prune_orphans,
+            engine,
+        } => agents::agents(&engine.source(&dir.dir, config.as_deref())?, prune_orphans).await,
         Command::Send {
             name,
             message,
@@ -655,7 +738,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp,
             wait,
             json,
+            engine,
         } => {
+            engine.local_only("send", config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, false, config)?;
             send::send(send::SendArgs {
                 name,
@@ -676,7 +761,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp,
             wait,
             json,
+            engine,
         } => {
+            engine.local_only("resume", config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, false, config)?;
             resume::resume(resume::ResumeArgs {
                 tree,
@@ -689,10 +776,33 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             .await
         }
         Command::Providers => providers::providers(config).await,
-        Command::Show { name, dir, root } => {
-            show::show(&dir.dir, root.root.as_deref(), &name).await
+        Command::Show {
+            name,
+            dir,
+            root,
+            engine,
+        } => {
+            let source = engine.source(&dir.dir, config.as_deref())?;
+            show::show(&source, root.root.as_deref(), &name).await
         }
         Command::Team { tree, dir } => team::team(&dir.dir, tree.as_deref()).await,
-        Command::Replay { tree, dir } => replay::replay(&dir.dir, tree.as_deref()).await,
+        Command::Replay { tree, dir, engine } => {
+            let source = engine.source(&dir.dir, config.as_deref())?;
+            replay::replay(&source, tree.as_deref()).await
+        }
+        Command::Export {
+            tree,
+            to,
+            dir,
+            engine,
+        } => {
+            let source = engine.source(&dir.dir, config.as_deref())?;
+            export::export(export::ExportArgs {
+                source: &source,
+                tree: tree.as_deref(),
+                to: &to,
+            })
+            .await
+        }
     }
 }

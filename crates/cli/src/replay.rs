@@ -8,7 +8,6 @@
 //! reported.
 
 use std::fmt::Write as _;
-use std::path::Path;
 
 use dsh_harness::replay::{SessionReplay, Verdict, replay_tree};
 
@@ -19,11 +18,11 @@ use crate::sessions;
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads the logs.
-pub async fn replay(dir: &Path, tree: Option<&str>) -> Result<(), CliError> {
-    let store = sessions::existing_store(dir)?;
+pub async fn replay(source: &crate::engine::Source, tree: Option<&str>) -> Result<(), CliError> {
+    let store = source.store().await?;
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
-    let root = scan.pick_root(dir, tree)?;
+    let root = scan.pick_root(source.place(), tree)?;
     let replays = replay_tree(store.as_ref(), Some(&root)).await?;
     print!("{}", render(&replays));
     let diverged = replays
