@@ -8,13 +8,17 @@
 //!
 //! [`Source`] is where the read commands (`agents`, `show`, `replay`,
 //! `export`) read the sessions from: a session directory through the JSONL
-//! store, or the cluster through `dsh_restate`'s read-side store.
+//! store, or the cluster through `dsh_restate`'s read-side store. Without
+//! dsh-cli's `restate` feature the choice is still read and checked, and
+//! a cluster is refused by name.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use dsh_core::SessionStore;
+#[cfg(feature = "restate")]
 use dsh_restate::client::{ClientError, RestateClient};
+#[cfg(feature = "restate")]
 use dsh_restate::store::RestateSessionStore;
 use serde::Deserialize;
 
@@ -174,6 +178,7 @@ pub enum Source {
     /// A session directory of the local JSONL store.
     Dir(PathBuf),
     /// A Restate cluster.
+    #[cfg(feature = "restate")]
     Restate {
         /// Its client.
         client: RestateClient,
@@ -187,10 +192,15 @@ impl Source {
     /// only by the local engine.
     ///
     /// # Errors
-    /// [`CliError::EngineUnavailable`] when the HTTP client cannot be built.
+    /// [`CliError::EngineUnavailable`] when the HTTP client cannot be
+    /// built; [`CliError::FeatureDisabled`] for a cluster, without the
+    /// `restate` feature.
     pub fn new(engine: &Engine, dir: &Path) -> Result<Self, CliError> {
         match engine {
             Engine::Local => Ok(Self::Dir(dir.to_owned())),
+            #[cfg(not(feature = "restate"))]
+            Engine::Restate { .. } => Err(disabled("--engine restate (or dsh.toml's engine.kind)")),
+            #[cfg(feature = "restate")]
             Engine::Restate { ingress, admin } => {
                 let client = RestateClient::new(ingress, admin)
                     .map_err(|error| unavailable(ingress, &error))?;
@@ -207,6 +217,7 @@ impl Source {
     pub fn place(&self) -> &Path {
         match self {
             Self::Dir(dir) => dir,
+            #[cfg(feature = "restate")]
             Self::Restate { place, .. } => place,
         }
     }
@@ -224,6 +235,7 @@ impl Source {
     pub async fn store(&self) -> Result<Arc<dyn SessionStore>, CliError> {
         match self {
             Self::Dir(dir) => Ok(crate::sessions::existing_store(dir)?),
+            #[cfg(feature = "restate")]
             Self::Restate { client, .. } => {
                 client.health().await.map_err(|error| match &error {
                     ClientError::Transport { url, .. } | ClientError::Status { url, .. } => {
@@ -237,18 +249,31 @@ impl Source {
     }
 }
 
-/// A failed call to the server at `url`, with every cause of `error`.
-fn unavailable(url: &str, error: &ClientError) -> CliError {
-    let mut reason = error.to_string();
-    let mut cause = std::error::Error::source(error);
-    while let Some(inner) = cause {
-        let text = inner.to_string();
-        if !reason.contains(&text) {
-            reason.push_str(": ");
-            reason.push_str(&text);
-        }
-        cause = inner.source();
+/// `what` refused: this dsh was built without the `restate` feature.
+#[cfg(not(feature = "restate"))]
+pub fn disabled(what: &str) -> CliError {
+    CliError::FeatureDisabled {
+        what: what.to_owned(),
+        feature: "restate",
     }
+}
+
+/// A failed call to the server at `url`: for one that got no answer,
+/// the deepest cause (`Connection refused (os error 111)`); for an error
+/// status, the status and the body.
+#[cfg(feature = "restate")]
+fn unavailable(url: &str, error: &ClientError) -> CliError {
+    let reason = match error {
+        ClientError::Transport { source, .. } => {
+            let mut deepest: &dyn std::error::Error = source;
+            while let Some(inner) = deepest.source() {
+                deepest = inner;
+            }
+            deepest.to_string()
+        }
+        ClientError::Status { status, body, .. } => format!("HTTP {status}: {body}"),
+        other => other.to_string(),
+    };
     CliError::EngineUnavailable {
         url: url.to_owned(),
         reason: crate::one_line(&reason),
@@ -267,6 +292,21 @@ mod tests {
             ingress: ingress.map(str::to_owned),
             admin: admin.map(str::to_owned),
         }
+    }
+
+    #[cfg(not(feature = "restate"))]
+    #[test]
+    fn a_cluster_without_the_feature_is_refused_by_name() {
+        let engine = Engine::Restate {
+            ingress: DEFAULT_INGRESS.to_owned(),
+            admin: DEFAULT_ADMIN.to_owned(),
+        };
+        let said = Source::new(&engine, Path::new("sessions")).unwrap_err();
+        assert_eq!(
+            said.to_string(),
+            "--engine restate (or dsh.toml's engine.kind) needs the `restate` feature, which this dsh was built without (build dsh-cli with `--features restate`)"
+        );
+        assert_eq!(said.exit_code(), crate::error::EXIT_USAGE);
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub enum CliError {
     #[error("bad {0}")]
     BadFlag(String),
     /// A configuration key or flag asks for what this build left out.
-    #[cfg(not(feature = "acp"))]
+    #[cfg(any(not(feature = "acp"), not(feature = "restate")))]
     #[error(
         "{what} needs the `{feature}` feature, which this dsh was built without (build dsh-cli with `--features {feature}`)"
     )]
@@ -74,6 +74,7 @@ pub enum CliError {
     },
     /// The Restate server does not answer at `url` (or answers with an
     /// error).
+    #[cfg(feature = "restate")]
     #[error("the Restate server at {url} did not answer: {reason}")]
     EngineUnavailable {
         /// The URL asked.
@@ -161,7 +162,7 @@ impl CliError {
             | Self::ModelConfig(_)
             | Self::Config { .. }
             | Self::BadFlag(_) => EXIT_USAGE,
-            #[cfg(not(feature = "acp"))]
+            #[cfg(any(not(feature = "acp"), not(feature = "restate")))]
             Self::FeatureDisabled { .. } => EXIT_USAGE,
             Self::NoSessionDir(_)
             | Self::NoSessions(_)
@@ -169,7 +170,9 @@ impl CliError {
             | Self::UnknownAgent { .. } => EXIT_NOT_FOUND,
             Self::Corrupt(_) => EXIT_CORRUPT,
             Self::Store(err) if is_corrupt(err) => EXIT_CORRUPT,
-            Self::Unreachable { .. } | Self::EngineUnavailable { .. } => EXIT_UNAVAILABLE,
+            Self::Unreachable { .. } => EXIT_UNAVAILABLE,
+            #[cfg(feature = "restate")]
+            Self::EngineUnavailable { .. } => EXIT_UNAVAILABLE,
             Self::Interrupted(signal) | Self::Forced(signal) => {
                 EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
             }

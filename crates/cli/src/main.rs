@@ -57,6 +57,8 @@ mod show;
 mod signals;
 mod team;
 mod transcript;
+#[cfg(feature = "restate")]
+mod worker;
 mod world;
 mod writes;
 
@@ -422,6 +424,17 @@ enum Command {
         #[command(flatten)]
         engine: EngineArgs,
     },
+    /// Serve dsh's Restate objects for a Restate server to call (one of
+    /// any number of identical workers); register its address with the
+    /// server's admin API. SIGINT, SIGTERM or SIGHUP stops it after the
+    /// calls in flight. The turns themselves are not served yet (see
+    /// docs/distributed.md).
+    Worker {
+        /// The address to listen on (`IP:PORT`; port 0 picks one). Once
+        /// bound, `listening on http://ADDR` is printed on stdout.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9080")]
+        listen: String,
+    },
     /// Show the agent team of the most recent tree (or of TREE): the
     /// roster with each member's status, the task board with readiness,
     /// owners and write-scope overlap warnings, and the mailbox.
@@ -672,6 +685,7 @@ fn main() -> ExitCode {
         | Command::Team { .. }
         | Command::Replay { .. }
         | Command::Export { .. }
+        | Command::Worker { .. }
         | Command::Providers => None,
     };
     diagnostics(cli.verbose, log.as_deref());
@@ -804,5 +818,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
+        #[cfg(feature = "restate")]
+        Command::Worker { listen } => worker::worker(&listen).await,
+        #[cfg(not(feature = "restate"))]
+        Command::Worker { .. } => Err(engine::disabled("dsh worker")),
     }
 }

@@ -12,5 +12,6 @@
 
 pub mod client;
 pub mod object;
+pub mod serve;
 pub mod state;
 pub mod store;
