@@ -819,7 +819,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             .await
         }
         #[cfg(feature = "restate")]
-        Command::Worker { listen } => worker::worker(&listen).await,
+        Command::Worker { listen } => worker::worker(&listen, config).await,
         #[cfg(not(feature = "restate"))]
         Command::Worker { .. } => Err(engine::disabled("dsh worker")),
     }

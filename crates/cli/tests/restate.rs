@@ -3,8 +3,8 @@
 //! namespace (`dsh_test_support::restate`): a tree filled into the cluster
 //! reads there exactly as in the session directory it came from (`agents`,
 //! `show`, `replay`), and exports back to the same bytes; a server that
-//! does not answer, a bad URL and a command not built on Restate yet are
-//! each one line.
+//! does not answer, a bad URL, a worker with a bad dsh.toml and a command
+//! not built on Restate yet are each one line.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -144,6 +144,25 @@ fn a_silent_server_a_bad_url_and_a_command_not_built_on_restate_are_one_line() {
     assert_eq!(
         text(&bad.stderr),
         "dsh: bad --admin `127.0.0.1:9070`: not an http:// URL\n"
+    );
+
+    // A worker with a bad dsh.toml stops before it listens, in one line.
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        "sandbox = \"everything\"\n",
+    )
+    .unwrap();
+    let worker = scratch
+        .bare(&["worker", "--listen", "127.0.0.1:0"], &[])
+        .output()
+        .unwrap();
+    assert_eq!(worker.status.code(), Some(2), "{}", text(&worker.stderr));
+    assert_eq!(text(&worker.stdout), "");
+    assert!(
+        text(&worker.stderr).starts_with("dsh: ")
+            && text(&worker.stderr).contains("dsh.toml: sandbox: "),
+        "{}",
+        text(&worker.stderr)
     );
 
     std::fs::write(
