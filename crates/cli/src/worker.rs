@@ -14,16 +14,17 @@
 //! it listens (and says what it composed with `-vv`), so a bad dsh.toml or
 //! workspace fails at once, in one line.
 //!
-//! Not built yet: handing the [`Composer`] to the engine's worker (its
-//! `WorkerEnv`, issue 35), so the turns run here; today a worker serves
-//! the logs and the inboxes. The ACP and team tools are not composed yet.
+//! The [`Composer`] is the engine's `WorkerEnv`: `dsh_restate::worker`
+//! asks it afresh at each turn, on whichever worker runs the turn. Not
+//! composed yet: the ACP and team tools.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use dsh_core::{AgentOptions, Model, SessionHeader, SessionId, Tool};
+use dsh_core::{AgentOptions, Model, SessionHeader, SessionId};
+use dsh_restate::worker::{Composed, WorkerEnv};
 use dsh_tool_workspace::{Level, Policy, WorkspaceTools};
 
 use crate::config::{self, Settings};
@@ -31,19 +32,8 @@ use crate::error::CliError;
 use crate::model::{self, ModelChoice};
 use crate::signals::Signals;
 
-/// What one session's turns run with.
-pub struct Composition {
-    /// The model its turns ask.
-    pub model: Arc<dyn Model>,
-    /// The tools its model may call.
-    pub tools: Vec<Arc<dyn Tool>>,
-    /// The model-visible system prompt.
-    pub system: String,
-    /// The step limit and the other defaults.
-    pub options: AgentOptions,
-}
-
-/// Makes a [`Composition`] for any session, from one worker's settings.
+/// Makes what any session's turns run with ([`Composed`]), from one
+/// worker's settings: the engine's [`WorkerEnv`].
 pub struct Composer {
     choice: ModelChoice,
     model: Arc<dyn Model>,
@@ -82,13 +72,15 @@ impl Composer {
             system,
         })
     }
+}
 
+impl WorkerEnv for Composer {
     /// What `header`'s turns run with.
     ///
     /// # Errors
     /// One line naming the session: its tree records another model than
     /// this worker runs, or its working directory is not one here.
-    pub fn compose(&self, header: &SessionHeader) -> Result<Composition, String> {
+    fn compose(&self, header: &SessionHeader) -> Result<Composed, String> {
         if let Some(recorded) = model::recorded(header)
             && model::record(&recorded) != model::record(&self.choice)
         {
@@ -101,7 +93,7 @@ impl Composer {
         }
         let tools = WorkspaceTools::new(&header.cwd, Policy::new(self.sandbox, None))
             .map_err(|err| format!("session {}: cannot use the workspace: {err}", header.id))?;
-        Ok(Composition {
+        Ok(Composed {
             model: self.model.clone(),
             tools,
             system: self.system.clone(),
@@ -146,7 +138,7 @@ pub async fn worker(listen: &str, config: Option<PathBuf>) -> Result<(), CliErro
         writeln!(stdout, "listening on http://{bound}")?;
         stdout.flush()?;
     }
-    dsh_restate::serve::serve(listener, async move {
+    dsh_restate::worker::serve(listener, Arc::new(composer), async move {
         signals.recv().await;
     })
     .await;
@@ -176,7 +168,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let header = SessionHeader::new(SessionId::generate(), dir.path());
         let composed = composer(Level::ReadOnly).await.compose(&header).unwrap();
-        let names = |tools: &[Arc<dyn Tool>]| -> Vec<String> {
+        let names = |tools: &[Arc<dyn dsh_core::Tool>]| -> Vec<String> {
             tools.iter().map(|tool| tool.name().to_owned()).collect()
         };
         let workspace = WorkspaceTools::new(dir.path(), Policy::default()).unwrap();

@@ -105,6 +105,15 @@ pub trait Tool: Send + Sync + 'static {
         false
     }
 
+    /// Whether running the same call twice does no more than running it
+    /// once (reading a file, listing, searching). On a durable engine a
+    /// call cut by a worker's death is run again only when this is true;
+    /// otherwise it is answered with an error saying its outcome is
+    /// unknown. A wrapper must forward it.
+    fn idempotent(&self) -> bool {
+        false
+    }
+
     /// Run the call. `input` already matches [`Tool::input_schema`].
     ///
     /// # Errors

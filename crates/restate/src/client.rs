@@ -6,12 +6,37 @@
 
 use std::sync::Arc;
 
-use dsh_core::{InboxTarget, MessageId, SessionId};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use std::time::Duration;
 
-use crate::object::{EventPage, SessionSeed};
-use crate::state::inbox::{AcceptRequest, Acceptance, InboxItem};
+use dsh_core::{InboxTarget, MessageId, SessionHeader, SessionId, UserMessage};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+use crate::object::{EventPage, InboxStatus, SessionSeed};
+use crate::state::inbox::{AcceptRequest, Acceptance, InboxItem, InboxState};
+use crate::state::log::LogHead;
+
+/// How many retries in a row make a turn "failing" for
+/// [`RestateClient::check_turns`]: a worker's death costs one or two (the
+/// turn goes on elsewhere); five is 1.25 s of backing off with a 50 ms
+/// first interval, 15.5 s with the server's default 500 ms.
+pub const FAILING_AFTER_RETRIES: u32 = 5;
+
+/// Where a session stands: its log's head and its inbox.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SessionStatus {
+    /// The log's head (events, turns ended, the open turn).
+    pub head: LogHead,
+    /// The inbox (a turn scheduled, input waiting).
+    pub inbox: InboxStatus,
+}
+
+impl SessionStatus {
+    /// No turn is scheduled or open: the session waits for input.
+    pub fn is_idle(&self) -> bool {
+        !self.inbox.turn_scheduled && self.head.open_turn.is_none()
+    }
+}
 
 /// Why a call to the server failed.
 #[derive(Debug, thiserror::Error)]
@@ -42,6 +67,25 @@ pub enum ClientError {
         status: u16,
         /// The answer's body.
         body: String,
+    },
+    /// The session does not exist on the cluster.
+    #[error("session `{0}` does not exist on the cluster")]
+    NoSuchSession(SessionId),
+    /// A turn of the session keeps failing: the server retries it (or
+    /// paused it) instead of finishing it. A journal mismatch (a turn that
+    /// did not replay the same), a worker of another build, or no worker
+    /// reachable; `step` names the journal entry it failed at, if any.
+    #[error("a turn of `{session}` is failing ({status}){}: {error}", step.as_ref().map(|step| format!(" at `{step}`")).unwrap_or_default())]
+    TurnFailing {
+        /// The session.
+        session: SessionId,
+        /// The invocation's status (`backing-off`, `paused`, or `completed`
+        /// for one that failed for good).
+        status: String,
+        /// The journal entry it failed at (`model:0:1`, `tool:call-1`).
+        step: Option<String>,
+        /// The last failure, as the server reports it.
+        error: String,
     },
     /// The answer is not the JSON expected.
     #[error("{url}: unexpected answer: {source}")]
@@ -190,6 +234,32 @@ impl RestateClient {
         self.send(self.http.post(&url), &url).await
     }
 
+    /// Interrupt `session`: park its inbox (input waits and wakes nothing
+    /// until [`RestateClient::unpark`]); a running turn ends `aborted` at
+    /// its next check (a model step or tool call in flight finishes first).
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the session may be parked.
+    pub async fn interrupt(&self, session: &SessionId) -> Result<(), ClientError> {
+        let url = format!("{}/dsh.Inbox/{session}/interrupt", self.ingress);
+        self.send(self.http.post(&url), &url).await
+    }
+
+    /// Unpark `session`: waiting waking input starts a turn.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the session may be unparked.
+    pub async fn unpark(&self, session: &SessionId) -> Result<(), ClientError> {
+        let url = format!("{}/dsh.Inbox/{session}/unpark", self.ingress);
+        self.send(self.http.post(&url), &url).await
+    }
+
     /// Create a session's log (`dsh.Session/{id}/create`) with its header
     /// and seed.
     ///
@@ -202,6 +272,144 @@ impl RestateClient {
     pub async fn create_session(&self, seed: &SessionSeed) -> Result<(), ClientError> {
         self.call("dsh.Session", &seed.header.id, "create", seed, None)
             .await
+    }
+
+    /// Start a session: create it with `header` and an empty log, then
+    /// accept `prompt` (request id: the message's id), which schedules its
+    /// first turn on the cluster.
+    ///
+    /// # Errors
+    /// As [`RestateClient::create_session`] (an existing id is a 409
+    /// naming `SESSION_EXISTS`), then as [`RestateClient::accept`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe to drop; the session may have been created, and with
+    /// the prompt accepted or not (a second `start` is refused: send the
+    /// prompt with [`RestateClient::accept`] and the same request id).
+    pub async fn start(
+        &self,
+        header: &SessionHeader,
+        prompt: UserMessage,
+    ) -> Result<MessageId, ClientError> {
+        let seed = SessionSeed {
+            header: header.clone(),
+            seed: Vec::new(),
+        };
+        self.create_session(&seed).await?;
+        let request = AcceptRequest {
+            request_id: prompt.id.to_string(),
+            message: prompt,
+            target: InboxTarget::NextTurn,
+            wake: true,
+        };
+        Ok(self.accept(&header.id, &request).await?.message_id)
+    }
+
+    /// Where `session` stands, read through the admin API's SQL over the
+    /// objects' state, so it answers with no worker up (a snapshot that
+    /// may trail the objects by a moment).
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn status(&self, session: &SessionId) -> Result<SessionStatus, ClientError> {
+        // Session ids are letters, digits, `-`, `_` and `.`: safe in a
+        // quoted SQL string.
+        let sql = format!(
+            "SELECT service_name, key, value_utf8 FROM state WHERE service_key = '{session}' \
+             AND ((service_name = 'dsh.Inbox' AND key = 'inbox') \
+             OR (service_name = 'dsh.Session' AND key IN ('head', 'header')))"
+        );
+        let url = format!("{}/query", self.admin);
+        let mut status = SessionStatus {
+            head: LogHead::default(),
+            inbox: InboxState::default().status(),
+        };
+        let mut exists = false;
+        for row in self.query(&sql).await? {
+            let value = row["value_utf8"].as_str().unwrap_or_default();
+            let decode = |source| ClientError::Decode {
+                url: url.clone(),
+                source,
+            };
+            match row["key"].as_str() {
+                Some("inbox") => {
+                    let state: InboxState = serde_json::from_str(value).map_err(decode)?;
+                    status.inbox = state.status();
+                }
+                Some("head") => status.head = serde_json::from_str(value).map_err(decode)?,
+                _ => exists = true,
+            }
+        }
+        if !exists {
+            return Err(ClientError::NoSuchSession(session.clone()));
+        }
+        Ok(status)
+    }
+
+    /// Fail with [`ClientError::TurnFailing`] if a turn of `session` has
+    /// retried [`FAILING_AFTER_RETRIES`] times in a row, is paused, or
+    /// failed for good (admin SQL over
+    /// the server's invocations, kept for their journal retention).
+    ///
+    /// # Errors
+    /// [`ClientError::TurnFailing`]; as [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn check_turns(&self, session: &SessionId) -> Result<(), ClientError> {
+        // Session ids are letters, digits, `-`, `_` and `.`: safe in a
+        // quoted SQL string.
+        let sql = format!(
+            "select status, last_failure, last_failure_related_entry_name, completion_failure \
+             from sys_invocation where target_service_name = 'dsh.Session' \
+             and target_service_key = '{session}' and target_handler_name = 'run_turn' \
+             and (status = 'paused' or completion_result = 'failure' \
+             or (status = 'backing-off' and retry_count >= {FAILING_AFTER_RETRIES}))"
+        );
+        let rows = self.query(&sql).await?;
+        match rows.first() {
+            None => Ok(()),
+            Some(row) => Err(ClientError::TurnFailing {
+                session: session.clone(),
+                status: row["status"].as_str().unwrap_or_default().to_owned(),
+                step: row["last_failure_related_entry_name"]
+                    .as_str()
+                    .filter(|name| !name.is_empty())
+                    .map(str::to_owned),
+                error: row["last_failure"]
+                    .as_str()
+                    .or_else(|| row["completion_failure"].as_str())
+                    .unwrap_or_default()
+                    .to_owned(),
+            }),
+        }
+    }
+
+    /// Wait until `session` is idle ([`SessionStatus::is_idle`]), asking
+    /// every `poll`; a turn that keeps failing ends the wait with
+    /// [`ClientError::TurnFailing`] instead of waiting for ever.
+    ///
+    /// # Errors
+    /// As [`RestateClient::status`] and [`RestateClient::check_turns`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn wait_idle(
+        &self,
+        session: &SessionId,
+        poll: Duration,
+    ) -> Result<SessionStatus, ClientError> {
+        loop {
+            self.check_turns(session).await?;
+            let status = self.status(session).await?;
+            if status.is_idle() {
+                return Ok(status);
+            }
+            tokio::time::sleep(poll).await;
+        }
     }
 
     /// The header line of a session, `None` when it does not exist.

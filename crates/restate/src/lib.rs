@@ -11,7 +11,9 @@
 //! [`store::RestateSessionStore`] reads sessions through it.
 
 pub mod client;
+pub mod export;
 pub mod object;
-pub mod serve;
 pub mod state;
 pub mod store;
+pub mod tree;
+pub mod worker;

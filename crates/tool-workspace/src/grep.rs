@@ -186,6 +186,10 @@ impl Tool for GrepTool {
         true
     }
 
+    fn idempotent(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let GrepInput {
             pattern,

@@ -154,6 +154,10 @@ impl Tool for ListFilesTool {
         true
     }
 
+    fn idempotent(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let ListFilesInput {
             path: dir,

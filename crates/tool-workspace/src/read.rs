@@ -174,6 +174,10 @@ impl Tool for ReadFileTool {
         true
     }
 
+    fn idempotent(&self) -> bool {
+        true
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let ReadFileInput {
             path,

@@ -6,7 +6,11 @@
 use dsh_core::{InboxTarget, MessageId};
 use restate_sdk::prelude::*;
 
-use crate::state::inbox::{AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState};
+use super::session::SessionClient;
+pub use crate::state::inbox::ClaimedItem;
+use crate::state::inbox::{
+    AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState, InboxStatus,
+};
 
 /// The `dsh.Inbox` virtual object.
 pub struct Inbox;
@@ -33,10 +37,44 @@ impl Inbox {
         let acceptance = state
             .accept(request.into_inner())
             .map_err(|refusal| super::refused(refusal.code(), refusal))?;
-        if !acceptance.duplicate {
-            ctx.set(INBOX_KEY, Json(state));
-        }
+        admitted(&ctx, state, &acceptance);
         Ok(Json(acceptance))
+    }
+
+    /// Accept a child's settlement notice, once per request id; admitted
+    /// while draining too (then without waking the agent).
+    #[handler]
+    async fn accept_notice(
+        &self,
+        ctx: ObjectContext<'_>,
+        request: Json<AcceptRequest>,
+    ) -> HandlerResult<Json<Acceptance>> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        let acceptance = state.accept_notice(request.into_inner());
+        admitted(&ctx, state, &acceptance);
+        Ok(Json(acceptance))
+    }
+
+    /// Interrupt the agent: park it (input waits and wakes nothing until
+    /// `unpark`); a running turn sees it at its next check and ends
+    /// `aborted`.
+    #[handler]
+    async fn interrupt(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        state.park();
+        ctx.set(INBOX_KEY, Json(state));
+        Ok(())
+    }
+
+    /// Unpark the agent; waiting waking input starts a turn.
+    #[handler]
+    async fn unpark(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        if state.unpark() {
+            schedule_turn(&ctx);
+        }
+        ctx.set(INBOX_KEY, Json(state));
+        Ok(())
     }
 
     /// Take every waiting item of one list, oldest first.
@@ -52,6 +90,42 @@ impl Inbox {
             ctx.set(INBOX_KEY, Json(state));
         }
         Ok(Json(claimed))
+    }
+
+    /// What a turn claims at once: every next-step item and, at a turn
+    /// boundary, the oldest next-turn item.
+    #[handler]
+    async fn claim_turn(
+        &self,
+        ctx: ObjectContext<'_>,
+        turn_boundary: bool,
+    ) -> HandlerResult<Json<Vec<ClaimedItem>>> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        let claimed = state.claim_batch(turn_boundary);
+        if !claimed.is_empty() {
+            ctx.set(INBOX_KEY, Json(state));
+        }
+        Ok(Json(claimed))
+    }
+
+    /// A turn ended: schedule the next one (a one-way call of
+    /// `dsh.Session/{id}/run_turn`) if waking input waits. Returns whether
+    /// it did (when not, the agent has settled).
+    #[handler]
+    async fn turn_ended(&self, ctx: ObjectContext<'_>) -> HandlerResult<bool> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        let again = state.turn_ended();
+        ctx.set(INBOX_KEY, Json(state));
+        if again {
+            schedule_turn(&ctx);
+        }
+        Ok(again)
+    }
+
+    /// Where the inbox stands.
+    #[handler]
+    async fn status(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<InboxStatus>> {
+        Ok(Json(or_empty(ctx.get(INBOX_KEY).await?).status()))
     }
 
     /// Drop the waiting items with these message ids; their request ids
@@ -87,5 +161,23 @@ impl Inbox {
     ) -> HandlerResult<Json<Vec<InboxItem>>> {
         let state = or_empty(ctx.get(INBOX_KEY).await?);
         Ok(Json(state.pending(target.into_inner()).cloned().collect()))
+    }
+}
+
+/// Start a turn of this inbox's session: a one-way call, journaled with
+/// the handler, so it is made exactly once.
+fn schedule_turn(ctx: &ObjectContext<'_>) {
+    ctx.object_client::<SessionClient>(ctx.key().to_owned())
+        .run_turn()
+        .send();
+}
+
+/// Store what an accept changed and start the turn it scheduled.
+fn admitted(ctx: &ObjectContext<'_>, state: InboxState, acceptance: &Acceptance) {
+    if !acceptance.duplicate {
+        ctx.set(INBOX_KEY, Json(state));
+    }
+    if acceptance.schedule_turn {
+        schedule_turn(ctx);
     }
 }

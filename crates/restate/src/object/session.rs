@@ -1,13 +1,16 @@
 //! `dsh.Session/{session id}`: a session's log as state (the header line,
 //! chunks of JSONL lines, the head; `crate::state::log`). So far it has
-//! `create` and the shared read handlers `header` and `events_since`; the
-//! turn (`run_turn`) comes with the turn machine of issue 33.
+//! `create`, the turn (`run_turn`, hosted in `super::turn`) and the shared
+//! read handlers `header`, `status` and `events_since`.
 
 use dsh_core::{SessionEvent, SessionHeader};
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
+use std::sync::Arc;
+
 use crate::state::log::{self, HEAD_KEY, HEADER_KEY, LogHead};
+use crate::worker::WorkerEnv;
 
 /// How many chunks one [`EventPage`] holds at most, so a reply stays far
 /// below the server's message limit.
@@ -15,7 +18,16 @@ const PAGE_CHUNKS: u64 = 16;
 
 /// The `dsh.Session` virtual object. Its state is lazy: a handler fetches
 /// the entries it reads, not the whole log with every invocation.
-pub struct Session;
+pub struct Session {
+    env: Arc<dyn WorkerEnv>,
+}
+
+impl Session {
+    /// The object, running turns with what `env` composes.
+    pub fn new(env: Arc<dyn WorkerEnv>) -> Self {
+        Self { env }
+    }
+}
 
 /// What `create` writes: the header and the events the log starts with.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -68,6 +80,25 @@ impl Session {
         }
         ctx.set(HEAD_KEY, Json(head));
         Ok(())
+    }
+
+    /// Run one turn: claim input, ask the model, run its tools, step by
+    /// step, every effect journaled (`super::turn`). Scheduled by the
+    /// inbox (one-way); tells the inbox when it ends.
+    #[handler]
+    async fn run_turn(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        super::turn::run_turn(&ctx, self.env.as_ref()).await
+    }
+
+    /// The log's head: how many events, turns ended, the open turn.
+    #[handler]
+    async fn status(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<LogHead>> {
+        Ok(Json(
+            ctx.get::<Json<LogHead>>(HEAD_KEY)
+                .await?
+                .map(Json::into_inner)
+                .unwrap_or_default(),
+        ))
     }
 
     /// The header line, exactly as the JSONL store writes it; `None` when

@@ -15,6 +15,13 @@ use serde::{Deserialize, Serialize};
 /// The state key of the whole [`InboxState`].
 pub const INBOX_KEY: &str = "inbox";
 
+/// How many request ids an inbox remembers (the newest ones): a retry of
+/// a request older than the last `REQUEST_ID_WINDOW` accepts is accepted
+/// again as a new message. Senders retry within seconds (the ingress's own
+/// idempotency keys live a day); an agent that takes this many messages
+/// between a send and its retry is not a case to pay unbounded state for.
+pub const REQUEST_ID_WINDOW: usize = 4096;
+
 /// What a sender asks the inbox to accept.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct AcceptRequest {
@@ -38,6 +45,30 @@ pub struct InboxItem {
     pub message: UserMessage,
     /// Whether it may wake the agent.
     pub wake: bool,
+}
+
+/// An item a turn claimed, with the list it came from.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ClaimedItem {
+    /// Its list.
+    pub target: InboxTarget,
+    /// The item.
+    pub item: InboxItem,
+}
+
+/// Where an inbox stands, as its `status` handler and the client report it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InboxStatus {
+    /// A turn is scheduled or running.
+    pub turn_scheduled: bool,
+    /// The agent is parked (interrupted).
+    pub parked: bool,
+    /// The tree drains.
+    pub draining: bool,
+    /// Items waiting for the next turn.
+    pub queued: usize,
+    /// Items waiting for the next step.
+    pub steering: usize,
 }
 
 /// How an accept went.
@@ -76,9 +107,12 @@ pub struct InboxState {
     queue: VecDeque<InboxItem>,
     /// Next-step items, oldest first.
     steer: VecDeque<InboxItem>,
-    /// Every request id accepted, with its message's id. Grows with the
-    /// session (bounded retention is future work, `docs/distributed.md`).
+    /// The request ids accepted (the newest [`REQUEST_ID_WINDOW`]), with
+    /// their messages' ids.
     accepted: BTreeMap<String, MessageId>,
+    /// The ids of `accepted`, oldest first, for pruning.
+    #[serde(default)]
+    accept_order: VecDeque<String>,
     /// Whether a turn was scheduled and has not ended.
     turn_scheduled: bool,
     /// The agent was interrupted: input waits, no turn is scheduled.
@@ -106,9 +140,36 @@ impl InboxState {
         if self.draining {
             return Err(InboxError::Draining);
         }
+        Ok(self.admit(request))
+    }
+
+    /// Accept a child's settlement notice: as [`InboxState::accept`], but
+    /// admitted while the tree drains too (without waking the agent then),
+    /// as a local parent that is stopping still takes its children's
+    /// notices.
+    pub fn accept_notice(&mut self, mut request: AcceptRequest) -> Acceptance {
+        if let Some(message_id) = self.accepted.get(&request.request_id) {
+            return Acceptance {
+                message_id: message_id.clone(),
+                duplicate: true,
+                schedule_turn: false,
+            };
+        }
+        request.wake &= !self.draining;
+        self.admit(request)
+    }
+
+    /// Admit a new request.
+    fn admit(&mut self, request: AcceptRequest) -> Acceptance {
         let message_id = request.message.id.clone();
         self.accepted
             .insert(request.request_id.clone(), message_id.clone());
+        self.accept_order.push_back(request.request_id.clone());
+        while self.accept_order.len() > REQUEST_ID_WINDOW {
+            if let Some(oldest) = self.accept_order.pop_front() {
+                self.accepted.remove(&oldest);
+            }
+        }
         let schedule_turn = request.wake && !self.turn_scheduled && !self.parked;
         self.turn_scheduled |= schedule_turn;
         let item = InboxItem {
@@ -117,17 +178,38 @@ impl InboxState {
             wake: request.wake,
         };
         self.list_mut(request.target).push_back(item);
-        Ok(Acceptance {
+        Acceptance {
             message_id,
             duplicate: false,
             schedule_turn,
-        })
+        }
     }
 
     /// Take every item of one list, oldest first. A claimed item is never
     /// claimed again.
     pub fn claim(&mut self, target: InboxTarget) -> Vec<InboxItem> {
         self.list_mut(target).drain(..).collect()
+    }
+
+    /// What a turn claims at once: every next-step item and, at a turn
+    /// boundary, the oldest next-turn item, in that order (the local
+    /// loop's claim).
+    pub fn claim_batch(&mut self, turn_boundary: bool) -> Vec<ClaimedItem> {
+        let mut batch: Vec<ClaimedItem> = self
+            .steer
+            .drain(..)
+            .map(|item| ClaimedItem {
+                target: InboxTarget::NextStep,
+                item,
+            })
+            .collect();
+        if turn_boundary && let Some(item) = self.queue.pop_front() {
+            batch.push(ClaimedItem {
+                target: InboxTarget::NextTurn,
+                item,
+            });
+        }
+        batch
     }
 
     /// Drop the waiting items with these message ids (from either list).
@@ -163,6 +245,17 @@ impl InboxState {
     /// Refuse new input from now on.
     pub fn drain(&mut self) {
         self.draining = true;
+    }
+
+    /// Where the inbox stands.
+    pub fn status(&self) -> InboxStatus {
+        InboxStatus {
+            turn_scheduled: self.turn_scheduled,
+            parked: self.parked,
+            draining: self.draining,
+            queued: self.queue.len(),
+            steering: self.steer.len(),
+        }
     }
 
     /// Whether a turn is scheduled.
@@ -309,6 +402,40 @@ mod tests {
                 prop_assert!(seen.insert(id.clone()), "{} claimed twice", id);
             }
         }
+    }
+
+    proptest! {
+        /// Only the newest REQUEST_ID_WINDOW request ids are remembered: a
+        /// repeat inside the window is a duplicate, one beyond it is new.
+        #[test]
+        fn request_ids_are_kept_for_a_window(extra in 1usize..40, n in 0usize..80) {
+            let mut inbox = InboxState::default();
+            let total = REQUEST_ID_WINDOW + extra;
+            for n in 0..total {
+                let req = AcceptRequest { request_id: format!("r{n}"), ..request(0, InboxTarget::NextTurn, false) };
+                prop_assert!(!inbox.accept(req).unwrap().duplicate);
+            }
+            prop_assert_eq!(inbox.accepted.len(), REQUEST_ID_WINDOW);
+            let again = AcceptRequest { request_id: format!("r{n}"), ..request(0, InboxTarget::NextTurn, false) };
+            let within = n >= total - REQUEST_ID_WINDOW;
+            prop_assert_eq!(inbox.accept(again).unwrap().duplicate, within);
+        }
+    }
+
+    #[test]
+    fn a_draining_inbox_takes_notices_without_waking_and_refuses_the_rest() {
+        let mut inbox = InboxState::default();
+        inbox.drain();
+        let notice = request(1, InboxTarget::NextTurn, true);
+        let taken = inbox.accept_notice(notice.clone());
+        assert!(!taken.duplicate && !taken.schedule_turn);
+        assert!(inbox.accept_notice(notice).duplicate);
+        assert_eq!(inbox.pending(InboxTarget::NextTurn).count(), 1);
+        assert!(!inbox.pending(InboxTarget::NextTurn).any(|item| item.wake));
+        assert_eq!(
+            inbox.accept(request(2, InboxTarget::NextTurn, true)),
+            Err(InboxError::Draining)
+        );
     }
 
     #[test]

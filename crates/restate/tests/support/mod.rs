@@ -15,6 +15,8 @@
 //! stderr.
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
+pub mod cluster;
+
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -34,7 +36,7 @@ pub const WORKER_ADDR: &str = "127.0.0.1:9080";
 /// ran in a namespace and passed (it panics if it failed) or could not be
 /// run in one outside CI. `test` is the test function's name.
 pub fn isolated(test: &str) -> bool {
-    if std::env::var_os(INSIDE).is_some() {
+    if inside() {
         let devices = std::fs::read_to_string("/proc/self/net/dev").unwrap();
         let others: Vec<&str> = devices
             .lines()
@@ -46,19 +48,8 @@ pub fn isolated(test: &str) -> bool {
         assert!(others.is_empty(), "not isolated: interfaces {others:?}");
         return true;
     }
-    let exe = std::env::current_exe().unwrap();
-    let output = Command::new("unshare")
-        .args([
-            "--net",
-            "--",
-            "sh",
-            "-c",
-            "ip link set lo up && exec \"$@\"",
-            "sh",
-        ])
-        .arg(&exe)
+    let output = in_namespace()
         .args([test, "--exact", "--nocapture", "--test-threads=1"])
-        .env(INSIDE, "1")
         .stdin(Stdio::null())
         .output();
     let output = match output {
@@ -76,6 +67,29 @@ pub fn isolated(test: &str) -> bool {
     );
     say(stderr.trim_end());
     false
+}
+
+/// Whether this process runs in the namespace [`in_namespace`] made.
+pub fn inside() -> bool {
+    std::env::var_os(INSIDE).is_some()
+}
+
+/// A command running this executable again (add its arguments) under
+/// `unshare --net`, loopback up, marked so that [`inside`] is true there.
+pub fn in_namespace() -> Command {
+    let mut command = Command::new("unshare");
+    command
+        .args([
+            "--net",
+            "--",
+            "sh",
+            "-c",
+            "ip link set lo up && exec \"$@\"",
+            "sh",
+        ])
+        .arg(std::env::current_exe().unwrap())
+        .env(INSIDE, "1");
+    command
 }
 
 fn cannot_isolate(test: &str, why: &str) -> bool {
@@ -134,33 +148,40 @@ impl Server {
     pub async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), CONFIG).unwrap();
-        let log = std::fs::File::create(dir.path().join("server.log")).unwrap();
-        let started = Instant::now();
-        let child = Command::new(server_binary())
-            .arg("--config-file")
-            .arg(dir.path().join("config.toml"))
-            .arg("--base-dir")
-            .arg(dir.path().join("data"))
-            .arg("--no-logo")
-            .stdin(Stdio::null())
-            .stdout(log.try_clone().unwrap())
-            .stderr(log)
-            .spawn()
-            .unwrap();
+        let child = spawn_server(dir.path());
         let client = RestateClient::new("http://127.0.0.1:8080", "http://127.0.0.1:9070").unwrap();
         let mut server = Self { child, dir, client };
+        server.wait_healthy().await;
+        server
+    }
+
+    /// Stop the server with SIGTERM, wait for it to exit, and start it
+    /// again on the same data directory.
+    pub async fn restart(&mut self) {
+        let status = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        self.child.wait().unwrap();
+        self.child = spawn_server(self.dir.path());
+        self.wait_healthy().await;
+    }
+
+    async fn wait_healthy(&mut self) {
+        let started = Instant::now();
         let deadline = started + Duration::from_secs(60);
         loop {
-            if server.client.health().await.is_ok() {
+            if self.client.health().await.is_ok() {
                 break;
             }
-            if let Some(status) = server.child.try_wait().unwrap() {
-                panic!("restate-server exited ({status}):\n{}", server.log());
+            if let Some(status) = self.child.try_wait().unwrap() {
+                panic!("restate-server exited ({status}):\n{}", self.log());
             }
             assert!(
                 Instant::now() < deadline,
                 "restate-server not healthy in 60 s:\n{}",
-                server.log()
+                self.log()
             );
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
@@ -168,13 +189,33 @@ impl Server {
             "restate-server healthy {} ms after exec",
             started.elapsed().as_millis()
         );
-        server
     }
 
     /// The server's log so far.
     pub fn log(&self) -> String {
         std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
     }
+}
+
+/// Start `restate-server` on the configuration and data in `dir`, its
+/// output appended to `dir/server.log`.
+fn spawn_server(dir: &Path) -> Child {
+    let log = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join("server.log"))
+        .unwrap();
+    Command::new(server_binary())
+        .arg("--config-file")
+        .arg(dir.join("config.toml"))
+        .arg("--base-dir")
+        .arg(dir.join("data"))
+        .arg("--no-logo")
+        .stdin(Stdio::null())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .spawn()
+        .unwrap()
 }
 
 impl Server {
@@ -209,8 +250,18 @@ pub struct Worker {
 impl Worker {
     /// Start a worker listening on `addr` and wait until it is bound.
     pub fn start(addr: &str) -> Self {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dsh-restate-worker"))
-            .args(["--listen", addr])
+        Self::start_with(addr, None)
+    }
+
+    /// Start a worker listening on `addr` that runs the script `script`
+    /// (the test worker's `--script`), and wait until it is bound.
+    pub fn start_with(addr: &str, script: Option<&Path>) -> Self {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_dsh-restate-worker"));
+        command.args(["--listen", addr]);
+        if let Some(script) = script {
+            command.arg("--script").arg(script);
+        }
+        let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -239,6 +290,45 @@ impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+}
+
+/// A failover front for several workers, as one deployment address: each
+/// connection goes to the first worker (in the order given) that accepts
+/// it. Restate knows one URL per deployment; this stands for the L4
+/// balancer a user puts in front of identical workers. Stops on drop.
+pub struct Front {
+    task: tokio::task::JoinHandle<()>,
+    /// The URL to register.
+    pub uri: String,
+}
+
+impl Front {
+    /// Listen on `addr`, forwarding to `workers` (addresses).
+    pub async fn start(addr: &str, workers: Vec<String>) -> Self {
+        let listener = tokio::net::TcpListener::bind(addr).await.unwrap();
+        let uri = format!("http://{}", listener.local_addr().unwrap());
+        let task = tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                let workers = workers.clone();
+                tokio::spawn(async move {
+                    for worker in &workers {
+                        if let Ok(mut outbound) = tokio::net::TcpStream::connect(worker).await {
+                            let _ =
+                                tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                            return;
+                        }
+                    }
+                });
+            }
+        });
+        Self { task, uri }
+    }
+}
+
+impl Drop for Front {
+    fn drop(&mut self) {
+        self.task.abort();
     }
 }
 

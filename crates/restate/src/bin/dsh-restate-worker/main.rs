@@ -4,22 +4,29 @@
 //! of them) with the server's admin API. Until `dsh worker` exists this is
 //! the worker the tests start as a real process.
 //!
-//! Usage: `dsh-restate-worker [--listen ADDR]` (default `127.0.0.1:9080`;
-//! port 0 picks one). Once bound it prints `listening on http://ADDR` on
-//! stdout; it stops on SIGTERM or Ctrl-C, finishing the requests in flight.
+//! Usage: `dsh-restate-worker [--listen ADDR] [--script FILE]` (default
+//! `127.0.0.1:9080`; port 0 picks one). Once bound it prints `listening on
+//! http://ADDR` on stdout; it stops on SIGTERM or Ctrl-C, finishing the
+//! requests in flight. Its sessions run the scripted model and test tools
+//! of `script` ([`script::ScriptEnv`]).
+
+mod script;
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
-use restate_sdk::prelude::HttpServer;
+use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Why the worker could not start.
 #[derive(Debug, thiserror::Error)]
 enum WorkerError {
-    #[error("usage: dsh-restate-worker [--listen ADDR]")]
+    #[error("usage: dsh-restate-worker [--listen ADDR] [--script FILE]")]
     Usage,
     #[error("--listen {0}: not an address (ADDR is IP:PORT)")]
     Address(String),
+    #[error("{0}")]
+    Script(String),
     #[error("starting the runtime: {0}")]
     Runtime(#[source] std::io::Error),
     #[error("listening on {addr}: {source}")]
@@ -41,7 +48,8 @@ fn main() -> ExitCode {
 }
 
 fn run() -> Result<(), WorkerError> {
-    let addr = listen_addr(std::env::args().skip(1))?;
+    let (addr, script) = parse_args(std::env::args().skip(1))?;
+    let env = script::ScriptEnv::load(script.as_deref()).map_err(WorkerError::Script)?;
     let runtime = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -54,21 +62,26 @@ fn run() -> Result<(), WorkerError> {
             .local_addr()
             .map_err(|source| WorkerError::Bind { addr, source })?;
         println!("listening on http://{bound}");
-        HttpServer::new(dsh_restate::object::endpoint())
-            .serve_with_cancel(listener, stopped())
-            .await;
+        dsh_restate::worker::serve(listener, Arc::new(env), stopped()).await;
         Ok(())
     })
 }
 
-/// The address of `--listen ADDR`, or the default.
-fn listen_addr(mut args: impl Iterator<Item = String>) -> Result<SocketAddr, WorkerError> {
-    let text = match (args.next().as_deref(), args.next(), args.next()) {
-        (None, _, _) => "127.0.0.1:9080".to_owned(),
-        (Some("--listen"), Some(addr), None) => addr,
-        _ => return Err(WorkerError::Usage),
-    };
-    text.parse().map_err(|_| WorkerError::Address(text))
+/// The address of `--listen ADDR` (or the default) and `--script FILE`.
+fn parse_args(
+    mut args: impl Iterator<Item = String>,
+) -> Result<(SocketAddr, Option<PathBuf>), WorkerError> {
+    let mut text = "127.0.0.1:9080".to_owned();
+    let mut script = None;
+    while let Some(flag) = args.next() {
+        match (flag.as_str(), args.next()) {
+            ("--listen", Some(addr)) => text = addr,
+            ("--script", Some(file)) => script = Some(PathBuf::from(file)),
+            _ => return Err(WorkerError::Usage),
+        }
+    }
+    let addr = text.parse().map_err(|_| WorkerError::Address(text))?;
+    Ok((addr, script))
 }
 
 /// Resolves at SIGTERM or Ctrl-C (or never, if neither can be watched).

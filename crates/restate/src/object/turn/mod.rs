@@ -1,0 +1,468 @@
+//! `dsh.Session/{id}/run_turn`'s host of the harness's
+//! [`TurnMachine`]: one turn, every effect journaled so that a retry on
+//! another worker replays what was recorded and runs only what was not.
+//!
+//! - the clock: one `ctx.run("now")` per write;
+//! - input: `dsh.Inbox/{id}.claim_turn` and `.pending`, calls between
+//!   objects (exactly once); the claimed items are written to the log as
+//!   `inbox/accepted` right before the machine's claim names them;
+//! - the tool specs offered: `ctx.run("tools:{turn}:{step}")`;
+//! - the model: `ctx.run("model:{turn}:{step}")`, at most
+//!   [`MODEL_ATTEMPTS`] attempts when it fails; a step whose reply is
+//!   journaled is never asked again, one cut by a worker's death is asked
+//!   again (at most twice in all when the cut is once);
+//! - each tool call: `ctx.run("tool:{call id}")`. A tool that is not
+//!   [`idempotent`](dsh_core::Tool::idempotent) first journals a
+//!   `started:{call id}` marker; a retry that finds the marker and no
+//!   result knows the worker died mid-call and answers
+//!   [`WORKER_STOPPED_TOOL_CALL`] instead of running it twice;
+//! - appends: `ctx.set` of the log's chunks and head (state is journaled
+//!   with the steps).
+//!
+//! - the built-in `subagent` tool: calls between objects, not a `ctx.run`
+//!   (`delegate`), and a child's settlement when its turn ends idle.
+//!
+//! An interrupt parks the inbox; the turn asks the inbox at each of the
+//! machine's checks (`IsCancelled`), so it ends `aborted` at the next one.
+//! A model step or a tool call in flight is not cut (the SDK cannot
+//! cancel a running `ctx.run`): the turn stops after it.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use dsh_core::message::Transcript;
+use dsh_core::options::DEFAULT_MAX_TURN_STEPS;
+use dsh_core::projection::{PendingItem, Projection, TranscriptProjection};
+use dsh_core::session::InboxAccepted;
+use dsh_core::{
+    AgentStatus, CancellationToken, ContentBlock, EventPayload, FinishReason, InboxTarget,
+    ModelEvent, ModelRequest, SessionEvent, SessionHeader, ToolCall, ToolOutput, ToolSpec, Usage,
+};
+use dsh_harness::ScopedTools;
+use dsh_harness::ToolRegistry;
+use dsh_harness::turn::{Effect, Input, ModelOutcome, ModelReply, TurnMachine};
+use futures::StreamExt;
+use restate_sdk::prelude::*;
+use serde::{Deserialize, Serialize};
+
+mod delegate;
+
+use super::inbox::{ClaimedItem, InboxClient};
+use super::view::TurnView;
+use crate::state::log::{self, CHUNK_EVENTS, HEAD_KEY, HEADER_KEY, LogHead};
+use crate::worker::{Composed, WorkerEnv};
+
+/// The result a non-idempotent tool call gets when its worker died while
+/// it ran (B60): it is not run a second time.
+pub const WORKER_STOPPED_TOOL_CALL: &str =
+    "the worker stopped before this call returned; its outcome is unknown";
+
+/// How many times a failing model step is tried before the step fails.
+pub const MODEL_ATTEMPTS: u32 = 2;
+
+/// A model step as journaled.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+enum StepReply {
+    Reply {
+        text: String,
+        calls: Vec<ToolCall>,
+        usage: Usage,
+        finish: FinishReason,
+    },
+}
+
+/// A tool's output as journaled.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct JournaledOutput {
+    content: Vec<ContentBlock>,
+    is_error: bool,
+    end_turn: bool,
+}
+
+impl From<ToolOutput> for JournaledOutput {
+    fn from(output: ToolOutput) -> Self {
+        Self {
+            content: output.content,
+            is_error: output.is_error,
+            end_turn: output.end_turn,
+        }
+    }
+}
+
+impl From<JournaledOutput> for ToolOutput {
+    fn from(output: JournaledOutput) -> Self {
+        Self {
+            content: output.content,
+            is_error: output.is_error,
+            end_turn: output.end_turn,
+        }
+    }
+}
+
+/// A terminal error naming the session (and step, where there is one).
+fn terminal(code: &str, message: impl std::fmt::Display) -> TerminalError {
+    super::refused(code, message)
+}
+
+/// One turn's host: the session's log as loaded, the composition, and the
+/// context every effect goes through.
+struct Host<'a, 'ctx> {
+    ctx: &'a ObjectContext<'ctx>,
+    header: SessionHeader,
+    composed: Composed,
+    tools: ScopedTools,
+    view: Arc<TurnView>,
+    events: Vec<SessionEvent>,
+    transcript: Transcript,
+    head: LogHead,
+    /// The lines of the partial last chunk (empty at a chunk boundary).
+    tail: Vec<u8>,
+}
+
+/// Run one turn of the session `ctx.key()` names.
+pub(super) async fn run_turn(ctx: &ObjectContext<'_>, env: &dyn WorkerEnv) -> HandlerResult<()> {
+    let key = ctx.key().to_owned();
+    let Some(header_line) = ctx.get::<String>(HEADER_KEY).await? else {
+        return Err(terminal("NO_SUCH_SESSION", format!("session `{key}` does not exist")).into());
+    };
+    let header: SessionHeader = serde_json::from_str(&header_line)
+        .map_err(|bad| terminal("SESSION_CORRUPT", format!("{key}: header: {bad}")))?;
+    let composed = env
+        .compose(&header)
+        .map_err(|why| terminal("COMPOSE_FAILED", format!("{key}: {why}")))?;
+    let mut host = Host::load(ctx, header, composed).await?;
+    if let Some(turn) = host.head.open_turn {
+        // An earlier turn failed for good mid-way (a terminal error): close
+        // it as a local resume would (B53) before the next one.
+        let time = host.now().await?;
+        let closing = dsh_harness::turn::close_interrupted_turn(turn, &host.events, time);
+        host.write(closing)?;
+    }
+    host.drive().await?;
+    let again = ctx
+        .object_client::<InboxClient>(key)
+        .turn_ended()
+        .call()
+        .await?;
+    if !again {
+        host.settle().await?;
+    }
+    Ok(())
+}
+
+impl<'a, 'ctx> Host<'a, 'ctx> {
+    /// Load the log from state (journaled reads, so a retry sees the same).
+    async fn load(
+        ctx: &'a ObjectContext<'ctx>,
+        header: SessionHeader,
+        composed: Composed,
+    ) -> HandlerResult<Self> {
+        let head = ctx
+            .get::<Json<LogHead>>(HEAD_KEY)
+            .await?
+            .map(Json::into_inner)
+            .unwrap_or_default();
+        let mut events = Vec::new();
+        let mut tail = Vec::new();
+        let chunks = head.next_seq.div_ceil(CHUNK_EVENTS);
+        for index in 0..chunks {
+            let chunk = ctx
+                .get::<Vec<u8>>(&log::chunk_key(index))
+                .await?
+                .unwrap_or_default();
+            let text = log::lines_from(index, &chunk, 0)
+                .map_err(|bad| terminal("SESSION_CORRUPT", format!("{}: {bad}", header.id)))?;
+            for line in text.lines() {
+                let event: SessionEvent = serde_json::from_str(line)
+                    .map_err(|bad| terminal("SESSION_CORRUPT", format!("{}: {bad}", header.id)))?;
+                events.push(event);
+            }
+            if index + 1 == chunks && !head.next_seq.is_multiple_of(CHUNK_EVENTS) {
+                tail = chunk;
+            }
+        }
+        let mut transcript = TranscriptProjection.init(&header);
+        for event in &events {
+            TranscriptProjection.apply(&mut transcript, event);
+        }
+        let tools = ScopedTools::compose(&ToolRegistry::new(), None, None, &composed.tools)
+            .map_err(|bad| terminal("COMPOSE_FAILED", format!("{}: {bad}", header.id)))?;
+        let view = Arc::new(TurnView {
+            header: header.clone(),
+            options: composed.options.clone(),
+            accepts_images: composed.model.accepts_images(),
+            status: tokio::sync::watch::Sender::new(AgentStatus::Running),
+        });
+        Ok(Self {
+            ctx,
+            header,
+            composed,
+            tools,
+            view,
+            events,
+            transcript,
+            head,
+            tail,
+        })
+    }
+
+    /// Drive the machine from its start to its end.
+    async fn drive(&mut self) -> HandlerResult<()> {
+        let turn = self
+            .events
+            .iter()
+            .filter(|event| matches!(event.payload, EventPayload::TurnStart(_)))
+            .count() as u64;
+        let limit = self
+            .composed
+            .options
+            .max_turn_steps
+            .unwrap_or(DEFAULT_MAX_TURN_STEPS);
+        let (mut machine, mut effect) = TurnMachine::start(turn, u64::from(limit));
+        loop {
+            let input = match effect {
+                Effect::Claim { turn_boundary } => Input::Claimed(self.claim(turn_boundary).await?),
+                Effect::SteeringWakes => Input::SteeringWakes(self.steering_wakes().await?),
+                Effect::IsCancelled(_) => Input::Cancelled(self.interrupted().await?),
+                Effect::Append(payloads) => {
+                    self.append(payloads).await?;
+                    Input::Appended
+                }
+                Effect::AskModel { turn, step } => Input::Model(self.ask(turn, step).await?),
+                Effect::CallTools => Input::Tools(Some(self.call_tools(machine.calls()).await?)),
+                Effect::Done => return Ok(()),
+            };
+            effect = machine
+                .resume(input)
+                .map_err(|bad| terminal("TURN_MACHINE", format!("{}: {bad}", self.header.id)))?;
+        }
+    }
+
+    /// The time, journaled.
+    async fn now(&self) -> HandlerResult<u64> {
+        let millis = self
+            .ctx
+            .run(|| async {
+                let since = SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .unwrap_or_default();
+                Ok(u64::try_from(since.as_millis())
+                    .unwrap_or(u64::MAX)
+                    .to_string())
+            })
+            .name("now")
+            .await?;
+        Ok(millis.parse().unwrap_or_default())
+    }
+
+    /// Claim from the inbox (exactly once), and write what was claimed as
+    /// accepted, so the log holds each message's arrival before its claim.
+    async fn claim(&mut self, turn_boundary: bool) -> HandlerResult<Vec<PendingItem>> {
+        let claimed: Vec<ClaimedItem> = self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .claim_turn(turn_boundary)
+            .call()
+            .await?
+            .into_inner();
+        let items: Vec<PendingItem> = claimed
+            .into_iter()
+            .map(|claimed| PendingItem {
+                message: claimed.item.message,
+                target: claimed.target,
+                wake: claimed.item.wake,
+            })
+            .collect();
+        if !items.is_empty() {
+            let accepted = items
+                .iter()
+                .map(|item| {
+                    EventPayload::InboxAccepted(InboxAccepted {
+                        message: item.message.clone(),
+                        target: item.target,
+                        wake: item.wake,
+                    })
+                })
+                .collect();
+            self.append(accepted).await?;
+        }
+        Ok(items)
+    }
+
+    /// Whether the agent was interrupted (a journaled look at its inbox).
+    async fn interrupted(&self) -> HandlerResult<bool> {
+        let status = self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .status()
+            .call()
+            .await?
+            .into_inner();
+        Ok(status.parked)
+    }
+
+    /// Whether waiting next-step input wakes the agent (a journaled look).
+    async fn steering_wakes(&self) -> HandlerResult<bool> {
+        let waiting = self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .pending(Json(InboxTarget::NextStep))
+            .call()
+            .await?
+            .into_inner();
+        Ok(waiting.iter().any(|item| item.wake))
+    }
+
+    /// Append `payloads` at the journaled time.
+    async fn append(&mut self, payloads: Vec<EventPayload>) -> HandlerResult<()> {
+        let time = self.now().await?;
+        let first = self.head.next_seq;
+        let events = (first..)
+            .zip(payloads)
+            .map(|(seq, payload)| SessionEvent { seq, time, payload })
+            .collect();
+        self.write(events)
+    }
+
+    /// Write `events` (seqs continuing the log) to the state and apply them.
+    fn write(&mut self, events: Vec<SessionEvent>) -> HandlerResult<()> {
+        let writes = log::append(&mut self.head, Some(&self.tail), &events)
+            .map_err(|bad| terminal("OUT_OF_SEQUENCE", format!("{}: {bad}", self.header.id)))?;
+        for write in writes {
+            self.ctx
+                .set(&log::chunk_key(write.index), write.lines.clone());
+            self.tail = write.lines;
+        }
+        if self.head.next_seq.is_multiple_of(CHUNK_EVENTS) {
+            self.tail.clear();
+        }
+        self.ctx.set(HEAD_KEY, Json(self.head.clone()));
+        for event in &events {
+            TranscriptProjection.apply(&mut self.transcript, event);
+        }
+        self.events.extend(events);
+        Ok(())
+    }
+
+    /// Step `step`: the specs offered and the model's reply, journaled.
+    async fn ask(&mut self, turn: u64, step: u64) -> HandlerResult<ModelOutcome> {
+        let tools = self.tools.clone();
+        let view = self.view.clone();
+        let specs: Vec<ToolSpec> = self
+            .ctx
+            .run(|| async move {
+                let mut specs = tools.specs(view.as_ref());
+                specs.push(delegate::spec());
+                Ok(Json(specs))
+            })
+            .name(format!("tools:{turn}:{step}"))
+            .await?
+            .into_inner();
+        let request = ModelRequest {
+            model: self.composed.options.model.clone(),
+            system: self.composed.system.clone(),
+            messages: self.transcript.clone(),
+            tools: specs,
+            max_output_tokens: self.composed.options.max_output_tokens,
+            reasoning_effort: self.composed.options.reasoning_effort.clone(),
+        };
+        let model = self.composed.model.clone();
+        let asked = self
+            .ctx
+            .run(|| async move { ask_model(model.as_ref(), request).await.map(Json) })
+            .name(format!("model:{turn}:{step}"))
+            .retry_policy(RunRetryPolicy::new().max_attempts(MODEL_ATTEMPTS))
+            .await;
+        Ok(match asked {
+            Ok(Json(StepReply::Reply {
+                text,
+                calls,
+                usage,
+                finish,
+            })) => ModelOutcome::Reply(ModelReply {
+                text,
+                calls,
+                usage,
+                finish,
+            }),
+            Err(failed) => ModelOutcome::Failed {
+                text: String::new(),
+                diagnostic: failed.message().to_owned(),
+            },
+        })
+    }
+
+    /// Run the step's calls in order, each its own journaled step.
+    async fn call_tools(&mut self, calls: &[ToolCall]) -> HandlerResult<Vec<ToolOutput>> {
+        let mut outputs = Vec::with_capacity(calls.len());
+        for call in calls {
+            if call.name == delegate::DELEGATE_TOOL {
+                outputs.push(self.delegate(call).await?);
+                continue;
+            }
+            let idempotent = self
+                .composed
+                .tools
+                .iter()
+                .find(|tool| tool.name() == call.name)
+                .is_none_or(|tool| tool.idempotent());
+            let resumed = if idempotent {
+                false
+            } else {
+                let fresh = Arc::new(AtomicBool::new(false));
+                let marked = fresh.clone();
+                self.ctx
+                    .run(|| async move {
+                        marked.store(true, Ordering::SeqCst);
+                        Ok(())
+                    })
+                    .name(format!("started:{}", call.call_id))
+                    .await?;
+                !fresh.load(Ordering::SeqCst)
+            };
+            let tools = self.tools.clone();
+            let agent: Arc<dyn dsh_core::Agent> = self.view.clone();
+            let this = call.clone();
+            let output: JournaledOutput = self
+                .ctx
+                .run(|| async move {
+                    if resumed {
+                        return Ok(Json(ToolOutput::error(WORKER_STOPPED_TOOL_CALL).into()));
+                    }
+                    let output = tools.call(&this, agent, CancellationToken::new()).await;
+                    Ok(Json(JournaledOutput::from(output)))
+                })
+                .name(format!("tool:{}", call.call_id))
+                .await?
+                .into_inner();
+            outputs.push(output.into());
+        }
+        Ok(outputs)
+    }
+}
+
+/// Stream one reply to its end. A failure is an error, so the journaled
+/// step retries it (at most [`MODEL_ATTEMPTS`] in all).
+async fn ask_model(model: &dyn dsh_core::Model, request: ModelRequest) -> HandlerResult<StepReply> {
+    let mut stream = model.stream(request, CancellationToken::new()).await?;
+    let mut text = String::new();
+    let mut calls = Vec::new();
+    let mut usage = Usage::default();
+    while let Some(event) = stream.next().await {
+        match event? {
+            ModelEvent::TextDelta(delta) => text.push_str(&delta),
+            ModelEvent::ToolCall(call) => calls.push(call),
+            ModelEvent::Usage(more) => usage += more,
+            ModelEvent::Finish(finish) => {
+                return Ok(StepReply::Reply {
+                    text,
+                    calls,
+                    usage,
+                    finish,
+                });
+            }
+        }
+    }
+    Err(TerminalError::new("the response ended without a finish reason").into())
+}

@@ -1,0 +1,75 @@
+//! A worker: the process that runs dsh's Restate objects for a server.
+//! [`serve`] binds `dsh.Session` and `dsh.Inbox` over HTTP/2 on a listener
+//! the caller opened (`dsh worker --listen ADDR`, the test worker) until a
+//! shutdown future resolves. The model and tools a session's turns use
+//! come from the caller's [`WorkerEnv`], asked afresh at each turn on
+//! whichever worker runs it: every worker of one deployment must answer
+//! alike (same configuration, same tools), or a replayed turn diverges.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use dsh_core::{AgentOptions, Model, SessionHeader, Tool};
+use restate_sdk::prelude::{Endpoint, HttpServer};
+
+use crate::object::{Inbox, Session};
+
+/// What one session's turns run with.
+pub struct Composed {
+    /// The model the turn asks.
+    pub model: Arc<dyn Model>,
+    /// The tools its model may call (names unique).
+    pub tools: Vec<Arc<dyn Tool>>,
+    /// The model-visible system prompt.
+    pub system: String,
+    /// Model id, output cap, step limit.
+    pub options: AgentOptions,
+}
+
+impl std::fmt::Debug for Composed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let tools: Vec<&str> = self.tools.iter().map(|tool| tool.name()).collect();
+        f.debug_struct("Composed")
+            .field("model", &self.model.name())
+            .field("tools", &tools)
+            .field("options", &self.options)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a worker gets a session's model and tools from (the CLI: from
+/// `dsh.toml`; tests: a scripted model and counting tools).
+pub trait WorkerEnv: Send + Sync + 'static {
+    /// Compose the agent `header` describes.
+    ///
+    /// # Errors
+    /// A session this worker cannot run (an unknown model route, say): its
+    /// turn fails for good with this text, named with the session id.
+    fn compose(&self, header: &SessionHeader) -> Result<Composed, String>;
+}
+
+/// The SDK endpoint with every object of dsh bound over `env`.
+pub fn endpoint(env: Arc<dyn WorkerEnv>) -> Endpoint {
+    Endpoint::builder()
+        .bind(Inbox)
+        .bind(Session::new(env))
+        .build()
+}
+
+/// Serve dsh's objects on `listener` until `shutdown` resolves, then
+/// finish the requests in flight. Register the worker's address (or the
+/// one address in front of several workers) with the server once
+/// ([`RestateClient::register_deployment`](crate::client::RestateClient::register_deployment)).
+///
+/// # Cancel safety
+/// Dropped, the worker stops at once: the server retries the invocations
+/// it was running on another worker (a journaled step is not run again).
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    env: Arc<dyn WorkerEnv>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    HttpServer::new(endpoint(env))
+        .serve_with_cancel(listener, shutdown)
+        .await;
+}
