@@ -68,7 +68,7 @@ pub(crate) async fn roles_of(
 /// What `dsh agents` was asked.
 #[derive(Debug)]
 pub struct AgentsArgs<'a> {
-    /// The session directory.
+    /// Where the sessions are, as messages name it (the session directory).
     pub dir: &'a Path,
     /// `--prune-orphans`: remove the orphan logs listed.
     pub prune_orphans: bool,
@@ -83,8 +83,17 @@ pub struct AgentsArgs<'a> {
 /// Cancel safe, except with `--prune-orphans`: a drop while orphans are
 /// being removed leaves the ones not yet removed in place (each removal is
 /// whole). Listing never writes.
-pub async fn agents(args: AgentsArgs<'_>) -> Result<(), CliError> {
-    let store = sessions::existing_store(args.dir)?;
+pub async fn agents(
+    source: &crate::engine::Source,
+    prune_orphans: bool,
+    json: bool,
+) -> Result<(), CliError> {
+    let store = source.store().await?;
+    let args = AgentsArgs {
+        dir: source.place(),
+        prune_orphans,
+        json,
+    };
     let out = if args.json {
         crate::json::document(&document(store.as_ref(), args.dir).await?)
     } else {

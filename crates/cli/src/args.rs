@@ -4,12 +4,12 @@
 //! help text `dsh --help` prints; and how a running command's flags become
 //! its settings over dsh.toml. Parsing only: `main` dispatches.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use clap::{Args, Parser, Subcommand};
 
 use crate::error::CliError;
-use crate::{acp, ask, config};
+use crate::{acp, ask, config, engine};
 
 /// The default session directory.
 pub(crate) const DEFAULT_DIR: &str = "./.dsh/sessions";
@@ -171,6 +171,57 @@ pub(crate) struct JsonArg {
     pub(crate) json: bool,
 }
 
+/// Which engine holds the sessions (dsh.toml `[engine]`); the local
+/// session directory unless asked.
+#[derive(Debug, Args)]
+pub(crate) struct EngineArgs {
+    /// `local` (the default: the session directory) or `restate` (a
+    /// Restate cluster; see docs/distributed.md).
+    #[arg(long, value_name = "KIND")]
+    engine: Option<String>,
+    /// The Restate ingress URL (dsh.toml `engine.ingress_url`; default
+    /// http://127.0.0.1:8080).
+    #[arg(long, value_name = "URL")]
+    ingress: Option<String>,
+    /// The Restate admin API's URL (dsh.toml `engine.admin_url`; default
+    /// http://127.0.0.1:9070).
+    #[arg(long, value_name = "URL")]
+    admin: Option<String>,
+}
+
+impl EngineArgs {
+    /// The engine these flags choose over dsh.toml's `[engine]`.
+    fn resolve(self, config: Option<&Path>) -> Result<engine::Engine, CliError> {
+        let (file, parsed) = config::read(config)?;
+        let flags = engine::EngineFlags {
+            kind: self.engine,
+            ingress: self.ingress,
+            admin: self.admin,
+        };
+        engine::resolve(&flags, file.as_deref(), parsed.engine.as_ref())
+    }
+
+    /// Where a read command finds the sessions.
+    pub(crate) fn source(
+        self,
+        dir: &Path,
+        config: Option<&Path>,
+    ) -> Result<engine::Source, CliError> {
+        engine::Source::new(&self.resolve(config)?, dir)
+    }
+
+    /// Refuse an engine other than the local store, for a command that
+    /// does not run on one yet.
+    pub(crate) fn local_only(self, command: &str, config: Option<&Path>) -> Result<(), CliError> {
+        match self.resolve(config)? {
+            engine::Engine::Local => Ok(()),
+            engine::Engine::Restate { .. } => Err(CliError::Refused(format!(
+                "`dsh {command}` on Restate is not built yet (docs/distributed.md); `dsh worker`, `agents`, `show`, `replay` and `export` work against the cluster, or pass `--engine local`"
+            ))),
+        }
+    }
+}
+
 /// Which tree a name is looked up in.
 #[derive(Debug, Args)]
 pub(crate) struct RootArg {
@@ -215,6 +266,8 @@ pub(crate) enum Command {
         team: bool,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// List the persisted agent trees: names, labels, modes, diagnostics.
     ///
@@ -235,6 +288,8 @@ pub(crate) enum Command {
         /// docs/cli-json.md) instead of the text.
         #[arg(long, conflicts_with = "prune_orphans")]
         json: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Send a message to a child as the user and print its reply, or to
     /// `lead` to continue the lead's conversation with its whole tree.
@@ -263,6 +318,8 @@ pub(crate) enum Command {
         wait: WaitArg,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Bring a tree back after a crash or a kill and run what it had left
     /// to do, until the whole tree is done.
@@ -284,6 +341,8 @@ pub(crate) enum Command {
         wait: WaitArg,
         #[command(flatten)]
         json: JsonArg,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Serve a lead and its whole tree to an editor over the Agent Client
     /// Protocol on stdin and stdout (Zed's `agent_servers`, any ACP client).
@@ -314,6 +373,8 @@ pub(crate) enum Command {
         /// is in docs/cli-json.md) instead of the text.
         #[arg(long)]
         json: bool,
+        #[command(flatten)]
+        engine: EngineArgs,
     },
     /// Drive every session of the most recent tree (or of TREE) again
     /// from its own log and say, per session, `identical` or the first
@@ -325,6 +386,36 @@ pub(crate) enum Command {
         tree: Option<String>,
         #[command(flatten)]
         dir: DirArg,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Write the logs of the most recent tree (or of TREE) as a session
+    /// directory of the local JSONL store, byte for byte the files that
+    /// store writes, from the session directory or from a Restate cluster
+    /// (`--engine restate`). Sessions already in DIR are refused; nothing
+    /// else there is touched.
+    Export {
+        /// The root session of the tree (default: the most recent root).
+        #[arg(value_name = "TREE")]
+        tree: Option<String>,
+        /// The directory to write the logs to (created if missing).
+        #[arg(long, value_name = "DIR")]
+        to: PathBuf,
+        #[command(flatten)]
+        dir: DirArg,
+        #[command(flatten)]
+        engine: EngineArgs,
+    },
+    /// Serve dsh's Restate objects for a Restate server to call (one of
+    /// any number of identical workers); register its address with the
+    /// server's admin API. SIGINT, SIGTERM or SIGHUP stops it after the
+    /// calls in flight. The turns themselves are not served yet (see
+    /// docs/distributed.md).
+    Worker {
+        /// The address to listen on (`IP:PORT`; port 0 picks one). Once
+        /// bound, `listening on http://ADDR` is printed on stdout.
+        #[arg(long, value_name = "ADDR", default_value = "127.0.0.1:9080")]
+        listen: String,
     },
     /// Show the agent team of the most recent tree (or of TREE): the
     /// roster with each member's status, the task board with readiness,

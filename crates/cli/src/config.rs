@@ -61,6 +61,9 @@ pub struct ConfigFile {
     /// Agent roles by name (`[agents.NAME]`), as role files define them.
     #[serde(default)]
     pub agents: BTreeMap<String, RoleSpec>,
+    /// Where the sessions live and run: the local store (the default) or
+    /// a Restate cluster (`crate::engine`).
+    pub engine: Option<crate::engine::EngineSection>,
 }
 
 /// One OpenAI-compatible API.
@@ -366,26 +369,33 @@ pub fn search_path(cwd: &Path) -> Vec<PathBuf> {
 /// [`search_path`] that exists) and resolve it with the flags.
 pub fn load(overrides: &Overrides) -> Result<Settings, CliError> {
     let cwd = std::env::current_dir()?;
-    let found = match &overrides.config {
-        Some(path) => Some(path.clone()),
-        None => search_path(&cwd).into_iter().find(|path| path.exists()),
-    };
-    let (file, parsed) = match found {
-        None => (None, ConfigFile::default()),
-        Some(path) => {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|err| bad(&path, "", format!("cannot read it: {err}")))?;
-            let parsed = parse(&path, &text)?;
-            (Some(path), parsed)
-        }
-    };
-    let mut parsed = parsed;
+    let (file, mut parsed) = read(overrides.config.as_deref())?;
     let tables = std::mem::take(&mut parsed.agents);
     let mut settings = resolve(file.as_deref(), parsed, overrides)?;
     let source = file.unwrap_or_else(|| PathBuf::from(FILE_NAME));
     settings.roles = crate::roles::load(&source, tables, &crate::roles::search_dirs(&cwd))?;
     check_roles(&settings)?;
     Ok(settings)
+}
+
+/// The configuration file (`config`, else the first of [`search_path`]
+/// that exists) parsed but not resolved, with its path; the defaults when
+/// there is none.
+pub fn read(config: Option<&Path>) -> Result<(Option<PathBuf>, ConfigFile), CliError> {
+    let cwd = std::env::current_dir()?;
+    let found = match config {
+        Some(path) => Some(path.to_owned()),
+        None => search_path(&cwd).into_iter().find(|path| path.exists()),
+    };
+    match found {
+        None => Ok((None, ConfigFile::default())),
+        Some(path) => {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|err| bad(&path, "", format!("cannot read it: {err}")))?;
+            let parsed = parse(&path, &text)?;
+            Ok((Some(path), parsed))
+        }
+    }
 }
 
 /// Refuse what the roles ask of the run that it cannot give: a model route

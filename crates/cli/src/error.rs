@@ -51,7 +51,7 @@ pub enum CliError {
     #[error("bad {0}")]
     BadFlag(String),
     /// A configuration key or flag asks for what this build left out.
-    #[cfg(not(feature = "acp"))]
+    #[cfg(any(not(feature = "acp"), not(feature = "restate")))]
     #[error(
         "{what} needs the `{feature}` feature, which this dsh was built without (build dsh-cli with `--features {feature}`)"
     )]
@@ -70,6 +70,16 @@ pub enum CliError {
         /// `scheme://host:port`, never a path, query or credentials.
         address: String,
         /// What the connection attempt said.
+        reason: String,
+    },
+    /// The Restate server does not answer at `url` (or answers with an
+    /// error).
+    #[cfg(feature = "restate")]
+    #[error("the Restate server at {url} did not answer: {reason}")]
+    EngineUnavailable {
+        /// The URL asked.
+        url: String,
+        /// What the call said.
         reason: String,
     },
     /// The session directory does not exist.
@@ -156,7 +166,7 @@ impl CliError {
             | Self::ModelConfig(_)
             | Self::Config { .. }
             | Self::BadFlag(_) => EXIT_USAGE,
-            #[cfg(not(feature = "acp"))]
+            #[cfg(any(not(feature = "acp"), not(feature = "restate")))]
             Self::FeatureDisabled { .. } => EXIT_USAGE,
             Self::NoSessionDir(_)
             | Self::NoSessions(_)
@@ -165,6 +175,8 @@ impl CliError {
             Self::Corrupt(_) => EXIT_CORRUPT,
             Self::Store(err) if is_corrupt(err) => EXIT_CORRUPT,
             Self::Unreachable { .. } => EXIT_UNAVAILABLE,
+            #[cfg(feature = "restate")]
+            Self::EngineUnavailable { .. } => EXIT_UNAVAILABLE,
             Self::Interrupted(signal) | Self::Forced(signal) => {
                 EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
             }

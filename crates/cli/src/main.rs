@@ -40,7 +40,9 @@ mod budget;
 mod config;
 mod demo;
 mod demo_team;
+mod engine;
 mod error;
+mod export;
 mod held;
 mod json;
 mod logging;
@@ -58,6 +60,8 @@ mod show;
 mod signals;
 mod team;
 mod transcript;
+#[cfg(feature = "restate")]
+mod worker;
 mod world;
 mod writes;
 
@@ -122,6 +126,8 @@ fn main() -> ExitCode {
         | Command::Show { .. }
         | Command::Team { .. }
         | Command::Replay { .. }
+        | Command::Export { .. }
+        | Command::Worker { .. }
         | Command::Providers => None,
     };
     logging::diagnostics(cli.verbose, log.as_deref());
@@ -159,7 +165,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp,
             team,
             json,
+            engine,
         } => {
+            engine.local_only("run", config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, team, config)?;
             run::run(run::RunArgs {
                 prompt,
@@ -177,13 +185,10 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             dir,
             prune_orphans,
             json,
+            engine,
         } => {
-            agents::agents(agents::AgentsArgs {
-                dir: &dir.dir,
-                prune_orphans,
-                json,
-            })
-            .await
+            let source = engine.source(&dir.dir, config.as_deref())?;
+            agents::agents(&source, prune_orphans, json).await
         }
         Command::Send {
             name,
@@ -194,7 +199,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp,
             wait,
             json,
+            engine,
         } => {
+            engine.local_only("send", config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, false, config)?;
             send::send(send::SendArgs {
                 name,
@@ -215,7 +222,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             acp,
             wait,
             json,
+            engine,
         } => {
+            engine.local_only("resume", config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, false, config)?;
             resume::resume(resume::ResumeArgs {
                 tree,
@@ -237,9 +246,34 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             dir,
             root,
             json,
-        } => show::show(&dir.dir, root.root.as_deref(), &name, json).await,
+            engine,
+        } => {
+            let source = engine.source(&dir.dir, config.as_deref())?;
+            show::show(&source, root.root.as_deref(), &name, json).await
+        }
         Command::Team { tree, dir, json } => team::team(&dir.dir, tree.as_deref(), json).await,
-        Command::Replay { tree, dir } => replay::replay(&dir.dir, tree.as_deref()).await,
+        Command::Replay { tree, dir, engine } => {
+            let source = engine.source(&dir.dir, config.as_deref())?;
+            replay::replay(&source, tree.as_deref()).await
+        }
+        Command::Export {
+            tree,
+            to,
+            dir,
+            engine,
+        } => {
+            let source = engine.source(&dir.dir, config.as_deref())?;
+            export::export(export::ExportArgs {
+                source: &source,
+                tree: tree.as_deref(),
+                to: &to,
+            })
+            .await
+        }
+        #[cfg(feature = "restate")]
+        Command::Worker { listen } => worker::worker(&listen, config).await,
+        #[cfg(not(feature = "restate"))]
+        Command::Worker { .. } => Err(engine::disabled("dsh worker")),
     }
 }
 

@@ -22,9 +22,9 @@ use crate::sessions;
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads the logs.
-pub async fn replay(dir: &Path, tree: Option<&str>) -> Result<(), CliError> {
-    let store = sessions::existing_store(dir)?;
-    let replays = replays(store.as_ref(), dir, tree).await?;
+pub async fn replay(source: &crate::engine::Source, tree: Option<&str>) -> Result<(), CliError> {
+    let store = source.store().await?;
+    let replays = replays(store.as_ref(), source.place(), tree).await?;
     print!("{}", render(&replays));
     let diverged = replays
         .iter()

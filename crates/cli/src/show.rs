@@ -9,9 +9,8 @@
 //! bad file elsewhere is warned about and left out.
 
 use std::collections::HashMap;
-use std::path::Path;
 
-use dsh_core::{SessionId, SessionStore as _};
+use dsh_core::SessionId;
 use dsh_subagent::ROOT_NAME;
 use serde::Serialize;
 
@@ -23,11 +22,16 @@ use crate::transcript;
 ///
 /// # Cancel safety
 /// Cancel safe: it only reads the logs.
-pub async fn show(dir: &Path, root: Option<&str>, name: &str, json: bool) -> Result<(), CliError> {
-    let store = sessions::existing_store(dir)?;
+pub async fn show(
+    source: &crate::engine::Source,
+    root: Option<&str>,
+    name: &str,
+    json: bool,
+) -> Result<(), CliError> {
+    let store = source.store().await?;
     let scan = sessions::scan(store.as_ref()).await?;
     scan.warn();
-    let root = scan.pick_root(dir, root)?;
+    let root = scan.pick_root(source.place(), root)?;
     let member = sessions::resolve(store.as_ref(), &root, name).await?;
     if let Member::Child(row) = &member
         && row.entry.mode == dsh_subagent::ChildMode::EXTERNAL

@@ -37,7 +37,7 @@ use crate::observe::{Observed, Reporter};
 use crate::roles::{AgentRole, RunFacts};
 
 /// The system prompt every agent shares.
-const SYSTEM_PROMPT: &str = "You are an agent in dsh, a harness in which agents delegate work to subagents. \
+pub(crate) const SYSTEM_PROMPT: &str = "You are an agent in dsh, a harness in which agents delegate work to subagents. \
 Use the `subagent` tool to start a fresh subagent with a self-contained task, and the `fork` tool to start one that \
 shares this conversation. Background subagents report back with a settlement notice in your inbox: call `wait` \
 when you have nothing else to do, `list_agents` to recall names, and `send_message` to talk to an agent by name. \

@@ -12,7 +12,7 @@ use std::process::Command;
 
 /// Every subcommand, in the order `dsh --help` lists them (checked by
 /// [`every_subcommand_has_its_section`]).
-const COMMANDS: [&str; 9] = [
+const COMMANDS: [&str; 11] = [
     "run",
     "agents",
     "send",
@@ -21,6 +21,8 @@ const COMMANDS: [&str; 9] = [
     "providers",
     "show",
     "replay",
+    "export",
+    "worker",
     "team",
 ];
 

@@ -15,7 +15,9 @@
 //! feature, the replay workload two benches share (`replay`); with either
 //! of those, the check that a suite's sessions replay identical (`replays`,
 //! B59); and what a test does when this machine lacks what it needs
-//! ([`skip_or_fail`]: fail under CI, say so on stderr elsewhere). Used only
+//! ([`skip_or_fail`]: fail under CI, say so on stderr elsewhere); with the
+//! `restate` feature, a real Restate server and workers in a private
+//! network namespace (`restate`). Used only
 //! as a dev-dependency; it must
 //! never become a dependency of a library crate.
 
@@ -28,6 +30,8 @@ pub mod replay;
 #[cfg(any(feature = "replay", feature = "world"))]
 pub mod replays;
 pub mod requests;
+#[cfg(feature = "restate")]
+pub mod restate;
 mod skip;
 pub mod specs;
 pub mod store;

@@ -51,6 +51,10 @@ impl Tool for Observed {
         self.inner.concurrency_safe()
     }
 
+    fn idempotent(&self) -> bool {
+        self.inner.idempotent()
+    }
+
     async fn execute(&self, input: Value, ctx: ToolContext) -> Result<ToolOutput, ToolError> {
         let agent = ctx.agent.id().clone();
         let name = self.inner.name().to_owned();
@@ -60,5 +64,32 @@ impl Tool for Observed {
         self.reporter
             .tool_finished(&agent, &name, &input, delivered);
         output
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used, clippy::expect_used)]
+
+    use super::*;
+
+    /// What a durable engine asks of a tool (whether a cut call may run
+    /// again) is the wrapped tool's answer: read, list and grep yes, the
+    /// rest no.
+    #[test]
+    fn a_wrapped_tool_answers_idempotent_as_the_tool_it_wraps() {
+        let dir = tempfile::tempdir().unwrap();
+        let reporter = Reporter::with(
+            Box::new(super::super::plain::Plain::default()),
+            super::super::Output::new(Box::new(std::io::sink()), Box::new(std::io::sink())),
+        );
+        let tools =
+            dsh_tool_workspace::WorkspaceTools::new(dir.path(), Default::default()).unwrap();
+        let idempotent: Vec<&str> = tools
+            .iter()
+            .filter(|tool| Observed::wrap(Arc::clone(tool), &reporter).idempotent())
+            .map(|tool| tool.name())
+            .collect();
+        assert_eq!(idempotent, ["read_file", "list_files", "grep"]);
     }
 }
