@@ -57,6 +57,8 @@ pub struct ConfigFile {
     /// `turn-boundary` (the default), `every-event`, `grouped` or
     /// `batched` (write-behind; flushed before a successful exit).
     pub durability: Option<String>,
+    /// MCP servers whose tools every agent is offered.
+    pub mcp: Option<crate::mcp::McpSection>,
 }
 
 /// One OpenAI-compatible API.
@@ -192,6 +194,8 @@ pub struct Overrides {
     pub team: bool,
     /// `--durability`.
     pub durability: Option<Durability>,
+    /// `--mcp NAME=COMMAND` (a flag replaces the file's server of that name).
+    pub mcp: Vec<String>,
 }
 
 /// The tree's limits, resolved.
@@ -241,6 +245,8 @@ pub struct Settings {
     /// The flags, for a command that resolves a model again (`send` over a
     /// tree that recorded its own).
     pub overrides: Overrides,
+    /// The MCP servers (`[mcp.servers.NAME]`, `--mcp`), disabled ones included.
+    pub mcp: Vec<dsh_mcp::McpServerConfig>,
 }
 
 impl Settings {
@@ -467,6 +473,7 @@ pub fn resolve(
         })?,
         (None, None) => Durability::default(),
     };
+    let mcp = crate::mcp::resolve(source, parsed.mcp, &overrides.mcp)?;
     Ok(Settings {
         file: file.map(Path::to_owned),
         model,
@@ -482,6 +489,7 @@ pub fn resolve(
         team: overrides.team || parsed.team.unwrap_or(false),
         durability,
         overrides: overrides.clone(),
+        mcp,
     })
 }
 
@@ -752,7 +760,7 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 /// An environment variable's name.
-fn check_var(var: &str) -> Result<(), String> {
+pub(crate) fn check_var(var: &str) -> Result<(), String> {
     if var.is_empty() || var.contains(['=', '\0']) || var.chars().any(char::is_whitespace) {
         return Err("not an environment variable's name".to_owned());
     }
@@ -832,6 +840,7 @@ mod tests {
             team: true,
             durability: Some(Durability::Batched),
             config: None,
+            mcp: Vec::new(),
         };
         let from_file = settings(text, &Overrides::default()).unwrap();
         assert_eq!(from_file.durability, Durability::Grouped);

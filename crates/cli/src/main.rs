@@ -42,6 +42,7 @@ mod demo_team;
 mod error;
 mod held;
 mod json;
+mod mcp;
 mod model;
 mod observe;
 mod providers;
@@ -146,6 +147,11 @@ struct ModelArg {
     /// the model can act on (the default without a terminal).
     #[arg(long)]
     no_ask: bool,
+    /// An MCP server whose tools every agent is offered as
+    /// `mcp__NAME__TOOL`: `NAME=COMMAND [ARG...]`, split at spaces (repeat
+    /// for several; replaces dsh.toml's `[mcp.servers.NAME]`).
+    #[arg(long = "mcp", value_name = "NAME=COMMAND")]
+    mcp: Vec<String>,
 }
 
 impl ModelArg {
@@ -170,6 +176,7 @@ impl ModelArg {
             max_turn_steps: self.max_turn_steps,
             sandbox: self.sandbox.and_then(|level| level.parse().ok()),
             durability: self.durability.and_then(|mode| config::durability(&mode)),
+            mcp: self.mcp,
             ..config::Overrides::default()
         }
     }
@@ -320,6 +327,17 @@ enum Command {
     },
     /// List the subagent providers `dsh run` registers, with their capabilities.
     Providers,
+    /// Start each enabled MCP server (dsh.toml's `[mcp.servers.NAME]`,
+    /// `--mcp`), list its state and the tools agents are offered, and stop
+    /// it; exit 1 when one does not start.
+    Mcp {
+        /// An MCP server, as `dsh run --mcp` takes it.
+        #[arg(long = "mcp", value_name = "NAME=COMMAND")]
+        mcp: Vec<String>,
+        /// Print the listing as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print an agent's transcript.
     Show {
         /// The agent's name or path, `lead`, or a session id.
@@ -538,7 +556,7 @@ fn diagnostics(verbose: u8, log: Option<&std::path::Path>) {
             (Some(filter), _) => filter.clone(),
             (None, 0) => Targets::new()
                 .with_default(LevelFilter::WARN)
-                .with_target("dsh_subagent_acp::stderr", LevelFilter::DEBUG),
+                .with_target("dsh_process::stderr", LevelFilter::DEBUG),
             (None, _) => Targets::new().with_default(LevelFilter::TRACE),
         };
         let log = std::sync::Arc::new(LogFile::beside(dir));
@@ -589,7 +607,8 @@ fn main() -> ExitCode {
         | Command::Show { .. }
         | Command::Team { .. }
         | Command::Replay { .. }
-        | Command::Providers => None,
+        | Command::Providers
+        | Command::Mcp { .. } => None,
     };
     diagnostics(cli.verbose, log.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -689,6 +708,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             .await
         }
         Command::Providers => providers::providers(config).await,
+        Command::Mcp { mcp, json } => mcp::list(config, mcp, json).await,
         Command::Show { name, dir, root } => {
             show::show(&dir.dir, root.root.as_deref(), &name).await
         }

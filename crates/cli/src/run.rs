@@ -192,7 +192,8 @@ async fn run_over(
         team,
         ask: args.ask,
         cwd: &cwd,
-    })?;
+    })
+    .await?;
     let outcome = drive(&args, &script, &session, &reporter, &mut signals, team, cwd).await;
     // Everything shown is written before the command's last word; quitting
     // at once waits only a moment for it.

@@ -141,7 +141,8 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         team,
         ask: args.ask,
         cwd: &std::env::current_dir()?,
-    })?;
+    })
+    .await?;
     if let Some(reporter) = &reporter {
         reporter.root(&root);
     }

@@ -9,7 +9,15 @@
 use std::path::Path;
 use std::process::Command;
 
-const COMMANDS: [&str; 6] = ["run", "agents", "send", "providers", "show", "replay"];
+const COMMANDS: [&str; 7] = [
+    "run",
+    "agents",
+    "send",
+    "providers",
+    "mcp",
+    "show",
+    "replay",
+];
 
 fn help(args: &[&str]) -> String {
     let output = Command::new(env!("CARGO_BIN_EXE_dsh"))
