@@ -269,17 +269,27 @@ impl World {
             .tools()
             .await
             .map_err(|err| CliError::Refused(err.to_string()))?;
+        let wrap = {
+            let reporter = reporter.cloned();
+            move |tool: Arc<dyn Tool>| match &reporter {
+                Some(reporter) => Observed::wrap(tool, reporter),
+                None => tool,
+            }
+        };
+        for tool in tools {
+            self.harness.add_tool(wrap(tool)).map_err(install_error)?;
+        }
+        // A tool a server adds later is offered to the agents created after.
+        let harness = self.harness.clone();
+        servers.on_new_tools(move |tool| {
+            if let Err(err) = harness.add_tool(wrap(tool)) {
+                tracing::warn!("a tool an MCP server added is not offered: {err}");
+            }
+        });
         *self
             .mcp
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(servers);
-        for tool in tools {
-            let tool = match reporter {
-                Some(reporter) => Observed::wrap(tool, reporter),
-                None => tool,
-            };
-            self.harness.add_tool(tool).map_err(install_error)?;
-        }
         Ok(())
     }
 

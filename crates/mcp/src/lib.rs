@@ -22,10 +22,11 @@
 //! `notifications/tools/list_changed` is re-listed: a removed tool drops
 //! out, a changed one is described and checked as the server now says.
 //!
-//! Limits: a tool a server adds after the tree started is listed (by
-//! [`McpServers::status`]) but offered only from the next run, because a
-//! tree's tool registry is fixed when its agents are built; a server that
-//! dies is not restarted within the run; streamable-HTTP servers (`url`)
+//! A tool a server adds after the tree started is handed to
+//! [`McpServers::on_new_tools`]'s sink, which registers it for the agents
+//! created after that (an agent's tools are fixed when it is built).
+//!
+//! Limits: a server that dies is not restarted within the run; streamable-HTTP servers (`url`)
 //! are configured but refused at start in this version.
 
 mod config;

@@ -278,6 +278,11 @@ impl Server {
         self.listings.subscribe()
     }
 
+    /// Cancelled when the server is stopped (or dropped).
+    pub(crate) fn stopped(&self) -> CancellationToken {
+        self.stop.clone()
+    }
+
     /// What the server is doing now.
     pub(crate) fn state(&self) -> ServerState {
         if let Some(exit) = &self.exit

@@ -4,8 +4,9 @@
 //! the latest when the set is dropped: each server's process group is then
 //! SIGKILLed). [`McpServers::status`] is what a listing shows.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 
 use dsh_core::Tool;
 use serde::Serialize;
@@ -21,6 +22,8 @@ pub struct McpServers {
     configs: Vec<McpServerConfig>,
     cwd: PathBuf,
     started: OnceCell<Vec<Arc<Server>>>,
+    /// The full names of the tools handed out so far.
+    offered: Arc<Mutex<BTreeSet<String>>>,
 }
 
 impl std::fmt::Debug for McpServers {
@@ -66,7 +69,7 @@ impl McpServers {
     /// # Errors
     /// [`McpError::Name`] for a server name that cannot be used, or used twice.
     pub fn new(configs: Vec<McpServerConfig>, cwd: PathBuf) -> Result<Self, McpError> {
-        let mut seen = std::collections::BTreeSet::new();
+        let mut seen = BTreeSet::new();
         for config in &configs {
             if let Some(reason) = crate::config::check_server_name(&config.name) {
                 return Err(McpError::Name {
@@ -85,6 +88,7 @@ impl McpServers {
             configs,
             cwd,
             started: OnceCell::new(),
+            offered: Arc::default(),
         })
     }
 
@@ -108,13 +112,63 @@ impl McpServers {
     /// starts them again.
     pub async fn tools(&self) -> Result<Vec<Arc<dyn Tool>>, McpError> {
         let servers = self.started.get_or_try_init(|| self.start_all()).await?;
+        let mut offered = self.offered.lock().unwrap_or_else(PoisonError::into_inner);
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         for server in servers {
             for listed in server.tools() {
-                tools.push(Arc::new(McpTool::new(server.clone(), &listed)));
+                let tool = McpTool::new(server.clone(), &listed);
+                offered.insert(tool.name().to_owned());
+                tools.push(Arc::new(tool));
             }
         }
         Ok(tools)
+    }
+
+    /// Hand each tool a started server adds later (a re-listing that names
+    /// a tool not handed out before) to `sink`, for as long as the server
+    /// runs: what registers it makes it available to the agents created
+    /// after that (an agent's tools are fixed when it is built). The sink is
+    /// dropped when the servers stop. Does nothing before
+    /// [`McpServers::tools`] started the servers.
+    pub fn on_new_tools(&self, sink: impl Fn(Arc<dyn Tool>) + Send + Sync + 'static) {
+        let Some(servers) = self.started.get() else {
+            return;
+        };
+        let sink = Arc::new(sink);
+        for server in servers {
+            let mut listings = server.listings();
+            // A re-listing between the start and now is looked at too.
+            listings.mark_changed();
+            let stopped = server.stopped();
+            let server = Arc::downgrade(server);
+            let offered = self.offered.clone();
+            let sink = sink.clone();
+            // Ends when the server stops: the sink (which may hold what
+            // holds the server's tools) is dropped then.
+            tokio::spawn(async move {
+                loop {
+                    tokio::select! {
+                        () = stopped.cancelled() => return,
+                        changed = listings.changed() => if changed.is_err() {
+                            return;
+                        },
+                    }
+                    let Some(server) = server.upgrade() else {
+                        return;
+                    };
+                    for listed in server.tools() {
+                        let tool = McpTool::new(server.clone(), &listed);
+                        let new = offered
+                            .lock()
+                            .unwrap_or_else(PoisonError::into_inner)
+                            .insert(tool.name().to_owned());
+                        if new {
+                            sink(Arc::new(tool));
+                        }
+                    }
+                }
+            });
+        }
     }
 
     async fn start_all(&self) -> Result<Vec<Arc<Server>>, McpError> {

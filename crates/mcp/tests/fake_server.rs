@@ -116,11 +116,16 @@ async fn a_server_whose_list_changes_is_relisted() {
         harness,
         model,
     } = tree;
-    let mut listings = servers.listings("fake").unwrap();
-    let first = *listings.borrow_and_update();
+    let (added_tx, mut added) = tokio::sync::mpsc::unbounded_channel();
+    let registry = harness.clone();
+    servers.on_new_tools(move |tool| {
+        let _ = added_tx.send(tool.name().to_owned());
+        registry.add_tool(tool).unwrap();
+    });
     let ran = run(&harness, &model, None, vec![("mcp__fake__grow", json!({}))]).await;
     assert_eq!(ran.results, [("grown".to_owned(), false)]);
-    listings.wait_for(|n| *n > first).await.unwrap();
+    // The re-listing hands out the new tool (and only it).
+    assert_eq!(added.recv().await.as_deref(), Some("mcp__fake__added"));
     let after = run(
         &harness,
         &model,
@@ -135,6 +140,20 @@ async fn a_server_whose_list_changes_is_relisted() {
     );
     assert!(after.names().contains(&"mcp__fake__grow"));
     insta::assert_debug_snapshot!("relisted_echo_result", after.results);
+    // An agent created after the re-listing is offered the added tool.
+    let later = run(
+        &harness,
+        &model,
+        None,
+        vec![("mcp__fake__added", json!({"text": "new"}))],
+    )
+    .await;
+    assert!(
+        later.names().contains(&"mcp__fake__added"),
+        "{:?}",
+        later.names()
+    );
+    assert_eq!(later.results, [("added: new".to_owned(), false)]);
     let status = &servers.status()[0];
     let names: Vec<&str> = status.tools.iter().map(|t| t.name.as_str()).collect();
     assert!(
