@@ -33,6 +33,10 @@ use crate::config::{Endpoint, McpServerConfig};
 /// SIGTERM, before the next rung of the ladder.
 const STOP_GRACE: Duration = Duration::from_secs(2);
 
+/// How long a server that failed its start may take to exit by itself
+/// (with its last words on stderr) before it is stopped.
+const EXIT_GRACE: Duration = Duration::from_millis(500);
+
 /// A tool as its server lists it.
 #[derive(Debug)]
 pub(crate) struct Listed {
@@ -141,9 +145,10 @@ impl Server {
                                 config.startup_timeout.as_secs()
                             ),
                         };
-                        // Let its last words reach the pipe before reading them.
-                        group.wait_gone(Duration::from_millis(500)).await;
-                        let _ = group.stop(None, STOP_GRACE).await;
+                        // Stopped (given a moment to exit by itself) before
+                        // its stderr is read: the stop joins the reaper,
+                        // which has then read the pipe to its end.
+                        let _ = group.stop(Some(EXIT_GRACE), STOP_GRACE).await;
                         return Err(McpError::Start {
                             server: name,
                             reason,
@@ -184,12 +189,11 @@ impl Server {
             })
             .and_then(|listed| listed)
         {
-            let stderr = server.stderr();
             server.shutdown().await;
             return Err(McpError::Start {
                 server: server.config.name.clone(),
                 reason,
-                stderr,
+                stderr: server.stderr(),
             });
         }
         tokio::spawn(relist_on_change(

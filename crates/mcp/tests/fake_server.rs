@@ -119,8 +119,9 @@ async fn a_server_whose_list_changes_is_relisted() {
     let (added_tx, mut added) = tokio::sync::mpsc::unbounded_channel();
     let registry = harness.clone();
     servers.on_new_tools(move |tool| {
-        let _ = added_tx.send(tool.name().to_owned());
+        let name = tool.name().to_owned();
         registry.add_tool(tool).unwrap();
+        let _ = added_tx.send(name);
     });
     let ran = run(&harness, &model, None, vec![("mcp__fake__grow", json!({}))]).await;
     assert_eq!(ran.results, [("grown".to_owned(), false)]);
