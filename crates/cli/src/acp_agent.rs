@@ -117,7 +117,7 @@ impl Host for DshHost {
             model::record(&self.settings.model),
         );
         let id = header.id.clone();
-        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &id)?;
+        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &id).await?;
         let gates = demo
             .as_ref()
             .and_then(|demo| demo.attach(&opened.session.world.runtime));
@@ -164,7 +164,7 @@ impl Host for DshHost {
         // The history first, while nothing runs.
         client.updates.root(&root);
         replay(store.as_ref(), &client.updates, &root, &log.events, &rows).await;
-        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &root)?;
+        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &root).await?;
         let world = &opened.session.world;
         let lead = world
             .harness
@@ -308,7 +308,7 @@ struct DshTree {
 
 impl DshTree {
     /// The session of root `root` over `store`, shown to `client`.
-    fn build(
+    async fn build(
         settings: &Settings,
         store: Arc<dyn SessionStore>,
         model: Arc<dyn Model>,
@@ -336,6 +336,7 @@ impl DshTree {
                 acp: client.approvals.acp(),
             }),
         })
+        .await
         .map_err(failed)?;
         Ok(Opened { session, reporter })
     }

@@ -107,6 +107,11 @@ pub(crate) struct ModelArg {
     /// the model can act on (the default without a terminal).
     #[arg(long)]
     pub(crate) no_ask: bool,
+    /// An MCP server whose tools every agent is offered as
+    /// `mcp__NAME__TOOL`: `NAME=COMMAND [ARG...]`, split at spaces (repeat
+    /// for several; replaces dsh.toml's `[mcp.servers.NAME]`).
+    #[arg(long = "mcp", value_name = "NAME=COMMAND")]
+    pub(crate) mcp: Vec<String>,
 }
 
 impl ModelArg {
@@ -133,6 +138,7 @@ impl ModelArg {
             max_cost: self.max_cost,
             sandbox: self.sandbox.and_then(|level| level.parse().ok()),
             durability: self.durability.and_then(|mode| config::durability(&mode)),
+            mcp: self.mcp,
             ..config::Overrides::default()
         }
     }
@@ -361,6 +367,17 @@ pub(crate) enum Command {
     },
     /// List the subagent providers `dsh run` registers, with their capabilities.
     Providers,
+    /// Start each enabled MCP server (dsh.toml's `[mcp.servers.NAME]`,
+    /// `--mcp`), list its state and the tools agents are offered, and stop
+    /// it; exit 1 when one does not start.
+    Mcp {
+        /// An MCP server, as `dsh run --mcp` takes it.
+        #[arg(long = "mcp", value_name = "NAME=COMMAND")]
+        mcp: Vec<String>,
+        /// Print the listing as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print an agent's transcript.
     Show {
         /// The agent's name or path, `lead`, or a session id.

@@ -64,6 +64,8 @@ pub struct ConfigFile {
     /// Where the sessions live and run: the local store (the default) or
     /// a Restate cluster (`crate::engine`).
     pub engine: Option<crate::engine::EngineSection>,
+    /// MCP servers whose tools every agent is offered.
+    pub mcp: Option<crate::mcp::McpSection>,
 }
 
 /// One OpenAI-compatible API.
@@ -212,6 +214,8 @@ pub struct Overrides {
     pub max_tokens: Option<u64>,
     /// `--max-cost`.
     pub max_cost: Option<f64>,
+    /// `--mcp NAME=COMMAND` (a flag replaces the file's server of that name).
+    pub mcp: Vec<String>,
 }
 
 /// The tree's limits, resolved.
@@ -267,6 +271,8 @@ pub struct Settings {
     pub roles: BTreeMap<String, AgentRole>,
     /// The tree's budgets.
     pub budgets: Budgets,
+    /// The MCP servers (`[mcp.servers.NAME]`, `--mcp`), disabled ones included.
+    pub mcp: Vec<dsh_mcp::McpServerConfig>,
 }
 
 /// The tree's budgets, resolved: the whole tree's tokens and cost, and a
@@ -572,6 +578,7 @@ pub fn resolve(
         })?,
         (None, None) => Durability::default(),
     };
+    let mcp = crate::mcp::resolve(source, parsed.mcp, &overrides.mcp)?;
     Ok(Settings {
         file: file.map(Path::to_owned),
         model,
@@ -589,6 +596,7 @@ pub fn resolve(
         overrides: overrides.clone(),
         roles: BTreeMap::new(),
         budgets,
+        mcp,
     })
 }
 
@@ -899,7 +907,7 @@ fn check_name(name: &str) -> Result<(), String> {
 }
 
 /// An environment variable's name.
-fn check_var(var: &str) -> Result<(), String> {
+pub(crate) fn check_var(var: &str) -> Result<(), String> {
     if var.is_empty() || var.contains(['=', '\0']) || var.chars().any(char::is_whitespace) {
         return Err("not an environment variable's name".to_owned());
     }
@@ -992,6 +1000,7 @@ mod tests {
             config: None,
             max_tokens: None,
             max_cost: None,
+            mcp: Vec::new(),
         };
         let from_file = settings(text, &Overrides::default()).unwrap();
         assert_eq!(from_file.durability, Durability::Grouped);

@@ -141,7 +141,7 @@ pub(crate) fn diagnostics(verbose: u8, log: Option<&std::path::Path>) {
             (Some(filter), _) => filter.clone(),
             (None, 0) => Targets::new()
                 .with_default(LevelFilter::WARN)
-                .with_target("dsh_subagent_acp::stderr", LevelFilter::DEBUG),
+                .with_target("dsh_process::stderr", LevelFilter::DEBUG),
             (None, _) => Targets::new().with_default(LevelFilter::TRACE),
         };
         let log = std::sync::Arc::new(LogFile::beside(dir));

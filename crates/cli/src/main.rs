@@ -46,6 +46,7 @@ mod export;
 mod held;
 mod json;
 mod logging;
+mod mcp;
 mod model;
 mod observe;
 mod providers;
@@ -128,7 +129,8 @@ fn main() -> ExitCode {
         | Command::Replay { .. }
         | Command::Export { .. }
         | Command::Worker { .. }
-        | Command::Providers => None,
+        | Command::Providers
+        | Command::Mcp { .. } => None,
     };
     logging::diagnostics(cli.verbose, log.as_deref());
     let runtime = match tokio::runtime::Builder::new_multi_thread()
@@ -241,6 +243,7 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             serve_acp(dir.dir, settings).await
         }
         Command::Providers => providers::providers(config).await,
+        Command::Mcp { mcp, json } => mcp::list(config, mcp, json).await,
         Command::Show {
             name,
             dir,

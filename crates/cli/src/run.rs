@@ -202,7 +202,8 @@ async fn run_over(
         ask: args.ask,
         cwd: &cwd,
         askers: None,
-    })?;
+    })
+    .await?;
     let outcome = drive(&args, &script, &session, &reporter, &mut signals, team, cwd).await;
     // Everything shown is written before the command's last word; quitting
     // at once waits only a moment for it.

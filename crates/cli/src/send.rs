@@ -143,7 +143,8 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         ask: args.ask,
         cwd: &std::env::current_dir()?,
         askers: None,
-    })?;
+    })
+    .await?;
     if let Some(reporter) = &reporter {
         reporter.root(&root);
     }

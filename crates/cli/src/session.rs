@@ -2,7 +2,7 @@
 //! the store watched for failed writes (and, for a renderer that shows the
 //! logs' events, streamed to it), the person asked at the terminal above
 //! the `--sandbox` level when asking is on, the world built with the
-//! workspace, team and ACP agents the settings name, and the reporter
+//! workspace, team, ACP agents and MCP servers the settings name, and the reporter
 //! listening to the runtime. Each command then does its own work over the
 //! [`Session`]; nothing here starts an agent.
 
@@ -70,8 +70,13 @@ impl Session {
     /// the command attaches after it does).
     ///
     /// # Errors
-    /// A tool, the workspace or an ACP agent cannot be set up.
-    pub fn open(config: SessionConfig<'_>) -> Result<Self, CliError> {
+    /// A tool, the workspace or an ACP agent cannot be set up, or an MCP
+    /// server does not start.
+    ///
+    /// # Cancel safety
+    /// A drop part-way drops what was built, MCP servers included (their
+    /// process groups are SIGKILLed); nothing was started in the store.
+    pub async fn open(config: SessionConfig<'_>) -> Result<Self, CliError> {
         let SessionConfig {
             store,
             model,
@@ -128,6 +133,7 @@ impl Session {
         for agent in agents {
             world.add_acp(agent, reporter)?;
         }
+        world.start_mcp(settings.mcp.clone(), cwd, reporter).await?;
         if let Some(prompter) = &prompter {
             prompter.attach(&world.runtime);
         }

@@ -9,7 +9,9 @@
 //! the ten team tools over a [`TeamDirectory`], which replace the three
 //! control tools of the same names (`send_message`, `list_agents`,
 //! `interrupt_agent`: one registry holds one tool, and one compiled schema,
-//! per name); each tool is wrapped for the reporter when there is one. This
+//! per name); each tool is wrapped for the reporter when there is one; and
+//! the tree's MCP servers and their `mcp__<server>__<tool>` tools
+//! ([`World::start_mcp`], stopped by [`World::shutdown`]). This
 //! module only assembles; it starts no agent (a team is opened for a lead
 //! the command created or resumed, [`World::open_team`]).
 
@@ -66,6 +68,9 @@ pub struct World {
     pub runtime: SubagentRuntime,
     /// The teams the team tools act on, in a team run.
     pub teams: Option<TeamDirectory>,
+    /// The tree's MCP servers, once started; dropping them SIGKILLs their
+    /// process groups.
+    mcp: std::sync::Mutex<Option<Arc<dsh_mcp::McpServers>>>,
 }
 
 pub(crate) fn install_error(err: impl std::fmt::Display) -> CliError {
@@ -226,6 +231,7 @@ impl World {
             harness,
             runtime,
             teams,
+            mcp: std::sync::Mutex::new(None),
         })
     }
 
@@ -284,8 +290,60 @@ impl World {
         self.harness.add_tool(tool).map_err(install_error)
     }
 
+    /// Start the enabled MCP servers of `servers` (one set for the whole
+    /// tree) and offer their tools to every agent, reporting to `reporter`.
+    ///
+    /// # Errors
+    /// A server that does not start (its stderr's last lines in the
+    /// message), or a tool whose name clashes with another.
+    ///
+    /// # Cancel safety
+    /// A drop part-way leaves the servers started so far to be SIGKILLed
+    /// when they are dropped (with the future).
+    pub async fn start_mcp(
+        &self,
+        servers: Vec<dsh_mcp::McpServerConfig>,
+        cwd: &std::path::Path,
+        reporter: Option<&Arc<Reporter>>,
+    ) -> Result<(), CliError> {
+        if servers.iter().all(|server| !server.enabled) {
+            return Ok(());
+        }
+        let servers = Arc::new(
+            dsh_mcp::McpServers::new(servers, cwd.to_owned())
+                .map_err(|err| CliError::Refused(err.to_string()))?,
+        );
+        let tools = servers
+            .tools()
+            .await
+            .map_err(|err| CliError::Refused(err.to_string()))?;
+        let wrap = {
+            let reporter = reporter.cloned();
+            move |tool: Arc<dyn Tool>| match &reporter {
+                Some(reporter) => Observed::wrap(tool, reporter),
+                None => tool,
+            }
+        };
+        for tool in tools {
+            self.harness.add_tool(wrap(tool)).map_err(install_error)?;
+        }
+        // A tool a server adds later is offered to the agents created after.
+        let harness = self.harness.clone();
+        servers.on_new_tools(move |tool| {
+            if let Err(err) = harness.add_tool(wrap(tool)) {
+                tracing::warn!("a tool an MCP server added is not offered: {err}");
+            }
+        });
+        *self
+            .mcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(servers);
+        Ok(())
+    }
+
     /// Wait for the teams' own work (deliveries, releases), then stop
-    /// every activation, then every agent, and wait for their tasks.
+    /// every activation, then every agent, and wait for their tasks; then
+    /// stop the MCP servers.
     ///
     /// # Cancel safety
     /// A drop part-way leaves the activations and agents not yet stopped
@@ -297,6 +355,14 @@ impl World {
         }
         self.runtime.shutdown().await;
         self.harness.shutdown().await;
+        let mcp = self
+            .mcp
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone();
+        if let Some(mcp) = mcp {
+            mcp.shutdown().await;
+        }
     }
 }
 

@@ -12,13 +12,14 @@ use std::process::Command;
 
 /// Every subcommand, in the order `dsh --help` lists them (checked by
 /// [`every_subcommand_has_its_section`]).
-const COMMANDS: [&str; 11] = [
+const COMMANDS: [&str; 12] = [
     "run",
     "agents",
     "send",
     "resume",
     "acp",
     "providers",
+    "mcp",
     "show",
     "replay",
     "export",

@@ -1,8 +1,12 @@
 #!/usr/bin/env bash
 # Installs the ACP agent programs that the dsh-subagent-acp tests and
-# benchmark run against, from the package registries, at pinned versions:
+# benchmark run against, and the MCP servers the dsh-mcp and dsh-cli tests
+# run against, from the package registries, at pinned versions:
 #   - the TypeScript SDK's example agent (npm @agentclientprotocol/sdk,
 #     pinned with package-lock.json): node_modules/@agentclientprotocol/sdk/dist/examples/agent.js
+#   - the MCP reference servers (npm @modelcontextprotocol/server-everything
+#     and server-filesystem, pinned the same way):
+#     node_modules/@modelcontextprotocol/server-*/dist/index.js
 #   - the Python SDK's example agents (PyPI agent-client-protocol, pinned in
 #     requirements.txt; the examples ship only in its source distribution):
 #     venv/ holds the SDK, python-examples/ the examples.
@@ -22,13 +26,15 @@ fi
 if [ "${#missing[@]}" -gt 0 ]; then
   echo "peers: the ACP test agents need:" >&2
   printf '  - %s\n' "${missing[@]}" >&2
-  echo "peers: only the dsh-subagent-acp tests (and the workspace run) use them; cargo test -p <any other crate> does not" >&2
+  echo "peers: only the dsh-subagent-acp, dsh-mcp and dsh-cli tests (and the workspace run) use them" >&2
   exit 1
 fi
 
 if ! [ -f node_modules/@agentclientprotocol/sdk/dist/examples/agent.js ] \
+  || ! [ -f node_modules/@modelcontextprotocol/server-everything/dist/index.js ] \
+  || ! [ -f node_modules/@modelcontextprotocol/server-filesystem/dist/index.js ] \
   || ! cmp -s package-lock.json node_modules/.dsh-installed 2>/dev/null; then
-  echo "peers: npm ci (@agentclientprotocol/sdk)"
+  echo "peers: npm ci (@agentclientprotocol/sdk, @modelcontextprotocol/server-everything, @modelcontextprotocol/server-filesystem)"
   npm ci --no-audit --no-fund --loglevel=error
   cp package-lock.json node_modules/.dsh-installed
 fi

@@ -7,23 +7,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The variables a child inherits from this process unless the
-/// configuration says otherwise: enough to find programs, a home and a
-/// locale, nothing that carries a credential or a project setting.
-pub const DEFAULT_INHERITED_ENV: &[&str] = &[
-    "PATH",
-    "HOME",
-    "USER",
-    "LOGNAME",
-    "SHELL",
-    "LANG",
-    "LC_ALL",
-    "LC_CTYPE",
-    "LC_MESSAGES",
-    "TERM",
-    "TZ",
-    "TMPDIR",
-];
+pub use dsh_process::DEFAULT_INHERITED_ENV;
 
 /// The default [`AcpConfig::answered_grace`]: how long an agent that has
 /// already answered may take to exit after stdin EOF before SIGTERM.

@@ -25,6 +25,7 @@ pub mod acknowledged;
 pub mod alloc;
 pub mod bench;
 pub mod logs;
+pub mod procs;
 #[cfg(feature = "replay")]
 pub mod replay;
 #[cfg(any(feature = "replay", feature = "world"))]

@@ -1,6 +1,6 @@
 //! Queries over the model requests a scripted model recorded: the text of a
 //! message, the user texts of a conversation, the last thing the user said,
-//! and the requests whose conversation holds a given user text. Read-only
+//! the tool results a request carries, and the requests whose conversation holds a given user text. Read-only
 //! helpers, so that suites stop carrying their own copies.
 
 use dsh_core::content::joined_text;
@@ -33,6 +33,21 @@ pub fn first_user_text(request: &ModelRequest) -> String {
         .into_iter()
         .next()
         .unwrap_or_default()
+}
+
+/// Every tool result of `request`, in order: whether it is an error, and
+/// its joined text.
+pub fn tool_results(request: &ModelRequest) -> Vec<(bool, String)> {
+    request
+        .messages
+        .iter()
+        .filter_map(|m| match m {
+            Message::Tool {
+                content, is_error, ..
+            } => Some((*is_error, joined_text(content))),
+            _ => None,
+        })
+        .collect()
 }
 
 /// The text of the last user message of `request` (empty without one).

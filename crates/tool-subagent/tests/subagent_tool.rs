@@ -6,7 +6,7 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use dsh_test_support::requests::first_user_text;
+use dsh_test_support::requests::{first_user_text, tool_results};
 use dsh_test_support::wait::bounded;
 use std::sync::Arc;
 use std::time::Duration;
@@ -85,20 +85,6 @@ fn has_tool_result(request: &ModelRequest) -> bool {
         .messages
         .iter()
         .any(|m| matches!(m, Message::Tool { .. }))
-}
-
-/// Every tool result in `request`: whether it is an error, and its text.
-fn tool_results(request: &ModelRequest) -> Vec<(bool, String)> {
-    request
-        .messages
-        .iter()
-        .filter_map(|m| match m {
-            Message::Tool {
-                content, is_error, ..
-            } => Some((*is_error, joined_text(content))),
-            _ => None,
-        })
-        .collect()
 }
 
 fn call(input: Value) -> Scripted {
