@@ -28,6 +28,7 @@ use crate::compose::{child_header, external_options};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
 use crate::notice::{ACTIVATION_EVENT, activation_payload};
+use crate::owned::Owned;
 use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest};
 use crate::request::{ActivationSpec, Delivery};
 use crate::runtime::SubagentRuntime;
@@ -54,10 +55,19 @@ impl SubagentRuntime {
         &self,
         spec: ActivationSpec,
     ) -> Result<SubagentActivation, SubagentError> {
+        // Admitted apart, so this future does not keep the admitted start
+        // beside the work that took it.
+        self.admit_owned(spec)?.await
+    }
+
+    /// The checks, then the work the runtime owns from there.
+    fn admit_owned(
+        &self,
+        spec: ActivationSpec,
+    ) -> Result<Owned<Result<SubagentActivation, SubagentError>>, SubagentError> {
         let admitted = self.admit_start(spec)?;
         let cancel = admitted.cancel.clone();
-        self.own(cancel, |runtime| runtime.run_start(admitted))
-            .await
+        Ok(self.own(cancel, |runtime| runtime.run_start(admitted)))
     }
 
     /// The start's work, boxed and held for as long as the start is in
