@@ -5,10 +5,6 @@
 //! monitored activation. Publication is: the catalog entry in the parent's
 //! log, the activation installed, the initial prompt accepted, the monitor
 //! running.
-//!
-//! A start wakes no second worker thread. Tokio wakes a parked worker
-//! whenever a worker holds two runnable tasks, so the monitor is spawned
-//! only after the child's driver has run once on the starting worker.
 
 use crate::{AdmissionError, InfraError, RegistryError};
 
@@ -230,15 +226,9 @@ impl SubagentRuntime {
             };
             match accepted {
                 Ok(message_id) => {
-                    // The prompt has just started the child's driver, which sits
-                    // in this worker's next-task slot: spawning the monitor now
-                    // would push it out and wake another worker to run it, a
-                    // cross-thread hand-off on every start. Yielding once lets the
-                    // driver run first (until it waits) on this worker; the
-                    // monitor, spawned after, takes the empty slot. A drop here
-                    // finishes this on the tracker (`Owned`), so the monitor is
-                    // still launched.
-                    tokio::task::yield_now().await;
+                    // The monitor is spawned at once: a yield first (to let the
+                    // driver run before it) parks the worker once per start,
+                    // sequential or concurrent, to wake the deferred start.
                     self.launch(&activation);
                     drop(ticket);
                     Ok(SubagentActivation::new(&activation, Some(message_id)))
