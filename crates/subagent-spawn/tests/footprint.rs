@@ -3,7 +3,8 @@
 //! (unnamed, so each takes a default `agent-N`, and named) settled and left
 //! the live set, no activation, reserved name, delivery or resume is left,
 //! only the one cached catalog of the live parent, which the names now
-//! live in: a later start still cannot take a settled child's name.
+//! live in: a later start still cannot take a settled child's name. The
+//! same holds for children started all at once.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -76,6 +77,25 @@ async fn settled_children_leave_nothing_behind_but_their_parents_catalog() {
     );
     let next = runtime.start_activation(spec(&lead, None)).await.unwrap();
     assert_eq!(next.name(), format!("agent-{}", CHILDREN / 2 + 1));
+    bounded(next.result()).await.unwrap();
+}
+
+// Started all at once, so every start is in flight together (each holding
+// its place in the parent's catalog order, its name and its slot): once
+// they settled, nothing of any of them is left either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_children_leave_nothing_behind_but_their_parents_catalog() {
+    let world = WorldBuilder::new().memory().local().build().await;
+    let runtime = &world.runtime;
+    let lead = world.lead();
+    let starts = (0..CHILDREN).map(|_| async {
+        let child = runtime.start_activation(spec(&lead, None)).await.unwrap();
+        bounded(child.result()).await.unwrap();
+    });
+    futures::future::join_all(starts).await;
+    settled_to(runtime, 1).await;
+    let next = runtime.start_activation(spec(&lead, None)).await.unwrap();
+    assert_eq!(next.name(), format!("agent-{}", CHILDREN + 1));
     bounded(next.result()).await.unwrap();
 }
 

@@ -261,6 +261,11 @@ impl Publications {
         }
     }
 
+    /// How many parents have starts waiting to publish.
+    pub(crate) fn len(&self) -> usize {
+        lock(&self.queues).len()
+    }
+
     /// Take the lead of `parent`'s queue if its head is ready and nobody
     /// writes it.
     fn lead(&self, parent: &AgentRef) -> bool {

@@ -1,6 +1,7 @@
 //! What the runtime keeps per child, counted: the live activations, the
 //! names reserved and not yet cataloged, the deliveries and resumes in
-//! flight and the live external run ids. Every count but the cached catalogs
+//! flight, the parents whose starts wait to publish and the live external
+//! run ids. Every count but the cached catalogs
 //! and name hints (one per live parent) goes back to zero once the children settle, so a
 //! long-lived runtime does not grow with the number of children it ran.
 //! Read-only; for hosts' diagnostics and the tests that hold it to that.
@@ -18,6 +19,8 @@ pub struct RuntimeFootprint {
     pub requests: usize,
     /// Children being resumed.
     pub resuming: usize,
+    /// Parents whose starts hold a place in their catalog order now.
+    pub publishing: usize,
     /// Ids of external runs this runtime started.
     pub external_runs: usize,
     /// Catalog folds cached for live parents.
@@ -35,6 +38,7 @@ impl SubagentRuntime {
             reserved_names: self.catalogs().reserved_names(),
             requests: self.requests().len() + self.notices().len(),
             resuming: self.resume_gates().len(),
+            publishing: self.publications().len(),
             external_runs: self.run_ids().len(),
             cached_catalogs: self.catalogs().len(),
             name_hints: self.catalogs().name_hints(),

@@ -5,14 +5,16 @@
 //! monitored activation. Publication is: the catalog entry in the parent's
 //! log, the activation installed, the initial prompt accepted, the monitor
 //! running.
-//!
-//! A start wakes no second worker thread. Tokio wakes a parked worker
-//! whenever a worker holds two runnable tasks, so the monitor is spawned
-//! only after the child's driver has run once on the starting worker.
 
 use crate::{AdmissionError, InfraError, RegistryError};
 
-use dsh_core::{AgentHandle, AgentSetup, CreateAgent, MessageSource, SessionId, UserMessage};
+use futures::future::Either;
+
+use std::sync::Arc;
+
+use dsh_core::{
+    Agent, AgentHandle, AgentSetup, CreateAgent, MessageSource, SessionId, UserMessage,
+};
 
 use crate::activation::{Execution, NewActivation, SubagentActivation};
 use crate::admission::Admitted;
@@ -22,6 +24,7 @@ use crate::compose::{child_header, external_options};
 use crate::error::SubagentError;
 use crate::events::RunInfo;
 use crate::notice::{ACTIVATION_EVENT, activation_payload};
+use crate::owned::Owned;
 use crate::provider::{ContinuableCreateRequest, ResolvedStartRequest};
 use crate::request::{ActivationSpec, Delivery};
 use crate::runtime::SubagentRuntime;
@@ -48,26 +51,49 @@ impl SubagentRuntime {
         &self,
         spec: ActivationSpec,
     ) -> Result<SubagentActivation, SubagentError> {
-        let admitted = self.admit_start(spec)?;
-        let cancel = admitted.cancel.clone();
-        self.own(cancel, |runtime| async move {
-            runtime.run_start(admitted).await
-        })
-        .await
+        // Admitted apart, so this future does not keep the admitted start
+        // beside the work that took it.
+        self.admit_owned(spec)?.await
     }
 
-    async fn run_start(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
+    /// The checks, then the work the runtime owns from there.
+    fn admit_owned(
+        &self,
+        spec: ActivationSpec,
+    ) -> Result<Owned<Result<SubagentActivation, SubagentError>>, SubagentError> {
+        let admitted = self.admit_start(spec)?;
+        let cancel = admitted.cancel.clone();
+        Ok(self.own(cancel, |runtime| runtime.run_start(admitted)))
+    }
+
+    /// The start's work, boxed and held for as long as the start is in
+    /// flight (every child of a concurrent batch at once), so kept small:
+    /// one branch's state, and the admitted pieces moved in once.
+    fn run_start(
+        self,
+        admitted: Admitted,
+    ) -> impl Future<Output = Result<SubagentActivation, SubagentError>> + Send + 'static {
         if admitted.provider.continuable().is_some() {
-            self.start_local(admitted).await
+            Either::Left(self.start_local(admitted))
         } else {
-            self.start_external(admitted).await
+            Either::Right(self.start_external(admitted))
         }
     }
 
-    async fn start_local(&self, admitted: Admitted) -> Result<SubagentActivation, SubagentError> {
+    fn start_local(
+        self,
+        admitted: Admitted,
+    ) -> impl Future<Output = Result<SubagentActivation, SubagentError>> + Send + 'static {
         let Admitted {
             provider,
-            spec,
+            spec:
+                ActivationSpec {
+                    label,
+                    child_id,
+                    delivery,
+                    request,
+                    ..
+                },
             cwd,
             depth,
             root,
@@ -77,173 +103,154 @@ impl SubagentRuntime {
             turn,
             cancel,
         } = admitted;
-        let ActivationSpec {
-            label,
-            child_id,
-            delivery,
-            request,
-            ..
-        } = spec;
-        let parent = request.parent.clone();
-        let child_id = match child_id {
-            Some(child_id) => {
-                // A caller-supplied id may name a session of an earlier
-                // process: refuse it, and never touch that log.
-                if self.store().exists(&child_id).await? {
-                    return Err(SubagentError::Infra(InfraError::DuplicateRunId {
-                        provider: provider.name().to_owned(),
-                        id: child_id,
-                    }));
+        async move {
+            let parent = request.parent.clone();
+            let child_id = match child_id {
+                Some(child_id) => {
+                    // A caller-supplied id may name a session of an earlier
+                    // process: refuse it, and never touch that log.
+                    if self.store().exists(&child_id).await? {
+                        return Err(SubagentError::Infra(InfraError::DuplicateRunId {
+                            provider: provider.name().to_owned(),
+                            id: child_id,
+                        }));
+                    }
+                    child_id
                 }
-                child_id
-            }
-            None => SessionId::generate(),
-        };
-        let Some(continuable) = provider.continuable() else {
-            return Err(SubagentError::Registry(RegistryError::NoProvider(
-                provider.name().to_owned(),
-            )));
-        };
-        // Preparation has no effect to undo, so it can be abandoned.
-        let prepared = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(SubagentError::Cancelled),
-            prepared = continuable.prepare(ContinuableCreateRequest {
-                cwd: cwd.clone(),
-                session_id: child_id.clone(),
-                parent: parent.clone(),
-                cancel: cancel.clone(),
-            }) => prepared?,
-        };
+                None => SessionId::generate(),
+            };
+            let Some(continuable) = provider.continuable() else {
+                return Err(SubagentError::Registry(RegistryError::NoProvider(
+                    provider.name().to_owned(),
+                )));
+            };
+            // Preparation has no effect to undo, so it can be abandoned.
+            let prepared = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(SubagentError::Cancelled),
+                prepared = continuable.prepare(ContinuableCreateRequest {
+                    cwd: cwd.clone(),
+                    session_id: child_id.clone(),
+                    parent: parent.clone(),
+                    cancel: cancel.clone(),
+                }) => prepared?,
+            };
 
-        let capture = request.output_schema.clone().map(CaptureTool::new);
-        let mut setup = AgentSetup::default();
-        if let Some(capture) = &capture {
-            setup.tools.push(capture.clone());
-        }
-        let header = child_header(&provider, &request, &child_id, &cwd, depth);
-        // Not raced with the token: the factory sees it and rolls back what
-        // it made itself, so a failure here leaves nothing to remove.
-        let handle = self
-            .factory()
-            .create(CreateAgent {
-                header,
-                seed: prepared.seed,
-                setup,
-                cancel: cancel.clone(),
-            })
-            .await
-            .map_err(|err| match err {
-                dsh_core::AgentError::Composition(message) => {
-                    SubagentError::Admission(AdmissionError::InvalidRequest(message))
-                }
-                other => SubagentError::from(other),
-            })?;
-        // From here the log is this start's own.
-        if cancel.is_cancelled() {
-            self.discard(&child_id, &handle).await;
-            return Err(SubagentError::Cancelled);
-        }
-        let name = reservation.name().to_owned();
-        let entry = CatalogEntry {
-            child_id: child_id.clone(),
-            name: Some(name.clone()),
-            label,
-            provider: provider.name().to_owned(),
-            mode: ChildMode::CONTINUABLE,
-        };
-        // Publication: the entry is written after every earlier start's
-        // under this parent. Until it is taken to be written, a cancel
-        // withdraws it (the last cancellation point).
-        let write = {
-            let (parent, payload) = (parent.clone(), catalog_payload(&entry));
-            async move { parent.record(CATALOG_EVENT, payload).await }
-        };
-        let seq = match turn.publish(Some(&cancel), write).await {
-            Some(Ok(seq)) => seq,
-            failed => {
+            let capture = request.output_schema.clone().map(CaptureTool::new);
+            let mut setup = AgentSetup::default();
+            if let Some(capture) = &capture {
+                setup.tools.push(capture.clone());
+            }
+            let header = child_header(&provider, &request, &child_id, &cwd, depth);
+            // Not raced with the token: the factory sees it and rolls back what
+            // it made itself, so a failure here leaves nothing to remove.
+            let handle = self
+                .factory()
+                .create(CreateAgent {
+                    header,
+                    seed: prepared.seed,
+                    setup,
+                    cancel: cancel.clone(),
+                })
+                .await
+                .map_err(|err| match err {
+                    dsh_core::AgentError::Composition(message) => {
+                        SubagentError::Admission(AdmissionError::InvalidRequest(message))
+                    }
+                    other => SubagentError::from(other),
+                })?;
+            // From here the log is this start's own.
+            if cancel.is_cancelled() {
                 self.discard(&child_id, &handle).await;
-                return Err(match failed {
-                    Some(Err(err)) => err.into(),
-                    _ => SubagentError::Cancelled,
-                });
+                return Err(SubagentError::Cancelled);
             }
-        };
-        self.catalogs()
-            .commit_name(reservation, &parent, Some((seq, &entry)));
-        let child = handle.agent().clone();
-        let start_seq = crate::activation::next_seq(child.as_ref());
-        let limits = request.limits();
-        let path = self.full_name(parent.id(), &name);
-        let activation = self.install_limited(
-            NewActivation {
-                info: RunInfo {
-                    provider: provider.name().to_owned(),
-                    name: path.clone().unwrap_or_else(|| child_id.to_string()),
-                    label: entry.label,
-                    child_id: child_id.clone(),
-                    parent_session_id: parent.id().clone(),
-                    root: root.clone(),
-                    local: true,
+            let name = reservation.name().to_owned();
+            let entry = CatalogEntry {
+                child_id: child_id.clone(),
+                name: Some(name.clone()),
+                label,
+                provider: provider.name().to_owned(),
+                mode: ChildMode::CONTINUABLE,
+            };
+            // Publication: the entry is written after every earlier start's
+            // under this parent. Until it is taken to be written, a cancel
+            // withdraws it (the last cancellation point).
+            let write = {
+                let (parent, payload) = (parent.clone(), catalog_payload(&entry));
+                async move { parent.record(CATALOG_EVENT, payload).await }
+            };
+            let seq = match turn.publish(Some(&cancel), write).await {
+                Some(Ok(seq)) => seq,
+                failed => {
+                    self.discard(&child_id, &handle).await;
+                    return Err(match failed {
+                        Some(Err(err)) => err.into(),
+                        _ => SubagentError::Cancelled,
+                    });
+                }
+            };
+            self.catalogs()
+                .commit_name(reservation, &parent, Some((seq, &entry)));
+            let child = handle.agent().clone();
+            let start_seq = crate::activation::next_seq(child.as_ref());
+            let limits = request.limits();
+            let path = self.full_name(parent.id(), &name);
+            let activation = self.install_limited(
+                NewActivation {
+                    info: run_info(entry, path.as_deref(), &parent, &root, true),
+                    path,
+                    parent: parent.reference(),
+                    root,
+                    delivery,
+                    execution: Execution::Local {
+                        handle: handle.clone(),
+                        start_seq,
+                        capture,
+                    },
+                    slot,
                 },
-                path,
-                parent: parent.reference(),
-                root,
-                delivery,
-                execution: Execution::Local {
-                    handle: handle.clone(),
-                    start_seq,
-                    capture,
+                limits,
+            );
+            let prompt = UserMessage::new(
+                request.prompt,
+                MessageSource::AgentMessage {
+                    sender_session_id: parent.id().clone(),
                 },
-                slot,
-            },
-            limits,
-        );
-        let prompt = UserMessage::new(
-            request.prompt,
-            MessageSource::AgentMessage {
-                sender_session_id: parent.id().clone(),
-            },
-        );
-        let accepted = match child
-            .record(ACTIVATION_EVENT, activation_payload(delivery))
-            .await
-        {
-            Ok(_) => child.followup(prompt).await,
-            Err(err) => Err(err),
-        };
-        match accepted {
-            Ok(message_id) => {
-                // The prompt has just started the child's driver, which sits
-                // in this worker's next-task slot: spawning the monitor now
-                // would push it out and wake another worker to run it, a
-                // cross-thread hand-off on every start. Yielding once lets the
-                // driver run first (until it waits) on this worker; the
-                // monitor, spawned after, takes the empty slot. A drop here
-                // finishes this on the tracker (`Owned`), so the monitor is
-                // still launched.
-                tokio::task::yield_now().await;
-                self.launch(&activation);
-                drop(ticket);
-                Ok(SubagentActivation::new(&activation, Some(message_id)))
-            }
-            Err(err) => {
-                // Nothing ran: the child never took input. It stays in the
-                // catalog, and its log says it has no task (B54).
-                self.uninstall(&activation);
-                handle.dispose().await;
-                Err(SubagentError::Infra(InfraError::InitialPrompt {
-                    child: child_id,
-                    reason: err.to_string(),
-                }))
+            );
+            let accepted = match child
+                .record(ACTIVATION_EVENT, activation_payload(delivery))
+                .await
+            {
+                Ok(_) => child.followup(prompt).await,
+                Err(err) => Err(err),
+            };
+            match accepted {
+                Ok(message_id) => {
+                    // The monitor is spawned at once: a yield first (to let the
+                    // driver run before it) parks the worker once per start,
+                    // sequential or concurrent, to wake the deferred start.
+                    self.launch(&activation);
+                    drop(ticket);
+                    Ok(SubagentActivation::new(&activation, Some(message_id)))
+                }
+                Err(err) => {
+                    // Nothing ran: the child never took input. It stays in the
+                    // catalog, and its log says it has no task (B54).
+                    self.uninstall(&activation);
+                    handle.dispose().await;
+                    Err(SubagentError::Infra(InfraError::InitialPrompt {
+                        child: child_id,
+                        reason: err.to_string(),
+                    }))
+                }
             }
         }
     }
 
-    async fn start_external(
-        &self,
+    fn start_external(
+        self,
         admitted: Admitted,
-    ) -> Result<SubagentActivation, SubagentError> {
+    ) -> impl Future<Output = Result<SubagentActivation, SubagentError>> + Send + 'static {
         let Admitted {
             provider,
             spec,
@@ -256,128 +263,122 @@ impl SubagentRuntime {
             cancel,
             ..
         } = admitted;
-        let Some(external) = provider.external() else {
-            return Err(SubagentError::Registry(RegistryError::NoProvider(
-                provider.name().to_owned(),
-            )));
-        };
-        let request = spec.request;
-        let parent = request.parent.clone();
-        let limits = request.limits();
-        let resolved = ResolvedStartRequest {
-            label: spec.label.clone(),
-            cwd,
-            prompt: request.prompt,
-            parent: parent.clone(),
-            agent_options: external_options(provider.as_ref(), request.agent_options),
-            agent_preset: request.agent_preset,
-            output_schema: request.output_schema,
-            max_depth: request.max_depth,
-            tool_filter: request.tool_filter,
-            persona: request.persona,
-            cancel: cancel.clone(),
-        };
-        // A provider's start must be safe to abandon (SubagentProvider docs).
-        let run = tokio::select! {
-            biased;
-            () = cancel.cancelled() => return Err(SubagentError::Cancelled),
-            run = external.start(resolved) => run?,
-        };
-        let child_id = run.id().clone();
-        // B11: not a live session, not a live external run, not a stored
-        // log, not a child this parent cataloged already. A store that
-        // cannot say is an error of its own, not a collision.
-        let claim = if self.registry().get(&child_id).is_some() {
-            None
-        } else {
-            self.run_ids().claim(child_id.clone())
-        };
-        let collides = match &claim {
-            None => Ok(true),
-            Some(_) => match self.store().exists(&child_id).await {
-                Ok(true) => Ok(true),
-                Ok(false) => {
-                    self.with_live_catalog(&parent, |fold| fold.entry(&child_id).is_some())
-                }
-                Err(err) => Err(SubagentError::from(err)),
-            },
-        };
-        if !matches!(collides, Ok(false)) || cancel.is_cancelled() {
-            if let Err(err) = run.dispose().await {
-                tracing::warn!(run = %child_id, "disposing an unpublished run failed: {err}");
-            }
-            return Err(match collides {
-                Ok(false) => SubagentError::Cancelled,
-                Ok(true) => SubagentError::Infra(InfraError::DuplicateRunId {
-                    provider: provider.name().to_owned(),
-                    id: child_id,
-                }),
-                Err(err) => err,
-            });
-        }
-        let name = reservation.name().to_owned();
-        let entry = CatalogEntry {
-            child_id: child_id.clone(),
-            name: Some(name.clone()),
-            label: spec.label,
-            provider: provider.name().to_owned(),
-            mode: ChildMode::EXTERNAL,
-        };
-        // A background child is cataloged; a foreground one's membership is
-        // its caller's, kept for it in a record older readers skip.
-        // Written after every earlier start's under this parent.
-        let write = {
-            let (runtime, parent, run) = (self.clone(), parent.clone(), run.clone());
-            let (delivery, payload) = (spec.delivery, catalog_payload(&entry));
-            async move {
-                match delivery {
-                    Delivery::Parent => match parent.record(CATALOG_EVENT, payload).await {
-                        Ok(_) => runtime.record_resumable(&parent, run.as_ref()).await,
-                        Err(err) => Err(err.into()),
-                    },
-                    Delivery::Caller => parent
-                        .record(crate::external::FOREGROUND_EVENT, payload)
-                        .await
-                        .map(drop)
-                        .map_err(SubagentError::from),
-                }
-            }
-        };
-        let recorded = turn
-            .publish(None, write)
-            .await
-            .unwrap_or(Err(SubagentError::Cancelled));
-        if let Err(err) = recorded {
-            if let Err(dispose) = run.dispose().await {
-                tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
-            }
-            return Err(err);
-        }
-        self.catalogs().commit_name(reservation, &parent, None);
-        let path = self.full_name(parent.id(), &name);
-        let activation = self.install_limited(
-            NewActivation {
-                info: RunInfo {
-                    provider: provider.name().to_owned(),
-                    name: path.clone().unwrap_or_else(|| child_id.to_string()),
-                    label: entry.label,
-                    child_id: child_id.clone(),
-                    parent_session_id: parent.id().clone(),
-                    root: root.clone(),
-                    local: false,
+        async move {
+            let Some(external) = provider.external() else {
+                return Err(SubagentError::Registry(RegistryError::NoProvider(
+                    provider.name().to_owned(),
+                )));
+            };
+            let request = spec.request;
+            let parent = request.parent.clone();
+            let limits = request.limits();
+            let resolved = ResolvedStartRequest {
+                label: spec.label.clone(),
+                cwd,
+                prompt: request.prompt,
+                parent: parent.clone(),
+                agent_options: external_options(provider.as_ref(), request.agent_options),
+                agent_preset: request.agent_preset,
+                output_schema: request.output_schema,
+                max_depth: request.max_depth,
+                tool_filter: request.tool_filter,
+                persona: request.persona,
+                cancel: cancel.clone(),
+            };
+            // A provider's start must be safe to abandon (SubagentProvider docs).
+            let run = tokio::select! {
+                biased;
+                () = cancel.cancelled() => return Err(SubagentError::Cancelled),
+                run = external.start(resolved) => run?,
+            };
+            let child_id = run.id().clone();
+            // B11: not a live session, not a live external run, not a stored
+            // log, not a child this parent cataloged already. A store that
+            // cannot say is an error of its own, not a collision.
+            let claim = if self.registry().get(&child_id).is_some() {
+                None
+            } else {
+                self.run_ids().claim(child_id.clone())
+            };
+            let collides = match &claim {
+                None => Ok(true),
+                Some(_) => match self.store().exists(&child_id).await {
+                    Ok(true) => Ok(true),
+                    Ok(false) => {
+                        self.with_live_catalog(&parent, |fold| fold.entry(&child_id).is_some())
+                    }
+                    Err(err) => Err(SubagentError::from(err)),
                 },
-                path,
-                parent: parent.reference(),
-                root,
-                delivery: spec.delivery,
-                execution: Execution::External { run, _claim: claim },
-                slot,
-            },
-            limits,
-        );
-        self.launch(&activation);
-        drop(ticket);
-        Ok(SubagentActivation::new(&activation, None))
+            };
+            if !matches!(collides, Ok(false)) || cancel.is_cancelled() {
+                if let Err(err) = run.dispose().await {
+                    tracing::warn!(run = %child_id, "disposing an unpublished run failed: {err}");
+                }
+                return Err(match collides {
+                    Ok(false) => SubagentError::Cancelled,
+                    Ok(true) => SubagentError::Infra(InfraError::DuplicateRunId {
+                        provider: provider.name().to_owned(),
+                        id: child_id,
+                    }),
+                    Err(err) => err,
+                });
+            }
+            let name = reservation.name().to_owned();
+            let entry = CatalogEntry {
+                child_id: child_id.clone(),
+                name: Some(name.clone()),
+                label: spec.label,
+                provider: provider.name().to_owned(),
+                mode: ChildMode::EXTERNAL,
+            };
+            // A background child is cataloged; a foreground one's membership is
+            // its caller's, kept for it in a record older readers skip.
+            // Written after every earlier start's under this parent.
+            let write = {
+                let (runtime, parent, run) = (self.clone(), parent.clone(), run.clone());
+                let (delivery, payload) = (spec.delivery, catalog_payload(&entry));
+                async move {
+                    match delivery {
+                        Delivery::Parent => match parent.record(CATALOG_EVENT, payload).await {
+                            Ok(_) => runtime.record_resumable(&parent, run.as_ref()).await,
+                            Err(err) => Err(err.into()),
+                        },
+                        Delivery::Caller => parent
+                            .record(crate::external::FOREGROUND_EVENT, payload)
+                            .await
+                            .map(drop)
+                            .map_err(SubagentError::from),
+                    }
+                }
+            };
+            let recorded = turn
+                .publish(None, write)
+                .await
+                .unwrap_or(Err(SubagentError::Cancelled));
+            if let Err(err) = recorded {
+                if let Err(dispose) = run.dispose().await {
+                    tracing::warn!(run = %child_id, "disposing an unpublished run failed: {dispose}");
+                }
+                return Err(err);
+            }
+            self.catalogs().commit_name(reservation, &parent, None);
+            let path = self.full_name(parent.id(), &name);
+            let activation = self.install_limited(
+                NewActivation {
+                    info: run_info(entry, path.as_deref(), &parent, &root, false),
+                    path,
+                    parent: parent.reference(),
+                    root,
+                    delivery: spec.delivery,
+                    execution: Execution::External { run, _claim: claim },
+                    slot,
+                },
+                limits,
+            );
+            self.launch(&activation);
+            drop(ticket);
+            Ok(SubagentActivation::new(&activation, None))
+        }
     }
 
     /// Undo an unpublished local child this start created: dispose it and
@@ -391,5 +392,24 @@ impl SubagentRuntime {
                 tracing::error!(child = %child, "could not remove an unpublished child: {err}")
             }
         }
+    }
+}
+
+/// What the start event and the activation say of a child being published.
+fn run_info(
+    entry: CatalogEntry,
+    path: Option<&str>,
+    parent: &Arc<dyn Agent>,
+    root: &SessionId,
+    local: bool,
+) -> RunInfo {
+    RunInfo {
+        name: path.map_or_else(|| entry.child_id.to_string(), str::to_owned),
+        provider: entry.provider,
+        label: entry.label,
+        child_id: entry.child_id,
+        parent_session_id: parent.id().clone(),
+        root: root.clone(),
+        local,
     }
 }

@@ -968,6 +968,39 @@ async fn b11_a_repeated_run_id_is_refused_across_parents_and_providers() {
     assert_eq!(output_text(&result), "ok");
 }
 
+// B11 as it holds once a run settled: the runtime keeps no id per finished
+// child, so a settled run's id is refused again under its own parent (whose
+// catalog is durable and cached) but not under another parent.
+#[tokio::test]
+async fn b11_a_settled_runs_id_is_refused_under_its_parent_and_not_kept_for_others() {
+    let env = env().await;
+    let fixed = sid("settled-run");
+    let provider = Arc::new(ExternalProvider::new("ext").with_id(fixed.clone()));
+    env.runtime.register(provider.clone()).unwrap();
+    let other_root = env.agent("other-lead").await;
+    let mut spec = env.spec("ext");
+    spec.delivery = Delivery::Parent;
+    let settled = env.runtime.start_activation(spec).await.unwrap();
+    bounded(settled.result()).await.unwrap();
+    drop(settled);
+    until(|| env.runtime.live_activations() == 0).await;
+    assert_eq!(env.runtime.footprint().external_runs, 0);
+
+    for delivery in [Delivery::Parent, Delivery::Caller] {
+        let mut again = env.spec("ext");
+        again.delivery = delivery;
+        let err = env.runtime.start_activation(again).await.unwrap_err();
+        assert_eq!(err.code(), "DUPLICATE_RUN_ID");
+    }
+    let elsewhere = env
+        .runtime
+        .start_activation(spec_for(other_root.agent(), "ext"))
+        .await
+        .unwrap();
+    assert_eq!(elsewhere.child_id(), &fixed);
+    bounded(elsewhere.result()).await.unwrap();
+}
+
 #[tokio::test]
 async fn b11_a_reserved_local_id_already_in_use_is_refused_before_preparation() {
     let env = env().await;
