@@ -19,8 +19,13 @@
 /// the first grows as a `Vec` does.
 const CHUNK: usize = 512;
 
-/// The room of the first chunk of a log that starts empty.
-const FIRST_CHUNK: usize = 4;
+/// The room of the first chunk of a log that starts empty: five, so that
+/// one doubling holds a one-turn child's whole log (its activation record,
+/// its accepted prompt and a turn of seven events: nine). From four it
+/// took two doublings, to room for 16, in the child's log and in the
+/// memory store's copy alike; from five a log reaches a chunk in as many
+/// doublings as from four.
+const FIRST_CHUNK: usize = 5;
 
 /// An append-only sequence in chunks; see the module docs.
 #[derive(Debug, Clone)]
@@ -67,8 +72,14 @@ impl<T> Chunked<T> {
             Some(chunk) if chunk.len() < chunk.capacity() => chunk.push(item),
             // A short log is one `Vec` that doubles as usual, so it stays
             // contiguous and keeps no more spare room than a `Vec`; a
-            // doubling copies fewer than `CHUNK` items, whatever the log.
-            Some(chunk) if single && chunk.capacity() < CHUNK => chunk.push(item),
+            // doubling copies fewer than `CHUNK` items, whatever the log,
+            // and stops at a chunk's room (from five, a doubling would
+            // pass it).
+            Some(chunk) if single && chunk.capacity() < CHUNK => {
+                let room = (2 * chunk.capacity()).min(CHUNK);
+                chunk.reserve_exact(room - chunk.len());
+                chunk.push(item);
+            }
             _ => {
                 let room = if self.chunks.is_empty() {
                     FIRST_CHUNK
@@ -241,6 +252,24 @@ mod tests {
         let chunks = items.chunks.len();
         items.reserve(10_000);
         assert_eq!(items.chunks.len(), chunks);
+    }
+
+    #[test]
+    fn a_one_turn_childs_log_grows_once_and_keeps_little_spare_room() {
+        // An activation record, the accepted prompt, then a turn's seven
+        // events (here in two batches): nine events.
+        let mut items: Chunked<u32> = Chunked::default();
+        let mut rooms = Vec::new();
+        for batch in [1, 1, 4, 3] {
+            items.extend_from_slice(&vec![0; batch]);
+            let room = items.chunks[0].capacity();
+            if rooms.last() != Some(&room) {
+                rooms.push(room);
+            }
+        }
+        assert_eq!(items.len(), 9);
+        assert_eq!(rooms.len(), 2, "grown more than once: {rooms:?}");
+        assert!(rooms[1] <= 10, "{rooms:?}");
     }
 
     #[test]
