@@ -151,6 +151,29 @@ fn flag_server(flag: &str) -> Result<McpServerConfig, String> {
     Ok(McpServerConfig::command(name, program).args(words))
 }
 
+/// The set of `configs`, to be started in `cwd`; a server reached by an
+/// `https` URL has its certificate checked as the model providers' are
+/// (`dsh_llm_openai::tls_config`: a certificate not trusted fails its start
+/// at once).
+///
+/// # Errors
+/// A server name that cannot be used, or TLS that cannot be set up.
+pub(crate) fn server_set(
+    configs: Vec<McpServerConfig>,
+    cwd: &Path,
+) -> Result<McpServers, CliError> {
+    let by_url = configs
+        .iter()
+        .any(|config| matches!(config.endpoint, dsh_mcp::Endpoint::Url(_)));
+    let servers = McpServers::new(configs, cwd.to_owned())
+        .map_err(|err| CliError::Refused(err.to_string()))?;
+    if !by_url {
+        return Ok(servers);
+    }
+    let tls = dsh_llm_openai::tls_config().map_err(|err| CliError::Refused(err.to_string()))?;
+    Ok(servers.with_tls(tls))
+}
+
 /// `dsh mcp`: start every enabled server of the configuration in force,
 /// print each one's state and tools, and stop them.
 ///
@@ -174,8 +197,7 @@ pub async fn list(config: Option<PathBuf>, flags: Vec<String>, json: bool) -> Re
     // One server at a time, so that one that does not start is reported
     // beside the others.
     for server in settings.mcp {
-        let servers = McpServers::new(vec![server], cwd.clone())
-            .map_err(|err| CliError::Refused(err.to_string()))?;
+        let servers = server_set(vec![server], &cwd)?;
         let failure = servers.tools().await.err();
         let mut status = servers.status();
         servers.shutdown().await;

@@ -309,10 +309,7 @@ impl World {
         if servers.iter().all(|server| !server.enabled) {
             return Ok(());
         }
-        let servers = Arc::new(
-            dsh_mcp::McpServers::new(servers, cwd.to_owned())
-                .map_err(|err| CliError::Refused(err.to_string()))?,
-        );
+        let servers = Arc::new(crate::mcp::server_set(servers, cwd)?);
         let tools = servers
             .tools()
             .await

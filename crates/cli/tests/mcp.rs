@@ -1,7 +1,8 @@
 //! MCP servers through the `dsh` binary (B62): `--mcp` and
 //! `[mcp.servers.NAME]` start one set of servers for the tree, whose tools
 //! the lead calls as `mcp__<server>__<tool>`; `dsh mcp` lists them; a bad
-//! table is refused before anything runs; and no server process is left
+//! table is refused before anything runs; a `url` server nobody answers
+//! fails the run with one line naming it; and no server process is left
 //! after SIGINT, SIGTERM, SIGHUP or SIGKILL of `dsh`. The server is the MCP
 //! suite's fake (standard-library Python).
 
@@ -105,6 +106,34 @@ fn dsh_mcp_lists_servers_their_state_and_tools() {
     assert!(
         listed.contains("\n  mcp__fake__echo  Echo the text back.\n"),
         "{listed}"
+    );
+}
+
+#[test]
+fn a_url_server_nobody_answers_fails_the_run_with_one_line_naming_the_url() {
+    let scratch = Scratch::new();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        format!("[mcp.servers.web]\nurl = \"{url}\"\n"),
+    )
+    .unwrap();
+    let run = scratch.dsh(&["run", "hi"], &[]);
+    assert_eq!(run.status.code(), Some(1));
+    let stderr = text(&run.stderr);
+    let last = stderr.lines().last().unwrap_or_default();
+    assert!(
+        last.starts_with(&format!("dsh: MCP server `web` did not start: `{url}`: ")),
+        "{stderr}"
+    );
+    assert!(
+        last.ends_with("Connection refused (os error 111)"),
+        "{stderr}"
     );
 }
 

@@ -764,8 +764,13 @@ impl Model for OpenAiModel {
 /// TLS for the client: rustls on the `ring` provider, certificates checked by
 /// the platform verifier (the system's roots). Built per client, so nothing
 /// process-wide (no default crypto provider) is installed or assumed.
+/// Public so that dsh's other HTTP clients (MCP servers reached by URL)
+/// check certificates the same way.
+///
+/// # Errors
+/// [`ConfigError::Client`] when rustls cannot be set up.
 #[cfg(feature = "platform-verifier")]
-fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
+pub fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
     use rustls_platform_verifier::BuilderVerifierExt as _;
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
     rustls::ClientConfig::builder_with_provider(provider)
@@ -777,8 +782,11 @@ fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
 
 /// The bundled Mozilla roots (`webpki-roots` feature, without the platform
 /// verifier): for a container with no system certificates.
+///
+/// # Errors
+/// [`ConfigError::Client`] when rustls cannot be set up.
 #[cfg(all(feature = "webpki-roots", not(feature = "platform-verifier")))]
-fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
+pub fn tls_config() -> Result<rustls::ClientConfig, ConfigError> {
     let mut roots = rustls::RootCertStore::empty();
     roots.add_parsable_certificates(webpki_root_certs::TLS_SERVER_ROOT_CERTS.iter().cloned());
     let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());

@@ -9,7 +9,7 @@ mod wire;
 
 pub use client::{
     ApiKey, ConfigError, DEFAULT_API_KEY_ENV, DEFAULT_BASE_URL, DEFAULT_CONNECT_TIMEOUT,
-    DEFAULT_IDLE_TIMEOUT, OpenAiBuilder, OpenAiModel,
+    DEFAULT_IDLE_TIMEOUT, OpenAiBuilder, OpenAiModel, tls_config,
 };
 pub use decode::StreamDecoder;
 pub use retry::RetryPolicy;

@@ -26,8 +26,13 @@
 //! [`McpServers::on_new_tools`]'s sink, which registers it for the agents
 //! created after that (an agent's tools are fixed when it is built).
 //!
-//! Limits: a server that dies is not restarted within the run; streamable-HTTP servers (`url`)
-//! are configured but refused at start in this version.
+//! A server with a `url` is reached over streamable HTTP (rmcp's client on
+//! the workspace's reqwest and rustls; [`McpServers::with_tls`] gives the
+//! roots): an unreachable URL, a certificate not trusted or an HTTP error
+//! fails its start at once with one line naming the URL; a connection lost
+//! mid-call is the same tool error as a crashed process.
+//!
+//! Limits: a server that dies is not restarted within the run.
 
 mod config;
 mod server;
@@ -76,6 +81,12 @@ pub enum McpError {
         reason: String,
         /// Its stderr's last lines, joined by ` | ` (empty when none).
         stderr: String,
+    },
+    /// The HTTP client of the URL servers could not be set up.
+    #[error("the HTTP client of the MCP servers could not be set up: {reason}")]
+    Http {
+        /// Why.
+        reason: String,
     },
 }
 

@@ -106,7 +106,12 @@ pub(crate) struct Server {
 
 impl Server {
     /// Start the server, open the session and list its tools.
-    pub(crate) async fn start(config: McpServerConfig, cwd: &Path) -> Result<Arc<Self>, McpError> {
+    /// A URL server is reached with `http`.
+    pub(crate) async fn start(
+        config: McpServerConfig,
+        cwd: &Path,
+        http: &reqwest::Client,
+    ) -> Result<Arc<Self>, McpError> {
         let list_changed = Arc::new(Notify::new());
         let handler = Handler {
             list_changed: list_changed.clone(),
@@ -159,11 +164,8 @@ impl Server {
                 (session, Some(group), Some(exit), Some(tail))
             }
             Endpoint::Url(url) => {
-                return Err(McpError::Start {
-                    server: name,
-                    reason: format!("`{url}`: streamable HTTP servers are not supported yet"),
-                    stderr: String::new(),
-                });
+                let session = connect_url(&config, url, http, handler).await?;
+                (session, None, None, None)
             }
         };
         let peer = session.peer().clone();
@@ -402,6 +404,83 @@ impl Drop for Server {
     fn drop(&mut self) {
         self.stop.cancel();
     }
+}
+
+/// How often a streamable-HTTP server's event stream is reconnected (one
+/// second, then two, then four apart) before its connection counts as
+/// closed.
+const HTTP_RECONNECTS: usize = 3;
+
+/// Open the session with the streamable-HTTP server at `url`: `initialize`
+/// answered within the startup timeout, or one error naming the URL (a
+/// refused connection, a certificate the client does not trust, an HTTP
+/// error status), without a retry.
+async fn connect_url(
+    config: &McpServerConfig,
+    url: &str,
+    http: &reqwest::Client,
+    handler: Handler,
+) -> Result<RunningService<RoleClient, Handler>, McpError> {
+    use rmcp::transport::StreamableHttpClientTransport;
+    use rmcp::transport::common::client_side_sse::ExponentialBackoff;
+    use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+    let mut retry = ExponentialBackoff::default();
+    retry.max_times = Some(HTTP_RECONNECTS);
+    let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
+    transport_config.retry_config = Arc::new(retry);
+    let transport = StreamableHttpClientTransport::with_client(http.clone(), transport_config);
+    let reason = match tokio::time::timeout(config.startup_timeout, handler.serve(transport)).await
+    {
+        Ok(Ok(session)) => return Ok(session),
+        // Its transport error is not its `source`: opened by hand.
+        Ok(Err(rmcp::service::ClientInitializeError::TransportError { error, .. })) => {
+            http_reason(&error)
+        }
+        Ok(Err(err)) => http_reason(&err),
+        Err(_) => format!(
+            "it did not answer `initialize` within {}s",
+            config.startup_timeout.as_secs()
+        ),
+    };
+    Err(McpError::Start {
+        server: config.name.clone(),
+        reason: format!("`{url}`: {reason}"),
+        stderr: String::new(),
+    })
+}
+
+/// Why a start over HTTP failed: the transport's own error (without the
+/// SDK's wrapping that names its Rust types), and for the HTTP client's
+/// error its causes too (`error sending request for url (...): ...:
+/// Connection refused`); else `err`'s whole chain.
+fn http_reason(err: &(dyn std::error::Error + 'static)) -> String {
+    use rmcp::transport::streamable_http_client::StreamableHttpError;
+    let mut source = Some(err);
+    while let Some(current) = source {
+        match current.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
+            Some(StreamableHttpError::Client(client)) => return error_chain(client),
+            Some(other) => return error_chain(other),
+            None => source = current.source(),
+        }
+    }
+    error_chain(err)
+}
+
+/// An error and its causes, joined by `: ` (a cause its parent's text
+/// already ends with is not repeated).
+fn error_chain(err: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        let piece = cause.to_string();
+        if !text.ends_with(&piece) {
+            text.push_str(": ");
+            text.push_str(&piece);
+        }
+        source = cause.source();
+    }
+    text
 }
 
 /// Re-list `server`'s tools each time it says they changed, until `stop`.

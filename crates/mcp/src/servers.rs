@@ -17,10 +17,15 @@ use crate::config::{Endpoint, McpServerConfig};
 use crate::server::{Server, ServerState};
 use crate::tool::McpTool;
 
+/// How long connecting to a URL server may take.
+const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// The MCP servers of one tree.
 pub struct McpServers {
     configs: Vec<McpServerConfig>,
     cwd: PathBuf,
+    /// How URL servers' certificates are checked (see [`McpServers::with_tls`]).
+    tls: Option<rustls::ClientConfig>,
     started: OnceCell<Vec<Arc<Server>>>,
     /// The full names of the tools handed out so far.
     offered: Arc<Mutex<BTreeSet<String>>>,
@@ -87,9 +92,20 @@ impl McpServers {
         Ok(Self {
             configs,
             cwd,
+            tls: None,
             started: OnceCell::new(),
             offered: Arc::default(),
         })
+    }
+
+    /// Check the certificates of the servers reached by an `https` URL with
+    /// `tls` (dsh's own: `dsh_llm_openai::tls_config`, the system's roots).
+    /// Without it an `https` server's certificate is trusted by no root, so
+    /// its start fails at once; a plain `http` URL needs none.
+    #[must_use]
+    pub fn with_tls(mut self, tls: rustls::ClientConfig) -> Self {
+        self.tls = Some(tls);
+        self
     }
 
     /// Whether no server is configured.
@@ -172,11 +188,12 @@ impl McpServers {
     }
 
     async fn start_all(&self) -> Result<Vec<Arc<Server>>, McpError> {
+        let http = self.http_client()?;
         let starts = self
             .configs
             .iter()
             .filter(|config| config.enabled)
-            .map(|config| Server::start(config.clone(), &self.cwd));
+            .map(|config| Server::start(config.clone(), &self.cwd, &http));
         let mut servers = Vec::new();
         let mut first_error = None;
         for started in futures::future::join_all(starts).await {
@@ -194,6 +211,30 @@ impl McpServers {
             return Err(err);
         }
         Ok(servers)
+    }
+
+    /// The HTTP client of the URL servers: the workspace's reqwest over
+    /// rustls on `ring`, with [`McpServers::with_tls`]'s roots (none
+    /// without it), no proxy guessing beyond the environment's.
+    fn http_client(&self) -> Result<reqwest::Client, McpError> {
+        let http_error = |reason: String| McpError::Http { reason };
+        let tls = match &self.tls {
+            Some(tls) => tls.clone(),
+            None => {
+                let provider = Arc::new(rustls::crypto::ring::default_provider());
+                rustls::ClientConfig::builder_with_provider(provider)
+                    .with_safe_default_protocol_versions()
+                    .map_err(|err| http_error(err.to_string()))?
+                    .with_root_certificates(rustls::RootCertStore::empty())
+                    .with_no_client_auth()
+            }
+        };
+        reqwest::Client::builder()
+            .tls_backend_preconfigured(tls)
+            .connect_timeout(CONNECT_TIMEOUT)
+            .user_agent(concat!("dsh-mcp/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|err| http_error(err.to_string()))
     }
 
     /// Every configured server, with its state and tools.
