@@ -452,7 +452,7 @@ pub(crate) fn say(reporter: Option<&Reporter>, line: &str) {
 ///
 /// # Cancel safety
 /// Cancel safe: it only watches.
-async fn exhausted(meter: Option<&crate::budget::TreeMeter>) -> crate::budget::Spent {
+pub(crate) async fn exhausted(meter: Option<&crate::budget::TreeMeter>) -> crate::budget::Spent {
     match meter {
         Some(meter) => meter.exhausted().await,
         None => std::future::pending().await,

@@ -14,7 +14,9 @@
 //! ([`SubagentRuntime::quiet_tree`](dsh_subagent::SubagentRuntime::quiet_tree)):
 //! no notice wakes anyone, and each stays queued for its creator's next
 //! run, never spent on a model call the command would then interrupt.
-//! Then the tree is stopped.
+//! Then the tree is stopped. Under `--max-tokens`/`--max-cost` the
+//! spend is metered as in `dsh run`: a spent budget stops the tree children
+//! first and fails the command with the line naming the budget.
 //!
 //! The tree is rebuilt as `dsh run` builds it ([`crate::session`]), the
 //! `--acp-*` flags included: a tree whose lead's log
@@ -153,6 +155,9 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
     let outcome = tokio::select! {
         outcome = deliver(world, &store, &root, &args, &mut lead, reporter.as_deref()) => outcome,
         err = faults.failed() => Err(CliError::WriteFailed(err)),
+        spent = crate::run::exhausted(session.meter.as_deref()) => {
+            Err(CliError::BudgetSpent(spent.end_line()))
+        }
         signal = signals.recv() => Err(CliError::Interrupted(signal)),
     };
     // A failed write wins: an answer printed after one could be stale.
@@ -161,10 +166,12 @@ pub async fn send(args: SendArgs) -> Result<(), CliError> {
         (_, Some(err)) => Err(CliError::WriteFailed(err)),
         (outcome, None) => outcome,
     };
-    if outcome.is_err()
-        && let Some(lead) = &lead
-    {
-        crate::run::stop(world, lead, None).await;
+    if let (Err(err), Some(lead)) = (&outcome, &lead) {
+        match err {
+            // A spent budget stops the tree children first, as `dsh run`.
+            CliError::BudgetSpent(_) => crate::run::stop_children_first(world, lead, None).await,
+            _ => crate::run::stop(world, lead, None).await,
+        }
     }
     shutdown(world, None).await;
     if let Some(reporter) = &reporter {

@@ -312,3 +312,50 @@ fn b64_json_shows_the_spend_against_the_budget_and_ends_with_the_budget() {
         "{last}"
     );
 }
+
+#[test]
+fn b64_dsh_send_to_a_child_is_metered_and_stopped_when_the_budget_is_spent() {
+    const QUICK: &str = "Say hello.";
+    let scratch = Scratch::new();
+    // The lead starts a child that answers at once, then ends; sent the
+    // spinning task later, the child reads a missing file forever.
+    let server = ChatServer::start(|request, _| {
+        if request.task() == LEAD_TASK {
+            if request.step() == 0 {
+                return Answer::calls(vec![call(
+                    "subagent",
+                    json!({"description": "greet", "name": "greeter", "prompt": QUICK, "run_in_background": false}),
+                )]);
+            }
+            return Answer::text("done");
+        }
+        if request.last() == CHILD_TASK || request.mentions(CHILD_TASK) {
+            return Answer::calls(vec![call("read_file", json!({"path": "nothing-here.txt"}))]);
+        }
+        Answer::text("hello")
+    });
+    let run = scratch.dsh(
+        &["run", "--model", "openai:loopback", LEAD_TASK],
+        &server.env(),
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    let send = scratch.dsh(
+        &[
+            "send",
+            "greeter",
+            CHILD_TASK,
+            "--model",
+            "openai:loopback",
+            "--max-tokens",
+            "20000",
+        ],
+        &server.env(),
+    );
+    server.assert_clean();
+    let stderr = text(&send.stderr);
+    assert_eq!(send.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("budget: the tree's token budget of 20000 was spent ("),
+        "{stderr}"
+    );
+}
