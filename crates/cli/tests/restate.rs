@@ -211,6 +211,71 @@ fn the_demo_runs_on_the_cluster_and_reads_back_as_it_ran() {
     });
 }
 
+/// A turn that fails for good before it starts (here the worker cannot
+/// open the session's working directory) does not leave its inbox
+/// waiting for it: the next message schedules a turn, which runs once the
+/// directory is there; both messages are answered, one turn each.
+#[test]
+fn a_turn_that_failed_before_its_start_does_not_block_the_next() {
+    if !restate::isolated("a_turn_that_failed_before_its_start_does_not_block_the_next") {
+        return;
+    }
+    restate::run(async {
+        let scratch = Scratch::new();
+        let (server, _worker) =
+            Server::with_worker(scratch.bare(&["worker", "--listen", WORKER_ADDR], &[])).await;
+        let client = &server.client;
+        let cwd = scratch.dir.path().join("later");
+        let header = dsh_core::SessionHeader::new(dsh_core::SessionId::generate(), &cwd);
+        let id = header.id.clone();
+        client
+            .start(&header, dsh_core::UserMessage::user_text("first"))
+            .await
+            .unwrap();
+        // The turn fails for good; the inbox no longer waits for it.
+        loop {
+            let failed = client.check_turns(&id).await.is_err();
+            let status = client.status(&id).await.unwrap();
+            if failed && !status.inbox.turn_scheduled {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        std::fs::create_dir(&cwd).unwrap();
+        let request = dsh_restate::state::inbox::AcceptRequest {
+            request_id: "second".to_owned(),
+            message: dsh_core::UserMessage::user_text("second"),
+            target: dsh_core::InboxTarget::NextTurn,
+            wake: true,
+        };
+        client.accept(&id, &request).await.unwrap();
+        // Turns ran again, one for each message, in order.
+        let store = dsh_restate::store::RestateSessionStore::new(client.clone());
+        let events = loop {
+            let events = store.load(&id).await.unwrap().events;
+            let ends = events
+                .iter()
+                .filter(|event| matches!(event.payload, dsh_core::EventPayload::TurnEnd(_)))
+                .count();
+            if ends == 2 {
+                break events;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let users: Vec<String> = events
+            .iter()
+            .filter_map(|event| match &event.payload {
+                dsh_core::EventPayload::UserMessage(entry) => {
+                    Some(dsh_core::content::joined_text(&entry.message.content))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(users, ["first", "second"]);
+        drop(server);
+    });
+}
+
 #[test]
 fn a_silent_server_a_bad_url_and_a_command_not_built_on_restate_are_one_line() {
     let scratch = Scratch::new();
