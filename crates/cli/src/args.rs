@@ -197,7 +197,7 @@ pub(crate) struct EngineArgs {
 
 impl EngineArgs {
     /// The engine these flags choose over dsh.toml's `[engine]`.
-    fn resolve(self, config: Option<&Path>) -> Result<engine::Engine, CliError> {
+    pub(crate) fn resolve(self, config: Option<&Path>) -> Result<engine::Engine, CliError> {
         let (file, parsed) = config::read(config)?;
         let flags = engine::EngineFlags {
             kind: self.engine,
@@ -222,7 +222,7 @@ impl EngineArgs {
         match self.resolve(config)? {
             engine::Engine::Local => Ok(()),
             engine::Engine::Restate { .. } => Err(CliError::Refused(format!(
-                "`dsh {command}` on Restate is not built yet (docs/distributed.md); `dsh worker`, `agents`, `show`, `replay` and `export` work against the cluster, or pass `--engine local`"
+                "`dsh {command}` on Restate is not built yet (docs/distributed.md); `dsh run`, `worker`, `agents`, `show`, `replay` and `export` work against the cluster, or pass `--engine local`"
             ))),
         }
     }

@@ -237,12 +237,7 @@ impl Source {
             Self::Dir(dir) => Ok(crate::sessions::existing_store(dir)?),
             #[cfg(feature = "restate")]
             Self::Restate { client, .. } => {
-                client.health().await.map_err(|error| match &error {
-                    ClientError::Transport { url, .. } | ClientError::Status { url, .. } => {
-                        unavailable(url, &error)
-                    }
-                    _ => unavailable("", &error),
-                })?;
+                client.health().await.map_err(cluster_error)?;
                 Ok(Arc::new(RestateSessionStore::new(client.clone())))
             }
         }
@@ -255,6 +250,17 @@ pub fn disabled(what: &str) -> CliError {
     CliError::FeatureDisabled {
         what: what.to_owned(),
         feature: "restate",
+    }
+}
+
+/// A failed call to the server, naming the URL asked.
+#[cfg(feature = "restate")]
+pub(crate) fn cluster_error(error: ClientError) -> CliError {
+    match &error {
+        ClientError::Transport { url, .. } | ClientError::Status { url, .. } => {
+            unavailable(url, &error)
+        }
+        _ => unavailable("", &error),
     }
 }
 

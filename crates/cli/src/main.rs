@@ -37,6 +37,8 @@ mod agents;
 mod args;
 mod ask;
 mod budget;
+#[cfg(feature = "restate")]
+mod cluster;
 mod config;
 mod demo;
 mod demo_team;
@@ -158,6 +160,41 @@ fn main() -> ExitCode {
     }
 }
 
+/// `dsh run` on a Restate cluster (dsh-cli's `restate` feature).
+#[cfg(feature = "restate")]
+async fn run_on_cluster(
+    ingress: &str,
+    admin: &str,
+    prompt: Option<String>,
+    settings: &config::Settings,
+    json: bool,
+) -> Result<(), CliError> {
+    let client =
+        dsh_restate::client::RestateClient::new(ingress, admin).map_err(engine::cluster_error)?;
+    cluster::run(cluster::ClusterRun {
+        client,
+        ingress,
+        prompt,
+        settings,
+        json,
+    })
+    .await
+}
+
+/// `dsh run` on a Restate cluster: refused, naming the feature.
+#[cfg(not(feature = "restate"))]
+async fn run_on_cluster(
+    _ingress: &str,
+    _admin: &str,
+    _prompt: Option<String>,
+    _settings: &config::Settings,
+    _json: bool,
+) -> Result<(), CliError> {
+    Err(engine::disabled(
+        "--engine restate (or dsh.toml's engine.kind)",
+    ))
+}
+
 async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliError> {
     match command {
         Command::Run {
@@ -169,8 +206,11 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             json,
             engine,
         } => {
-            engine.local_only("run", config.as_deref())?;
+            let engine = engine.resolve(config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, team, config)?;
+            if let engine::Engine::Restate { ingress, admin } = &engine {
+                return run_on_cluster(ingress, admin, prompt, &settings, json.json).await;
+            }
             run::run(run::RunArgs {
                 prompt,
                 dir: dir.dir,

@@ -37,6 +37,24 @@ fn both(scratch: &Scratch, args: &[&str]) -> (String, String) {
     (local, cluster)
 }
 
+/// `dsh export [tree] --to DIR` from the cluster, which must succeed: DIR.
+fn export(scratch: &Scratch, tree: Option<&str>) -> std::path::PathBuf {
+    let to = scratch.dir.path().join("exported");
+    let args = [
+        tree.unwrap_or_default(),
+        "--to",
+        to.to_str().unwrap(),
+        "--engine",
+        "restate",
+    ];
+    let args: Vec<&str> = std::iter::once("export")
+        .chain(args.into_iter().filter(|arg| !arg.is_empty()))
+        .collect();
+    let export = scratch.dsh(&args, &[]);
+    assert!(export.status.success(), "{}", text(&export.stderr));
+    to
+}
+
 #[test]
 fn a_tree_in_the_cluster_reads_and_exports_as_its_session_directory() {
     if !restate::isolated("a_tree_in_the_cluster_reads_and_exports_as_its_session_directory") {
@@ -72,18 +90,7 @@ fn a_tree_in_the_cluster_reads_and_exports_as_its_session_directory() {
         let (local, cluster) = both(&scratch, &["replay"]);
         assert_eq!(cluster, local);
 
-        let to = scratch.dir.path().join("exported");
-        let export = scratch.dsh(
-            &[
-                "export",
-                "--to",
-                to.to_str().unwrap(),
-                "--engine",
-                "restate",
-            ],
-            &[],
-        );
-        assert!(export.status.success(), "{}", text(&export.stderr));
+        let to = export(&scratch, None);
         for id in &ids {
             let name = format!("{id}.jsonl");
             let original = std::fs::read(scratch.sessions().join(&name)).unwrap();
@@ -102,6 +109,169 @@ fn a_tree_in_the_cluster_reads_and_exports_as_its_session_directory() {
             &[],
         );
         assert_eq!(missing.status.code(), Some(3), "{}", text(&missing.stderr));
+        drop(server);
+    });
+}
+
+/// `dsh run --engine restate` runs the demo model's lead on the cluster,
+/// follows its tree into the `--json` view and exits as a local run does;
+/// the cluster's logs then read back (`show`) and export whole. The
+/// engine offers a worker's agents only `subagent` and the workspace tools
+/// (not the demo's `fork`, `wait`, `agents` or `message`), so the demo's
+/// script cannot finish as it does locally: each of its agents stops at
+/// the step limit set here, and the lead's stop is the command's error.
+#[test]
+fn the_demo_runs_on_the_cluster_and_reads_back_as_it_ran() {
+    if !restate::isolated("the_demo_runs_on_the_cluster_and_reads_back_as_it_ran") {
+        return;
+    }
+    restate::run(async {
+        let scratch = Scratch::new();
+        std::fs::write(
+            scratch.dir.path().join("dsh.toml"),
+            "[limits]\nmax_turn_steps = 3\n",
+        )
+        .unwrap();
+        let (server, _worker) =
+            Server::with_worker(scratch.bare(&["worker", "--listen", WORKER_ADDR], &[])).await;
+        let run = scratch.dsh(&["run", "--json", "--engine", "restate"], &[]);
+        let stderr = text(&run.stderr);
+        let lines: Vec<serde_json::Value> = text(&run.stdout)
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect();
+        let kinds: Vec<&str> = lines
+            .iter()
+            .map(|line| line["type"].as_str().unwrap())
+            .collect();
+        assert_eq!(kinds[..2], ["run_started", "agent_started"], "{stderr}");
+        let lead = lines[1]["session"].as_str().unwrap().to_owned();
+        assert_eq!(lines[1]["agent"], "lead");
+        // The lead's end is the last line, and the command's end as a
+        // local run's: its error on stderr, exit 1; none, exit 0.
+        let last = lines.last().unwrap();
+        assert_eq!(
+            (&last["type"], &last["session"]),
+            (&"settled".into(), &lead.clone().into())
+        );
+        match last["error"].as_str() {
+            Some(error) => {
+                assert_eq!(stderr, format!("dsh: {error}\n"));
+                assert_eq!(run.status.code(), Some(1));
+            }
+            None => assert!(run.status.success(), "{stderr}"),
+        }
+        // The lead's child was started on the cluster, followed, and
+        // settled before the lead's end.
+        let child = lines
+            .iter()
+            .position(|line| line["type"] == "agent_started" && line["parent"] == "lead")
+            .unwrap_or_else(|| panic!("no child in {kinds:?}"));
+        let child_id = lines[child]["session"].as_str().unwrap().to_owned();
+        assert_eq!(child_id, format!("{lead}.1"));
+        assert!(
+            lines[child..lines.len() - 1]
+                .iter()
+                .any(|line| line["type"] == "settled" && line["session"] == child_id.as_str()),
+            "{kinds:?}"
+        );
+        assert!(!scratch.sessions().exists(), "nothing was written locally");
+
+        // The cluster's logs read back: `show` the lead, and export the
+        // tree, which reads the same from its directory.
+        let show = scratch.dsh(
+            &["show", "lead", "--root", &lead, "--engine", "restate"],
+            &[],
+        );
+        assert!(show.status.success(), "{}", text(&show.stderr));
+        let to = export(&scratch, Some(&lead));
+        let exported = JsonlStore::new(&to, dsh_core::Durability::None).unwrap();
+        let mut ids: Vec<String> = exported
+            .list()
+            .await
+            .unwrap()
+            .iter()
+            .map(ToString::to_string)
+            .collect();
+        ids.sort();
+        let started: Vec<String> = lines
+            .iter()
+            .filter(|line| line["type"] == "agent_started")
+            .map(|line| line["session"].as_str().unwrap().to_owned())
+            .collect();
+        let mut expected = started.clone();
+        expected.sort();
+        assert_eq!(ids, expected);
+        let from_dir = scratch
+            .bare(&["show", "lead", "--dir", to.to_str().unwrap()], &[])
+            .output()
+            .unwrap();
+        assert_eq!(text(&from_dir.stdout), text(&show.stdout));
+        drop(server);
+    });
+}
+
+/// A turn that fails for good before it starts (here the worker cannot
+/// open the session's working directory) does not leave its inbox
+/// waiting for it: the next message schedules a turn, which runs once the
+/// directory is there; both messages are answered, one turn each.
+#[test]
+fn a_turn_that_failed_before_its_start_does_not_block_the_next() {
+    if !restate::isolated("a_turn_that_failed_before_its_start_does_not_block_the_next") {
+        return;
+    }
+    restate::run(async {
+        let scratch = Scratch::new();
+        let (server, _worker) =
+            Server::with_worker(scratch.bare(&["worker", "--listen", WORKER_ADDR], &[])).await;
+        let client = &server.client;
+        let cwd = scratch.dir.path().join("later");
+        let header = dsh_core::SessionHeader::new(dsh_core::SessionId::generate(), &cwd);
+        let id = header.id.clone();
+        client
+            .start(&header, dsh_core::UserMessage::user_text("first"))
+            .await
+            .unwrap();
+        // The turn fails for good; the inbox no longer waits for it.
+        loop {
+            let failed = client.check_turns(&id).await.is_err();
+            let status = client.status(&id).await.unwrap();
+            if failed && !status.inbox.turn_scheduled {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        }
+        std::fs::create_dir(&cwd).unwrap();
+        let request = dsh_restate::state::inbox::AcceptRequest {
+            request_id: "second".to_owned(),
+            message: dsh_core::UserMessage::user_text("second"),
+            target: dsh_core::InboxTarget::NextTurn,
+            wake: true,
+        };
+        client.accept(&id, &request).await.unwrap();
+        // Turns ran again, one for each message, in order.
+        let store = dsh_restate::store::RestateSessionStore::new(client.clone());
+        let events = loop {
+            let events = store.load(&id).await.unwrap().events;
+            let ends = events
+                .iter()
+                .filter(|event| matches!(event.payload, dsh_core::EventPayload::TurnEnd(_)))
+                .count();
+            if ends == 2 {
+                break events;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        };
+        let users: Vec<String> = events
+            .iter()
+            .filter_map(|event| match &event.payload {
+                dsh_core::EventPayload::UserMessage(entry) => {
+                    Some(dsh_core::content::joined_text(&entry.message.content))
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(users, ["first", "second"]);
         drop(server);
     });
 }
@@ -170,10 +340,10 @@ fn a_silent_server_a_bad_url_and_a_command_not_built_on_restate_are_one_line() {
         "[engine]\nkind = \"restate\"\n",
     )
     .unwrap();
-    let run = scratch.dsh(&["run"], &[]);
+    let run = scratch.dsh(&["send", "lead", "hello"], &[]);
     assert_eq!(run.status.code(), Some(1));
     assert!(
-        text(&run.stderr).contains("`dsh run` on Restate is not built yet"),
+        text(&run.stderr).contains("`dsh send` on Restate is not built yet"),
         "{}",
         text(&run.stderr)
     );

@@ -416,6 +416,37 @@ impl RestateClient {
         }
     }
 
+    /// How many invocations addressed to any of `sessions` (their logs or
+    /// inboxes) the server has not completed yet: a turn running or
+    /// suspended, an accept or a notice on its way (admin SQL over the
+    /// server's invocations). Zero, with every session idle, means nothing
+    /// more will happen to them unless asked.
+    ///
+    /// # Errors
+    /// As [`RestateClient::query`].
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it changes nothing.
+    pub async fn in_flight(&self, sessions: &[SessionId]) -> Result<u64, ClientError> {
+        if sessions.is_empty() {
+            return Ok(0);
+        }
+        // Session ids are letters, digits, `-`, `_` and `.`: safe in a
+        // quoted SQL string.
+        let keys: Vec<String> = sessions.iter().map(|id| format!("'{id}'")).collect();
+        let sql = format!(
+            "select count(*) as n from sys_invocation where status <> 'completed' \
+             and target_service_name in ('dsh.Session', 'dsh.Inbox') \
+             and target_service_key in ({})",
+            keys.join(", ")
+        );
+        let rows = self.query(&sql).await?;
+        Ok(rows
+            .first()
+            .and_then(|row| row["n"].as_u64())
+            .unwrap_or_default())
+    }
+
     /// Wait until `session` is idle ([`SessionStatus::is_idle`]), asking
     /// every `poll`; a turn that keeps failing ends the wait with
     /// [`ClientError::TurnFailing`] instead of waiting for ever.

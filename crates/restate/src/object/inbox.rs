@@ -122,6 +122,16 @@ impl Inbox {
         Ok(again)
     }
 
+    /// A scheduled turn failed for good before it started: nothing is
+    /// scheduled now, so the next waking input schedules a turn again.
+    #[handler]
+    async fn turn_failed(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
+        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+        state.turn_failed();
+        ctx.set(INBOX_KEY, Json(state));
+        Ok(())
+    }
+
     /// Where the inbox stands.
     #[handler]
     async fn status(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<InboxStatus>> {

@@ -226,6 +226,14 @@ impl InboxState {
         self.turn_scheduled
     }
 
+    /// A scheduled turn failed for good before it started (its session
+    /// could not be loaded or composed): nothing is scheduled now, and
+    /// what waits stays for the turn the next waking input schedules (a
+    /// turn scheduled again at once would fail the same way).
+    pub fn turn_failed(&mut self) {
+        self.turn_scheduled = false;
+    }
+
     /// Park the agent (an interrupt): input keeps arriving but wakes nothing
     /// until [`InboxState::unpark`].
     pub fn park(&mut self) {
@@ -470,6 +478,28 @@ mod tests {
             inbox.accept(request(2, InboxTarget::NextTurn, true)),
             Err(InboxError::Draining)
         );
+    }
+
+    #[test]
+    fn a_turn_that_failed_before_its_start_lets_the_next_input_schedule_one() {
+        let mut inbox = InboxState::default();
+        let first = inbox
+            .accept(request(1, InboxTarget::NextTurn, true))
+            .unwrap();
+        assert!(first.schedule_turn);
+        inbox.turn_failed();
+        assert!(!inbox.turn_scheduled());
+        let second = inbox
+            .accept(request(2, InboxTarget::NextTurn, true))
+            .unwrap();
+        assert!(second.schedule_turn);
+        // Both wait for that turn, in order.
+        let claimed: Vec<MessageId> = inbox
+            .claim(InboxTarget::NextTurn)
+            .into_iter()
+            .map(|item| item.message.id)
+            .collect();
+        assert_eq!(claimed, [first.message_id, second.message_id]);
     }
 
     #[test]

@@ -123,14 +123,18 @@ struct Host<'a, 'ctx> {
 /// Run one turn of the session `ctx.key()` names.
 pub(super) async fn run_turn(ctx: &ObjectContext<'_>, env: &dyn WorkerEnv) -> HandlerResult<()> {
     let key = ctx.key().to_owned();
-    let Some(header_line) = ctx.get::<String>(HEADER_KEY).await? else {
-        return Err(terminal("NO_SUCH_SESSION", format!("session `{key}` does not exist")).into());
+    let (header, composed) = match prepare(ctx, env).await? {
+        Ok(prepared) => prepared,
+        Err(failed) => {
+            // The inbox would otherwise wait for this turn for ever and
+            // never schedule another.
+            ctx.object_client::<InboxClient>(key)
+                .turn_failed()
+                .call()
+                .await?;
+            return Err(failed.into());
+        }
     };
-    let header: SessionHeader = serde_json::from_str(&header_line)
-        .map_err(|bad| terminal("SESSION_CORRUPT", format!("{key}: header: {bad}")))?;
-    let composed = env
-        .compose(&header)
-        .map_err(|why| terminal("COMPOSE_FAILED", format!("{key}: {why}")))?;
     let mut host = Host::load(ctx, header, composed).await?;
     if let Some(turn) = host.head.open_turn {
         // An earlier turn failed for good mid-way (a terminal error): close
@@ -149,6 +153,34 @@ pub(super) async fn run_turn(ctx: &ObjectContext<'_>, env: &dyn WorkerEnv) -> Ha
         host.settle().await?;
     }
     Ok(())
+}
+
+/// The session's header and composition, or the terminal error that
+/// fails the turn before it starts.
+async fn prepare(
+    ctx: &ObjectContext<'_>,
+    env: &dyn WorkerEnv,
+) -> HandlerResult<Result<(SessionHeader, Composed), TerminalError>> {
+    let key = ctx.key();
+    let Some(header_line) = ctx.get::<String>(HEADER_KEY).await? else {
+        return Ok(Err(terminal(
+            "NO_SUCH_SESSION",
+            format!("session `{key}` does not exist"),
+        )));
+    };
+    let header: SessionHeader = match serde_json::from_str(&header_line) {
+        Ok(header) => header,
+        Err(bad) => {
+            return Ok(Err(terminal(
+                "SESSION_CORRUPT",
+                format!("{key}: header: {bad}"),
+            )));
+        }
+    };
+    Ok(match env.compose(&header) {
+        Ok(composed) => Ok((header, composed)),
+        Err(why) => Err(terminal("COMPOSE_FAILED", format!("{key}: {why}"))),
+    })
 }
 
 impl<'a, 'ctx> Host<'a, 'ctx> {
