@@ -9,13 +9,16 @@
 //! creator's session (`subagent_update`) and linked to the tool call that
 //! started it (the call's `session` content and `_meta.dsh`). The host's
 //! asker is the session's [`Approvals`]: an action above the sandbox level
-//! becomes a `session/request_permission` to the client.
+//! becomes a `session/request_permission` to the client. The stdio MCP
+//! servers a client passes with a session reach the host as dsh-mcp
+//! configurations ([`Client::mcp_servers`]).
 //!
 //! The crate owns the protocol side only: it never builds an agent, reads
 //! a log or decides a policy. Nothing but protocol frames is written to
 //! the connection; diagnostics go to `tracing`.
 
 mod approvals;
+mod mcp;
 mod server;
 mod updates;
 
@@ -59,14 +62,18 @@ pub enum TurnEnd {
     Refusal,
 }
 
-/// What a tree is given of its client: where its updates go and who
-/// answers its approvals.
+/// What a tree is given of its client: where its updates go, who
+/// answers its approvals, and the MCP servers it passed for the session.
 #[derive(Clone)]
 pub struct Client {
     /// The session's updates.
     pub updates: Updates,
     /// The session's permission requests.
     pub approvals: Approvals,
+    /// The stdio MCP servers the client passed in `session/new` or
+    /// `session/load`: the tree starts them as its own (one set per tree,
+    /// stopped with it), beside any the host configures.
+    pub mcp_servers: Vec<dsh_mcp::McpServerConfig>,
 }
 
 /// A program whose trees are served: it builds a tree for a session and

@@ -21,8 +21,8 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, Implementation,
     InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
-    StopReason,
+    McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities,
+    PromptRequest, PromptResponse, StopReason,
 };
 use agent_client_protocol::{Agent, Client, Lines};
 use dsh_core::ContentBlock;
@@ -113,7 +113,9 @@ pub async fn serve(
             async move |request: NewSessionRequest, responder, cx| {
                 let server = on_new.clone();
                 on_new.spawn(async move {
-                    let opened = server.open(request.cwd, None, cx).await;
+                    let opened = server
+                        .open(request.cwd, &request.mcp_servers, None, cx)
+                        .await;
                     let _ = responder
                         .respond_with_result(opened.map(|(id, _)| NewSessionResponse::new(id)));
                 });
@@ -126,7 +128,9 @@ pub async fn serve(
                 let server = on_load.clone();
                 on_load.spawn(async move {
                     let id = request.session_id.0.to_string();
-                    let opened = server.open(request.cwd, Some(id), cx).await;
+                    let opened = server
+                        .open(request.cwd, &request.mcp_servers, Some(id), cx)
+                        .await;
                     let _ =
                         responder.respond_with_result(opened.map(|_| LoadSessionResponse::new()));
                 });
@@ -179,8 +183,9 @@ pub async fn serve(
 }
 
 impl Server {
-    /// What dsh supports: loading sessions, and images when the model
-    /// takes them.
+    /// What dsh supports: loading sessions, images when the model takes
+    /// them, and the client's MCP servers over stdio (neither HTTP nor
+    /// SSE).
     fn initialize(&self, request: &InitializeRequest) -> InitializeResponse {
         let version = std::cmp::min(
             request.protocol_version,
@@ -190,6 +195,7 @@ impl Server {
             .agent_capabilities(
                 AgentCapabilities::new()
                     .load_session(true)
+                    .mcp_capabilities(McpCapabilities::new())
                     .prompt_capabilities(PromptCapabilities::new().image(self.host.images())),
             )
             .agent_info(Implementation::new("dsh", env!("CARGO_PKG_VERSION")))
@@ -223,13 +229,15 @@ impl Server {
         Ok(session)
     }
 
-    /// A new tree at `cwd`, or the persisted tree `load`, as a session.
+    /// A new tree at `cwd`, or the persisted tree `load`, as a session,
+    /// with the client's MCP servers `mcp`.
     ///
     /// # Cancel safety
     /// As the host's open and load.
     async fn open(
         &self,
         cwd: PathBuf,
+        mcp: &[McpServer],
         load: Option<String>,
         cx: ConnectionTo<Client>,
     ) -> Result<(String, Arc<dyn Tree>), agent_client_protocol::Error> {
@@ -244,11 +252,13 @@ impl Server {
                 "session `{id}` is already open on this connection"
             ))));
         }
+        let mcp_servers = crate::mcp::configs(mcp)?;
         let updates = Updates::new(cx.clone());
         let approvals = Approvals::new(cx, updates.clone());
         let client = TreeClient {
             updates,
             approvals: approvals.clone(),
+            mcp_servers,
         };
         let tree = match &load {
             None => self.host.open(cwd, client).await,

@@ -10,7 +10,8 @@
 //! ([`crate::run::stop`]). A loaded session is the persisted tree of that
 //! root, resumed as `dsh send lead` resumes it, its logs replayed to the
 //! client first, each child right after the call of its creator that
-//! started it.
+//! started it. The stdio MCP servers the client passes with a session are
+//! started for that tree beside the configured ones and stopped with it.
 //!
 //! What the tree does reaches the client through the reporter's renderer
 //! seam: [`Forward`] is the renderer, fed by the same bounded channel as
@@ -307,7 +308,8 @@ struct DshTree {
 }
 
 impl DshTree {
-    /// The session of root `root` over `store`, shown to `client`.
+    /// The session of root `root` over `store`, shown to `client`, with
+    /// the client's MCP servers started for it (stopped by its shutdown).
     async fn build(
         settings: &Settings,
         store: Arc<dyn SessionStore>,
@@ -316,6 +318,14 @@ impl DshTree {
         client: &Client,
         root: &SessionId,
     ) -> Result<Opened, HostError> {
+        // The client's MCP servers join the configured ones (one of the
+        // same name replaces it, as a `--mcp` flag does), for this tree.
+        let mut settings = settings.clone();
+        settings
+            .mcp
+            .retain(|server| !client.mcp_servers.iter().any(|own| own.name == server.name));
+        settings.mcp.extend(client.mcp_servers.iter().cloned());
+        let settings = &settings;
         let reporter = Reporter::with(Box::new(Forward(client.updates.clone())), Output::quiet());
         reporter.root(root);
         let queued = reporter.clone();

@@ -495,3 +495,73 @@ fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
     let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
     assert!(output.status.success(), "{}", text(&output.stderr));
 }
+
+#[test]
+fn the_clients_stdio_mcp_servers_serve_the_sessions_tree_and_stop_with_it() {
+    let Some(script) = support::fake_mcp_server() else {
+        return;
+    };
+    let marker = format!("dsh-acp-agent-mcp-{}", std::process::id());
+    let scratch = Scratch::new();
+    let model = FakeModel::start(vec![
+        Reply::ToolCall {
+            name: "mcp__fake__echo".to_owned(),
+            arguments: serde_json::json!({ "text": "through the client's server" }),
+        },
+        Reply::Text("Echoed.".to_owned()),
+    ]);
+    let mut raw = Raw::start(&scratch, &model);
+    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+    let init = raw.response(1.into());
+    assert_eq!(
+        init["result"]["agentCapabilities"]["mcpCapabilities"],
+        serde_json::json!({ "http": false, "sse": false }),
+        "{init}"
+    );
+    // An HTTP server is refused: dsh advertised stdio only.
+    raw.request(
+        2,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [
+            { "type": "http", "name": "web", "url": "http://127.0.0.1:9/mcp", "headers": [] }
+        ] }),
+    );
+    let refused = raw.response(2.into());
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["data"]
+            .as_str()
+            .is_some_and(|why| why.contains("`web`") && why.contains("stdio")),
+        "{refused}"
+    );
+    raw.request(
+        3,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [
+            { "name": "fake", "command": "python3", "args": [script, marker], "env": [] }
+        ] }),
+    );
+    let created = raw.response(3.into());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    assert!(!dsh_test_support::procs::marked(&marker).is_empty());
+    raw.request(
+        4,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Echo." }] }),
+    );
+    let ended = raw.response(4.into());
+    assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+    let first = model.next_request(BOUND);
+    assert!(first.contains("\"mcp__fake__echo\""), "{first}");
+    let second = model.next_request(BOUND);
+    assert!(
+        second.contains("echo: through the client's server"),
+        "{second}"
+    );
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    wait_for("the client's MCP server is gone", || {
+        dsh_test_support::procs::marked(&marker).is_empty()
+    });
+}
