@@ -11,7 +11,9 @@
 //! asker is the session's [`Approvals`]: an action above the sandbox level
 //! becomes a `session/request_permission` to the client. The stdio MCP
 //! servers a client passes with a session reach the host as dsh-mcp
-//! configurations ([`Client::mcp_servers`]).
+//! configurations ([`Client::mcp_servers`]); a tree that offers a choice
+//! of models ([`Tree::models`]) has it as the session's `model` config
+//! option.
 //!
 //! The crate owns the protocol side only: it never builds an agent, reads
 //! a log or decides a policy. Nothing but protocol frames is written to
@@ -60,6 +62,16 @@ pub enum TurnEnd {
     MaxTurnRequests,
     /// The model refused.
     Refusal,
+}
+
+/// The models a tree offers its client as the session's `model` option
+/// (`session/set_config_option`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Models {
+    /// The model the next turn uses.
+    pub current: String,
+    /// Every model it may be switched to, `current` among them.
+    pub choices: Vec<String>,
 }
 
 /// What a tree is given of its client: where its updates go, who
@@ -117,6 +129,23 @@ pub trait Tree: Send + Sync + 'static {
     /// # Cancel safety
     /// Not meant to be dropped: [`Tree::cancel`] stops a turn.
     async fn prompt(&self, content: Vec<ContentBlock>) -> Result<TurnEnd, HostError>;
+
+    /// The models the session may switch between, or `None` when it
+    /// offers no choice (the session then has no config option).
+    fn models(&self) -> Option<Models> {
+        None
+    }
+
+    /// Use `model`, one of [`Tree::models`]'s choices, from the next turn
+    /// on (a running turn keeps its model).
+    ///
+    /// # Errors
+    /// [`HostError::Refused`] when the tree offers no such model.
+    fn set_model(&self, model: &str) -> Result<(), HostError> {
+        Err(HostError::Refused(format!(
+            "this session offers no model choice (`{model}`)"
+        )))
+    }
 
     /// Stop the running turn, children first; the turn then ends
     /// [`TurnEnd::Cancelled`]. Nothing when no turn runs.

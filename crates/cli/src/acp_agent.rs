@@ -10,7 +10,9 @@
 //! ([`crate::run::stop`]). A loaded session is the persisted tree of that
 //! root, resumed as `dsh send lead` resumes it, its logs replayed to the
 //! client first, each child right after the call of its creator that
-//! started it. The stdio MCP servers the client passes with a session are
+//! started it. A configuration that names other model routes for the
+//! tree's provider (roles' `model`s) offers them as the session's `model`
+//! option ([`crate::acp_model`]). The stdio MCP servers the client passes with a session are
 //! started for that tree beside the configured ones and stopped with it.
 //!
 //! What the tree does reaches the client through the reporter's renderer
@@ -24,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use dsh_acp_agent::{Client, Host, HostError, Tree, TurnEnd, Updates};
+use dsh_acp_agent::{Client, Host, HostError, Models, Tree, TurnEnd, Updates};
 use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, MessageSource, Model,
@@ -33,6 +35,7 @@ use dsh_core::{
 use dsh_subagent::RunInfo;
 use serde_json::Value;
 
+use crate::acp_model::{Chosen, ModelOption};
 use crate::config::Settings;
 use crate::demo::Demo;
 use crate::error::CliError;
@@ -118,7 +121,9 @@ impl Host for DshHost {
             model::record(&self.settings.model),
         );
         let id = header.id.clone();
-        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &id).await?;
+        let chosen = Chosen::new(model);
+        let option = ModelOption::of(&self.settings, &self.settings.model, chosen.clone());
+        let opened = DshTree::build(&self.settings, store, chosen, &cwd, &client, &id).await?;
         let gates = demo
             .as_ref()
             .and_then(|demo| demo.attach(&opened.session.world.runtime));
@@ -135,7 +140,7 @@ impl Host for DshHost {
             .map_err(|err| failed(err.into()))?
             .agent()
             .clone();
-        Ok(Arc::new(opened.with(lead, gates)))
+        Ok(Arc::new(opened.with(lead, gates, option)))
     }
 
     async fn load(
@@ -165,7 +170,9 @@ impl Host for DshHost {
         // The history first, while nothing runs.
         client.updates.root(&root);
         replay(store.as_ref(), &client.updates, &root, &log.events, &rows).await;
-        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &root).await?;
+        let chosen = Chosen::new(model);
+        let option = ModelOption::of(&self.settings, &choice, chosen.clone());
+        let opened = DshTree::build(&self.settings, store, chosen, &cwd, &client, &root).await?;
         let world = &opened.session.world;
         let lead = world
             .harness
@@ -183,7 +190,7 @@ impl Host for DshHost {
             .deliver_lost_notices(&lead)
             .await
             .map_err(|err| failed(err.into()))?;
-        Ok(Arc::new(opened.with(lead, None)))
+        Ok(Arc::new(opened.with(lead, None, option)))
     }
 }
 
@@ -283,7 +290,12 @@ struct Opened {
 }
 
 impl Opened {
-    fn with(self, lead: Arc<dyn Agent>, gates: Option<Subscription>) -> DshTree {
+    fn with(
+        self,
+        lead: Arc<dyn Agent>,
+        gates: Option<Subscription>,
+        model: Option<ModelOption>,
+    ) -> DshTree {
         let (external, tracking) = External::track(&self.session.world.runtime);
         DshTree {
             session: self.session,
@@ -291,6 +303,7 @@ impl Opened {
             lead,
             external,
             cancelled: AtomicBool::new(false),
+            model,
             _listening: [Some(tracking), gates].into_iter().flatten().collect(),
         }
     }
@@ -304,6 +317,8 @@ struct DshTree {
     external: Arc<External>,
     /// The running turn was cancelled.
     cancelled: AtomicBool,
+    /// The session's model option, when the configuration offers a choice.
+    model: Option<ModelOption>,
     _listening: Vec<Subscription>,
 }
 
@@ -358,8 +373,24 @@ impl Tree for DshTree {
         self.lead.id().clone()
     }
 
+    fn models(&self) -> Option<Models> {
+        self.model.as_ref().map(ModelOption::models)
+    }
+
+    fn set_model(&self, model: &str) -> Result<(), HostError> {
+        match &self.model {
+            Some(option) if option.pick(model) => Ok(()),
+            _ => Err(HostError::Refused(format!(
+                "`{model}` is not a model route of this session"
+            ))),
+        }
+    }
+
     async fn prompt(&self, content: Vec<ContentBlock>) -> Result<TurnEnd, HostError> {
         self.cancelled.store(false, Ordering::SeqCst);
+        if let Some(option) = &self.model {
+            option.apply();
+        }
         let world = &self.session.world;
         let earlier = crate::transcript::finished_turns(&self.lead.events()).len();
         self.lead

@@ -33,6 +33,8 @@ use clap::Parser;
 mod acp;
 #[cfg(feature = "acp")]
 mod acp_agent;
+#[cfg(feature = "acp")]
+mod acp_model;
 mod agents;
 mod args;
 mod ask;

@@ -251,6 +251,19 @@ impl Raw {
         self.send(&frame.to_string());
     }
 
+    /// `initialize` (request 1), then `session/new` at `cwd` without MCP
+    /// servers (request 2): its response.
+    fn open(&mut self, cwd: &Path) -> serde_json::Value {
+        self.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+        self.response(1.into());
+        self.request(
+            2,
+            "session/new",
+            serde_json::json!({ "cwd": cwd, "mcpServers": [] }),
+        );
+        self.response(2.into())
+    }
+
     /// The response to request `id` (updates on the way are checked to be
     /// frames and passed over; a permission request is rejected).
     fn response(&mut self, id: serde_json::Value) -> serde_json::Value {
@@ -356,14 +369,7 @@ fn an_always_answer_covers_that_agent_for_the_rest_of_the_session() {
         Reply::Text("Both ran.".to_owned()),
     ]);
     let mut raw = Raw::start(&scratch, &model);
-    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
-    raw.response(1.into());
-    raw.request(
-        2,
-        "session/new",
-        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
-    );
-    let created = raw.response(2.into());
+    let created = raw.open(scratch.dir.path());
     let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
     raw.request(
         3,
@@ -406,14 +412,7 @@ fn a_signal_to_dsh_acp_mid_turn_stops_its_tree_and_leaves_no_process() {
     let mut extra = support::acp_flags(&agent);
     extra.extend(["--acp-arg", &marker]);
     let mut raw = Raw::with(&scratch, &model, &extra);
-    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
-    raw.response(1.into());
-    raw.request(
-        2,
-        "session/new",
-        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
-    );
-    let created = raw.response(2.into());
+    let created = raw.open(scratch.dir.path());
     let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
     raw.request(
         3,
@@ -458,14 +457,7 @@ fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
     let mut extra = support::acp_flags(&agent);
     extra.extend(["--acp-permission", "ask"]);
     let mut raw = Raw::with(&scratch, &model, &extra);
-    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
-    raw.response(1.into());
-    raw.request(
-        2,
-        "session/new",
-        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
-    );
-    let created = raw.response(2.into());
+    let created = raw.open(scratch.dir.path());
     let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
     raw.request(
         3,
@@ -564,4 +556,67 @@ fn the_clients_stdio_mcp_servers_serve_the_sessions_tree_and_stop_with_it() {
     wait_for("the client's MCP server is gone", || {
         dsh_test_support::procs::marked(&marker).is_empty()
     });
+}
+
+#[test]
+fn the_model_option_lists_the_configured_routes_and_a_pick_applies_from_the_next_prompt() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        "[agents.reviewer]\ndescription = \"Reviews.\"\nmodel = \"openai:fake-large\"\n",
+    )
+    .unwrap();
+    let model = FakeModel::start(vec![
+        Reply::Text("First.".to_owned()),
+        Reply::Text("Second.".to_owned()),
+    ]);
+    let mut raw = Raw::start(&scratch, &model);
+    let created = raw.open(scratch.dir.path());
+    let options = &created["result"]["configOptions"];
+    assert_eq!(options[0]["id"], "model", "{created}");
+    assert_eq!(options[0]["category"], "model", "{created}");
+    assert_eq!(options[0]["currentValue"], "openai:fake", "{created}");
+    let values: Vec<_> = options[0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|option| option["value"].clone())
+        .collect();
+    assert_eq!(values, ["openai:fake", "openai:fake-large"], "{created}");
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    let prompt = |text: &str| serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] });
+
+    raw.request(3, "session/prompt", prompt("One."));
+    assert_eq!(raw.response(3.into())["result"]["stopReason"], "end_turn");
+    let first: serde_json::Value = serde_json::from_str(&model.next_request(BOUND)).unwrap();
+    assert_eq!(first["model"], "fake");
+
+    // A route nobody configured, and an option that does not exist, are
+    // refused; the configured route is taken.
+    let set = |value: &str, config: &str| serde_json::json!({ "sessionId": session, "configId": config, "value": value });
+    raw.request(4, "session/set_config_option", set("openai:other", "model"));
+    assert_eq!(raw.response(4.into())["error"]["code"], -32602);
+    raw.request(
+        5,
+        "session/set_config_option",
+        set("openai:fake-large", "mode"),
+    );
+    assert_eq!(raw.response(5.into())["error"]["code"], -32602);
+    raw.request(
+        6,
+        "session/set_config_option",
+        set("openai:fake-large", "model"),
+    );
+    let picked = raw.response(6.into());
+    assert_eq!(
+        picked["result"]["configOptions"][0]["currentValue"], "openai:fake-large",
+        "{picked}"
+    );
+    raw.request(7, "session/prompt", prompt("Two."));
+    assert_eq!(raw.response(7.into())["result"]["stopReason"], "end_turn");
+    let second: serde_json::Value = serde_json::from_str(&model.next_request(BOUND)).unwrap();
+    assert_eq!(second["model"], "fake-large");
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
 }
