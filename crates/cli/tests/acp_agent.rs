@@ -472,8 +472,16 @@ fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
     assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["sessionId"], session.as_str());
+    // Named by the child's path, not its provider (`acp`), with its
+    // session id.
     assert_eq!(
-        asked[0]["toolCall"]["title"], "acp: execute `rm -rf build`",
+        asked[0]["toolCall"]["title"], "cleaner: execute `rm -rf build`",
+        "{asked:?}"
+    );
+    assert!(
+        asked[0]["toolCall"]["_meta"]["dsh"]["agentSessionId"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("s-") && id != session),
         "{asked:?}"
     );
     // The agent was granted its request and said so in its result.
