@@ -287,6 +287,83 @@ fn info_of(row: &dsh_subagent::DescendantRow, root: &SessionId) -> RunInfo {
 struct Opened {
     session: Session,
     reporter: Arc<Reporter>,
+    progress: Forwarding,
+}
+
+/// The task that forwards the tree's external children's progress;
+/// stopped when the tree is dropped.
+struct Forwarding {
+    task: tokio::task::JoinHandle<()>,
+    /// Asks the task to forward what the bus holds now, then answer.
+    flush: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Forwarding {
+    /// Wait until the progress the bus held when called is forwarded.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a drop only stops the wait.
+    async fn flush(&self) {
+        let (done, forwarded) = tokio::sync::oneshot::channel();
+        if self.flush.send(done).is_ok() {
+            let _ = forwarded.await;
+        }
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Forward the progress of the external (ACP) children of the tree of
+/// `root` to `updates` as it comes (a local child's is its log's, which
+/// the reporter forwards). Events the task fell behind on are lost to
+/// the client only.
+fn forward_progress(
+    runtime: &dsh_subagent::SubagentRuntime,
+    settings: &Settings,
+    updates: Updates,
+    root: SessionId,
+) -> Forwarding {
+    let external: std::collections::HashSet<String> = settings
+        .acp
+        .iter()
+        .chain(&settings.acp_agents)
+        .map(|acp| acp.name.clone())
+        .collect();
+    let mut stream = runtime.progress();
+    let (flush, mut flushes) =
+        tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<()>>();
+    let forward = move |item| match item {
+        dsh_subagent::ProgressItem::Event(event)
+            if event.member.root == root && external.contains(&event.member.provider) =>
+        {
+            updates.progressed(&event.member.child_id, &event.kind);
+        }
+        dsh_subagent::ProgressItem::Missed(missed) => {
+            tracing::debug!("{missed} progress events of ACP children were not forwarded");
+        }
+        dsh_subagent::ProgressItem::Event(_) => {}
+    };
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                item = stream.next() => match item {
+                    Some(item) => forward(item),
+                    None => break,
+                },
+                Some(done) = flushes.recv() => {
+                    while let Some(item) = stream.try_next() {
+                        forward(item);
+                    }
+                    let _ = done.send(());
+                }
+            }
+        }
+    });
+    Forwarding { task, flush }
 }
 
 impl Opened {
@@ -305,6 +382,7 @@ impl Opened {
             cancelled: AtomicBool::new(false),
             model,
             _listening: [Some(tracking), gates].into_iter().flatten().collect(),
+            progress: self.progress,
         }
     }
 }
@@ -320,6 +398,8 @@ struct DshTree {
     /// The session's model option, when the configuration offers a choice.
     model: Option<ModelOption>,
     _listening: Vec<Subscription>,
+    /// Its external children's progress, forwarded.
+    progress: Forwarding,
 }
 
 impl DshTree {
@@ -363,7 +443,17 @@ impl DshTree {
         })
         .await
         .map_err(failed)?;
-        Ok(Opened { session, reporter })
+        let progress = forward_progress(
+            &session.world.runtime,
+            settings,
+            client.updates.clone(),
+            root.clone(),
+        );
+        Ok(Opened {
+            session,
+            reporter,
+            progress,
+        })
     }
 }
 
@@ -402,6 +492,7 @@ impl Tree for DshTree {
             err = self.session.faults.failed() => Err(CliError::WriteFailed(err)),
         };
         // Everything the turn showed reaches the client before its answer.
+        self.progress.flush().await;
         self.reporter.flush().await;
         if self.cancelled.load(Ordering::SeqCst) {
             return Ok(TurnEnd::Cancelled);

@@ -198,6 +198,8 @@ struct Raw {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<serde_json::Value>,
+    /// The `session/update` notifications seen so far.
+    updates: Vec<serde_json::Value>,
 }
 
 impl Raw {
@@ -235,6 +237,7 @@ impl Raw {
             child,
             stdin,
             lines,
+            updates: Vec::new(),
         }
     }
 
@@ -293,6 +296,8 @@ impl Raw {
                 self.send(&reply.to_string());
             } else if frame.get("method").is_none() && frame["id"] == id {
                 return frame;
+            } else if frame["method"] == "session/update" {
+                self.updates.push(frame["params"].clone());
             }
         }
     }
@@ -435,6 +440,23 @@ fn a_signal_to_dsh_acp_mid_turn_stops_its_tree_and_leaves_no_process() {
     });
 }
 
+/// A lead that starts the ACP child `name` in the foreground with
+/// `prompt` (the rogue agent's script), then says `then`.
+fn one_acp_child(name: &str, prompt: &str, then: &str) -> FakeModel {
+    FakeModel::start(vec![
+        Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": name,
+                "name": name,
+                "prompt": prompt,
+                "run_in_background": false,
+            }),
+        },
+        Reply::Text(then.to_owned()),
+    ])
+}
+
 #[test]
 fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
     let Some(agent) = support::rogue_agent() else {
@@ -442,18 +464,7 @@ fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
         return;
     };
     let scratch = Scratch::new();
-    let model = FakeModel::start(vec![
-        Reply::ToolCall {
-            name: "acp".to_owned(),
-            arguments: serde_json::json!({
-                "description": "clean up",
-                "name": "cleaner",
-                "prompt": "ask rm -rf build; say done",
-                "run_in_background": false,
-            }),
-        },
-        Reply::Text("Cleaned.".to_owned()),
-    ]);
+    let model = one_acp_child("cleaner", "ask rm -rf build; say done", "Cleaned.");
     let mut extra = support::acp_flags(&agent);
     extra.extend(["--acp-permission", "ask"]);
     let mut raw = Raw::with(&scratch, &model, &extra);
@@ -624,6 +635,53 @@ fn the_model_option_lists_the_configured_routes_and_a_pick_applies_from_the_next
     assert_eq!(raw.response(7.into())["result"]["stopReason"], "end_turn");
     let second: serde_json::Value = serde_json::from_str(&model.next_request(BOUND)).unwrap();
     assert_eq!(second["model"], "fake-large");
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
+fn an_acp_childs_text_streams_on_its_own_child_session_before_the_turn_answers() {
+    let Some(agent) = support::rogue_agent() else {
+        dsh_test_support::skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let model = one_acp_child("worker", "say working on it; say done", "Worked.");
+    let extra = support::acp_flags(&agent);
+    let mut raw = Raw::with(&scratch, &model, &extra);
+    let created = raw.open(scratch.dir.path());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(
+        3,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Work." }] }),
+    );
+    let ended = raw.response(3.into());
+    assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+    // The child's session: the one its announcement names.
+    let announced: Vec<_> = raw
+        .updates
+        .iter()
+        .filter(|update| update["update"]["sessionUpdate"] == "subagent_update")
+        .collect();
+    assert_eq!(announced.len(), 1, "{:?}", raw.updates);
+    let child = raw
+        .updates
+        .iter()
+        .map(|update| update["sessionId"].as_str().unwrap().to_owned())
+        .find(|id| *id != session)
+        .expect("updates on the child's session");
+    let said: String = raw
+        .updates
+        .iter()
+        .filter(|update| {
+            update["sessionId"] == child.as_str()
+                && update["update"]["sessionUpdate"] == "agent_message_chunk"
+        })
+        .filter_map(|update| update["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("working on it"), "{:?}", raw.updates);
     drop(raw.stdin.take());
     let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
     assert!(output.status.success(), "{}", text(&output.stderr));
