@@ -123,7 +123,16 @@ impl Host for DshHost {
         let id = header.id.clone();
         let chosen = Chosen::new(model);
         let option = ModelOption::of(&self.settings, &self.settings.model, chosen.clone());
-        let opened = DshTree::build(&self.settings, store, chosen, &cwd, &client, &id).await?;
+        let opened = DshTree::build(
+            &self.settings,
+            store,
+            chosen,
+            &cwd,
+            &client,
+            &id,
+            self.settings.team,
+        )
+        .await?;
         let gates = demo
             .as_ref()
             .and_then(|demo| demo.attach(&opened.session.world.runtime));
@@ -140,6 +149,7 @@ impl Host for DshHost {
             .map_err(|err| failed(err.into()))?
             .agent()
             .clone();
+        open_team(world, &lead).await?;
         Ok(Arc::new(opened.with(lead, gates, option)))
     }
 
@@ -172,7 +182,13 @@ impl Host for DshHost {
         replay(store.as_ref(), &client.updates, &root, &log.events, &rows).await;
         let chosen = Chosen::new(model);
         let option = ModelOption::of(&self.settings, &choice, chosen.clone());
-        let opened = DshTree::build(&self.settings, store, chosen, &cwd, &client, &root).await?;
+        // A tree that has a team keeps its team tools, as `dsh send` does.
+        let team = self.settings.team
+            || crate::team::has_team(store.as_ref(), &root)
+                .await
+                .map_err(failed)?;
+        let opened =
+            DshTree::build(&self.settings, store, chosen, &cwd, &client, &root, team).await?;
         let world = &opened.session.world;
         let lead = world
             .harness
@@ -185,6 +201,7 @@ impl Host for DshHost {
             .map_err(|err| failed(err.into()))?
             .agent()
             .clone();
+        open_team(world, &lead).await?;
         world
             .runtime
             .deliver_lost_notices(&lead)
@@ -192,6 +209,24 @@ impl Host for DshHost {
             .map_err(|err| failed(err.into()))?;
         Ok(Arc::new(opened.with(lead, None, option)))
     }
+}
+
+/// In a team run (`--team`, dsh.toml `team`, or a loaded tree that has a
+/// team), open the team `lead` leads, as `dsh run --team` does; messages
+/// a recovery could not deliver are named on stderr.
+///
+/// # Cancel safety
+/// As [`crate::world::World::open_team`].
+async fn open_team(world: &crate::world::World, lead: &Arc<dyn Agent>) -> Result<(), HostError> {
+    if let Some(recovery) = world.open_team(lead).await.map_err(failed)? {
+        for (member, error) in &recovery.errors {
+            eprintln!(
+                "dsh: team: messages for {member} stay queued: {}",
+                crate::one_line(&error.to_string())
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Replay `events` of `session` and, after each call that started one of
@@ -412,6 +447,7 @@ impl DshTree {
         cwd: &std::path::Path,
         client: &Client,
         root: &SessionId,
+        team: bool,
     ) -> Result<Opened, HostError> {
         // The client's MCP servers join the configured ones (one of the
         // same name replaces it, as a `--mcp` flag does), for this tree.
@@ -433,7 +469,7 @@ impl DshTree {
             model,
             settings,
             reporter: Some(&reporter),
-            team: false,
+            team,
             ask: crate::ask::AskMode::Never,
             cwd,
             askers: Some(Askers {

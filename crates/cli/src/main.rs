@@ -240,8 +240,13 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
-        Command::Acp { dir, model, acp } => {
-            let (settings, _) = load_settings(model, acp, false, config)?;
+        Command::Acp {
+            dir,
+            model,
+            acp,
+            team,
+        } => {
+            let (settings, _) = load_settings(model, acp, team, config)?;
             serve_acp(dir.dir, settings).await
         }
         Command::Providers => providers::providers(config).await,

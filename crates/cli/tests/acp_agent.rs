@@ -686,3 +686,32 @@ fn an_acp_childs_text_streams_on_its_own_child_session_before_the_turn_answers()
     let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
     assert!(output.status.success(), "{}", text(&output.stderr));
 }
+
+/// One turn of a new session of `dsh acp EXTRA...` (the lead only
+/// answers); the lead's first model request.
+fn first_request(scratch: &Scratch, extra: &[&str]) -> String {
+    let model = FakeModel::start(vec![Reply::Text("Done.".to_owned())]);
+    let mut raw = Raw::with(scratch, &model, extra);
+    let created = raw.open(scratch.dir.path());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(
+        3,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Go." }] }),
+    );
+    assert_eq!(raw.response(3.into())["result"]["stopReason"], "end_turn");
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    model.next_request(BOUND)
+}
+
+#[test]
+fn dsh_acp_with_team_gives_each_lead_the_team_tools_and_without_it_does_not() {
+    let scratch = Scratch::new();
+    let asked = first_request(&scratch, &["--team"]);
+    assert!(asked.contains("\"spawn_teammate\""), "{asked}");
+    assert!(asked.contains("\"team_task_create\""), "{asked}");
+    let asked = first_request(&scratch, &[]);
+    assert!(!asked.contains("\"spawn_teammate\""), "{asked}");
+}
