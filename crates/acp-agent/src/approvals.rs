@@ -78,10 +78,10 @@ enum Reply {
 
 /// One question, as the client sees it.
 struct Question {
-    /// The asking agent's path of names (an ACP child's provider name;
-    /// a member's is read once it is announced).
+    /// The asking agent's path of names, read once it is announced (its
+    /// provider's name until then for an ACP child).
     path: String,
-    /// Its session, when it is a member with a log.
+    /// Its session: a member's, or an ACP child's run.
     agent: Option<SessionId>,
     tool: String,
     subject: String,
@@ -275,7 +275,7 @@ impl PermissionAsker for Approvals {
     async fn ask(&self, question: PermissionQuestion) -> PermissionAnswer {
         let question = Question {
             path: question.agent,
-            agent: None,
+            agent: Some(question.session),
             tool: question.kind.unwrap_or_else(|| "permission".to_owned()),
             subject: question.action,
             kind: ToolKind::Other,

@@ -9,13 +9,18 @@
 //! creator's session (`subagent_update`) and linked to the tool call that
 //! started it (the call's `session` content and `_meta.dsh`). The host's
 //! asker is the session's [`Approvals`]: an action above the sandbox level
-//! becomes a `session/request_permission` to the client.
+//! becomes a `session/request_permission` to the client. The stdio MCP
+//! servers a client passes with a session reach the host as dsh-mcp
+//! configurations ([`Client::mcp_servers`]); a tree that offers a choice
+//! of models ([`Tree::models`]) has it as the session's `model` config
+//! option.
 //!
 //! The crate owns the protocol side only: it never builds an agent, reads
 //! a log or decides a policy. Nothing but protocol frames is written to
 //! the connection; diagnostics go to `tracing`.
 
 mod approvals;
+mod mcp;
 mod server;
 mod updates;
 
@@ -59,14 +64,28 @@ pub enum TurnEnd {
     Refusal,
 }
 
-/// What a tree is given of its client: where its updates go and who
-/// answers its approvals.
+/// The models a tree offers its client as the session's `model` option
+/// (`session/set_config_option`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Models {
+    /// The model the next turn uses.
+    pub current: String,
+    /// Every model it may be switched to, `current` among them.
+    pub choices: Vec<String>,
+}
+
+/// What a tree is given of its client: where its updates go, who
+/// answers its approvals, and the MCP servers it passed for the session.
 #[derive(Clone)]
 pub struct Client {
     /// The session's updates.
     pub updates: Updates,
     /// The session's permission requests.
     pub approvals: Approvals,
+    /// The stdio MCP servers the client passed in `session/new` or
+    /// `session/load`: the tree starts them as its own (one set per tree,
+    /// stopped with it), beside any the host configures.
+    pub mcp_servers: Vec<dsh_mcp::McpServerConfig>,
 }
 
 /// A program whose trees are served: it builds a tree for a session and
@@ -110,6 +129,23 @@ pub trait Tree: Send + Sync + 'static {
     /// # Cancel safety
     /// Not meant to be dropped: [`Tree::cancel`] stops a turn.
     async fn prompt(&self, content: Vec<ContentBlock>) -> Result<TurnEnd, HostError>;
+
+    /// The models the session may switch between, or `None` when it
+    /// offers no choice (the session then has no config option).
+    fn models(&self) -> Option<Models> {
+        None
+    }
+
+    /// Use `model`, one of [`Tree::models`]'s choices, from the next turn
+    /// on (a running turn keeps its model).
+    ///
+    /// # Errors
+    /// [`HostError::Refused`] when the tree offers no such model.
+    fn set_model(&self, model: &str) -> Result<(), HostError> {
+        Err(HostError::Refused(format!(
+            "this session offers no model choice (`{model}`)"
+        )))
+    }
 
     /// Stop the running turn, children first; the turn then ends
     /// [`TurnEnd::Cancelled`]. Nothing when no turn runs.

@@ -21,7 +21,9 @@ use agent_client_protocol::v1::ConnectionTo;
 use agent_client_protocol::v1::schema::{
     AgentCapabilities, CancelNotification, ContentBlock as AcpBlock, Implementation,
     InitializeRequest, InitializeResponse, LoadSessionRequest, LoadSessionResponse,
-    NewSessionRequest, NewSessionResponse, PromptCapabilities, PromptRequest, PromptResponse,
+    McpCapabilities, McpServer, NewSessionRequest, NewSessionResponse, PromptCapabilities,
+    PromptRequest, PromptResponse, SessionConfigOption, SessionConfigOptionCategory,
+    SessionConfigSelectOption, SetSessionConfigOptionRequest, SetSessionConfigOptionResponse,
     StopReason,
 };
 use agent_client_protocol::{Agent, Client, Lines};
@@ -30,7 +32,7 @@ use futures::StreamExt;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::task::JoinSet;
 
-use crate::{Approvals, Client as TreeClient, Host, HostError, Tree, TurnEnd, Updates};
+use crate::{Approvals, Client as TreeClient, Host, HostError, Models, Tree, TurnEnd, Updates};
 
 /// The server's sessions.
 struct Server {
@@ -92,7 +94,8 @@ pub async fn serve(
         sessions: Mutex::new(HashMap::new()),
         work: Mutex::new(JoinSet::new()),
     });
-    let (on_init, on_new, on_load, on_prompt, on_cancel) = (
+    let (on_init, on_new, on_load, on_prompt, on_cancel, on_config) = (
+        server.clone(),
         server.clone(),
         server.clone(),
         server.clone(),
@@ -113,9 +116,12 @@ pub async fn serve(
             async move |request: NewSessionRequest, responder, cx| {
                 let server = on_new.clone();
                 on_new.spawn(async move {
-                    let opened = server.open(request.cwd, None, cx).await;
-                    let _ = responder
-                        .respond_with_result(opened.map(|(id, _)| NewSessionResponse::new(id)));
+                    let opened = server
+                        .open(request.cwd, &request.mcp_servers, None, cx)
+                        .await;
+                    let _ = responder.respond_with_result(opened.map(|(id, tree)| {
+                        NewSessionResponse::new(id).config_options(config_options(tree.as_ref()))
+                    }));
                 });
                 Ok(())
             },
@@ -126,9 +132,12 @@ pub async fn serve(
                 let server = on_load.clone();
                 on_load.spawn(async move {
                     let id = request.session_id.0.to_string();
-                    let opened = server.open(request.cwd, Some(id), cx).await;
-                    let _ =
-                        responder.respond_with_result(opened.map(|_| LoadSessionResponse::new()));
+                    let opened = server
+                        .open(request.cwd, &request.mcp_servers, Some(id), cx)
+                        .await;
+                    let _ = responder.respond_with_result(opened.map(|(_, tree)| {
+                        LoadSessionResponse::new().config_options(config_options(tree.as_ref()))
+                    }));
                 });
                 Ok(())
             },
@@ -157,6 +166,12 @@ pub async fn serve(
             },
             agent_client_protocol::on_receive_request!(),
         )
+        .on_receive_request(
+            async move |request: SetSessionConfigOptionRequest, responder, _cx| {
+                responder.respond_with_result(on_config.set_option(&request))
+            },
+            agent_client_protocol::on_receive_request!(),
+        )
         .on_receive_notification(
             async move |notification: CancelNotification, _cx| {
                 let id = notification.session_id.0.to_string();
@@ -179,8 +194,9 @@ pub async fn serve(
 }
 
 impl Server {
-    /// What dsh supports: loading sessions, and images when the model
-    /// takes them.
+    /// What dsh supports: loading sessions, images when the model takes
+    /// them, and the client's MCP servers over stdio (neither HTTP nor
+    /// SSE).
     fn initialize(&self, request: &InitializeRequest) -> InitializeResponse {
         let version = std::cmp::min(
             request.protocol_version,
@@ -190,9 +206,44 @@ impl Server {
             .agent_capabilities(
                 AgentCapabilities::new()
                     .load_session(true)
+                    .mcp_capabilities(McpCapabilities::new())
                     .prompt_capabilities(PromptCapabilities::new().image(self.host.images())),
             )
             .agent_info(Implementation::new("dsh", env!("CARGO_PKG_VERSION")))
+    }
+
+    /// Set the session's `model` option (the only one) to a value it
+    /// lists; the answer is the session's options as they now are.
+    fn set_option(
+        &self,
+        request: &SetSessionConfigOptionRequest,
+    ) -> Result<SetSessionConfigOptionResponse, agent_client_protocol::Error> {
+        let id = request.session_id.0.to_string();
+        let Some(session) = self.session(&id) else {
+            return Err(error(HostError::UnknownSession(id)));
+        };
+        let refused = |why: String| agent_client_protocol::Error::invalid_params().data(why);
+        let Some(models) = session.tree.models() else {
+            return Err(refused(format!("session `{id}` has no config options")));
+        };
+        if &*request.config_id.0 != MODEL_OPTION {
+            return Err(refused(format!(
+                "session `{id}` has no option `{}`; its only option is `{MODEL_OPTION}`",
+                request.config_id.0
+            )));
+        }
+        let value = request.value.as_value_id().map(|value| &*value.0);
+        let Some(model) = value.filter(|value| models.choices.iter().any(|choice| choice == value))
+        else {
+            return Err(refused(format!(
+                "the `{MODEL_OPTION}` option takes one of: {}",
+                models.choices.join(", ")
+            )));
+        };
+        session.tree.set_model(model).map_err(error)?;
+        Ok(SetSessionConfigOptionResponse::new(
+            config_options(session.tree.as_ref()).unwrap_or_default(),
+        ))
     }
 
     fn spawn(&self, work: impl Future<Output = ()> + Send + 'static) {
@@ -223,13 +274,15 @@ impl Server {
         Ok(session)
     }
 
-    /// A new tree at `cwd`, or the persisted tree `load`, as a session.
+    /// A new tree at `cwd`, or the persisted tree `load`, as a session,
+    /// with the client's MCP servers `mcp`.
     ///
     /// # Cancel safety
     /// As the host's open and load.
     async fn open(
         &self,
         cwd: PathBuf,
+        mcp: &[McpServer],
         load: Option<String>,
         cx: ConnectionTo<Client>,
     ) -> Result<(String, Arc<dyn Tree>), agent_client_protocol::Error> {
@@ -244,11 +297,13 @@ impl Server {
                 "session `{id}` is already open on this connection"
             ))));
         }
+        let mcp_servers = crate::mcp::configs(mcp)?;
         let updates = Updates::new(cx.clone());
         let approvals = Approvals::new(cx, updates.clone());
         let client = TreeClient {
             updates,
             approvals: approvals.clone(),
+            mcp_servers,
         };
         let tree = match &load {
             None => self.host.open(cwd, client).await,
@@ -315,6 +370,24 @@ fn stop_reason(end: TurnEnd) -> StopReason {
 }
 
 /// A host's failure as the protocol's error.
+/// The id of the session's model option.
+const MODEL_OPTION: &str = "model";
+
+/// The session's config options: the model, when the tree offers a
+/// choice.
+fn config_options(tree: &dyn Tree) -> Option<Vec<SessionConfigOption>> {
+    let Models { current, choices } = tree.models()?;
+    let options = choices
+        .into_iter()
+        .map(|choice| SessionConfigSelectOption::new(choice.clone(), choice))
+        .collect::<Vec<_>>();
+    Some(vec![
+        SessionConfigOption::select(MODEL_OPTION, "Model", current, options)
+            .description("The model of the lead and of every agent without a model of its own; a change applies from the next prompt.".to_owned())
+            .category(SessionConfigOptionCategory::Model),
+    ])
+}
+
 fn error(err: HostError) -> agent_client_protocol::Error {
     let base = match &err {
         HostError::UnknownSession(_) => agent_client_protocol::Error::invalid_params(),

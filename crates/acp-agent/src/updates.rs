@@ -9,7 +9,12 @@
 //! run info, and the call stays `in_progress` until the child settles,
 //! when it is closed with the child's result. A client that knows nothing
 //! of child sessions sees, on the root session, tool calls that start
-//! children and finish with their results.
+//! children and finish with their results. An external (ACP) child has
+//! no log: its progress ([`Updates::progressed`]) streams on its session.
+//!
+//! Past 800 lines with its tests: the tests drive one `Updates` through
+//! whole child lives (and a property of them), which need its private
+//! collecting sink.
 //!
 //! Notifications are sent in the order the calls here are made (the
 //! connection queues them): a host that calls from one thread, in the
@@ -26,7 +31,7 @@ use agent_client_protocol::v1::schema::{
     ToolKind, UsageUpdate,
 };
 use dsh_core::{ContentBlock, EventPayload, SessionEvent, SessionId};
-use dsh_subagent::{RunInfo, RunOutcome};
+use dsh_subagent::{ProgressKind, RunInfo, RunOutcome};
 use serde_json::{Value, json};
 
 /// The longest tool call title, in characters.
@@ -294,6 +299,36 @@ impl Updates {
         );
     }
 
+    /// An external (ACP) child's progress as it comes: its text and
+    /// thoughts as chunks, its tool calls opened and closed, on its own
+    /// session (held until its announcement). A local child's progress
+    /// is not given here: its log's events are.
+    pub fn progressed(&self, child: &SessionId, kind: &ProgressKind) {
+        let update = match kind {
+            ProgressKind::TextDelta { text } => SessionUpdate::AgentMessageChunk(
+                ContentChunk::new(acp::ContentBlock::from(text.clone())),
+            ),
+            ProgressKind::Thought { text } => SessionUpdate::AgentThoughtChunk(ContentChunk::new(
+                acp::ContentBlock::from(text.clone()),
+            )),
+            ProgressKind::ToolCallStarted { id, name } => SessionUpdate::ToolCall(
+                acp::ToolCall::new(id.clone(), name.clone()).status(ToolCallStatus::InProgress),
+            ),
+            ProgressKind::ToolCallFinished { id, failed, .. } => {
+                SessionUpdate::ToolCallUpdate(ToolCallUpdate::new(
+                    id.clone(),
+                    ToolCallUpdateFields::new().status(if *failed {
+                        ToolCallStatus::Failed
+                    } else {
+                        ToolCallStatus::Completed
+                    }),
+                ))
+            }
+            _ => return,
+        };
+        self.emit(child, update);
+    }
+
     /// A child started (or was resumed): announced on its creator's
     /// session and linked to the creator's newest open call not yet linked.
     pub fn started(&self, info: &RunInfo) {
@@ -546,6 +581,61 @@ mod tests {
                 )
             })
             .collect()
+    }
+
+    /// An ACP child's progress before its announcement waits for it, then
+    /// streams on its own session: text as chunks, a tool call opened and
+    /// closed; a step's start is not shown.
+    #[test]
+    fn an_acp_childs_progress_streams_on_its_session_after_its_announcement() {
+        let updates = Updates::collecting();
+        let root = SessionId::generate();
+        let child = SessionId::generate();
+        updates.root(&root);
+        updates.progressed(
+            &child,
+            &ProgressKind::TextDelta {
+                text: "on it".to_owned(),
+            },
+        );
+        assert!(updates.sent().is_empty());
+        updates.started(&RunInfo {
+            provider: "acp".to_owned(),
+            local: false,
+            ..info(&root, &child)
+        });
+        updates.progressed(&child, &ProgressKind::StepStarted { turn: 0, step: 0 });
+        updates.progressed(
+            &child,
+            &ProgressKind::ToolCallStarted {
+                id: "t-1".to_owned(),
+                name: "Read a file".to_owned(),
+            },
+        );
+        updates.progressed(
+            &child,
+            &ProgressKind::ToolCallFinished {
+                id: "t-1".to_owned(),
+                name: "Read a file".to_owned(),
+                failed: true,
+            },
+        );
+        let on_child: Vec<_> = digest(&updates.sent())
+            .into_iter()
+            .filter(|(session, ..)| *session == child.to_string())
+            .map(|(_, kind, call, status)| (kind, call, status))
+            .collect();
+        let row = |kind: &str, call: &str, status: &str| {
+            (kind.to_owned(), call.to_owned(), status.to_owned())
+        };
+        assert_eq!(
+            on_child,
+            vec![
+                row("agent_message_chunk", "", ""),
+                row("tool_call", "t-1", "in_progress"),
+                row("tool_call_update", "t-1", "failed"),
+            ]
+        );
     }
 
     /// A background child: its log's first updates wait for its

@@ -10,7 +10,10 @@
 //! ([`crate::run::stop`]). A loaded session is the persisted tree of that
 //! root, resumed as `dsh send lead` resumes it, its logs replayed to the
 //! client first, each child right after the call of its creator that
-//! started it.
+//! started it. A configuration that names other model routes for the
+//! tree's provider (roles' `model`s) offers them as the session's `model`
+//! option ([`crate::acp_model`]). The stdio MCP servers the client passes with a session are
+//! started for that tree beside the configured ones and stopped with it.
 //!
 //! What the tree does reaches the client through the reporter's renderer
 //! seam: [`Forward`] is the renderer, fed by the same bounded channel as
@@ -23,7 +26,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use async_trait::async_trait;
-use dsh_acp_agent::{Client, Host, HostError, Tree, TurnEnd, Updates};
+use dsh_acp_agent::{Client, Host, HostError, Models, Tree, TurnEnd, Updates};
 use dsh_core::observe::Subscription;
 use dsh_core::{
     Agent, AgentFactory, CancellationToken, ContentBlock, CreateAgent, MessageSource, Model,
@@ -32,6 +35,7 @@ use dsh_core::{
 use dsh_subagent::RunInfo;
 use serde_json::Value;
 
+use crate::acp_model::{Chosen, ModelOption};
 use crate::config::Settings;
 use crate::demo::Demo;
 use crate::error::CliError;
@@ -117,7 +121,18 @@ impl Host for DshHost {
             model::record(&self.settings.model),
         );
         let id = header.id.clone();
-        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &id).await?;
+        let chosen = Chosen::new(model);
+        let option = ModelOption::of(&self.settings, &self.settings.model, chosen.clone());
+        let opened = DshTree::build(
+            &self.settings,
+            store,
+            chosen,
+            &cwd,
+            &client,
+            &id,
+            self.settings.team,
+        )
+        .await?;
         let gates = demo
             .as_ref()
             .and_then(|demo| demo.attach(&opened.session.world.runtime));
@@ -134,7 +149,8 @@ impl Host for DshHost {
             .map_err(|err| failed(err.into()))?
             .agent()
             .clone();
-        Ok(Arc::new(opened.with(lead, gates)))
+        open_team(world, &lead).await?;
+        Ok(Arc::new(opened.with(lead, gates, option)))
     }
 
     async fn load(
@@ -164,7 +180,15 @@ impl Host for DshHost {
         // The history first, while nothing runs.
         client.updates.root(&root);
         replay(store.as_ref(), &client.updates, &root, &log.events, &rows).await;
-        let opened = DshTree::build(&self.settings, store, model, &cwd, &client, &root).await?;
+        let chosen = Chosen::new(model);
+        let option = ModelOption::of(&self.settings, &choice, chosen.clone());
+        // A tree that has a team keeps its team tools, as `dsh send` does.
+        let team = self.settings.team
+            || crate::team::has_team(store.as_ref(), &root)
+                .await
+                .map_err(failed)?;
+        let opened =
+            DshTree::build(&self.settings, store, chosen, &cwd, &client, &root, team).await?;
         let world = &opened.session.world;
         let lead = world
             .harness
@@ -177,13 +201,32 @@ impl Host for DshHost {
             .map_err(|err| failed(err.into()))?
             .agent()
             .clone();
+        open_team(world, &lead).await?;
         world
             .runtime
             .deliver_lost_notices(&lead)
             .await
             .map_err(|err| failed(err.into()))?;
-        Ok(Arc::new(opened.with(lead, None)))
+        Ok(Arc::new(opened.with(lead, None, option)))
     }
+}
+
+/// In a team run (`--team`, dsh.toml `team`, or a loaded tree that has a
+/// team), open the team `lead` leads, as `dsh run --team` does; messages
+/// a recovery could not deliver are named on stderr.
+///
+/// # Cancel safety
+/// As [`crate::world::World::open_team`].
+async fn open_team(world: &crate::world::World, lead: &Arc<dyn Agent>) -> Result<(), HostError> {
+    if let Some(recovery) = world.open_team(lead).await.map_err(failed)? {
+        for (member, error) in &recovery.errors {
+            eprintln!(
+                "dsh: team: messages for {member} stay queued: {}",
+                crate::one_line(&error.to_string())
+            );
+        }
+    }
+    Ok(())
 }
 
 /// Replay `events` of `session` and, after each call that started one of
@@ -279,10 +322,92 @@ fn info_of(row: &dsh_subagent::DescendantRow, root: &SessionId) -> RunInfo {
 struct Opened {
     session: Session,
     reporter: Arc<Reporter>,
+    progress: Forwarding,
+}
+
+/// The task that forwards the tree's external children's progress;
+/// stopped when the tree is dropped.
+struct Forwarding {
+    task: tokio::task::JoinHandle<()>,
+    /// Asks the task to forward what the bus holds now, then answer.
+    flush: tokio::sync::mpsc::UnboundedSender<tokio::sync::oneshot::Sender<()>>,
+}
+
+impl Forwarding {
+    /// Wait until the progress the bus held when called is forwarded.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: a drop only stops the wait.
+    async fn flush(&self) {
+        let (done, forwarded) = tokio::sync::oneshot::channel();
+        if self.flush.send(done).is_ok() {
+            let _ = forwarded.await;
+        }
+    }
+}
+
+impl Drop for Forwarding {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Forward the progress of the external (ACP) children of the tree of
+/// `root` to `updates` as it comes (a local child's is its log's, which
+/// the reporter forwards). Events the task fell behind on are lost to
+/// the client only.
+fn forward_progress(
+    runtime: &dsh_subagent::SubagentRuntime,
+    settings: &Settings,
+    updates: Updates,
+    root: SessionId,
+) -> Forwarding {
+    let external: std::collections::HashSet<String> = settings
+        .acp
+        .iter()
+        .chain(&settings.acp_agents)
+        .map(|acp| acp.name.clone())
+        .collect();
+    let mut stream = runtime.progress();
+    let (flush, mut flushes) =
+        tokio::sync::mpsc::unbounded_channel::<tokio::sync::oneshot::Sender<()>>();
+    let forward = move |item| match item {
+        dsh_subagent::ProgressItem::Event(event)
+            if event.member.root == root && external.contains(&event.member.provider) =>
+        {
+            updates.progressed(&event.member.child_id, &event.kind);
+        }
+        dsh_subagent::ProgressItem::Missed(missed) => {
+            tracing::debug!("{missed} progress events of ACP children were not forwarded");
+        }
+        dsh_subagent::ProgressItem::Event(_) => {}
+    };
+    let task = tokio::spawn(async move {
+        loop {
+            tokio::select! {
+                item = stream.next() => match item {
+                    Some(item) => forward(item),
+                    None => break,
+                },
+                Some(done) = flushes.recv() => {
+                    while let Some(item) = stream.try_next() {
+                        forward(item);
+                    }
+                    let _ = done.send(());
+                }
+            }
+        }
+    });
+    Forwarding { task, flush }
 }
 
 impl Opened {
-    fn with(self, lead: Arc<dyn Agent>, gates: Option<Subscription>) -> DshTree {
+    fn with(
+        self,
+        lead: Arc<dyn Agent>,
+        gates: Option<Subscription>,
+        model: Option<ModelOption>,
+    ) -> DshTree {
         let (external, tracking) = External::track(&self.session.world.runtime);
         DshTree {
             session: self.session,
@@ -290,7 +415,9 @@ impl Opened {
             lead,
             external,
             cancelled: AtomicBool::new(false),
+            model,
             _listening: [Some(tracking), gates].into_iter().flatten().collect(),
+            progress: self.progress,
         }
     }
 }
@@ -303,11 +430,16 @@ struct DshTree {
     external: Arc<External>,
     /// The running turn was cancelled.
     cancelled: AtomicBool,
+    /// The session's model option, when the configuration offers a choice.
+    model: Option<ModelOption>,
     _listening: Vec<Subscription>,
+    /// Its external children's progress, forwarded.
+    progress: Forwarding,
 }
 
 impl DshTree {
-    /// The session of root `root` over `store`, shown to `client`.
+    /// The session of root `root` over `store`, shown to `client`, with
+    /// the client's MCP servers started for it (stopped by its shutdown).
     async fn build(
         settings: &Settings,
         store: Arc<dyn SessionStore>,
@@ -315,7 +447,16 @@ impl DshTree {
         cwd: &std::path::Path,
         client: &Client,
         root: &SessionId,
+        team: bool,
     ) -> Result<Opened, HostError> {
+        // The client's MCP servers join the configured ones (one of the
+        // same name replaces it, as a `--mcp` flag does), for this tree.
+        let mut settings = settings.clone();
+        settings
+            .mcp
+            .retain(|server| !client.mcp_servers.iter().any(|own| own.name == server.name));
+        settings.mcp.extend(client.mcp_servers.iter().cloned());
+        let settings = &settings;
         let reporter = Reporter::with(Box::new(Forward(client.updates.clone())), Output::quiet());
         reporter.root(root);
         let queued = reporter.clone();
@@ -328,7 +469,7 @@ impl DshTree {
             model,
             settings,
             reporter: Some(&reporter),
-            team: false,
+            team,
             ask: crate::ask::AskMode::Never,
             cwd,
             askers: Some(Askers {
@@ -338,7 +479,17 @@ impl DshTree {
         })
         .await
         .map_err(failed)?;
-        Ok(Opened { session, reporter })
+        let progress = forward_progress(
+            &session.world.runtime,
+            settings,
+            client.updates.clone(),
+            root.clone(),
+        );
+        Ok(Opened {
+            session,
+            reporter,
+            progress,
+        })
     }
 }
 
@@ -348,8 +499,24 @@ impl Tree for DshTree {
         self.lead.id().clone()
     }
 
+    fn models(&self) -> Option<Models> {
+        self.model.as_ref().map(ModelOption::models)
+    }
+
+    fn set_model(&self, model: &str) -> Result<(), HostError> {
+        match &self.model {
+            Some(option) if option.pick(model) => Ok(()),
+            _ => Err(HostError::Refused(format!(
+                "`{model}` is not a model route of this session"
+            ))),
+        }
+    }
+
     async fn prompt(&self, content: Vec<ContentBlock>) -> Result<TurnEnd, HostError> {
         self.cancelled.store(false, Ordering::SeqCst);
+        if let Some(option) = &self.model {
+            option.apply();
+        }
         let world = &self.session.world;
         let earlier = crate::transcript::finished_turns(&self.lead.events()).len();
         self.lead
@@ -361,6 +528,7 @@ impl Tree for DshTree {
             err = self.session.faults.failed() => Err(CliError::WriteFailed(err)),
         };
         // Everything the turn showed reaches the client before its answer.
+        self.progress.flush().await;
         self.reporter.flush().await;
         if self.cancelled.load(Ordering::SeqCst) {
             return Ok(TurnEnd::Cancelled);

@@ -364,6 +364,10 @@ pub(crate) enum Command {
         model: ModelArg,
         #[command(flatten)]
         acp: AcpArgs,
+        /// Make each session's lead the lead of an agent team, as
+        /// `dsh run --team` does (dsh.toml `team`).
+        #[arg(long)]
+        team: bool,
     },
     /// List the subagent providers `dsh run` registers, with their capabilities.
     Providers,

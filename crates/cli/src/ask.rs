@@ -503,6 +503,7 @@ mod tests {
                     asker
                         .ask(PermissionQuestion {
                             agent: "codex".to_owned(),
+                            session: dsh_core::SessionId::generate(),
                             action: "Run `cargo build`".to_owned(),
                             kind: Some("execute".to_owned()),
                         })

@@ -33,6 +33,8 @@ use clap::Parser;
 mod acp;
 #[cfg(feature = "acp")]
 mod acp_agent;
+#[cfg(feature = "acp")]
+mod acp_model;
 mod agents;
 mod args;
 mod ask;
@@ -278,8 +280,13 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             })
             .await
         }
-        Command::Acp { dir, model, acp } => {
-            let (settings, _) = load_settings(model, acp, false, config)?;
+        Command::Acp {
+            dir,
+            model,
+            acp,
+            team,
+        } => {
+            let (settings, _) = load_settings(model, acp, team, config)?;
             serve_acp(dir.dir, settings).await
         }
         Command::Providers => providers::providers(config).await,

@@ -198,6 +198,8 @@ struct Raw {
     child: std::process::Child,
     stdin: Option<std::process::ChildStdin>,
     lines: std::sync::mpsc::Receiver<serde_json::Value>,
+    /// The `session/update` notifications seen so far.
+    updates: Vec<serde_json::Value>,
 }
 
 impl Raw {
@@ -235,6 +237,7 @@ impl Raw {
             child,
             stdin,
             lines,
+            updates: Vec::new(),
         }
     }
 
@@ -249,6 +252,19 @@ impl Raw {
         let frame =
             serde_json::json!({ "jsonrpc": "2.0", "id": id, "method": method, "params": params });
         self.send(&frame.to_string());
+    }
+
+    /// `initialize` (request 1), then `session/new` at `cwd` without MCP
+    /// servers (request 2): its response.
+    fn open(&mut self, cwd: &Path) -> serde_json::Value {
+        self.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+        self.response(1.into());
+        self.request(
+            2,
+            "session/new",
+            serde_json::json!({ "cwd": cwd, "mcpServers": [] }),
+        );
+        self.response(2.into())
     }
 
     /// The response to request `id` (updates on the way are checked to be
@@ -280,6 +296,8 @@ impl Raw {
                 self.send(&reply.to_string());
             } else if frame.get("method").is_none() && frame["id"] == id {
                 return frame;
+            } else if frame["method"] == "session/update" {
+                self.updates.push(frame["params"].clone());
             }
         }
     }
@@ -356,14 +374,7 @@ fn an_always_answer_covers_that_agent_for_the_rest_of_the_session() {
         Reply::Text("Both ran.".to_owned()),
     ]);
     let mut raw = Raw::start(&scratch, &model);
-    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
-    raw.response(1.into());
-    raw.request(
-        2,
-        "session/new",
-        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
-    );
-    let created = raw.response(2.into());
+    let created = raw.open(scratch.dir.path());
     let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
     raw.request(
         3,
@@ -406,14 +417,7 @@ fn a_signal_to_dsh_acp_mid_turn_stops_its_tree_and_leaves_no_process() {
     let mut extra = support::acp_flags(&agent);
     extra.extend(["--acp-arg", &marker]);
     let mut raw = Raw::with(&scratch, &model, &extra);
-    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
-    raw.response(1.into());
-    raw.request(
-        2,
-        "session/new",
-        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
-    );
-    let created = raw.response(2.into());
+    let created = raw.open(scratch.dir.path());
     let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
     raw.request(
         3,
@@ -436,6 +440,23 @@ fn a_signal_to_dsh_acp_mid_turn_stops_its_tree_and_leaves_no_process() {
     });
 }
 
+/// A lead that starts the ACP child `name` in the foreground with
+/// `prompt` (the rogue agent's script), then says `then`.
+fn one_acp_child(name: &str, prompt: &str, then: &str) -> FakeModel {
+    FakeModel::start(vec![
+        Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": name,
+                "name": name,
+                "prompt": prompt,
+                "run_in_background": false,
+            }),
+        },
+        Reply::Text(then.to_owned()),
+    ])
+}
+
 #[test]
 fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
     let Some(agent) = support::rogue_agent() else {
@@ -443,29 +464,11 @@ fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
         return;
     };
     let scratch = Scratch::new();
-    let model = FakeModel::start(vec![
-        Reply::ToolCall {
-            name: "acp".to_owned(),
-            arguments: serde_json::json!({
-                "description": "clean up",
-                "name": "cleaner",
-                "prompt": "ask rm -rf build; say done",
-                "run_in_background": false,
-            }),
-        },
-        Reply::Text("Cleaned.".to_owned()),
-    ]);
+    let model = one_acp_child("cleaner", "ask rm -rf build; say done", "Cleaned.");
     let mut extra = support::acp_flags(&agent);
     extra.extend(["--acp-permission", "ask"]);
     let mut raw = Raw::with(&scratch, &model, &extra);
-    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
-    raw.response(1.into());
-    raw.request(
-        2,
-        "session/new",
-        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [] }),
-    );
-    let created = raw.response(2.into());
+    let created = raw.open(scratch.dir.path());
     let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
     raw.request(
         3,
@@ -480,8 +483,16 @@ fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
     assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
     assert_eq!(asked.len(), 1, "{asked:?}");
     assert_eq!(asked[0]["sessionId"], session.as_str());
+    // Named by the child's path, not its provider (`acp`), with its
+    // session id.
     assert_eq!(
-        asked[0]["toolCall"]["title"], "acp: execute `rm -rf build`",
+        asked[0]["toolCall"]["title"], "cleaner: execute `rm -rf build`",
+        "{asked:?}"
+    );
+    assert!(
+        asked[0]["toolCall"]["_meta"]["dsh"]["agentSessionId"]
+            .as_str()
+            .is_some_and(|id| id.starts_with("s-") && id != session),
         "{asked:?}"
     );
     // The agent was granted its request and said so in its result.
@@ -494,4 +505,213 @@ fn an_acp_childs_own_permission_request_is_forwarded_to_the_client() {
     drop(raw.stdin.take());
     let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
     assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
+fn the_clients_stdio_mcp_servers_serve_the_sessions_tree_and_stop_with_it() {
+    let Some(script) = support::fake_mcp_server() else {
+        return;
+    };
+    let marker = format!("dsh-acp-agent-mcp-{}", std::process::id());
+    let scratch = Scratch::new();
+    let model = FakeModel::start(vec![
+        Reply::ToolCall {
+            name: "mcp__fake__echo".to_owned(),
+            arguments: serde_json::json!({ "text": "through the client's server" }),
+        },
+        Reply::Text("Echoed.".to_owned()),
+    ]);
+    let mut raw = Raw::start(&scratch, &model);
+    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+    let init = raw.response(1.into());
+    assert_eq!(
+        init["result"]["agentCapabilities"]["mcpCapabilities"],
+        serde_json::json!({ "http": false, "sse": false }),
+        "{init}"
+    );
+    // An HTTP server is refused: dsh advertised stdio only.
+    raw.request(
+        2,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [
+            { "type": "http", "name": "web", "url": "http://127.0.0.1:9/mcp", "headers": [] }
+        ] }),
+    );
+    let refused = raw.response(2.into());
+    assert_eq!(refused["error"]["code"], -32602, "{refused}");
+    assert!(
+        refused["error"]["data"]
+            .as_str()
+            .is_some_and(|why| why.contains("`web`") && why.contains("stdio")),
+        "{refused}"
+    );
+    raw.request(
+        3,
+        "session/new",
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [
+            { "name": "fake", "command": "python3", "args": [script, marker], "env": [] }
+        ] }),
+    );
+    let created = raw.response(3.into());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    assert!(!dsh_test_support::procs::marked(&marker).is_empty());
+    raw.request(
+        4,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Echo." }] }),
+    );
+    let ended = raw.response(4.into());
+    assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+    let first = model.next_request(BOUND);
+    assert!(first.contains("\"mcp__fake__echo\""), "{first}");
+    let second = model.next_request(BOUND);
+    assert!(
+        second.contains("echo: through the client's server"),
+        "{second}"
+    );
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    wait_for("the client's MCP server is gone", || {
+        dsh_test_support::procs::marked(&marker).is_empty()
+    });
+}
+
+#[test]
+fn the_model_option_lists_the_configured_routes_and_a_pick_applies_from_the_next_prompt() {
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        "[agents.reviewer]\ndescription = \"Reviews.\"\nmodel = \"openai:fake-large\"\n",
+    )
+    .unwrap();
+    let model = FakeModel::start(vec![
+        Reply::Text("First.".to_owned()),
+        Reply::Text("Second.".to_owned()),
+    ]);
+    let mut raw = Raw::start(&scratch, &model);
+    let created = raw.open(scratch.dir.path());
+    let options = &created["result"]["configOptions"];
+    assert_eq!(options[0]["id"], "model", "{created}");
+    assert_eq!(options[0]["category"], "model", "{created}");
+    assert_eq!(options[0]["currentValue"], "openai:fake", "{created}");
+    let values: Vec<_> = options[0]["options"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|option| option["value"].clone())
+        .collect();
+    assert_eq!(values, ["openai:fake", "openai:fake-large"], "{created}");
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    let prompt = |text: &str| serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": text }] });
+
+    raw.request(3, "session/prompt", prompt("One."));
+    assert_eq!(raw.response(3.into())["result"]["stopReason"], "end_turn");
+    let first: serde_json::Value = serde_json::from_str(&model.next_request(BOUND)).unwrap();
+    assert_eq!(first["model"], "fake");
+
+    // A route nobody configured, and an option that does not exist, are
+    // refused; the configured route is taken.
+    let set = |value: &str, config: &str| serde_json::json!({ "sessionId": session, "configId": config, "value": value });
+    raw.request(4, "session/set_config_option", set("openai:other", "model"));
+    assert_eq!(raw.response(4.into())["error"]["code"], -32602);
+    raw.request(
+        5,
+        "session/set_config_option",
+        set("openai:fake-large", "mode"),
+    );
+    assert_eq!(raw.response(5.into())["error"]["code"], -32602);
+    raw.request(
+        6,
+        "session/set_config_option",
+        set("openai:fake-large", "model"),
+    );
+    let picked = raw.response(6.into());
+    assert_eq!(
+        picked["result"]["configOptions"][0]["currentValue"], "openai:fake-large",
+        "{picked}"
+    );
+    raw.request(7, "session/prompt", prompt("Two."));
+    assert_eq!(raw.response(7.into())["result"]["stopReason"], "end_turn");
+    let second: serde_json::Value = serde_json::from_str(&model.next_request(BOUND)).unwrap();
+    assert_eq!(second["model"], "fake-large");
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+#[test]
+fn an_acp_childs_text_streams_on_its_own_child_session_before_the_turn_answers() {
+    let Some(agent) = support::rogue_agent() else {
+        dsh_test_support::skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let model = one_acp_child("worker", "say working on it; say done", "Worked.");
+    let extra = support::acp_flags(&agent);
+    let mut raw = Raw::with(&scratch, &model, &extra);
+    let created = raw.open(scratch.dir.path());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(
+        3,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Work." }] }),
+    );
+    let ended = raw.response(3.into());
+    assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
+    // The child's session: the one its announcement names.
+    let announced: Vec<_> = raw
+        .updates
+        .iter()
+        .filter(|update| update["update"]["sessionUpdate"] == "subagent_update")
+        .collect();
+    assert_eq!(announced.len(), 1, "{:?}", raw.updates);
+    let child = raw
+        .updates
+        .iter()
+        .map(|update| update["sessionId"].as_str().unwrap().to_owned())
+        .find(|id| *id != session)
+        .expect("updates on the child's session");
+    let said: String = raw
+        .updates
+        .iter()
+        .filter(|update| {
+            update["sessionId"] == child.as_str()
+                && update["update"]["sessionUpdate"] == "agent_message_chunk"
+        })
+        .filter_map(|update| update["update"]["content"]["text"].as_str())
+        .collect();
+    assert!(said.contains("working on it"), "{:?}", raw.updates);
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+}
+
+/// One turn of a new session of `dsh acp EXTRA...` (the lead only
+/// answers); the lead's first model request.
+fn first_request(scratch: &Scratch, extra: &[&str]) -> String {
+    let model = FakeModel::start(vec![Reply::Text("Done.".to_owned())]);
+    let mut raw = Raw::with(scratch, &model, extra);
+    let created = raw.open(scratch.dir.path());
+    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
+    raw.request(
+        3,
+        "session/prompt",
+        serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Go." }] }),
+    );
+    assert_eq!(raw.response(3.into())["result"]["stopReason"], "end_turn");
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    model.next_request(BOUND)
+}
+
+#[test]
+fn dsh_acp_with_team_gives_each_lead_the_team_tools_and_without_it_does_not() {
+    let scratch = Scratch::new();
+    let asked = first_request(&scratch, &["--team"]);
+    assert!(asked.contains("\"spawn_teammate\""), "{asked}");
+    assert!(asked.contains("\"team_task_create\""), "{asked}");
+    let asked = first_request(&scratch, &[]);
+    assert!(!asked.contains("\"spawn_teammate\""), "{asked}");
 }

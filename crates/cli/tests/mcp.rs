@@ -10,27 +10,12 @@
 
 mod support;
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use dsh_test_support::procs::marked;
-use dsh_test_support::skip_or_fail;
 use rustix::process::{Pid, Signal, kill_process};
 use support::model::{FakeModel, Reply};
 use support::{BOUND, Scratch, text, wait_bounded};
-
-/// The fake server's script, or `None` (after skip_or_fail) without Python.
-fn fake_server() -> Option<PathBuf> {
-    let python = std::process::Command::new("python3")
-        .arg("--version")
-        .output()
-        .is_ok_and(|out| out.status.success());
-    if !python {
-        skip_or_fail("no python3 for the fake MCP server");
-        return None;
-    }
-    Some(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../mcp/tests/fixtures/fake_server.py"))
-}
 
 /// `--mcp fake=python3 <script> <marker>`.
 fn mcp_flag(script: &std::path::Path, marker: &str) -> String {
@@ -54,7 +39,9 @@ fn model_env(model: &FakeModel) -> [(&'static str, String); 2] {
 
 #[test]
 fn the_lead_calls_an_mcp_tool_and_the_server_is_gone_after_the_run() {
-    let Some(script) = fake_server() else { return };
+    let Some(script) = support::fake_mcp_server() else {
+        return;
+    };
     let marker = format!("dsh-cli-mcp-call-{}", std::process::id());
     let scratch = Scratch::new();
     let model = FakeModel::start(vec![
@@ -82,7 +69,9 @@ fn the_lead_calls_an_mcp_tool_and_the_server_is_gone_after_the_run() {
 
 #[test]
 fn dsh_mcp_lists_servers_their_state_and_tools() {
-    let Some(script) = fake_server() else { return };
+    let Some(script) = support::fake_mcp_server() else {
+        return;
+    };
     let marker = format!("dsh-cli-mcp-list-{}", std::process::id());
     let scratch = Scratch::new();
     let flag = mcp_flag(&script, &marker);
@@ -178,7 +167,9 @@ fn a_server_that_does_not_start_and_a_bad_table_are_one_line_each() {
 
 #[test]
 fn no_server_process_is_left_after_any_signal() {
-    let Some(script) = fake_server() else { return };
+    let Some(script) = support::fake_mcp_server() else {
+        return;
+    };
     for (sig, code) in [
         (Signal::INT, Some(130)),
         (Signal::TERM, Some(143)),

@@ -51,6 +51,9 @@ impl PermissionPolicy {
 pub struct PermissionQuestion {
     /// The ACP provider's registry name (the agent asking).
     pub agent: String,
+    /// The asking child's session id in the tree (its run's id), so a
+    /// host can name it by its path rather than by its provider.
+    pub session: dsh_core::SessionId,
     /// The requested action: the tool call's title as the agent wrote it
     /// (one bounded line), else its id.
     pub action: String,

@@ -615,6 +615,20 @@ pub fn rogue_agent() -> Option<(PathBuf, PathBuf)> {
     Some((python, root.join("tests/agents/rogue_agent.py")))
 }
 
+/// dsh-mcp's fake stdio MCP server's script, or `None` (after
+/// `skip_or_fail`) without `python3` to run it.
+pub fn fake_mcp_server() -> Option<PathBuf> {
+    let python = std::process::Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !python {
+        dsh_test_support::skip_or_fail("no python3 for the fake MCP server");
+        return None;
+    }
+    Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("../mcp/tests/fixtures/fake_server.py"))
+}
+
 /// `dsh run --model openai:fake --acp-command PYTHON --acp-arg ROGUE
 /// delegate` in `scratch`, the lead answered by `model` (the rogue agent
 /// from [`rogue_agent`]); returns the run's output.

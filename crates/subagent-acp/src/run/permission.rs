@@ -53,6 +53,7 @@ impl Shared {
             (PermissionPolicy::Ask, Some(asker)) => {
                 let question = PermissionQuestion {
                     agent: self.agent.clone(),
+                    session: self.run_id.clone(),
                     action: action.clone(),
                     kind: request
                         .tool_call
