@@ -13,12 +13,14 @@ fn read(path: &str) -> String {
     std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(path)).unwrap()
 }
 
-/// The script's command lines: comments and blank lines dropped, a line
+/// The script's command lines: comments (whole lines, and a `#` that
+/// opens a word to the end of its line) and blank lines dropped, a line
 /// continued with `\` joined to the next.
 fn commands(script: &str) -> Vec<String> {
     let mut commands = Vec::new();
     let mut pending = String::new();
     for line in script.lines() {
+        let line = line.split_once(" #").map_or(line, |(command, _)| command);
         let line = line.trim();
         if line.is_empty() || line.starts_with('#') {
             continue;

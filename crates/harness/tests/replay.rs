@@ -4,7 +4,8 @@
 //! log cut by a crash after any event and repaired as a resume repairs it;
 //! and a log with a derived event altered (a claimed message that no
 //! longer matches its inbox item, a missing step start, two events
-//! swapped) parts from the replay exactly there.
+//! swapped) parts from the replay exactly there. A tree's replay over a
+//! JSONL store passes over a create a crash cut short.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -14,11 +15,12 @@ use std::sync::Arc;
 
 use dsh_core::{
     Agent, AgentFactory, AgentOptions, CancelCause, CancelOptions, ContentBlock, CreateAgent,
-    EventPayload, ModelError, ModelErrorKind, SessionEvent, SessionHeader, UserMessage,
+    Durability, EventPayload, ModelError, ModelErrorKind, SessionEvent, SessionHeader, SessionId,
+    SessionStore, UserMessage,
 };
-use dsh_harness::replay::{Verdict, replay_session};
+use dsh_harness::replay::{Verdict, replay_session, replay_tree};
 use dsh_harness::turn::{close_interrupted_turn, open_turn};
-use dsh_harness::{Harness, MemoryStore, Scripted, ScriptedModel};
+use dsh_harness::{Harness, JsonlStore, MemoryStore, Scripted, ScriptedModel};
 use serde_json::json;
 use support::*;
 
@@ -205,4 +207,33 @@ async fn two_events_swapped_part_at_the_first() {
     let mut log = events.clone();
     log.swap(at, at + 1);
     diverges_at(&header, &renumbered(log), at as u64);
+}
+
+/// A create that a kill cut short leaves its log holding nothing or part
+/// of its header line: no session yet, so a tree's replay (the one every
+/// suite's `dsh_test_support::replays` ends with) passes over it, at every
+/// cut, and replays the whole sessions beside it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tree_replay_passes_over_a_create_cut_short() {
+    let (header, events) = eventful().await;
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::new(dir.path(), Durability::None).unwrap();
+    drop(store.create(&header, &events).await.unwrap());
+    let torn = SessionId::new("torn").unwrap();
+    drop(
+        store
+            .create(&SessionHeader::new(torn.clone(), "/"), &[])
+            .await
+            .unwrap(),
+    );
+    let line = std::fs::read(store.log_path(&torn)).unwrap();
+    for cut in 0..line.len() - 1 {
+        std::fs::write(store.log_path(&torn), &line[..cut]).unwrap();
+        let replays = replay_tree(&store, None).await.unwrap_or_else(|err| {
+            panic!("cut at {cut} of {}: {err}", line.len());
+        });
+        assert_eq!(replays.len(), 1, "cut at {cut}: {replays:?}");
+        assert_eq!(replays[0].id, header.id);
+        assert_eq!(replays[0].verdict, Verdict::Identical { turns: 7 });
+    }
 }

@@ -651,7 +651,11 @@ pub fn fake_env(model: &model::FakeModel) -> [(&'static str, &str); 2] {
 }
 
 /// `(pid, process group)` of every live process but `dsh` itself whose
-/// command line holds `needle`, and of every process in those groups.
+/// command line holds `needle`, and of every process in those groups but
+/// `dsh`'s own. A process `dsh` has just forked holds `dsh`'s command line
+/// (and so `needle`) and `dsh`'s group until it moves to a group of its
+/// own and execs the agent: that group is this test's, whose processes are
+/// no agent's.
 pub fn processes(needle: &str, dsh: u32) -> Vec<(i32, i32)> {
     let mut all = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -674,7 +678,15 @@ pub fn processes(needle: &str, dsh: u32) -> Vec<(i32, i32)> {
         let marked = String::from_utf8_lossy(&cmdline).contains(needle);
         all.push((pid, pgrp, marked && i64::from(pid) != i64::from(dsh)));
     }
-    let groups: Vec<i32> = all.iter().filter(|p| p.2).map(|p| p.1).collect();
+    let own = all
+        .iter()
+        .find(|p| i64::from(p.0) == i64::from(dsh))
+        .map(|p| p.1);
+    let groups: Vec<i32> = all
+        .iter()
+        .filter(|p| p.2 && Some(p.1) != own)
+        .map(|p| p.1)
+        .collect();
     all.into_iter()
         .filter(|(pid, pgrp, marked)| {
             *marked || (groups.contains(pgrp) && i64::from(*pid) != i64::from(dsh))
