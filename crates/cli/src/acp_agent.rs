@@ -18,7 +18,7 @@
 //! What the tree does reaches the client through the reporter's renderer
 //! seam: [`Forward`] is the renderer, fed by the same bounded channel as
 //! the terminal's, that hands the logs' events and the runtime's starts and
-//! ends to the session's [`Updates`](dsh_acp_agent::Updates). Stdout
+//! ends to the session's [`Updates`]. Stdout
 //! carries protocol frames only; every person line goes to stderr.
 
 use std::path::PathBuf;

@@ -192,8 +192,8 @@ impl Source {
     /// only by the local engine.
     ///
     /// # Errors
-    /// [`CliError::EngineUnavailable`] when the HTTP client cannot be
-    /// built; [`CliError::FeatureDisabled`] for a cluster, without the
+    /// `CliError::EngineUnavailable` when the HTTP client cannot be
+    /// built; `CliError::FeatureDisabled` for a cluster, without the
     /// `restate` feature.
     pub fn new(engine: &Engine, dir: &Path) -> Result<Self, CliError> {
         match engine {
@@ -227,7 +227,7 @@ impl Source {
     ///
     /// # Errors
     /// [`CliError::NoSessionDir`] for a missing directory,
-    /// [`CliError::EngineUnavailable`] for a server that does not answer.
+    /// `CliError::EngineUnavailable` for a server that does not answer.
     ///
     /// # Cancel safety
     /// Cancel safe: it only opens the store (which, for a directory, sweeps

@@ -10,7 +10,7 @@
 //! [`Settings`], and never reads an API key itself (only the name of the
 //! variable that holds it).
 //!
-//! The `[acp]` table's reading is [`acp`](self::acp); roles and budgets
+//! The `[acp]` table's reading is the [`acp`](mod@acp) module; roles and budgets
 //! are read here and checked in [`crate::roles`] and [`crate::budget`].
 //!
 //! Past 800 lines because its unit tests live here (about 275 lines): the
