@@ -133,6 +133,11 @@ pub struct Server {
 impl Server {
     /// Start the server and wait until its admin API and ingress are
     /// healthy (at most 60 s).
+    ///
+    /// # Cancel safety
+    /// Not cancel safe: dropped before it returns, it leaves the server
+    /// process running (only a built [`Server`] kills it on drop). Tests
+    /// await it to the end.
     pub async fn start() -> Self {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("config.toml"), CONFIG).unwrap();
@@ -183,6 +188,10 @@ impl Server {
     /// Start the server and one worker (`worker`, a command that serves
     /// dsh's objects and says where), and register the worker as the
     /// server's deployment.
+    ///
+    /// # Cancel safety
+    /// As [`Server::start`] while the server starts; after that the built
+    /// [`Server`] and [`Worker`] kill their processes on drop.
     pub async fn with_worker(worker: Command) -> (Self, Worker) {
         let server = Self::start().await;
         let worker = Worker::start(worker);
