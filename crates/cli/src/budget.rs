@@ -18,8 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use dsh_core::{
-    EventPayload, LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
-    StoreError, StoreLayer, Usage,
+    EventPayload, LoadedSession, LogLayer, SessionEvent, SessionHeader, SessionId, SessionLog,
+    SessionStore, StoreError, StoreLayer, Usage,
 };
 use dsh_subagent::budget::budget_tokens;
 use tokio::sync::watch;
@@ -340,23 +340,15 @@ struct MeteredLog {
 }
 
 #[async_trait]
-impl SessionLog for MeteredLog {
+impl LogLayer for MeteredLog {
+    fn wrapped(&self) -> &dyn SessionLog {
+        &*self.inner
+    }
+
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
         self.inner.append(events).await?;
         self.meter.charge(&self.id, events);
         Ok(())
-    }
-
-    async fn checkpoint(&self) -> Result<(), StoreError> {
-        self.inner.checkpoint().await
-    }
-
-    async fn sync(&self) -> Result<(), StoreError> {
-        self.inner.sync().await
-    }
-
-    async fn close(&self) {
-        self.inner.close().await;
     }
 }
 

@@ -16,8 +16,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use dsh_core::{
-    LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
-    StoreLayer,
+    LoadedSession, LogLayer, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
+    StoreError, StoreLayer,
 };
 use tokio::sync::watch;
 
@@ -173,7 +173,11 @@ struct WatchedLog {
 }
 
 #[async_trait]
-impl SessionLog for WatchedLog {
+impl LogLayer for WatchedLog {
+    fn wrapped(&self) -> &dyn SessionLog {
+        &*self.inner
+    }
+
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
         let result = self.inner.append(events).await;
         match (&result, &self.reporter) {
@@ -198,10 +202,6 @@ impl SessionLog for WatchedLog {
             self.faults.record(err);
         }
         result
-    }
-
-    async fn close(&self) {
-        self.inner.close().await;
     }
 }
 
@@ -261,7 +261,7 @@ mod tests {
             faults: Arc::clone(&faults),
             reporter: None,
         };
-        let err = broken.append(&[]).await.unwrap_err();
+        let err = SessionLog::append(&broken, &[]).await.unwrap_err();
         assert!(err.to_string().contains("No space left on device"), "{err}");
         let seen = tokio::time::timeout(std::time::Duration::from_secs(30), waiter)
             .await

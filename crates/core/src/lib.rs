@@ -45,8 +45,8 @@ pub use registry::{AgentRegistry, EpochClaim, Publication, RegistryEvent};
 pub use session::{EventPayload, ExtensionPayload, SessionEvent, SessionHeader};
 pub use stop::StopReason;
 pub use store::{
-    Durability, KindEvents, LoadedSession, SessionLog, SessionStore, StoreError, StoreLayer,
-    TornTail,
+    Durability, KindEvents, LoadedSession, LogLayer, SessionLog, SessionStore, StoreError,
+    StoreLayer, TornTail,
 };
 pub use tool::{Tool, ToolContext, ToolError, ToolOutput};
 

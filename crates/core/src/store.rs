@@ -310,6 +310,84 @@ pub trait SessionLog: Send + Sync {
     async fn close(&self) {}
 }
 
+/// A log that wraps another and changes only some of its methods (a
+/// watcher of failed writes, a meter of recorded usage): implement this,
+/// and every [`SessionLog`] method it does not override forwards to
+/// [`LogLayer::wrapped`], defaulted methods included, as [`StoreLayer`]
+/// does for stores. A layer thus never hides an override of the log it
+/// wraps (a store's own `sync` or `close`) behind the trait's default.
+/// Each method means what the [`SessionLog`] method of the same name means.
+#[async_trait]
+pub trait LogLayer: Send + Sync {
+    /// The log every method not overridden forwards to.
+    fn wrapped(&self) -> &dyn SessionLog;
+
+    /// [`SessionLog::append`].
+    ///
+    /// # Errors
+    /// As [`SessionLog::append`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionLog::append`].
+    async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
+        self.wrapped().append(events).await
+    }
+
+    /// [`SessionLog::checkpoint`].
+    ///
+    /// # Errors
+    /// As [`SessionLog::checkpoint`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionLog::checkpoint`].
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        self.wrapped().checkpoint().await
+    }
+
+    /// [`SessionLog::sync`].
+    ///
+    /// # Errors
+    /// As [`SessionLog::sync`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionLog::sync`].
+    async fn sync(&self) -> Result<(), StoreError> {
+        self.wrapped().sync().await
+    }
+
+    /// [`SessionLog::close`].
+    ///
+    /// # Cancel safety
+    /// As [`SessionLog::close`].
+    async fn close(&self) {
+        self.wrapped().close().await;
+    }
+}
+
+/// Every layer is a log: each method is the layer's own (its override, or
+/// the forward to its inner log). The lint makes a method added to
+/// [`SessionLog`] with a default fail the build until it is forwarded here
+/// (and given a [`LogLayer`] method), instead of silently taking the default.
+#[async_trait]
+#[deny(clippy::missing_trait_methods)]
+impl<L: LogLayer> SessionLog for L {
+    async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
+        LogLayer::append(self, events).await
+    }
+
+    async fn checkpoint(&self) -> Result<(), StoreError> {
+        LogLayer::checkpoint(self).await
+    }
+
+    async fn sync(&self) -> Result<(), StoreError> {
+        LogLayer::sync(self).await
+    }
+
+    async fn close(&self) {
+        LogLayer::close(self).await;
+    }
+}
+
 /// Where session logs live.
 #[async_trait]
 pub trait SessionStore: Send + Sync + 'static {
@@ -696,5 +774,102 @@ impl<L: StoreLayer> SessionStore for L {
 
     async fn remove_torn(&self, id: &SessionId) -> Result<bool, StoreError> {
         StoreLayer::remove_torn(self, id).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::collections::BTreeSet;
+    use std::sync::Mutex;
+
+    use super::*;
+
+    /// A log that notes which of its methods a call reached. The lint
+    /// makes it override every method, so none is reached through a
+    /// default it would not note.
+    #[derive(Default)]
+    struct ProbeLog {
+        reached: Mutex<BTreeSet<&'static str>>,
+    }
+
+    impl ProbeLog {
+        fn note(&self, method: &'static str) {
+            self.reached.lock().unwrap().insert(method);
+        }
+    }
+
+    #[async_trait]
+    #[deny(clippy::missing_trait_methods)]
+    impl SessionLog for ProbeLog {
+        async fn append(&self, _: &[SessionEvent]) -> Result<(), StoreError> {
+            self.note("append");
+            Ok(())
+        }
+
+        async fn checkpoint(&self) -> Result<(), StoreError> {
+            self.note("checkpoint");
+            Ok(())
+        }
+
+        async fn sync(&self) -> Result<(), StoreError> {
+            self.note("sync");
+            Ok(())
+        }
+
+        async fn close(&self) {
+            self.note("close");
+        }
+    }
+
+    /// A layer that changes nothing.
+    struct Bare(ProbeLog);
+
+    impl LogLayer for Bare {
+        fn wrapped(&self) -> &dyn SessionLog {
+            &self.0
+        }
+    }
+
+    /// A layer that keeps appends to itself.
+    struct Swallow(ProbeLog);
+
+    #[async_trait]
+    impl LogLayer for Swallow {
+        fn wrapped(&self) -> &dyn SessionLog {
+            &self.0
+        }
+
+        async fn append(&self, _: &[SessionEvent]) -> Result<(), StoreError> {
+            Ok(())
+        }
+    }
+
+    async fn call_every_method(log: &dyn SessionLog) {
+        log.append(&[]).await.unwrap();
+        log.checkpoint().await.unwrap();
+        log.sync().await.unwrap();
+        log.close().await;
+    }
+
+    /// A layer that overrides nothing reaches every method of the log it
+    /// wraps, the defaulted `sync` and `close` included (a default would
+    /// have run the probe's `checkpoint` for `sync` and nothing for
+    /// `close`); one that overrides a method keeps only that one.
+    #[tokio::test]
+    async fn a_layer_forwards_every_method_it_does_not_override() {
+        let bare = Bare(ProbeLog::default());
+        call_every_method(&bare).await;
+        assert_eq!(
+            *bare.0.reached.lock().unwrap(),
+            BTreeSet::from(["append", "checkpoint", "sync", "close"])
+        );
+        let swallow = Swallow(ProbeLog::default());
+        call_every_method(&swallow).await;
+        assert_eq!(
+            *swallow.0.reached.lock().unwrap(),
+            BTreeSet::from(["checkpoint", "sync", "close"])
+        );
     }
 }
