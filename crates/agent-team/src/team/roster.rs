@@ -295,8 +295,13 @@ impl Team {
     }
 
     /// Decide every `provisioning` member left by an interrupted start:
-    /// `active` when its own log proves it was created, `failed` (and its
-    /// planned worktree removed) otherwise.
+    /// `active` when its own log proves it was created, `failed` otherwise,
+    /// with its planned worktree removed and, when the start stopped
+    /// between creating the member's log file and writing its header, that
+    /// torn file too (nobody's session, which no later create of the
+    /// reserved id would ever replace). Both go before the `failed` record,
+    /// so a stop in between leaves the member `provisioning` for the next
+    /// recovery to decide again.
     pub(super) async fn decide_provisioning(
         &self,
         recovery: &mut Recovery,
@@ -316,6 +321,10 @@ impl Team {
                 && let Some(worktree) = record.worktree.clone()
                 && let Err(err) = remove_planned(worktree).await
             {
+                recovery.errors.push((name.clone(), err.to_string()));
+            }
+            // Removed only if still torn and held by no writer.
+            if !proven && let Err(err) = self.inner.store.remove_torn(&record.id).await {
                 recovery.errors.push((name.clone(), err.to_string()));
             }
             let terminal = MemberRecord {
