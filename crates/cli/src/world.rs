@@ -137,15 +137,20 @@ impl World {
             builder = builder.text_observer(reporter.clone());
         }
         // Each role is a preset of its name, so a role child's header
-        // records its role (`composition.preset`).
-        let presets = roles.keys().fold(PresetCatalog::new(), |presets, name| {
-            presets.with(Preset {
-                id: name.clone(),
-                persona: None,
-                tools: None,
-                options: AgentOptions::default(),
-            })
-        });
+        // records its role (`composition.preset`). The preset is only that
+        // name: the header records the role's instructions, tools and route
+        // in full, so a role child whose role was removed since still
+        // resumes (an open-ended catalog takes its name as an empty preset).
+        let presets = roles
+            .keys()
+            .fold(PresetCatalog::new().open_ended(), |presets, name| {
+                presets.with(Preset {
+                    id: name.clone(),
+                    persona: None,
+                    tools: None,
+                    options: AgentOptions::default(),
+                })
+            });
         let checked_prompt = prompt.clone();
         let harness = builder
             .model(model)

@@ -166,47 +166,60 @@ fn b64_a_child_that_spends_its_default_budget_is_stopped_and_the_run_says_which(
     assert!(out.contains(" of 900000 tokens used"), "{out}");
 }
 
-#[test]
-fn b63_a_role_file_reaches_its_child_and_the_listings_name_it() {
-    let scratch = Scratch::new();
+/// Write the project role `reviewer` (read-only, its own instructions);
+/// its file.
+fn reviewer_role(scratch: &Scratch) -> std::path::PathBuf {
     let agents = scratch.dir.path().join(".dsh/agents");
     std::fs::create_dir_all(&agents).unwrap();
+    let file = agents.join("reviewer.md");
     std::fs::write(
-        agents.join("reviewer.md"),
+        &file,
         "---\ndescription: Reviews a change\ntools: [read_file]\n---\nYou are the careful reviewer.\n",
     )
     .unwrap();
-    let server = ChatServer::start(|request, _| {
-        if request.task() == LEAD_TASK {
-            if request.step() == 0 {
-                let offered = request.body["tools"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .any(|tool| {
-                        tool["function"]["description"]
-                            .as_str()
-                            .is_some_and(|text| text.contains("- reviewer: Reviews a change"))
-                    });
-                if !offered {
-                    return Answer::text("SCRIPT: the role was not listed");
-                }
-                Answer::calls(vec![call(
-                    "subagent",
-                    json!({"description": "review it", "name": "rev", "prompt": CHILD_TASK, "agent": "reviewer", "run_in_background": false}),
-                )])
-            } else {
-                Answer::text("reviewed")
+    file
+}
+
+/// The lead, offered the role, starts `rev` as a `reviewer` and waits for
+/// it; `rev` answers only with the role's instructions as its system
+/// prompt.
+fn reviewing(request: &Request, _board: &Board) -> Answer {
+    if request.task() == LEAD_TASK {
+        if request.step() == 0 {
+            let offered = request.body["tools"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .any(|tool| {
+                    tool["function"]["description"]
+                        .as_str()
+                        .is_some_and(|text| text.contains("- reviewer: Reviews a change"))
+                });
+            if !offered {
+                return Answer::text("SCRIPT: the role was not listed");
             }
-        } else if request.messages[0]["content"]
-            .as_str()
-            .is_some_and(|system| system.contains("You are the careful reviewer."))
-        {
-            Answer::text("looks fine")
+            Answer::calls(vec![call(
+                "subagent",
+                json!({"description": "review it", "name": "rev", "prompt": CHILD_TASK, "agent": "reviewer", "run_in_background": false}),
+            )])
         } else {
-            Answer::text("SCRIPT: the child has no role instructions")
+            Answer::text("reviewed")
         }
-    });
+    } else if request.messages[0]["content"]
+        .as_str()
+        .is_some_and(|system| system.contains("You are the careful reviewer."))
+    {
+        Answer::text("looks fine")
+    } else {
+        Answer::text("SCRIPT: the child has no role instructions")
+    }
+}
+
+#[test]
+fn b63_a_role_file_reaches_its_child_and_the_listings_name_it() {
+    let scratch = Scratch::new();
+    reviewer_role(&scratch);
+    let server = ChatServer::start(reviewing);
     let run = scratch.dsh(
         &["run", "--model", "openai:loopback", LEAD_TASK],
         &server.env(),
@@ -230,6 +243,26 @@ fn b63_a_role_file_reaches_its_child_and_the_listings_name_it() {
         "{}",
         text(&show.stdout)
     );
+}
+
+/// A role child goes on after its role file is gone: its header recorded
+/// the role's instructions, tools and route, so `dsh send` resumes it from
+/// them, with its instructions still its system prompt.
+#[test]
+fn b63_a_role_child_takes_a_message_after_its_role_file_is_removed() {
+    let scratch = Scratch::new();
+    let role = reviewer_role(&scratch);
+    let server = ChatServer::start(reviewing);
+    let run = scratch.dsh(
+        &["run", "--model", "openai:loopback", LEAD_TASK],
+        &server.env(),
+    );
+    assert!(run.status.success(), "{}", text(&run.stderr));
+    std::fs::remove_file(role).unwrap();
+    let send = scratch.dsh(&["send", "rev", "once more"], &server.env());
+    server.assert_clean();
+    assert!(send.status.success(), "{}", text(&send.stderr));
+    assert_eq!(text(&send.stdout).trim(), "rev: looks fine");
 }
 
 #[test]

@@ -139,12 +139,31 @@ pub struct Preset {
 #[derive(Debug, Clone, Default)]
 pub struct PresetCatalog {
     presets: std::collections::BTreeMap<String, Preset>,
+    /// Whether an id the catalog does not hold is an empty preset.
+    open_ended: bool,
 }
 
 impl PresetCatalog {
     /// An empty catalog.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Take an id the catalog does not hold as an empty preset of that id
+    /// (no persona, tools or route of its own) instead of refusing it. For
+    /// a host whose presets only name what each composition records in
+    /// full (the CLI's roles), so that an agent whose preset was withdrawn
+    /// since it was created still resumes from its recorded composition.
+    #[must_use]
+    pub fn open_ended(mut self) -> Self {
+        self.open_ended = true;
+        self
+    }
+
+    /// Whether an id the catalog does not hold is an empty preset
+    /// ([`PresetCatalog::open_ended`]) rather than an unknown one.
+    pub fn is_open_ended(&self) -> bool {
+        self.open_ended
     }
 
     /// Add or replace a preset.

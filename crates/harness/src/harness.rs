@@ -121,11 +121,14 @@ impl Shared {
         setup: &AgentSetup,
     ) -> Result<Composed, AgentError> {
         let preset = match &composition.preset {
-            Some(id) => Some(
-                self.presets
-                    .get(id)
-                    .ok_or_else(|| AgentError::Composition(format!("unknown preset `{id}`")))?,
-            ),
+            Some(id) => match self.presets.get(id) {
+                Some(preset) => Some(preset),
+                // An empty preset: nothing of its own to apply.
+                None if self.presets.is_open_ended() => None,
+                None => {
+                    return Err(AgentError::Composition(format!("unknown preset `{id}`")));
+                }
+            },
             None => None,
         };
         let route = preset.map(|p| p.options.clone()).unwrap_or_default();

@@ -484,6 +484,51 @@ async fn an_unknown_preset_fails_creation() {
     assert!(err.to_string().contains("unknown preset `ghost`"), "{err}");
 }
 
+/// An open-ended catalog takes an id it does not hold as an empty preset:
+/// an agent whose preset was withdrawn resumes from what its header
+/// records, its own persona included.
+#[tokio::test]
+async fn an_open_ended_catalog_resumes_an_agent_whose_preset_is_gone() {
+    let store = memory();
+    let model = Arc::new(ScriptedModel::new().responder(|_| Scripted::Text("ok".into())));
+    let mut spec = create_spec("a");
+    spec.header.composition.preset = Some("ghost".into());
+    spec.header.composition.persona = Some("You are the ghost's reviewer.".into());
+    let build = |presets: PresetCatalog| {
+        Harness::builder(store.clone())
+            .model(model.clone())
+            .presets(presets)
+            .build()
+            .unwrap()
+    };
+    let creating = build(PresetCatalog::new().with(Preset {
+        id: "ghost".into(),
+        persona: None,
+        tools: None,
+        options: AgentOptions::default(),
+    }));
+    creating.create(spec).await.unwrap().dispose().await;
+    let closed = build(PresetCatalog::new()).resume(resume_spec("a")).await;
+    let err = closed.err().unwrap();
+    assert!(err.to_string().contains("unknown preset `ghost`"), "{err}");
+    let resumed = build(PresetCatalog::new().open_ended())
+        .resume(resume_spec("a"))
+        .await
+        .unwrap();
+    resumed
+        .agent()
+        .followup(UserMessage::user_text("again"))
+        .await
+        .unwrap();
+    settle(resumed.agent()).await;
+    let last = model.requests().pop().unwrap();
+    assert!(
+        last.system.starts_with("You are the ghost's reviewer."),
+        "{}",
+        last.system
+    );
+}
+
 #[tokio::test]
 async fn cancelled_creation_leaves_no_session_and_no_agent() {
     let store = memory();
