@@ -145,7 +145,12 @@ pub struct AcpSection {
     pub teardown_grace_ms: Option<u64>,
 }
 
-/// One `[acp.agents.<name>]` table.
+/// One `[acp.agents.<name>]` table. Its fields repeat [`AcpSection`]'s on
+/// purpose: a shared struct under `#[serde(flatten)]` would be read from a
+/// buffered copy of the table, and every error in it would lose its key
+/// path, its line and the list of expected fields (`acp: line 1: unknown
+/// field` for `acp.bogus: line 3: unknown field ..., expected one of ...`);
+/// the snapshot of bad configurations pins those texts.
 #[cfg(feature = "acp")]
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -912,6 +917,9 @@ mod tests {
             "model = \"demo",
             "sandbox = \"yolo\"",
             "durability = \"fast\"",
+            "[acp]\ncommand = \"a\"\nbogus = 1",
+            "[acp.agents.codex]\ncommand = \"a\"\nbogus = 1",
+            "[acp.agents.codex]\ncommand = \"a\"\nargs = 3",
         ];
         let lines: Vec<String> = cases
             .iter()
