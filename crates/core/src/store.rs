@@ -716,6 +716,7 @@ pub trait StoreLayer: Send + Sync + 'static {
 /// Every layer is a store: each method is the layer's own (its override,
 /// or the forward to its inner store).
 #[async_trait]
+#[deny(clippy::missing_trait_methods)]
 impl<L: StoreLayer> SessionStore for L {
     async fn create(
         &self,

@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use dsh_core::{
-    LoadedSession, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore, StoreError,
-    StoreLayer,
+    LoadedSession, LogLayer, SessionEvent, SessionHeader, SessionId, SessionLog, SessionStore,
+    StoreError, StoreLayer,
 };
 
 use super::{Op, lock};
@@ -293,7 +293,11 @@ struct RecordingLog {
 }
 
 #[async_trait]
-impl SessionLog for RecordingLog {
+impl LogLayer for RecordingLog {
+    fn wrapped(&self) -> &dyn SessionLog {
+        &*self.inner
+    }
+
     async fn append(&self, events: &[SessionEvent]) -> Result<(), StoreError> {
         let len_before = file_len(&self.path);
         self.inner.append(events).await?;
@@ -308,18 +312,6 @@ impl SessionLog for RecordingLog {
             });
         }
         Ok(())
-    }
-
-    async fn checkpoint(&self) -> Result<(), StoreError> {
-        self.inner.checkpoint().await
-    }
-
-    async fn sync(&self) -> Result<(), StoreError> {
-        self.inner.sync().await
-    }
-
-    async fn close(&self) {
-        self.inner.close().await;
     }
 }
 
