@@ -296,6 +296,9 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 ask,
                 wait: wait.wait,
             };
+            if request_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
+                return Err(CliError::BadFlag("--request-id: it is empty".to_owned()));
+            }
             if engine != engine::Engine::Local {
                 return on_cluster(&engine, OnCluster::Send(args, request_id)).await;
             }

@@ -365,6 +365,34 @@ fn a_silent_server_a_bad_url_and_a_bad_worker_config_are_one_line() {
         "dsh: the Restate server at http://127.0.0.1:1/health did not answer: Connection refused (os error 111)\n"
     );
     assert!(!scratch.sessions().exists(), "nothing ran");
+    // A request id is a cluster's, and never empty.
+    for (request, said) in [
+        ("", "dsh: bad --request-id: it is empty\n"),
+        (
+            "r-1",
+            "dsh: bad --request-id: it names a message in a Restate cluster's inbox; add `--engine restate` (or dsh.toml's engine.kind)\n",
+        ),
+    ] {
+        let engine = if request.is_empty() {
+            "restate"
+        } else {
+            "local"
+        };
+        let refused = scratch.dsh(
+            &[
+                "send",
+                "lead",
+                "hello",
+                "--request-id",
+                request,
+                "--engine",
+                engine,
+            ],
+            &[],
+        );
+        assert_eq!(refused.status.code(), Some(2), "{}", text(&refused.stderr));
+        assert_eq!(text(&refused.stderr), said);
+    }
     // `--engine local` overrides the file: the demo runs as ever.
     let local = scratch.dsh(&["run", "--engine", "local"], &[]);
     assert!(local.status.success(), "{}", text(&local.stderr));
