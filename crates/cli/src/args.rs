@@ -193,6 +193,12 @@ pub(crate) struct EngineArgs {
     /// http://127.0.0.1:9070).
     #[arg(long, value_name = "URL")]
     admin: Option<String>,
+    /// Seconds a call to the Restate cluster waits for a worker to answer
+    /// before the command fails, after one line naming the worker and the
+    /// server's last failure (dsh.toml `engine.worker_timeout`; default
+    /// 30).
+    #[arg(long, value_name = "SECONDS")]
+    worker_timeout: Option<u64>,
 }
 
 impl EngineArgs {
@@ -203,6 +209,7 @@ impl EngineArgs {
             kind: self.engine,
             ingress: self.ingress,
             admin: self.admin,
+            worker_timeout: self.worker_timeout,
         };
         engine::resolve(&flags, file.as_deref(), parsed.engine.as_ref())
     }
@@ -214,17 +221,6 @@ impl EngineArgs {
         config: Option<&Path>,
     ) -> Result<engine::Source, CliError> {
         engine::Source::new(&self.resolve(config)?, dir)
-    }
-
-    /// Refuse an engine other than the local store, for a command that
-    /// does not run on one yet.
-    pub(crate) fn local_only(self, command: &str, config: Option<&Path>) -> Result<(), CliError> {
-        match self.resolve(config)? {
-            engine::Engine::Local => Ok(()),
-            engine::Engine::Restate { .. } => Err(CliError::Refused(format!(
-                "`dsh {command}` on Restate is not built yet (docs/distributed.md); `dsh run`, `worker`, `agents`, `show`, `replay` and `export` work against the cluster, or pass `--engine local`"
-            ))),
-        }
     }
 }
 
@@ -306,6 +302,12 @@ pub(crate) enum Command {
     /// stopped, and the child's notice waits in the root's inbox for its
     /// next run. To `lead`, the command runs as `dsh run` does, until the
     /// whole tree is done, waking cold children as the lead addresses them.
+    ///
+    /// On a Restate cluster (`--engine restate`) the message goes into the
+    /// agent's inbox under a request id (printed; `--request-id` sends it
+    /// again at most once), the tree runs on the workers with the model
+    /// they were given, and the command follows it until it is done, drawn
+    /// as `dsh run --engine restate` draws it.
     Send {
         /// The child's name or path (`researcher`, `a/b`) or session id, or
         /// `lead`.
@@ -326,6 +328,12 @@ pub(crate) enum Command {
         json: JsonArg,
         #[command(flatten)]
         engine: EngineArgs,
+        /// On a Restate cluster: the request id to send the message under
+        /// (default: a new one, printed). The inbox takes a request id at
+        /// most once, so sending again with the same id after a failed or
+        /// cut-off command never delivers the message twice.
+        #[arg(long, value_name = "ID")]
+        request_id: Option<String>,
     },
     /// Bring a tree back after a crash or a kill and run what it had left
     /// to do, until the whole tree is done.
@@ -334,6 +342,13 @@ pub(crate) enum Command {
     /// cut off are resumed (a cut turn is closed as aborted and its creator
     /// told); parked members stay parked and idle ones stay cold; notices
     /// a crash kept from their creators are delivered. No prompt is sent.
+    ///
+    /// On a Restate cluster (`--engine restate`) a tree goes on by itself
+    /// when a worker dies, so resume re-drives what is stuck: a member
+    /// whose input waits with no turn scheduled (its last turn failed
+    /// before it started) gets its turn again; parked and draining members
+    /// stay as they are. Then the command follows the tree until it is
+    /// done, as `dsh run --engine restate` does.
     Resume {
         /// The tree's root session id (default: the most recent root).
         tree: Option<String>,

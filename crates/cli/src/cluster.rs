@@ -1,21 +1,26 @@
-//! `dsh run --engine restate`: the lead and its whole tree on a Restate
-//! cluster (`docs/distributed.md`), watched from here. The command starts
-//! the lead with [`RestateClient::start`] (its first turn then runs on
-//! whichever worker the server picks), follows every member's log by
-//! polling `events_since` from the seq it last read, parses each line with
-//! dsh's own reader and hands the events to the same [`Reporter`] a local
-//! run draws with (plain lines, the live tree or `--json`). A member is
-//! the lead or a child a member's catalog entry (`subagent/child`) names;
-//! it is shown started when that entry is read, and settled at each of
-//! its turn ends.
+//! The CLI's commands on a Restate cluster (`docs/distributed.md`), all
+//! watched from here through one follow loop: `dsh run --engine restate`
+//! ([`run`]) starts the lead with [`RestateClient::start`] (its first turn
+//! then runs on whichever worker the server picks); `dsh send` and `dsh
+//! resume` on the cluster (in `send.rs` and `resume.rs`) put input into an
+//! inbox or re-drive a stuck member, then [`follow`] the tree the same way.
+//! The loop polls every member's log with `events_since` from the seq it
+//! last read, parses each line with dsh's own reader and hands the events
+//! to the same [`Reporter`] a local run draws with (plain lines, the live
+//! tree or `--json`). A member is the lead or a child a member's catalog
+//! entry (`subagent/child`) names; it is shown started when that entry is
+//! read, and settled at each of its turn ends. A tree followed after it
+//! began is first read to its ends without drawing what was there
+//! ([`Followed::catch_up`]): only its members are shown started.
 //!
 //! The tree is done when every member is idle and the server holds no
 //! invocation for any of them (a turn, an accept or a notice on its way):
-//! then the logs are read to their ends once more, the lead's answers are
-//! printed, and the command exits as a local run does (a failed last turn
-//! of the lead is [`CliError::LeadStopped`]). A turn that keeps failing
-//! ends the wait with the server's error. Ctrl-C, SIGTERM or SIGHUP drains
-//! the tree on the cluster, children first, and exits 128 + the signal.
+//! then the logs are read to their ends once more, and the command exits
+//! as a local run does (a failed last turn of the lead is
+//! [`CliError::LeadStopped`], see [`lead_stopped`]). A turn that keeps
+//! failing ends the wait with the server's error. Ctrl-C, SIGTERM or SIGHUP
+//! drains the tree on the cluster, children first, and exits 128 + the
+//! signal.
 //!
 //! Not shown, unlike a local run: tool calls as they start (the worker
 //! runs them), streamed text, and the closing summary's per-agent table.
@@ -26,6 +31,7 @@ use std::time::Duration;
 use dsh_core::codec::LineReader;
 use dsh_core::{EventPayload, SessionEvent, SessionHeader, SessionId, UserMessage};
 use dsh_restate::client::RestateClient;
+use dsh_restate::store::RestateSessionStore;
 use dsh_subagent::{RunInfo, RunOutcome, SubagentResult};
 
 use crate::config::Settings;
@@ -57,13 +63,53 @@ pub struct ClusterRun<'a> {
     pub json: bool,
 }
 
+/// Check that the cluster answers and that its workers run this dsh: the
+/// first calls of every command that runs agents there.
+///
+/// # Errors
+/// The server does not answer ([`CliError::EngineUnavailable`]), no
+/// worker answers in time ([`CliError::NoWorker`]) or the workers run
+/// another version ([`CliError::Refused`]).
+///
+/// # Cancel safety
+/// Cancel safe: it changes nothing.
+pub async fn connect(client: &RestateClient) -> Result<(), CliError> {
+    client.health().await.map_err(cluster_error)?;
+    client.check_worker().await.map_err(cluster_error)
+}
+
+/// The cluster's sessions as a store, and the root of the tree `wanted`
+/// names (the most recent root when `None`), as the read commands pick it.
+///
+/// # Errors
+/// No sessions on the cluster, or no root `wanted` there
+/// ([`CliError::NotOnCluster`]); the server does not answer.
+///
+/// # Cancel safety
+/// Cancel safe: it only reads.
+pub async fn tree_root(
+    client: &RestateClient,
+    ingress: &str,
+    wanted: Option<&str>,
+) -> Result<(RestateSessionStore, SessionId), CliError> {
+    let store = RestateSessionStore::new(client.clone());
+    let scan = crate::sessions::scan(&store).await?;
+    scan.warn();
+    let place = std::path::PathBuf::from(format!("the Restate cluster at {ingress}"));
+    let root = scan
+        .pick_root(&place, wanted)
+        .map_err(|error| match error {
+            CliError::UnknownRoot(id) => CliError::NotOnCluster(id),
+            error => error,
+        })?;
+    Ok((store, root))
+}
+
 /// Run the lead's tree on the cluster and watch it until it is done.
 ///
 /// # Errors
-/// The server does not answer ([`CliError::EngineUnavailable`]), a turn
-/// keeps failing, a log line does not parse, the lead's last turn failed
-/// ([`CliError::LeadStopped`]) or a signal came
-/// ([`CliError::Interrupted`]).
+/// As [`connect`], then as [`follow`]; a failed last turn of the lead
+/// ([`CliError::LeadStopped`]).
 ///
 /// # Cancel safety
 /// Dropped, the command stops watching; the tree goes on on the cluster.
@@ -75,16 +121,12 @@ pub async fn run(args: ClusterRun<'_>) -> Result<(), CliError> {
         settings,
         json,
     } = args;
-    client.health().await.map_err(cluster_error)?;
+    connect(&client).await?;
     let mut signals = Signals::install()?;
     let cwd = std::env::current_dir()?;
     let reporter = Reporter::new(Mode::choose(json), settings.price());
     let prompt = prompt.unwrap_or_else(|| DEMO_PROMPT.to_owned());
-    reporter.show(Seen::RunStarted {
-        banner: banner(settings, ingress),
-        model: settings.model.spec(),
-        sessions: format!("the Restate cluster at {ingress}"),
-    });
+    run_started(&reporter, settings, ingress);
     // The tree remembers its model, as a local run's does.
     let mut header = SessionHeader::new(SessionId::generate(), cwd);
     header.extensions.insert(
@@ -102,33 +144,83 @@ pub async fn run(args: ClusterRun<'_>) -> Result<(), CliError> {
         .start(&header, UserMessage::user_text(prompt))
         .await
         .map_err(cluster_error)?;
-    let mut tree = Followed::new(lead.clone());
-    let outcome = tokio::select! {
-        watched = watch(&client, &mut tree, &reporter) => watched,
+    let mut tree = Followed::new(lead);
+    let outcome = follow(&client, &mut tree, &reporter, &mut signals).await;
+    let outcome = outcome.and_then(|()| lead_stopped(&tree));
+    ended(&reporter, &tree, outcome).await
+}
+
+/// Follow `tree` until it is done, drawing what its logs accept; on a
+/// signal, drain it on the cluster (children first) instead.
+///
+/// # Errors
+/// The server does not answer, a turn keeps failing, a log line does not
+/// parse, or a signal came ([`CliError::Interrupted`]).
+///
+/// # Cancel safety
+/// Dropped, the command stops watching; the tree goes on on the cluster.
+pub async fn follow(
+    client: &RestateClient,
+    tree: &mut Followed,
+    reporter: &Reporter,
+    signals: &mut Signals,
+) -> Result<(), CliError> {
+    let lead = tree.lead().clone();
+    tokio::select! {
+        watched = watch(client, tree, reporter) => watched,
         signal = signals.recv() => {
-            dsh_restate::tree::drain(&client, &lead)
+            dsh_restate::tree::drain(client, &lead)
                 .await
                 .map_err(|error| CliError::Refused(error.to_string()))?;
             Err(CliError::Interrupted(signal))
         }
-    };
-    let lead_events = tree.events(&lead);
-    let outcome = outcome.and_then(|()| match transcript::finished_turns(lead_events).last() {
+    }
+}
+
+/// [`CliError::LeadStopped`] when the lead's last turn, as read, failed.
+///
+/// # Errors
+/// As said.
+pub fn lead_stopped(tree: &Followed) -> Result<(), CliError> {
+    match transcript::finished_turns(tree.events(tree.lead())).last() {
         Some(turn) if transcript::failed(&turn.end.stop_reason) => Err(CliError::LeadStopped {
             reason: turn.end.stop_reason.to_string(),
             diagnostic: turn.end.diagnostic.clone(),
         }),
         _ => Ok(()),
-    });
+    }
+}
+
+/// Close the view of a command that ran the lead: its last frame, the
+/// run's end (the lead's last stop, or the command's error), everything
+/// written; returns `outcome`.
+///
+/// # Cancel safety
+/// Cancel safe: a drop stops only the wait for the writing.
+pub async fn ended(
+    reporter: &Reporter,
+    tree: &Followed,
+    outcome: Result<(), CliError>,
+) -> Result<(), CliError> {
+    let lead = tree.lead();
     reporter.show(Seen::Refresh);
     reporter.show(Seen::RunEnded {
         lead: lead.clone(),
-        stop_reason: dsh_subagent::result::last_stop(lead_events)
+        stop_reason: dsh_subagent::result::last_stop(tree.events(lead))
             .map(|(reason, _)| reason.to_string()),
         error: outcome.as_ref().err().map(ToString::to_string),
     });
     reporter.flush().await;
     outcome
+}
+
+/// Show the run's start: its banner, model and where its sessions are.
+pub fn run_started(reporter: &Reporter, settings: &Settings, ingress: &str) {
+    reporter.show(Seen::RunStarted {
+        banner: banner(settings, ingress),
+        model: settings.model.spec(),
+        sessions: format!("the Restate cluster at {ingress}"),
+    });
 }
 
 /// The run's first line, as a local run words it.
@@ -151,7 +243,7 @@ async fn watch(
         // moment is read below, and a member it reveals is asked again.
         let quiet = tree.quiet(client).await?;
         let members = tree.members.len();
-        tree.read(client, reporter).await?;
+        tree.read(client, reporter, true).await?;
         if quiet && tree.members.len() == members {
             return Ok(());
         }
@@ -172,13 +264,14 @@ struct Member {
 
 /// The tree as read so far: the lead first, then each child in the order
 /// its catalog entry was read.
-struct Followed {
+pub struct Followed {
     members: Vec<Member>,
     index: HashMap<SessionId, usize>,
 }
 
 impl Followed {
-    fn new(lead: SessionId) -> Self {
+    /// The tree of `lead`, nothing read yet.
+    pub fn new(lead: SessionId) -> Self {
         Self {
             members: vec![Member {
                 id: lead.clone(),
@@ -191,8 +284,36 @@ impl Followed {
         }
     }
 
+    /// The tree's lead (its root).
+    pub fn lead(&self) -> &SessionId {
+        &self.members[0].id
+    }
+
+    /// Every member found so far, the lead first.
+    pub fn ids(&self) -> impl Iterator<Item = &SessionId> {
+        self.members.iter().map(|member| &member.id)
+    }
+
+    /// Read every member's log to its end (members found on the way too)
+    /// without drawing it: the children are shown started, their turns
+    /// so far are taken as shown. What the logs accept from now on is
+    /// drawn by [`follow`].
+    ///
+    /// # Errors
+    /// The server does not answer, or a log line does not parse.
+    ///
+    /// # Cancel safety
+    /// Cancel safe: it only reads.
+    pub async fn catch_up(
+        &mut self,
+        client: &RestateClient,
+        reporter: &Reporter,
+    ) -> Result<(), CliError> {
+        self.read(client, reporter, false).await
+    }
+
     /// The events read of `id`.
-    fn events(&self, id: &SessionId) -> &[SessionEvent] {
+    pub fn events(&self, id: &SessionId) -> &[SessionEvent] {
         self.index
             .get(id)
             .map(|&at| self.members[at].events.as_slice())
@@ -215,13 +336,20 @@ impl Followed {
         Ok(client.in_flight(&ids).await.map_err(cluster_error)? == 0)
     }
 
-    /// Read every member's new lines (members found on the way too) and
-    /// show them.
-    async fn read(&mut self, client: &RestateClient, reporter: &Reporter) -> Result<(), CliError> {
+    /// Read every member's new lines (members found on the way too) and,
+    /// when `draw`, show them and the turns they end.
+    async fn read(
+        &mut self,
+        client: &RestateClient,
+        reporter: &Reporter,
+        draw: bool,
+    ) -> Result<(), CliError> {
         let mut at = 0;
         while at < self.members.len() {
             let fresh = self.read_member(client, at).await?;
-            reporter.logged(&self.members[at].id, &fresh);
+            if draw {
+                reporter.logged(&self.members[at].id, &fresh);
+            }
             let parent = self.members[at].id.clone();
             let root = self.members[0].id.clone();
             for event in &fresh {
@@ -231,7 +359,12 @@ impl Followed {
                     reporter.show(Seen::Started { info, agent: None });
                 }
             }
-            self.show_turns(at, reporter);
+            if draw {
+                self.show_turns(at, reporter);
+            } else {
+                let member = &mut self.members[at];
+                member.shown_turns = transcript::finished_turns(&member.events).len();
+            }
             at += 1;
         }
         Ok(())

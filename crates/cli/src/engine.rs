@@ -1,10 +1,13 @@
 //! Which engine holds the sessions: the local JSONL store in a session
 //! directory (the default, unchanged for anyone who does not ask), or a
 //! Restate cluster (issue 35, `docs/distributed.md`), chosen by `[engine]`
-//! in dsh.toml (`kind = "restate"`, `ingress_url`, `admin_url`) under the
-//! flags `--engine`, `--ingress` and `--admin`. A bad kind or URL is one
-//! line naming the file and key (or the flag); a server that does not
-//! answer is one line naming the URL asked.
+//! in dsh.toml (`kind = "restate"`, `ingress_url`, `admin_url`,
+//! `worker_timeout`) under the flags `--engine`, `--ingress`, `--admin` and
+//! `--worker-timeout`. A bad kind, URL or bound is one line naming the
+//! file and key (or the flag); a server that does not answer is one line
+//! naming the URL asked; a call no worker answers is said once on stderr,
+//! naming the worker and the server's last failure, and fails the command
+//! after the bound (`client`).
 //!
 //! [`Source`] is where the read commands (`agents`, `show`, `replay`,
 //! `export`) read the sessions from: a session directory through the JSONL
@@ -14,6 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::time::Duration;
 
 use dsh_core::SessionStore;
 #[cfg(feature = "restate")]
@@ -39,7 +43,16 @@ pub struct EngineSection {
     pub ingress_url: Option<String>,
     /// The Restate admin API (`http://host:9070`).
     pub admin_url: Option<String>,
+    /// Seconds a call waits for a worker to answer before the command
+    /// fails (default [`DEFAULT_WORKER_TIMEOUT`]).
+    pub worker_timeout: Option<u64>,
 }
+
+/// Seconds a call to the cluster waits for a worker when neither the flag
+/// nor the file says: long enough for the server to move a call to
+/// another worker after one dies, short enough that a cluster with no
+/// worker answering is named instead of waited on.
+pub const DEFAULT_WORKER_TIMEOUT: u64 = 30;
 
 /// The engine flags, each over its key of `[engine]`.
 #[derive(Debug, Default, Clone)]
@@ -50,6 +63,8 @@ pub struct EngineFlags {
     pub ingress: Option<String>,
     /// `--admin`.
     pub admin: Option<String>,
+    /// `--worker-timeout`, in seconds.
+    pub worker_timeout: Option<u64>,
 }
 
 /// The engine chosen.
@@ -63,6 +78,8 @@ pub enum Engine {
         ingress: String,
         /// The admin API's base URL, without a trailing `/`.
         admin: String,
+        /// How long a call waits for a worker to answer.
+        worker_timeout: Duration,
     },
 }
 
@@ -118,16 +135,30 @@ pub fn resolve(
         &section.admin_url,
         DEFAULT_ADMIN,
     )?;
+    let worker_timeout = match (flags.worker_timeout, section.worker_timeout) {
+        (Some(0), _) => {
+            return Err(CliError::BadFlag(
+                "--worker-timeout: at least 1 second".to_owned(),
+            ));
+        }
+        (None, Some(0)) => return Err(in_file("worker_timeout", "at least 1 second".to_owned())),
+        (Some(secs), _) | (None, Some(secs)) => secs,
+        (None, None) => DEFAULT_WORKER_TIMEOUT,
+    };
     match kind {
         Kind::Local => {
-            if flags.ingress.is_some() || flags.admin.is_some() {
+            if flags.ingress.is_some() || flags.admin.is_some() || flags.worker_timeout.is_some() {
                 return Err(CliError::BadFlag(
-                    "--ingress/--admin: they address a Restate server; add `--engine restate` (or dsh.toml's engine.kind)".to_owned(),
+                    "--ingress/--admin/--worker-timeout: they address a Restate server; add `--engine restate` (or dsh.toml's engine.kind)".to_owned(),
                 ));
             }
             Ok(Engine::Local)
         }
-        Kind::Restate => Ok(Engine::Restate { ingress, admin }),
+        Kind::Restate => Ok(Engine::Restate {
+            ingress,
+            admin,
+            worker_timeout: Duration::from_secs(worker_timeout),
+        }),
     }
 }
 
@@ -201,9 +232,12 @@ impl Source {
             #[cfg(not(feature = "restate"))]
             Engine::Restate { .. } => Err(disabled("--engine restate (or dsh.toml's engine.kind)")),
             #[cfg(feature = "restate")]
-            Engine::Restate { ingress, admin } => {
-                let client = RestateClient::new(ingress, admin)
-                    .map_err(|error| unavailable(ingress, &error))?;
+            Engine::Restate {
+                ingress,
+                admin,
+                worker_timeout,
+            } => {
+                let client = client(ingress, admin, *worker_timeout)?;
                 Ok(Self::Restate {
                     client,
                     place: PathBuf::from(format!("the Restate cluster at {ingress}")),
@@ -253,14 +287,80 @@ pub fn disabled(what: &str) -> CliError {
     }
 }
 
-/// A failed call to the server, naming the URL asked.
+/// The cluster's client: every call through the ingress waits at most
+/// `worker_timeout` for a worker, and the first call that waits on a
+/// failing worker says so once on stderr, naming the worker's URL and the
+/// server's last failure.
+///
+/// # Errors
+/// `CliError::EngineUnavailable` when the HTTP client cannot be built.
+#[cfg(feature = "restate")]
+pub(crate) fn client(
+    ingress: &str,
+    admin: &str,
+    worker_timeout: Duration,
+) -> Result<RestateClient, CliError> {
+    let told = std::sync::atomic::AtomicBool::new(false);
+    let client =
+        RestateClient::new(ingress, admin).map_err(|error| unavailable(ingress, &error))?;
+    Ok(client.with_worker_wait(worker_timeout, move |stall| {
+        if !told.swap(true, std::sync::atomic::Ordering::Relaxed) {
+            eprintln!(
+                "dsh: {}; waiting up to {} s (engine.worker_timeout, --worker-timeout)",
+                crate::one_line(&stall.to_string()),
+                worker_timeout.as_secs()
+            );
+        }
+    }))
+}
+
+/// The cluster `engine` names: its client (as [`client`] builds it) and
+/// its ingress URL.
+///
+/// # Errors
+/// `CliError::EngineUnavailable` when the HTTP client cannot be built;
+/// [`CliError::BadFlag`] for the local engine (a caller's bug: it asks only
+/// for a cluster).
+#[cfg(feature = "restate")]
+pub(crate) fn cluster(engine: &Engine) -> Result<(RestateClient, &str), CliError> {
+    match engine {
+        Engine::Restate {
+            ingress,
+            admin,
+            worker_timeout,
+        } => Ok((client(ingress, admin, *worker_timeout)?, ingress)),
+        Engine::Local => Err(CliError::BadFlag(
+            "the local engine has no cluster to address".to_owned(),
+        )),
+    }
+}
+
+/// A failed call to the server: one that got no answer names the URL
+/// asked; the cluster's own refusals (no worker answering, a worker of
+/// another version, a turn that keeps failing, a missing session) are
+/// their own line.
 #[cfg(feature = "restate")]
 pub(crate) fn cluster_error(error: ClientError) -> CliError {
     match &error {
+        // The ingress knows no dsh service: no worker was ever registered.
+        ClientError::Status {
+            url,
+            status: 404,
+            body,
+        } if body.contains("make sure to register the service") => CliError::NoWorker(format!(
+            "the Restate server at {url} has no dsh worker registered: start `dsh worker` and register its URL with the admin API (docs/distributed.md)"
+        )),
         ClientError::Transport { url, .. } | ClientError::Status { url, .. } => {
             unavailable(url, &error)
         }
-        _ => unavailable("", &error),
+        ClientError::NoWorker { .. } => CliError::NoWorker(crate::one_line(&error.to_string())),
+        ClientError::NoSuchSession(id) => CliError::NotOnCluster(id.to_string()),
+        ClientError::WorkerVersion { .. } | ClientError::TurnFailing { .. } => {
+            CliError::Refused(crate::one_line(&error.to_string()))
+        }
+        ClientError::Build(_) | ClientError::Tls(_) | ClientError::Decode { .. } => {
+            unavailable("", &error)
+        }
     }
 }
 
@@ -297,6 +397,7 @@ mod tests {
             kind: kind.map(str::to_owned),
             ingress: ingress.map(str::to_owned),
             admin: admin.map(str::to_owned),
+            worker_timeout: None,
         }
     }
 
@@ -306,6 +407,7 @@ mod tests {
         let engine = Engine::Restate {
             ingress: DEFAULT_INGRESS.to_owned(),
             admin: DEFAULT_ADMIN.to_owned(),
+            worker_timeout: Duration::from_secs(DEFAULT_WORKER_TIMEOUT),
         };
         let said = Source::new(&engine, Path::new("sessions")).unwrap_err();
         assert_eq!(
@@ -329,12 +431,14 @@ mod tests {
             kind: Some("restate".to_owned()),
             ingress_url: Some("http://10.0.0.1:8080/".to_owned()),
             admin_url: None,
+            worker_timeout: None,
         };
         assert_eq!(
             resolve(&EngineFlags::default(), None, Some(&section)).unwrap(),
             Engine::Restate {
                 ingress: "http://10.0.0.1:8080".to_owned(),
-                admin: DEFAULT_ADMIN.to_owned()
+                admin: DEFAULT_ADMIN.to_owned(),
+                worker_timeout: Duration::from_secs(DEFAULT_WORKER_TIMEOUT),
             }
         );
         assert_eq!(
@@ -350,8 +454,50 @@ mod tests {
             .unwrap(),
             Engine::Restate {
                 ingress: "http://h:1".to_owned(),
-                admin: "http://h:2".to_owned()
+                admin: "http://h:2".to_owned(),
+                worker_timeout: Duration::from_secs(DEFAULT_WORKER_TIMEOUT),
             }
+        );
+    }
+
+    #[test]
+    fn the_worker_timeout_is_the_flag_over_the_file_and_never_zero() {
+        let section = |secs| EngineSection {
+            kind: Some("restate".to_owned()),
+            worker_timeout: secs,
+            ..EngineSection::default()
+        };
+        let timeout = |flag: Option<u64>, file: Option<u64>| {
+            let flags = EngineFlags {
+                worker_timeout: flag,
+                ..EngineFlags::default()
+            };
+            match resolve(&flags, Some(Path::new("dsh.toml")), Some(&section(file))) {
+                Ok(Engine::Restate { worker_timeout, .. }) => Ok(worker_timeout.as_secs()),
+                Ok(Engine::Local) => panic!("the file asks for restate"),
+                Err(error) => Err(error.to_string()),
+            }
+        };
+        assert_eq!(timeout(None, None), Ok(DEFAULT_WORKER_TIMEOUT));
+        assert_eq!(timeout(None, Some(7)), Ok(7));
+        assert_eq!(timeout(Some(2), Some(7)), Ok(2));
+        assert_eq!(
+            timeout(Some(0), None),
+            Err("bad --worker-timeout: at least 1 second".to_owned())
+        );
+        assert_eq!(
+            timeout(None, Some(0)),
+            Err("dsh.toml: engine.worker_timeout: at least 1 second".to_owned())
+        );
+        let local = EngineFlags {
+            worker_timeout: Some(3),
+            ..EngineFlags::default()
+        };
+        assert!(
+            resolve(&local, None, None)
+                .unwrap_err()
+                .to_string()
+                .contains("--engine restate")
         );
     }
 

@@ -82,6 +82,15 @@ pub enum CliError {
         /// What the call said.
         reason: String,
     },
+    /// No worker of the Restate cluster answered a call in time (the
+    /// client's error, one line).
+    #[cfg(feature = "restate")]
+    #[error("{0}")]
+    NoWorker(String),
+    /// The session does not exist on the Restate cluster.
+    #[cfg(feature = "restate")]
+    #[error("no session `{0}` on the Restate cluster (see `dsh agents --engine restate`)")]
+    NotOnCluster(String),
     /// The session directory does not exist.
     #[error("no session directory at {}", .0.display())]
     NoSessionDir(PathBuf),
@@ -176,7 +185,9 @@ impl CliError {
             Self::Store(err) if is_corrupt(err) => EXIT_CORRUPT,
             Self::Unreachable { .. } => EXIT_UNAVAILABLE,
             #[cfg(feature = "restate")]
-            Self::EngineUnavailable { .. } => EXIT_UNAVAILABLE,
+            Self::EngineUnavailable { .. } | Self::NoWorker(_) => EXIT_UNAVAILABLE,
+            #[cfg(feature = "restate")]
+            Self::NotOnCluster(_) => EXIT_NOT_FOUND,
             Self::Interrupted(signal) | Self::Forced(signal) => {
                 EXIT_SIGNAL_BASE.saturating_add(u8::try_from(*signal).unwrap_or(0))
             }

@@ -162,36 +162,65 @@ fn main() -> ExitCode {
     }
 }
 
-/// `dsh run` on a Restate cluster (dsh-cli's `restate` feature).
-#[cfg(feature = "restate")]
-async fn run_on_cluster(
-    ingress: &str,
-    admin: &str,
-    prompt: Option<String>,
-    settings: &config::Settings,
-    json: bool,
-) -> Result<(), CliError> {
-    let client =
-        dsh_restate::client::RestateClient::new(ingress, admin).map_err(engine::cluster_error)?;
-    cluster::run(cluster::ClusterRun {
-        client,
-        ingress,
-        prompt,
-        settings,
-        json,
-    })
-    .await
+/// A command that runs agents on a Restate cluster.
+// Without the `restate` feature the command is refused unread.
+#[cfg_attr(not(feature = "restate"), allow(dead_code))]
+enum OnCluster {
+    /// `dsh run`.
+    Run {
+        prompt: Option<String>,
+        settings: config::Settings,
+        json: bool,
+    },
+    /// `dsh send`, with `--request-id`.
+    Send(send::SendArgs, Option<String>),
+    /// `dsh resume`.
+    Resume(resume::ResumeArgs),
 }
 
-/// `dsh run` on a Restate cluster: refused, naming the feature.
+/// Run `command` on the cluster `engine` names (dsh-cli's `restate`
+/// feature).
+#[cfg(feature = "restate")]
+async fn on_cluster(engine: &engine::Engine, command: OnCluster) -> Result<(), CliError> {
+    let (client, ingress) = engine::cluster(engine)?;
+    match command {
+        OnCluster::Run {
+            prompt,
+            settings,
+            json,
+        } => {
+            cluster::run(cluster::ClusterRun {
+                client,
+                ingress,
+                prompt,
+                settings: &settings,
+                json,
+            })
+            .await
+        }
+        OnCluster::Send(args, request_id) => {
+            send::on_cluster(send::ClusterSend {
+                client,
+                ingress,
+                args,
+                request_id,
+            })
+            .await
+        }
+        OnCluster::Resume(args) => {
+            resume::on_cluster(resume::ClusterResume {
+                client,
+                ingress,
+                args,
+            })
+            .await
+        }
+    }
+}
+
+/// A command on a Restate cluster: refused, naming the feature.
 #[cfg(not(feature = "restate"))]
-async fn run_on_cluster(
-    _ingress: &str,
-    _admin: &str,
-    _prompt: Option<String>,
-    _settings: &config::Settings,
-    _json: bool,
-) -> Result<(), CliError> {
+async fn on_cluster(_engine: &engine::Engine, _command: OnCluster) -> Result<(), CliError> {
     Err(engine::disabled(
         "--engine restate (or dsh.toml's engine.kind)",
     ))
@@ -210,8 +239,17 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
         } => {
             let engine = engine.resolve(config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, team, config)?;
-            if let engine::Engine::Restate { ingress, admin } = &engine {
-                return run_on_cluster(ingress, admin, prompt, &settings, json.json).await;
+            if engine != engine::Engine::Local {
+                let json = json.json;
+                return on_cluster(
+                    &engine,
+                    OnCluster::Run {
+                        prompt,
+                        settings,
+                        json,
+                    },
+                )
+                .await;
             }
             run::run(run::RunArgs {
                 prompt,
@@ -244,10 +282,11 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             wait,
             json,
             engine,
+            request_id,
         } => {
-            engine.local_only("send", config.as_deref())?;
+            let engine = engine.resolve(config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, false, config)?;
-            send::send(send::SendArgs {
+            let args = send::SendArgs {
                 name,
                 message,
                 dir: dir.dir,
@@ -256,8 +295,19 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
                 json: json.json,
                 ask,
                 wait: wait.wait,
-            })
-            .await
+            };
+            if request_id.as_deref().is_some_and(|id| id.trim().is_empty()) {
+                return Err(CliError::BadFlag("--request-id: it is empty".to_owned()));
+            }
+            if engine != engine::Engine::Local {
+                return on_cluster(&engine, OnCluster::Send(args, request_id)).await;
+            }
+            if request_id.is_some() {
+                return Err(CliError::BadFlag(
+                    "--request-id: it names a message in a Restate cluster's inbox; add `--engine restate` (or dsh.toml's engine.kind)".to_owned(),
+                ));
+            }
+            send::send(args).await
         }
         Command::Resume {
             tree,
@@ -268,17 +318,20 @@ async fn execute(command: Command, config: Option<PathBuf>) -> Result<(), CliErr
             json,
             engine,
         } => {
-            engine.local_only("resume", config.as_deref())?;
+            let engine = engine.resolve(config.as_deref())?;
             let (settings, ask) = load_settings(model, acp, false, config)?;
-            resume::resume(resume::ResumeArgs {
+            let args = resume::ResumeArgs {
                 tree,
                 dir: dir.dir,
                 settings,
                 json: json.json,
                 ask,
                 wait: wait.wait,
-            })
-            .await
+            };
+            if engine != engine::Engine::Local {
+                return on_cluster(&engine, OnCluster::Resume(args)).await;
+            }
+            resume::resume(args).await
         }
         Command::Acp {
             dir,

@@ -13,6 +13,10 @@
 //! holder's pid; then the command refuses, naming it again, as `dsh send`
 //! does ([`crate::held`]); a tree another waiter took first, between the
 //! look at the lock table and the resume, is waited for again.
+//!
+//! On a Restate cluster (`--engine restate`, `on_cluster`) a tree goes
+//! on by itself after a worker's death; resume re-drives the members whose
+//! input waits with no turn scheduled, then follows the tree.
 
 use std::path::PathBuf;
 
@@ -65,6 +69,100 @@ pub async fn resume(args: ResumeArgs) -> Result<(), CliError> {
         held: Some(held),
     })
     .await
+}
+
+/// What `dsh resume` on a Restate cluster is given.
+#[cfg(feature = "restate")]
+pub struct ClusterResume<'a> {
+    /// The cluster's client.
+    pub client: dsh_restate::client::RestateClient,
+    /// The ingress URL, for the banner and messages.
+    pub ingress: &'a str,
+    /// What was asked (the session directory and `--wait` are not used:
+    /// the cluster holds the tree, and nothing locks it).
+    pub args: ResumeArgs,
+}
+
+/// `dsh resume` on a Restate cluster. A tree there goes on by itself when
+/// a worker dies, so nothing needs bringing back; what can be stuck is a
+/// member whose input waits with no turn scheduled (its last turn failed
+/// before it started: its session could not be loaded or composed on the
+/// worker). Each such member is re-driven (its inbox schedules a turn for
+/// the waiting input); parked (interrupted) and draining members stay as
+/// they are, as a local resume keeps parked members parked. One line per
+/// member says what became of it ([`render`]), then the tree is followed
+/// until it is done, as `dsh run --engine restate` follows it.
+///
+/// # Errors
+/// The tree not on the cluster; as [`crate::cluster::follow`]; a failed
+/// last turn of the lead ([`CliError::LeadStopped`]).
+///
+/// # Cancel safety
+/// The whole command, not meant to be dropped; dropped, the members
+/// re-driven so far run on.
+#[cfg(feature = "restate")]
+pub async fn on_cluster(resume: ClusterResume<'_>) -> Result<(), CliError> {
+    use crate::cluster::{self, Followed};
+    use crate::engine::cluster_error;
+    use crate::observe::{Mode, Reporter, Seen};
+
+    let ClusterResume {
+        client,
+        ingress,
+        args,
+    } = resume;
+    cluster::connect(&client).await?;
+    let mut signals = crate::signals::Signals::install()?;
+    let (store, root) = cluster::tree_root(&client, ingress, args.tree.as_deref()).await?;
+    let reporter = Reporter::new(Mode::choose(args.json), args.settings.price());
+    cluster::run_started(&reporter, &args.settings, ingress);
+    reporter.root(&root);
+    let mut tree = Followed::new(root.clone());
+    tree.catch_up(&client, &reporter).await?;
+    let paths: std::collections::HashMap<_, _> = sessions::descendants(&store, &root)
+        .await?
+        .iter()
+        .map(|row| (row.entry.child_id.clone(), sessions::display_name(row)))
+        .collect();
+    let mut members = Vec::new();
+    for id in tree.ids() {
+        let status = client.status(id).await.map_err(cluster_error)?;
+        let inbox = &status.inbox;
+        let outcome = if inbox.parked {
+            MemberResume::Parked
+        } else if !status.is_idle() {
+            MemberResume::Live
+        } else if inbox.draining || inbox.queued + inbox.steering == 0 {
+            MemberResume::Cold
+        } else {
+            // Not parked: unpark only schedules the turn its input needs.
+            client.unpark(id).await.map_err(cluster_error)?;
+            MemberResume::Resumed(ResumeReason::PendingInput)
+        };
+        let path = match paths.get(id) {
+            Some(path) => path.clone(),
+            None => dsh_subagent::ROOT_NAME.to_owned(),
+        };
+        members.push(dsh_subagent::ResumedMember {
+            child_id: id.clone(),
+            path: Some(path),
+            outcome,
+        });
+    }
+    for line in render(&TreeResume {
+        members,
+        root_notices: 0,
+    }) {
+        reporter.line(&line);
+    }
+    reporter.show(Seen::Lead {
+        id: root.clone(),
+        agent: None,
+        prompt: String::new(),
+    });
+    let outcome = cluster::follow(&client, &mut tree, &reporter, &mut signals).await;
+    let outcome = outcome.and_then(|()| cluster::lead_stopped(&tree));
+    cluster::ended(&reporter, &tree, outcome).await
 }
 
 /// One line per member of a resumed tree: its name (path or id) and what

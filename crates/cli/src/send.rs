@@ -334,7 +334,22 @@ async fn deliver(
         return Err(CliError::Refused(format!("`{name}` failed: {error}")));
     }
     let log = world.store.load(&child).await?;
-    let Some(turn) = transcript::turn_claiming(&log.events, &request_id) else {
+    let answer = reply(&name, &log.events, &request_id)?;
+    answered(world, &lead, reporter, &name, answer).await
+}
+
+/// The answer of the turn of `events` (`name`'s log) that took the
+/// message `id`, never an older turn's (B56).
+///
+/// # Errors
+/// [`CliError::Refused`] when no turn took it, or the turn that did
+/// failed (naming its stop reason and diagnostic).
+fn reply(
+    name: &str,
+    events: &[dsh_core::SessionEvent],
+    id: &MessageId,
+) -> Result<String, CliError> {
+    let Some(turn) = transcript::turn_claiming(events, id) else {
         return Err(CliError::Refused(format!(
             "`{name}` did not answer: no turn of its log took the message"
         )));
@@ -350,7 +365,7 @@ async fn deliver(
                 .unwrap_or_default()
         )));
     }
-    answered(world, &lead, reporter, &name, turn.answer).await
+    Ok(turn.answer)
 }
 
 /// The outcome of `child`'s next activation end: `None` when the runtime
@@ -437,4 +452,112 @@ fn named(name: &str, err: SubagentError) -> CliError {
             err => err,
         },
     }
+}
+
+/// What `dsh send` on a Restate cluster is given.
+#[cfg(feature = "restate")]
+pub struct ClusterSend<'a> {
+    /// The cluster's client.
+    pub client: dsh_restate::client::RestateClient,
+    /// The ingress URL, for the banner and messages.
+    pub ingress: &'a str,
+    /// What was asked (the session directory and the local-only flags are
+    /// not used: the workers run the tree as they were configured).
+    pub args: SendArgs,
+    /// `--request-id`: the request to send the message under.
+    pub request_id: Option<String>,
+}
+
+/// `dsh send` on a Restate cluster: put the message into the agent's
+/// inbox under a request id (said on stderr, so a failed command can be
+/// retried without sending it twice), then follow the tree until it is
+/// done, drawn as `dsh run --engine restate` draws it. To the lead, the
+/// command ends as `dsh run` does; to a child, it prints the answer of
+/// the turn that took this message (found by its id in the child's log,
+/// B56) and fails when that turn failed.
+///
+/// # Errors
+/// An empty message; the tree or the name not on the cluster; a child
+/// that cannot take messages; an agent whose tree drains; as
+/// [`crate::cluster::follow`].
+///
+/// # Cancel safety
+/// The whole command, not meant to be dropped. Dropped after the accept,
+/// the message stays accepted and the tree goes on on the cluster.
+#[cfg(feature = "restate")]
+pub async fn on_cluster(send: ClusterSend<'_>) -> Result<(), CliError> {
+    use crate::cluster::{self, Followed};
+    use dsh_restate::state::inbox::AcceptRequest;
+
+    let ClusterSend {
+        client,
+        ingress,
+        args,
+        request_id,
+    } = send;
+    if args.message.trim().is_empty() {
+        return Err(CliError::Refused("the message is empty".to_owned()));
+    }
+    cluster::connect(&client).await?;
+    let mut signals = Signals::install()?;
+    let (store, root) = cluster::tree_root(&client, ingress, args.root.as_deref()).await?;
+    let (target, name) = match sessions::resolve(&store, &root, &args.name).await? {
+        Member::Root(_) => (root.clone(), None),
+        Member::Child(row) if row.entry.mode == ChildMode::CONTINUABLE => (
+            row.entry.child_id.clone(),
+            Some(sessions::display_name(&row)),
+        ),
+        Member::Child(row) => return Err(cannot_receive(&args.name, &row.entry.mode)),
+    };
+    let reporter = Reporter::new(Mode::choose(args.json), args.settings.price());
+    if name.is_none() {
+        cluster::run_started(&reporter, &args.settings, ingress);
+    }
+    reporter.root(&root);
+    let mut tree = Followed::new(root.clone());
+    tree.catch_up(&client, &reporter).await?;
+    let request_id = request_id.unwrap_or_else(|| MessageId::generate().to_string());
+    eprintln!(
+        "dsh: sending as request {request_id} (`--request-id {request_id}` sends it again at most once)"
+    );
+    let request = AcceptRequest {
+        request_id,
+        message: dsh_core::UserMessage::user_text(args.message.clone()),
+        target: dsh_core::InboxTarget::NextTurn,
+        wake: true,
+    };
+    let shown = name.as_deref().unwrap_or(dsh_subagent::ROOT_NAME);
+    let acceptance = client
+        .accept(&target, &request)
+        .await
+        .map_err(|error| match error {
+            dsh_restate::client::ClientError::Status {
+                status: 409, body, ..
+            } if body.contains("DRAINING") => CliError::Refused(format!(
+                "`{shown}` takes no new input: its tree was stopped (drained) on the cluster"
+            )),
+            error => crate::engine::cluster_error(error),
+        })?;
+    if name.is_none() {
+        reporter.show(Seen::Lead {
+            id: root.clone(),
+            agent: None,
+            prompt: args.message.clone(),
+        });
+    }
+    let outcome = cluster::follow(&client, &mut tree, &reporter, &mut signals).await;
+    let Some(name) = name else {
+        let outcome = outcome.and_then(|()| cluster::lead_stopped(&tree));
+        return cluster::ended(&reporter, &tree, outcome).await;
+    };
+    let outcome = outcome.and_then(|()| {
+        let answer = reply(&name, tree.events(&target), &acceptance.message_id)?;
+        reporter.show(Seen::Reply {
+            agent: name.clone(),
+            text: answer,
+        });
+        Ok(())
+    });
+    reporter.flush().await;
+    outcome
 }

@@ -3,10 +3,17 @@
 //! calling the objects' handlers through the ingress, and the admin API's
 //! SQL over the server's tables. Loopback and plain `http://` only for now
 //! (no TLS roots are configured; an `https://` URL fails to connect).
+//!
+//! A call through the ingress waits for a worker to run its handler, and
+//! the server retries that for as long as its retry policy says (with the
+//! defaults, for ever). [`RestateClient::with_worker_wait`] bounds the
+//! wait: the server's last failure for the call is reported once through
+//! a [`Stall`] as soon as the admin API shows one, and the call ends with
+//! [`ClientError::NoWorker`] at the bound.
 
+use std::fmt;
 use std::sync::Arc;
-
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use dsh_core::{InboxTarget, MessageId, SessionHeader, SessionId, UserMessage};
 use serde::de::DeserializeOwned;
@@ -79,6 +86,16 @@ pub enum ClientError {
     /// The session does not exist on the cluster.
     #[error("session `{0}` does not exist on the cluster")]
     NoSuchSession(SessionId),
+    /// No worker ran the handler called through the ingress within the
+    /// bound of [`RestateClient::with_worker_wait`]. The call stays with
+    /// the server, which runs it once a worker answers.
+    #[error("no worker answered `{}` within {} s{}", .stall.call, .waited.as_secs(), .stall.cause())]
+    NoWorker {
+        /// The call and the server's last failure for it.
+        stall: Stall,
+        /// How long the call waited.
+        waited: Duration,
+    },
     /// A turn of the session keeps failing: the server retries it (or
     /// paused it) instead of finishing it. A journal mismatch (a turn that
     /// did not replay the same), a worker of another build, or no worker
@@ -113,7 +130,69 @@ pub struct RestateClient {
     http: reqwest::Client,
     ingress: Arc<str>,
     admin: Arc<str>,
+    /// How long an ingress call waits for a worker; `None`: as long as
+    /// the server retries.
+    worker_wait: Option<WorkerWait>,
 }
+
+/// A call through the ingress that no worker has answered yet, as the
+/// admin API reports it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stall {
+    /// The handler called (`dsh.Session/{id}/create`).
+    pub call: String,
+    /// The worker the server last tried (its deployment's URL), or every
+    /// registered worker when it has not tried one yet.
+    pub worker: Option<String>,
+    /// The server's last failure for the call, if it has one yet.
+    pub failure: Option<String>,
+}
+
+impl Stall {
+    /// ` (the server's last try, at URL, failed: ...)`, or nothing.
+    fn cause(&self) -> String {
+        match (&self.worker, &self.failure) {
+            (Some(worker), Some(failure)) => {
+                format!(" (the server's last try, at {worker}, failed: {failure})")
+            }
+            (None, Some(failure)) => format!(" (the server's last try failed: {failure})"),
+            (Some(worker), None) => format!(" (the worker at {worker} did not run it)"),
+            (None, None) => String::new(),
+        }
+    }
+}
+
+impl fmt::Display for Stall {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "no worker has answered `{}` yet{}",
+            self.call,
+            self.cause()
+        )
+    }
+}
+
+/// What is told of a stalled call.
+type StallHook = Arc<dyn Fn(&Stall) + Send + Sync>;
+
+/// The bound of [`RestateClient::with_worker_wait`].
+#[derive(Clone)]
+struct WorkerWait {
+    bound: Duration,
+    stalled: StallHook,
+}
+
+impl fmt::Debug for WorkerWait {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("WorkerWait")
+            .field("bound", &self.bound)
+            .finish_non_exhaustive()
+    }
+}
+
+/// How often a stalled ingress call asks the admin API why.
+const STALL_POLL: Duration = Duration::from_millis(500);
 
 impl RestateClient {
     /// A client of the server whose ingress and admin APIs answer at these
@@ -137,7 +216,26 @@ impl RestateClient {
             http,
             ingress: Arc::from(ingress.trim_end_matches('/')),
             admin: Arc::from(admin.trim_end_matches('/')),
+            worker_wait: None,
         })
+    }
+
+    /// This client with every call through the ingress bounded: one that
+    /// no worker has answered after `bound` ends with
+    /// [`ClientError::NoWorker`] (the call itself stays with the server).
+    /// While it waits, the admin API is asked why about twice a second;
+    /// `stalled` hears the first answer that names a failure, once per
+    /// call.
+    pub fn with_worker_wait(
+        mut self,
+        bound: Duration,
+        stalled: impl Fn(&Stall) + Send + Sync + 'static,
+    ) -> Self {
+        self.worker_wait = Some(WorkerWait {
+            bound,
+            stalled: Arc::new(stalled),
+        });
+        self
     }
 
     /// Register (or register again, replacing) the worker serving dsh's
@@ -238,8 +336,7 @@ impl RestateClient {
     /// # Cancel safety
     /// Cancel safe to drop; the inbox may be draining.
     pub async fn drain(&self, session: &SessionId) -> Result<(), ClientError> {
-        let url = format!("{}/dsh.Inbox/{session}/drain", self.ingress);
-        self.send(self.http.post(&url), &url).await
+        self.bare("dsh.Inbox", session.as_str(), "drain").await
     }
 
     /// Check that the cluster's workers run this version of dsh.
@@ -251,8 +348,7 @@ impl RestateClient {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     pub async fn check_worker(&self) -> Result<(), ClientError> {
-        let url = format!("{}/dsh.Worker/version", self.ingress);
-        let worker: String = self.send(self.http.post(&url), &url).await?;
+        let worker: String = self.bare("dsh.Worker", "", "version").await?;
         if worker != crate::object::WORKER_VERSION {
             return Err(ClientError::WorkerVersion {
                 worker,
@@ -272,8 +368,7 @@ impl RestateClient {
     /// # Cancel safety
     /// Cancel safe to drop; the session may be parked.
     pub async fn interrupt(&self, session: &SessionId) -> Result<(), ClientError> {
-        let url = format!("{}/dsh.Inbox/{session}/interrupt", self.ingress);
-        self.send(self.http.post(&url), &url).await
+        self.bare("dsh.Inbox", session.as_str(), "interrupt").await
     }
 
     /// Unpark `session`: waiting waking input starts a turn.
@@ -284,8 +379,7 @@ impl RestateClient {
     /// # Cancel safety
     /// Cancel safe to drop; the session may be unparked.
     pub async fn unpark(&self, session: &SessionId) -> Result<(), ClientError> {
-        let url = format!("{}/dsh.Inbox/{session}/unpark", self.ingress);
-        self.send(self.http.post(&url), &url).await
+        self.bare("dsh.Inbox", session.as_str(), "unpark").await
     }
 
     /// Create a session's log (`dsh.Session/{id}/create`) with its header
@@ -377,10 +471,13 @@ impl RestateClient {
         Ok(status)
     }
 
-    /// Fail with [`ClientError::TurnFailing`] if a turn of `session` has
-    /// retried [`FAILING_AFTER_RETRIES`] times in a row, is paused, or
-    /// failed for good (admin SQL over
-    /// the server's invocations, kept for their journal retention).
+    /// Fail with [`ClientError::TurnFailing`] if a turn of `session` is
+    /// failing now: it has retried [`FAILING_AFTER_RETRIES`] times in a
+    /// row, is paused, or is the session's newest turn and failed for good
+    /// (admin SQL over the server's invocations). A turn that failed for
+    /// good and was followed by another (the session went on), or whose
+    /// session has scheduled its next turn since, is history, not
+    /// reported, though the server keeps it for its journal retention.
     ///
     /// # Errors
     /// [`ClientError::TurnFailing`]; as [`RestateClient::query`].
@@ -390,15 +487,28 @@ impl RestateClient {
     pub async fn check_turns(&self, session: &SessionId) -> Result<(), ClientError> {
         // Session ids are letters, digits, `-`, `_` and `.`: safe in a
         // quoted SQL string.
+        let turns = format!(
+            "target_service_name = 'dsh.Session' and target_service_key = '{session}' \
+             and target_handler_name = 'run_turn'"
+        );
         let sql = format!(
             "select status, last_failure, last_failure_related_entry_name, completion_failure \
-             from sys_invocation where target_service_name = 'dsh.Session' \
-             and target_service_key = '{session}' and target_handler_name = 'run_turn' \
-             and (status = 'paused' or completion_result = 'failure' \
-             or (status = 'backing-off' and retry_count >= {FAILING_AFTER_RETRIES}))"
+             from sys_invocation where {turns} \
+             and (status = 'paused' \
+             or (status = 'backing-off' and retry_count >= {FAILING_AFTER_RETRIES}) \
+             or (completion_result = 'failure' \
+             and created_at = (select max(created_at) from sys_invocation where {turns})))"
         );
         let rows = self.query(&sql).await?;
-        match rows.first() {
+        // Input accepted after the failure schedules the next turn before
+        // the server lists its invocation: the failure is history already.
+        let row = match rows.first() {
+            Some(row) if row["status"] == "completed" => {
+                (!self.status(session).await?.inbox.turn_scheduled).then_some(row)
+            }
+            row => row,
+        };
+        match row {
             None => Ok(()),
             Some(row) => Err(ClientError::TurnFailing {
                 session: session.clone(),
@@ -479,8 +589,7 @@ impl RestateClient {
     /// # Cancel safety
     /// Cancel safe: it changes nothing.
     pub async fn header_line(&self, session: &SessionId) -> Result<Option<String>, ClientError> {
-        let url = format!("{}/dsh.Session/{session}/header", self.ingress);
-        self.send(self.http.post(&url), &url).await
+        self.bare("dsh.Session", session.as_str(), "header").await
     }
 
     /// A page of a session's log lines from seq `from`.
@@ -511,7 +620,111 @@ impl RestateClient {
     ) -> Result<Res, ClientError> {
         // Session ids are safe path segments (`SessionId` validates them).
         let url = format!("{}/{service}/{key}/{handler}", self.ingress);
-        self.post(&url, input, idempotency_key).await
+        let answer = self.post(&url, input, idempotency_key);
+        self.answered(service, key.as_str(), handler, answer).await
+    }
+
+    /// Call `handler` (without input) of `service/key` (a service when
+    /// `key` is empty) through the ingress and wait for its answer.
+    async fn bare<Res: DeserializeOwned>(
+        &self,
+        service: &str,
+        key: &str,
+        handler: &str,
+    ) -> Result<Res, ClientError> {
+        let url = match key {
+            "" => format!("{}/{service}/{handler}", self.ingress),
+            key => format!("{}/{service}/{key}/{handler}", self.ingress),
+        };
+        let answer = self.send(self.http.post(&url), &url);
+        self.answered(service, key, handler, answer).await
+    }
+
+    /// Wait for `answer`, the ingress call of `service/key/handler`, within
+    /// the client's worker wait (for ever without one): while it waits,
+    /// ask the admin API why, tell the first failure seen, and end with
+    /// [`ClientError::NoWorker`] at the bound.
+    async fn answered<Res>(
+        &self,
+        service: &str,
+        key: &str,
+        handler: &str,
+        answer: impl Future<Output = Result<Res, ClientError>>,
+    ) -> Result<Res, ClientError> {
+        let Some(wait) = &self.worker_wait else {
+            return answer.await;
+        };
+        let started = Instant::now();
+        let deadline = tokio::time::Instant::now() + wait.bound;
+        let mut told = false;
+        let mut stall = Stall {
+            call: [service, key, handler]
+                .into_iter()
+                .filter(|part| !part.is_empty())
+                .collect::<Vec<_>>()
+                .join("/"),
+            worker: None,
+            failure: None,
+        };
+        tokio::pin!(answer);
+        loop {
+            let next = (tokio::time::Instant::now() + STALL_POLL).min(deadline);
+            tokio::select! {
+                answered = &mut answer => return answered,
+                () = tokio::time::sleep_until(next) => {}
+            }
+            // An admin API that does not answer leaves the last word known.
+            if let Ok(seen) = self.stall(&stall.call).await {
+                stall.worker = seen.worker.or(stall.worker);
+                stall.failure = seen.failure.or(stall.failure);
+            }
+            if !told && stall.failure.is_some() {
+                told = true;
+                (wait.stalled)(&stall);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(ClientError::NoWorker {
+                    stall,
+                    waited: started.elapsed(),
+                });
+            }
+        }
+    }
+
+    /// Why the newest unfinished invocation of `target` (`service/handler`
+    /// or `service/key/handler`) has not finished: the server's last
+    /// failure and the worker it tried.
+    async fn stall(&self, target: &str) -> Result<Stall, ClientError> {
+        // Services, handlers and session ids are letters, digits, `-`,
+        // `_` and `.`: safe in a quoted SQL string.
+        let sql = format!(
+            "select last_failure, last_attempt_deployment_id from sys_invocation \
+             where target = '{target}' and status <> 'completed' \
+             order by modified_at desc limit 1"
+        );
+        let row = self.query(&sql).await?.into_iter().next();
+        let text = |row: &Option<serde_json::Value>, column: &str| {
+            row.as_ref()
+                .and_then(|row| row[column].as_str())
+                .filter(|text| !text.is_empty())
+                .map(str::to_owned)
+        };
+        let failure = text(&row, "last_failure");
+        let deployments = match text(&row, "last_attempt_deployment_id") {
+            Some(id) => format!("select endpoint from sys_deployment where id = '{id}'"),
+            None => "select endpoint from sys_deployment".to_owned(),
+        };
+        let endpoints: Vec<String> = self
+            .query(&deployments)
+            .await?
+            .iter()
+            .filter_map(|row| row["endpoint"].as_str().map(str::to_owned))
+            .collect();
+        Ok(Stall {
+            call: String::new(),
+            worker: (!endpoints.is_empty()).then(|| endpoints.join(", ")),
+            failure,
+        })
     }
 
     async fn post<Res: DeserializeOwned>(

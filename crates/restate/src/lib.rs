@@ -11,11 +11,11 @@
 //! [`object`]; [`worker::serve`] serves them with the model and tools of a
 //! [`worker::WorkerEnv`]. From outside, [`client::RestateClient`] starts
 //! sessions, sends input and reads status; [`tree`] lists and drains a
-//! tree; [`export`] writes it as JSONL; [`store::RestateSessionStore`]
-//! reads sessions as a `SessionStore`.
+//! tree; [`store::RestateSessionStore`] reads sessions as a `SessionStore`
+//! (so dsh-cli's one export, over any store, writes a cluster's tree as
+//! JSONL).
 
 pub mod client;
-pub mod export;
 pub mod object;
 pub mod state;
 pub mod store;

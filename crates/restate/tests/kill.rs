@@ -3,6 +3,7 @@
 //! (`support::Front`), each test in its own network namespace. Every kill
 //! lands at a gate (a FIFO the gated step writes to and then waits on),
 //! never after a sleep. The assertions read the tree exported as JSONL
+//! (through the cluster's read-side store, as `dsh export` copies it)
 //! with dsh's own store, replay each session with `harness::replay`, and
 //! count the model's asks and the tools' runs from the files the test
 //! worker appends to across processes.
@@ -22,6 +23,7 @@ use dsh_harness::replay::{Verdict, replay_session};
 use dsh_restate::client::ClientError;
 use dsh_restate::object::WORKER_STOPPED_TOOL_CALL;
 use dsh_restate::state::inbox::AcceptRequest;
+use dsh_restate::store::RestateSessionStore;
 use serde_json::{Value, json};
 use support::cluster::{Cluster, POLL, lead};
 
@@ -33,11 +35,23 @@ async fn export_and_check(
     root: &SessionId,
     interrupted: &[&str],
 ) -> Vec<(SessionId, Vec<SessionEvent>)> {
+    // As `dsh export` copies a tree: each member loaded through the
+    // cluster's read-side store, created whole in a local JSONL store.
     let out: PathBuf = cluster.dir.path().join("export");
-    let ids = dsh_restate::export::export(cluster.client(), root, &out)
+    let ids = dsh_restate::tree::members(cluster.client(), root)
         .await
         .unwrap();
+    let cluster_store = RestateSessionStore::new(cluster.client().clone());
     let store = JsonlStore::new(&out, dsh_core::Durability::default()).unwrap();
+    for id in &ids {
+        let loaded = cluster_store.load(id).await.unwrap();
+        store
+            .create(&loaded.header, &loaded.events)
+            .await
+            .unwrap()
+            .close()
+            .await;
+    }
     let mut logs = Vec::new();
     for id in ids {
         let loaded = store.load(&id).await.unwrap();
