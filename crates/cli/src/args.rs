@@ -445,8 +445,8 @@ pub(crate) enum Command {
     /// Serve dsh's Restate objects for a Restate server to call (one of
     /// any number of identical workers); register its address with the
     /// server's admin API. SIGINT, SIGTERM or SIGHUP stops it after the
-    /// calls in flight. The turns themselves are not served yet (see
-    /// docs/distributed.md).
+    /// calls in flight (the server sends what was cut to another worker;
+    /// see docs/distributed.md).
     Worker {
         /// The address to listen on (`IP:PORT`; port 0 picks one). Once
         /// bound, `listening on http://ADDR` is printed on stdout.

@@ -99,7 +99,7 @@ pub async fn tree_root(
     let root = scan
         .pick_root(&place, wanted)
         .map_err(|error| match error {
-            CliError::UnknownRoot(id) => CliError::NotOnCluster(id),
+            CliError::UnknownRoot { root, .. } => CliError::NotOnCluster(root),
             error => error,
         })?;
     Ok((store, root))

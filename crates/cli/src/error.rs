@@ -100,9 +100,15 @@ pub enum CliError {
     /// A log the command needs is corrupt (the text names file and line).
     #[error("{0}")]
     Corrupt(String),
-    /// `--root` names no root session.
-    #[error("no root session `{0}` in the session directory")]
-    UnknownRoot(String),
+    /// `--root` names no root session of the place read (a session
+    /// directory, or the Restate cluster at a URL).
+    #[error("no root session `{root}` in {}", .place.display())]
+    UnknownRoot {
+        /// The root asked for.
+        root: String,
+        /// Where it was looked for.
+        place: PathBuf,
+    },
     /// The name names no agent of the tree.
     #[error("no agent named `{name}` in the tree of {root} (see `dsh agents`)")]
     UnknownAgent {
@@ -179,7 +185,7 @@ impl CliError {
             Self::FeatureDisabled { .. } => EXIT_USAGE,
             Self::NoSessionDir(_)
             | Self::NoSessions(_)
-            | Self::UnknownRoot(_)
+            | Self::UnknownRoot { .. }
             | Self::UnknownAgent { .. } => EXIT_NOT_FOUND,
             Self::Corrupt(_) => EXIT_CORRUPT,
             Self::Store(err) if is_corrupt(err) => EXIT_CORRUPT,

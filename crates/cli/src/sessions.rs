@@ -189,7 +189,10 @@ impl Scan {
                     .iter()
                     .find(|header| header.id.as_str() == wanted)
                     .map(|header| header.id.clone())
-                    .ok_or_else(|| CliError::UnknownRoot(wanted.to_owned()))
+                    .ok_or_else(|| CliError::UnknownRoot {
+                        root: wanted.to_owned(),
+                        place: dir.to_path_buf(),
+                    })
             }
             None => roots
                 .last()

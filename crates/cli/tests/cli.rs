@@ -109,7 +109,11 @@ fn unknown_names_and_roots_are_refused_without_touching_the_sessions() {
     let err = scratch.refused(&["show", "researcher/nobody"], &[], 3);
     assert!(err.contains("no agent named `researcher/nobody`"), "{err}");
     let err = scratch.refused(&["show", "lead", "--root", "s-nope"], &[], 3);
-    assert!(err.contains("no root session `s-nope`"), "{err}");
+    let place = scratch.sessions();
+    assert!(
+        err.contains(&format!("no root session `s-nope` in {}", place.display())),
+        "the refusal names where it looked: {err}"
+    );
 }
 
 #[test]
