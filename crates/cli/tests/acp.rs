@@ -389,3 +389,68 @@ fn a_child_resumed_by_dsh_send_is_offered_the_acp_tools() {
         );
     }
 }
+
+/// An ACP child's usage is the tree's (B64 for an external child): the
+/// 60,000 tokens the agent reports for its turn spend a tree budget of
+/// 50,000, which stops the run naming it, and `--json` shows them as the
+/// child's `usage` line; an agent that reports no usage is said once
+/// (the budget cannot see it), however many of its children answer.
+#[test]
+fn an_acp_childs_reported_usage_spends_the_trees_budget_and_shows_in_json() {
+    let Some(agent) = support::rogue_agent() else {
+        skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let child = |prompt: &str| Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": "count it",
+            "prompt": prompt,
+            "run_in_background": false,
+        }),
+    };
+    let scratch = Scratch::new();
+    let mut replies = vec![child("usage 40000 20000; say counted")];
+    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let mut args = support::acp_run(&agent);
+    args.extend(["--max-tokens", "50000", "--json", "delegate"]);
+    let run = scratch.dsh(&args, &support::fake_env(&model));
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("budget: the tree's token budget of 50000 was spent (60000 tokens used)"),
+        "{stderr}"
+    );
+    let lines = support::json_lines(&run.stdout);
+    let acp = lines
+        .iter()
+        .find(|line| line["type"] == "agent_started" && line["provider"] == "acp")
+        .unwrap_or_else(|| panic!("no ACP child started: {lines:#?}"));
+    let usage: Vec<_> = lines
+        .iter()
+        .filter(|line| line["type"] == "usage")
+        .collect();
+    assert_eq!(usage.len(), 1, "{lines:#?}");
+    assert_eq!(usage[0]["session"], acp["session"]);
+    assert_eq!(usage[0]["input_tokens"], 40_000);
+    assert_eq!(usage[0]["output_tokens"], 20_000);
+    assert!(
+        lines
+            .iter()
+            .any(|line| line["type"] == "budget" && line["tokens"] == 60_000),
+        "{lines:#?}"
+    );
+
+    let scratch = Scratch::new();
+    let mut replies = vec![child("say one"), child("say two")];
+    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let mut args = support::acp_run(&agent);
+    args.extend(["--max-tokens", "50000", "delegate"]);
+    let run = scratch.dsh(&args, &support::fake_env(&model));
+    let shown = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{shown}");
+    let said = "budget: the ACP agent `acp` reports no usage, so the tree's budget cannot see what it spends";
+    assert_eq!(shown.matches(said).count(), 1, "{shown}");
+}
