@@ -12,7 +12,7 @@
 //! client first, each child right after the call of its creator that
 //! started it. A configuration that names other model routes for the
 //! tree's provider (roles' `model`s) offers them as the session's `model`
-//! option ([`crate::acp_model`]). The stdio MCP servers the client passes with a session are
+//! option ([`crate::acp_model`]). The stdio and HTTP MCP servers the client passes with a session are
 //! started for that tree beside the configured ones and stopped with it.
 //!
 //! What the tree does reaches the client through the reporter's renderer
