@@ -3,7 +3,7 @@
 //! OpenAI-compatible server whose lead starts the ACP suite's test-only
 //! agent in the background. The run waits for that child to settle (the
 //! runtime cannot join an external member, which has no local agent); its
-//! summary names the child `external`
+//! summary names the child `external` with the tokens its agent reported
 //! (its transcript is the agent program's, not an unreadable log);
 //! `dsh agents` lists it; `dsh show` prints what its creator heard; `dsh
 //! send` refuses it in one line that says why, in English a person reads
@@ -32,7 +32,7 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
             // The agent's pause only makes it outlive the lead's turn (as
             // any real agent would), so a run that does not wait for it
             // fails for certain; nothing here waits on time.
-            "prompt": "sleep 0.3; say hello from the helper",
+            "prompt": "sleep 0.3; usage 300 200; say hello from the helper",
             "run_in_background": true,
         }),
     }];
@@ -58,6 +58,8 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
         .unwrap_or_else(|| panic!("no helper in the summary:\n{stdout}"));
     assert!(summary.contains(" external "), "{summary}");
     assert!(!summary.contains("unreadable"), "{summary}");
+    // Its tokens are what its agent reported.
+    assert!(summary.contains(" tokens 300/200"), "{summary}");
 
     let agents = scratch.dsh(&["agents"], &[]);
     assert!(agents.status.success(), "{}", text(&agents.stderr));
