@@ -456,3 +456,50 @@ fn an_acp_childs_reported_usage_spends_the_trees_budget_and_shows_in_json() {
     let said = "budget: the ACP agent `acp` reports no usage, so the tree's budget cannot see what it spends";
     assert_eq!(shown.matches(said).count(), 1, "{shown}");
 }
+
+/// The TypeScript SDK's example agent (the real peer the peers' script
+/// installs) reports no usage: under a tree budget, dsh says so once
+/// rather than count its turn as zero tokens.
+#[test]
+fn a_real_agent_that_reports_no_usage_is_said_once_under_a_budget() {
+    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../subagent-acp/peers/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js");
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !node || !agent.is_file() {
+        skip_or_fail(
+            "no node or no @agentclientprotocol/sdk (crates/subagent-acp/peers/install.sh)",
+        );
+        return;
+    }
+    let scratch = Scratch::new();
+    let mut replies = vec![Reply::ToolCall {
+        name: "acp".to_owned(),
+        arguments: serde_json::json!({
+            "description": "edit the config",
+            "prompt": "Change the database host.",
+            "run_in_background": false,
+        }),
+    }];
+    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
+    let model = FakeModel::start(replies);
+    let args = [
+        "run",
+        "--model",
+        "openai:fake",
+        "--acp-command",
+        "node",
+        "--acp-arg",
+        agent.to_str().unwrap(),
+        "--max-tokens",
+        "50000",
+        "delegate",
+    ];
+    let run = scratch.dsh(&args, &support::fake_env(&model));
+    let shown = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{shown}");
+    let said = "budget: the ACP agent `acp` reports no usage, so the tree's budget cannot see what it spends";
+    assert_eq!(shown.matches(said).count(), 1, "{shown}");
+}
