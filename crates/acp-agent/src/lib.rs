@@ -62,6 +62,9 @@ pub enum TurnEnd {
     MaxTurnRequests,
     /// The model refused.
     Refusal,
+    /// The tree's token or cost budget is spent (the host stopped the
+    /// tree, children first); ACP's `max_tokens`.
+    BudgetSpent,
 }
 
 /// The models a tree offers its client as the session's `model` option

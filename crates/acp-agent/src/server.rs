@@ -366,6 +366,7 @@ fn stop_reason(end: TurnEnd) -> StopReason {
         TurnEnd::Cancelled => StopReason::Cancelled,
         TurnEnd::MaxTurnRequests => StopReason::MaxTurnRequests,
         TurnEnd::Refusal => StopReason::Refusal,
+        TurnEnd::BudgetSpent => StopReason::MaxTokens,
     }
 }
 

@@ -282,6 +282,11 @@ impl TreeMeter {
         }
     }
 
+    /// The limit that was reached first, if one was.
+    pub fn spent(&self) -> Option<Spent> {
+        self.spent.borrow().clone()
+    }
+
     /// The limit that was reached first, once one is.
     ///
     /// # Cancel safety

@@ -403,18 +403,8 @@ fn an_acp_childs_reported_usage_spends_the_trees_budget_and_shows_in_json() {
         skip_or_fail("no Python for the test-only ACP agent");
         return;
     };
-    let child = |prompt: &str| Reply::ToolCall {
-        name: "acp".to_owned(),
-        arguments: serde_json::json!({
-            "description": "count it",
-            "prompt": prompt,
-            "run_in_background": false,
-        }),
-    };
     let scratch = Scratch::new();
-    let mut replies = vec![child("usage 40000 20000; say counted")];
-    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
-    let model = FakeModel::start(replies);
+    let model = FakeModel::start(support::delegating(&["usage 40000 20000; say counted"]));
     let mut args = support::acp_run(&agent);
     args.extend(["--max-tokens", "50000", "--json", "delegate"]);
     let run = scratch.dsh(&args, &support::fake_env(&model));
@@ -445,9 +435,7 @@ fn an_acp_childs_reported_usage_spends_the_trees_budget_and_shows_in_json() {
     );
 
     let scratch = Scratch::new();
-    let mut replies = vec![child("say one"), child("say two")];
-    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
-    let model = FakeModel::start(replies);
+    let model = FakeModel::start(support::delegating(&["say one", "say two"]));
     let mut args = support::acp_run(&agent);
     args.extend(["--max-tokens", "50000", "delegate"]);
     let run = scratch.dsh(&args, &support::fake_env(&model));
@@ -475,16 +463,7 @@ fn a_real_agent_that_reports_no_usage_is_said_once_under_a_budget() {
         return;
     }
     let scratch = Scratch::new();
-    let mut replies = vec![Reply::ToolCall {
-        name: "acp".to_owned(),
-        arguments: serde_json::json!({
-            "description": "edit the config",
-            "prompt": "Change the database host.",
-            "run_in_background": false,
-        }),
-    }];
-    replies.extend((0..4).map(|_| Reply::Text("Noted.".to_owned())));
-    let model = FakeModel::start(replies);
+    let model = FakeModel::start(support::delegating(&["Change the database host."]));
     let args = [
         "run",
         "--model",

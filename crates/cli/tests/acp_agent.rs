@@ -792,3 +792,44 @@ fn dsh_acp_with_team_gives_each_lead_the_team_tools_and_without_it_does_not() {
     let asked = first_request(&scratch, &[]);
     assert!(!asked.contains("\"spawn_teammate\""), "{asked}");
 }
+
+/// `dsh acp --max-tokens` holds as `dsh run`'s does: the 60,000 tokens an
+/// ACP child reports spend the tree's budget of 50,000, so the turn is
+/// stopped, children first, and ends `max_tokens` with the line naming
+/// the budget on stderr; a later turn of the spent tree ends so at once.
+#[test]
+fn a_spent_tree_budget_ends_the_turn_max_tokens() {
+    let Some(agent) = support::rogue_agent() else {
+        dsh_test_support::skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let model = FakeModel::start(support::delegating(&["usage 40000 20000; say counted"]));
+    let mut extra = support::acp_flags(&agent);
+    extra.extend(["--max-tokens", "50000"]);
+    let mut raw = Raw::with(&scratch, &model, &extra);
+    let created = raw.open(scratch.dir.path());
+    let session = created["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    for id in [3, 4] {
+        raw.request(
+            id,
+            "session/prompt",
+            serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Delegate." }] }),
+        );
+        let ended = raw.response(id.into());
+        assert_eq!(ended["result"]["stopReason"], "max_tokens", "{ended}");
+    }
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "dsh: budget: the tree's token budget of 50000 was spent (60000 tokens used)"
+        ),
+        "{stderr}"
+    );
+}

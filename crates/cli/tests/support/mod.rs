@@ -768,3 +768,21 @@ pub fn gated_everything(name: &str, value: &str) -> Option<GatedServer> {
         url: format!("http://127.0.0.1:{port}/mcp"),
     })
 }
+
+/// A lead's replies that start one foreground child of the `acp` tool for
+/// each of `prompts` in turn, then answer `Noted.` to whatever follows.
+pub fn delegating(prompts: &[&str]) -> Vec<model::Reply> {
+    let mut replies: Vec<model::Reply> = prompts
+        .iter()
+        .map(|prompt| model::Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": "delegate",
+                "prompt": prompt,
+                "run_in_background": false,
+            }),
+        })
+        .collect();
+    replies.extend((0..4).map(|_| model::Reply::Text("Noted.".to_owned())));
+    replies
+}
