@@ -292,9 +292,10 @@ impl TreeMeter {
     /// # Cancel safety
     /// Cancel safe: it only watches.
     pub async fn exhausted(&self) -> Spent {
+        // Subscribed before the look: a limit reached after it is a change.
         let mut seen = self.spent.subscribe();
         loop {
-            if let Some(spent) = seen.borrow_and_update().clone() {
+            if let Some(spent) = self.spent() {
                 return spent;
             }
             // The sender lives in `self`: `changed` cannot fail while this
