@@ -9,7 +9,7 @@
 //! creator's session (`subagent_update`) and linked to the tool call that
 //! started it (the call's `session` content and `_meta.dsh`). The host's
 //! asker is the session's [`Approvals`]: an action above the sandbox level
-//! becomes a `session/request_permission` to the client. The stdio MCP
+//! becomes a `session/request_permission` to the client. The stdio and HTTP MCP
 //! servers a client passes with a session reach the host as dsh-mcp
 //! configurations ([`Client::mcp_servers`]); a tree that offers a choice
 //! of models ([`Tree::models`]) has it as the session's `model` config
@@ -62,6 +62,9 @@ pub enum TurnEnd {
     MaxTurnRequests,
     /// The model refused.
     Refusal,
+    /// The tree's token or cost budget is spent (the host stopped the
+    /// tree, children first); ACP's `max_tokens`.
+    BudgetSpent,
 }
 
 /// The models a tree offers its client as the session's `model` option
@@ -82,7 +85,7 @@ pub struct Client {
     pub updates: Updates,
     /// The session's permission requests.
     pub approvals: Approvals,
-    /// The stdio MCP servers the client passed in `session/new` or
+    /// The stdio and streamable-HTTP MCP servers the client passed in `session/new` or
     /// `session/load`: the tree starts them as its own (one set per tree,
     /// stopped with it), beside any the host configures.
     pub mcp_servers: Vec<dsh_mcp::McpServerConfig>,

@@ -1,9 +1,11 @@
 //! The MCP servers a client passes in `session/new` and `session/load`,
-//! as dsh-mcp server configurations for that session's tree. dsh takes
-//! stdio servers only (every agent must; `initialize` advertises neither
-//! HTTP nor SSE), so a session asked with another transport is refused
-//! with an `invalid_params` error naming the server, as is a name dsh
-//! cannot offer tools under or one given twice.
+//! as dsh-mcp server configurations for that session's tree: a stdio
+//! server becomes a command with its arguments and variables, an HTTP one
+//! a streamable-HTTP URL with its headers (sent as the client gave them,
+//! never expanded). `initialize` advertises HTTP and not SSE, so an SSE
+//! server is refused with an `invalid_params` error naming it, as is a
+//! name dsh cannot offer tools under, one given twice, or a header that
+//! cannot be sent.
 
 use agent_client_protocol::v1::schema::McpServer;
 use dsh_mcp::McpServerConfig;
@@ -12,40 +14,61 @@ use dsh_mcp::McpServerConfig;
 ///
 /// # Errors
 /// An `invalid_params` error naming the first server that cannot be
-/// served: not stdio, a bad name, or a name given twice.
+/// served: SSE, a bad name, a name given twice, or a bad header.
 pub(crate) fn configs(
     servers: &[McpServer],
 ) -> Result<Vec<McpServerConfig>, agent_client_protocol::Error> {
     let mut configs: Vec<McpServerConfig> = Vec::with_capacity(servers.len());
     for server in servers {
-        let McpServer::Stdio(stdio) = server else {
-            let (name, transport) = match server {
-                McpServer::Http(http) => (http.name.as_str(), "HTTP"),
-                McpServer::Sse(sse) => (sse.name.as_str(), "SSE"),
-                _ => ("?", "this transport"),
-            };
-            return Err(refused(format!(
-                "MCP server `{name}`: dsh takes stdio MCP servers only, not {transport}"
-            )));
+        let config = match server {
+            McpServer::Stdio(stdio) => {
+                let mut config =
+                    McpServerConfig::command(stdio.name.clone(), stdio.command.clone())
+                        .args(stdio.args.clone());
+                if let dsh_mcp::Endpoint::Command { env, .. } = &mut config.endpoint {
+                    env.extend(
+                        stdio
+                            .env
+                            .iter()
+                            .map(|var| (var.name.clone(), var.value.clone())),
+                    );
+                }
+                config
+            }
+            McpServer::Http(http) => {
+                let mut config = McpServerConfig::url(http.name.clone(), http.url.clone());
+                for header in &http.headers {
+                    if let Some(reason) = dsh_mcp::check_header(&header.name, &header.value) {
+                        return Err(refused(format!(
+                            "MCP server `{}`: header `{}`: {reason}",
+                            http.name, header.name
+                        )));
+                    }
+                    config = config.header(header.name.clone(), header.value.clone());
+                }
+                config
+            }
+            McpServer::Sse(sse) => {
+                return Err(refused(format!(
+                    "MCP server `{}`: dsh takes stdio and streamable-HTTP MCP servers, not SSE",
+                    sse.name
+                )));
+            }
+            _ => {
+                return Err(refused(
+                    "an MCP server of a transport dsh does not know (it takes stdio and streamable HTTP)"
+                        .to_owned(),
+                ));
+            }
         };
-        if let Some(reason) = dsh_mcp::check_server_name(&stdio.name) {
-            return Err(refused(format!("MCP server `{}`: {reason}", stdio.name)));
+        if let Some(reason) = dsh_mcp::check_server_name(&config.name) {
+            return Err(refused(format!("MCP server `{}`: {reason}", config.name)));
         }
-        if configs.iter().any(|config| config.name == stdio.name) {
+        if configs.iter().any(|known| known.name == config.name) {
             return Err(refused(format!(
                 "MCP server `{}` is given twice",
-                stdio.name
+                config.name
             )));
-        }
-        let mut config = McpServerConfig::command(stdio.name.clone(), stdio.command.clone())
-            .args(stdio.args.clone());
-        if let dsh_mcp::Endpoint::Command { env, .. } = &mut config.endpoint {
-            env.extend(
-                stdio
-                    .env
-                    .iter()
-                    .map(|var| (var.name.clone(), var.value.clone())),
-            );
         }
         configs.push(config);
     }
@@ -61,7 +84,9 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use agent_client_protocol::v1::schema::{EnvVariable, McpServerHttp, McpServerStdio};
+    use agent_client_protocol::v1::schema::{
+        EnvVariable, HttpHeader, McpServerHttp, McpServerSse, McpServerStdio,
+    };
     use proptest::prelude::*;
 
     fn stdio(name: &str) -> McpServer {
@@ -89,14 +114,54 @@ mod tests {
     }
 
     #[test]
-    fn http_servers_bad_names_and_twice_given_names_are_refused() {
-        let http = McpServer::Http(McpServerHttp::new("web", "https://example.com/mcp"));
-        for servers in [vec![http], vec![stdio("a.b")], vec![stdio("x"), stdio("x")]] {
+    fn an_http_server_becomes_a_url_with_the_clients_headers_as_given() {
+        let http = McpServer::Http(
+            McpServerHttp::new("web", "https://example.com/mcp").headers(vec![
+                HttpHeader::new("Authorization", "Bearer ${NOT_EXPANDED}"),
+                HttpHeader::new("X-Trace", "on"),
+            ]),
+        );
+        let configs = configs(&[http, stdio("fs")]).unwrap();
+        let dsh_mcp::Endpoint::Url { url, headers } = &configs[0].endpoint else {
+            panic!("not a URL: {:?}", configs[0].endpoint);
+        };
+        assert_eq!(url, "https://example.com/mcp");
+        assert_eq!(headers["Authorization"], "Bearer ${NOT_EXPANDED}");
+        assert_eq!(headers["X-Trace"], "on");
+        assert_eq!(configs[1].name, "fs");
+    }
+
+    #[test]
+    fn sse_servers_bad_headers_bad_names_and_twice_given_names_are_refused() {
+        let sse = McpServer::Sse(McpServerSse::new("feed", "https://example.com/sse"));
+        let bad_header = McpServer::Http(
+            McpServerHttp::new("web", "https://example.com/mcp")
+                .headers(vec![HttpHeader::new("X-Token", "a\nb")]),
+        );
+        for (servers, said) in [
+            (
+                vec![sse],
+                "MCP server `feed`: dsh takes stdio and streamable-HTTP MCP servers, not SSE",
+            ),
+            (
+                vec![bad_header],
+                "MCP server `web`: header `X-Token`: a header value is non-empty visible ASCII (spaces and tabs allowed)",
+            ),
+            (
+                vec![stdio("a.b")],
+                "MCP server `a.b`: a server name holds only ASCII letters, digits, `-` and `_`",
+            ),
+            (
+                vec![stdio("x"), stdio("x")],
+                "MCP server `x` is given twice",
+            ),
+        ] {
             let err = configs(&servers).unwrap_err();
             assert_eq!(
                 err.code,
                 agent_client_protocol::Error::invalid_params().code
             );
+            assert_eq!(err.data, Some(serde_json::json!(said)));
         }
     }
 

@@ -195,8 +195,8 @@ pub async fn serve(
 
 impl Server {
     /// What dsh supports: loading sessions, images when the model takes
-    /// them, and the client's MCP servers over stdio (neither HTTP nor
-    /// SSE).
+    /// them, and the client's MCP servers over stdio and streamable HTTP
+    /// (not SSE).
     fn initialize(&self, request: &InitializeRequest) -> InitializeResponse {
         let version = std::cmp::min(
             request.protocol_version,
@@ -206,7 +206,7 @@ impl Server {
             .agent_capabilities(
                 AgentCapabilities::new()
                     .load_session(true)
-                    .mcp_capabilities(McpCapabilities::new())
+                    .mcp_capabilities(McpCapabilities::new().http(true))
                     .prompt_capabilities(PromptCapabilities::new().image(self.host.images())),
             )
             .agent_info(Implementation::new("dsh", env!("CARGO_PKG_VERSION")))
@@ -366,6 +366,7 @@ fn stop_reason(end: TurnEnd) -> StopReason {
         TurnEnd::Cancelled => StopReason::Cancelled,
         TurnEnd::MaxTurnRequests => StopReason::MaxTurnRequests,
         TurnEnd::Refusal => StopReason::Refusal,
+        TurnEnd::BudgetSpent => StopReason::MaxTokens,
     }
 }
 

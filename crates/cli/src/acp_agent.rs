@@ -12,7 +12,7 @@
 //! client first, each child right after the call of its creator that
 //! started it. A configuration that names other model routes for the
 //! tree's provider (roles' `model`s) offers them as the session's `model`
-//! option ([`crate::acp_model`]). The stdio MCP servers the client passes with a session are
+//! option ([`crate::acp_model`]). The stdio and HTTP MCP servers the client passes with a session are
 //! started for that tree beside the configured ones and stopped with it.
 //!
 //! What the tree does reaches the client through the reporter's renderer
@@ -518,6 +518,13 @@ impl Tree for DshTree {
             option.apply();
         }
         let world = &self.session.world;
+        let meter = self.session.meter.as_deref();
+        // A spent budget stays spent: the turn ends before it begins.
+        if let Some(spent) = meter.and_then(crate::budget::TreeMeter::spent) {
+            self.reporter.line(&spent.end_line());
+            self.reporter.flush().await;
+            return Ok(TurnEnd::BudgetSpent);
+        }
         let earlier = crate::transcript::finished_turns(&self.lead.events()).len();
         self.lead
             .followup(UserMessage::new(content, MessageSource::User))
@@ -526,6 +533,11 @@ impl Tree for DshTree {
         let settled = tokio::select! {
             settled = crate::run::settle(world, &self.lead, &self.reporter, &self.external, earlier) => settled,
             err = self.session.faults.failed() => Err(CliError::WriteFailed(err)),
+            spent = crate::run::exhausted(meter) => {
+                crate::run::stop_children_first(world, &self.lead, None).await;
+                self.reporter.line(&spent.end_line());
+                Err(CliError::BudgetSpent(spent.end_line()))
+            }
         };
         // Everything the turn showed reaches the client before its answer.
         self.progress.flush().await;
@@ -543,6 +555,7 @@ impl Tree for DshTree {
             Err(CliError::LeadStopped { reason, .. }) if reason == StopReason::REFUSAL.as_str() => {
                 Ok(TurnEnd::Refusal)
             }
+            Err(CliError::BudgetSpent(_)) => Ok(TurnEnd::BudgetSpent),
             Err(err) => Err(failed(err)),
         }
     }

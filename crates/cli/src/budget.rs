@@ -10,18 +10,24 @@
 //! whole, and hears which children the runtime stopped at their own limits
 //! ([`ChildLimits`]), for a line each at the end of the run.
 //!
-//! An external (ACP) child keeps its own log elsewhere: its usage is not
-//! metered here.
+//! An external (ACP) child keeps its own log elsewhere: the meter hears
+//! what it reported from the runtime's end events instead
+//! ([`TreeMeter::track`]), its tokens against the token budget and, priced
+//! at `[prices.<agent>]` (the agent's registry name: dsh does not know the
+//! model behind it), against the cost budget. An agent that reports no
+//! usage, or has no price under a cost limit, is said once: the budget
+//! cannot see what it spends, and nothing pretends it was zero.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, PoisonError};
 
 use async_trait::async_trait;
 use dsh_core::{
     EventPayload, LoadedSession, LogLayer, SessionEvent, SessionHeader, SessionId, SessionLog,
-    SessionStore, StoreError, StoreLayer, Usage,
+    SessionStore, StopReason, StoreError, StoreLayer, Usage,
 };
 use dsh_subagent::budget::budget_tokens;
+use dsh_subagent::{RunInfo, RunOutcome};
 use tokio::sync::watch;
 
 use crate::config::{Budgets, Price};
@@ -63,6 +69,10 @@ struct Account {
     prices: HashMap<SessionId, Option<Price>>,
     /// The last quarter of the nearest limit that was announced.
     announced: u8,
+    /// The external agents said to report no usage.
+    unmetered: HashSet<String>,
+    /// The external agents said to have no price.
+    unpriced: HashSet<String>,
 }
 
 /// Hears the spend each time it passes another quarter of a limit.
@@ -155,12 +165,71 @@ impl TreeMeter {
                 usage += *used;
             }
         }
+        let price = self.account().prices.get(session).copied().flatten();
+        self.charge_usage(usage, price);
+    }
+
+    /// Listen to `runtime`'s end events from now on (for as long as the
+    /// subscription is kept), charging what each external child reported
+    /// at the end of its turn; `say` hears, once per agent, that one
+    /// reports no usage or, under a cost limit, has no price.
+    pub fn track(
+        self: &Arc<Self>,
+        runtime: &dsh_subagent::SubagentRuntime,
+        say: impl Fn(&str) + Send + Sync + 'static,
+    ) -> dsh_core::observe::Subscription {
+        let meter = Arc::clone(self);
+        runtime.events().listen(move |event| {
+            if let dsh_subagent::SubagentEvent::End(info, outcome) = event
+                && !info.local
+            {
+                for line in meter.external(info, outcome) {
+                    say(&line);
+                }
+            }
+        })
+    }
+
+    /// Charge what the external child `info` settled with; the lines to
+    /// say about it (each at most once per agent).
+    fn external(&self, info: &RunInfo, outcome: &RunOutcome) -> Vec<String> {
+        // Only a turn the agent answered says whether it reports usage: an
+        // aborted or failed run reported nothing either way.
+        let RunOutcome::Settled(result) = outcome else {
+            return Vec::new();
+        };
+        let agent = &info.provider;
+        let mut lines = Vec::new();
+        if result.usage == Usage::default() {
+            if result.stop_reason == StopReason::COMPLETED
+                && self.account().unmetered.insert(agent.clone())
+            {
+                lines.push(format!(
+                    "budget: the ACP agent `{agent}` reports no usage, so the tree's budget cannot see what it spends"
+                ));
+            }
+            return lines;
+        }
+        let price = self.prices.get(agent).copied();
+        if price.is_none()
+            && self.budgets.max_cost.is_some()
+            && self.account().unpriced.insert(agent.clone())
+        {
+            lines.push(format!(
+                "budget: the ACP agent `{agent}` has no price ([prices.{agent}]), so its tokens count against the token budget only"
+            ));
+        }
+        self.charge_usage(result.usage, price);
+        lines
+    }
+
+    /// Charge `usage` at `price` (none: it costs nothing that is known).
+    fn charge_usage(&self, usage: Usage, price: Option<Price>) {
         if usage == Usage::default() {
             return;
         }
         let (spent, announce) = {
             let mut account = self.account();
-            let price = account.prices.get(session).copied().flatten();
             account.tokens = account.tokens.saturating_add(budget_tokens(&usage));
             account.cost += price.map_or(0.0, |price| {
                 price.cost(usage.input_tokens, usage.output_tokens)
@@ -213,14 +282,20 @@ impl TreeMeter {
         }
     }
 
+    /// The limit that was reached first, if one was.
+    pub fn spent(&self) -> Option<Spent> {
+        self.spent.borrow().clone()
+    }
+
     /// The limit that was reached first, once one is.
     ///
     /// # Cancel safety
     /// Cancel safe: it only watches.
     pub async fn exhausted(&self) -> Spent {
+        // Subscribed before the look: a limit reached after it is a change.
         let mut seen = self.spent.subscribe();
         loop {
-            if let Some(spent) = seen.borrow_and_update().clone() {
+            if let Some(spent) = self.spent() {
                 return spent;
             }
             // The sender lives in `self`: `changed` cannot fail while this
@@ -433,5 +508,116 @@ mod tests {
             *heard.lock().unwrap(),
             ["15000 of 100000 tokens, $1.0050 of $1.0000"]
         );
+    }
+
+    fn external(provider: &str) -> RunInfo {
+        let id = SessionId::generate();
+        RunInfo {
+            provider: provider.to_owned(),
+            name: "helper".to_owned(),
+            label: String::new(),
+            child_id: SessionId::generate(),
+            parent_session_id: id.clone(),
+            root: id,
+            local: false,
+        }
+    }
+
+    fn settled(stop: StopReason, input: u64, output: u64) -> RunOutcome {
+        let mut result = dsh_subagent::SubagentResult::stopped(stop);
+        result.usage = Usage {
+            input_tokens: input,
+            output_tokens: output,
+            ..Usage::default()
+        };
+        RunOutcome::Settled(result)
+    }
+
+    proptest::proptest! {
+        /// Whatever external children report is counted, in tokens and at
+        /// their agent's price; an agent that reports nothing, or has no
+        /// price under a cost limit, is said once; an aborted or failed run
+        /// says nothing.
+        #[test]
+        fn external_children_are_charged_and_the_unseen_said_once(
+            turns in proptest::collection::vec((0..3_usize, 0..4_u8, 1..2_000_u64, 1..2_000_u64), 1..12),
+        ) {
+            let prices: BTreeMap<String, Price> =
+                [("priced".to_owned(), Price { input: 1.0, output: 2.0 })].into_iter().collect();
+            let meter = TreeMeter::new(
+                Budgets { max_tokens: Some(u64::MAX), max_cost: Some(f64::MAX), ..Budgets::default() },
+                prices,
+                &ModelChoice::Demo,
+                None,
+            );
+            let agents = ["priced", "unpriced", "silent"];
+            let (mut tokens, mut cost, mut said) = (0, 0.0, Vec::new());
+            for (agent, how, input, output) in turns {
+                let agent = agents[agent];
+                let (input, output) = if agent == "silent" { (0, 0) } else { (input, output) };
+                let outcome = match how {
+                    0 => RunOutcome::Error("teardown".to_owned()),
+                    1 => settled(StopReason::ABORTED, 0, 0),
+                    _ => settled(StopReason::COMPLETED, input, output),
+                };
+                said.extend(meter.external(&external(agent), &outcome));
+                if how >= 2 {
+                    tokens += input + output;
+                    if agent == "priced" {
+                        cost += Price { input: 1.0, output: 2.0 }.cost(input, output);
+                    }
+                }
+            }
+            proptest::prop_assert_eq!(meter.spend().tokens, tokens);
+            proptest::prop_assert!((meter.spend().cost - cost).abs() < 1e-9);
+            let mut once = said.clone();
+            once.sort();
+            once.dedup();
+            proptest::prop_assert_eq!(once.len(), said.len(), "{:?}", said);
+            for line in &said {
+                proptest::prop_assert!(
+                    line.contains("`silent` reports no usage") || line.contains("`unpriced` has no price"),
+                    "{}", line
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn an_agent_that_reports_no_usage_is_said_once_and_only_after_an_answered_turn() {
+        let meter = TreeMeter::new(
+            Budgets {
+                max_tokens: Some(10),
+                ..Budgets::default()
+            },
+            BTreeMap::new(),
+            &ModelChoice::Demo,
+            None,
+        );
+        let acp = external("acp");
+        assert!(
+            meter
+                .external(&acp, &settled(StopReason::ABORTED, 0, 0))
+                .is_empty()
+        );
+        assert_eq!(
+            meter.external(&acp, &settled(StopReason::COMPLETED, 0, 0)),
+            [
+                "budget: the ACP agent `acp` reports no usage, so the tree's budget cannot see what it spends"
+            ]
+        );
+        assert!(
+            meter
+                .external(&acp, &settled(StopReason::COMPLETED, 0, 0))
+                .is_empty()
+        );
+        // Without a cost limit a missing price is no news; the tokens spend
+        // the token budget.
+        assert!(
+            meter
+                .external(&acp, &settled(StopReason::COMPLETED, 6, 4))
+                .is_empty()
+        );
+        assert_eq!(*meter.spent.borrow(), Some(Spent::Tokens(10, 10)));
     }
 }

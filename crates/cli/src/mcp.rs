@@ -25,7 +25,7 @@ pub struct McpSection {
 }
 
 /// One `[mcp.servers.NAME]` table: `command` (with `args`, `pass_env`,
-/// `env`) or `url`.
+/// `env`) or `url` (with `headers`).
 #[derive(Debug, Default, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpServerSection {
@@ -44,6 +44,11 @@ pub struct McpServerSection {
     pub env: BTreeMap<String, String>,
     /// A streamable-HTTP server's URL, in place of `command`.
     pub url: Option<String>,
+    /// Headers sent with every request to the `url`, by name; `${VAR}` in
+    /// a value is that variable of `dsh`'s environment, so that a secret
+    /// stays out of the file (`Authorization = "Bearer ${API_TOKEN}"`).
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
     /// `false` keeps the server configured but neither started nor offered.
     pub enabled: Option<bool>,
     /// Seconds one tool call may take (default 120).
@@ -86,6 +91,12 @@ pub fn resolve(
                 if let dsh_mcp::Endpoint::Command { env, .. } = &mut config.endpoint {
                     *env = table.env;
                 }
+                if !table.headers.is_empty() {
+                    return Err(bad(
+                        format!("{key}.headers"),
+                        "`headers` are for a `url`, not a `command`",
+                    ));
+                }
                 config
             }
             (None, Some(url)) => {
@@ -95,7 +106,20 @@ pub fn resolve(
                         "`args`, `pass_env` and `env` are for a `command`, not a `url`",
                     ));
                 }
-                McpServerConfig::url(&name, url)
+                let mut config = McpServerConfig::url(&name, url);
+                // A disabled server's variables need not be set.
+                if table.enabled != Some(false) {
+                    for (header, value) in table.headers {
+                        let key = format!("{key}.headers.{header}");
+                        let value = from_env(&value, |var| std::env::var(var).ok())
+                            .map_err(|reason| bad(key.clone(), &reason))?;
+                        if let Some(reason) = dsh_mcp::check_header(&header, &value) {
+                            return Err(bad(key, reason));
+                        }
+                        config = config.header(header, value);
+                    }
+                }
+                config
             }
             (Some(_), Some(_)) => {
                 return Err(bad(
@@ -135,6 +159,29 @@ pub fn resolve(
     Ok(servers.into_values().collect())
 }
 
+/// `value` with each `${VAR}` replaced by what `lookup` says of `VAR`
+/// (`dsh`'s environment); the reason names the variable, never a value.
+fn from_env(value: &str, lookup: impl Fn(&str) -> Option<String>) -> Result<String, String> {
+    let mut expanded = String::with_capacity(value.len());
+    let mut rest = value;
+    while let Some(start) = rest.find("${") {
+        expanded.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            return Err("a `${` without its `}`".to_owned());
+        };
+        let var = &after[..end];
+        crate::config::check_var(var).map_err(|reason| format!("`${{{var}}}`: {reason}"))?;
+        let Some(found) = lookup(var) else {
+            return Err(format!("`${{{var}}}` is not set in dsh's environment"));
+        };
+        expanded.push_str(&found);
+        rest = &after[end + 1..];
+    }
+    expanded.push_str(rest);
+    Ok(expanded)
+}
+
 /// `NAME=COMMAND [ARG...]`, split at whitespace (no shell quoting: an
 /// argument with a space needs `dsh.toml`).
 fn flag_server(flag: &str) -> Result<McpServerConfig, String> {
@@ -164,7 +211,7 @@ pub(crate) fn server_set(
 ) -> Result<McpServers, CliError> {
     let by_url = configs
         .iter()
-        .any(|config| matches!(config.endpoint, dsh_mcp::Endpoint::Url(_)));
+        .any(|config| matches!(config.endpoint, dsh_mcp::Endpoint::Url { .. }));
     let servers = McpServers::new(configs, cwd.to_owned())
         .map_err(|err| CliError::Refused(err.to_string()))?;
     if !by_url {
@@ -313,6 +360,21 @@ mod tests {
             ),
             ("", &["a= "], "bad --mcp a= : the command is empty (exit 2)"),
             (
+                "[mcp.servers.a]\ncommand = \"x\"\nheaders = { X-A = \"1\" }\n",
+                &[],
+                "/cfg/dsh.toml: mcp.servers.a.headers: `headers` are for a `url`, not a `command` (exit 2)",
+            ),
+            (
+                "[mcp.servers.a]\nurl = \"http://h/mcp\"\nheaders = { X-A = \"Bearer ${DSH_TEST_SURELY_UNSET}\" }\n",
+                &[],
+                "/cfg/dsh.toml: mcp.servers.a.headers.X-A: `${DSH_TEST_SURELY_UNSET}` is not set in dsh's environment (exit 2)",
+            ),
+            (
+                "[mcp.servers.a]\nurl = \"http://h/mcp\"\nheaders = { Mcp-Session-Id = \"1\" }\n",
+                &[],
+                "/cfg/dsh.toml: mcp.servers.a.headers.Mcp-Session-Id: this header is set by the MCP transport itself (exit 2)",
+            ),
+            (
                 "",
                 &["a__b=x"],
                 "bad --mcp a__b=x: a server name holds no `__` (it separates the server from the tool) (exit 2)",
@@ -326,6 +388,53 @@ mod tests {
                 );
             } else {
                 assert_eq!(err, expected);
+            }
+        }
+    }
+
+    #[test]
+    fn a_url_servers_headers_take_variables_from_the_environment() {
+        let text = "[mcp.servers.web]\nurl = \"http://h/mcp\"\nheaders = { X-Path = \"p=${PATH};\", X-Plain = \"v\" }\n\n[mcp.servers.off]\nurl = \"http://h/mcp\"\nenabled = false\nheaders = { X-A = \"${DSH_TEST_SURELY_UNSET}\" }\n";
+        let resolved = servers(text, &[]).unwrap();
+        let dsh_mcp::Endpoint::Url { headers, .. } = &resolved[1].endpoint else {
+            panic!("a URL server")
+        };
+        let path = std::env::var("PATH").unwrap();
+        assert_eq!(headers["X-Path"], format!("p={path};"));
+        assert_eq!(headers["X-Plain"], "v");
+    }
+
+    proptest::proptest! {
+        /// Literal text stays as it is and each `${VAR}` becomes its value;
+        /// an unset one is refused naming it.
+        #[test]
+        fn variables_are_replaced_and_the_rest_kept(
+            parts in proptest::collection::vec(("[a-zA-Z0-9 =;:/.$}-]{0,8}", "[A-Z_]{1,6}", proptest::option::of("[ -~]{0,8}")), 0..5),
+            tail in "[a-zA-Z0-9 ]{0,8}",
+        ) {
+            // A literal part never opens a `${` of its own.
+            let parts: Vec<_> = parts
+                .into_iter()
+                .map(|(literal, var, value)| (literal.replace('$', ""), var, value))
+                .collect();
+            let vars: BTreeMap<String, Option<String>> =
+                parts.iter().map(|(_, var, value)| (var.clone(), value.clone())).collect();
+            let value: String = parts.iter().map(|(literal, var, _)| format!("{literal}${{{var}}}")).collect::<String>() + &tail;
+            let got = from_env(&value, |var| vars.get(var).cloned().flatten());
+            let first_unset = parts.iter().find(|(_, var, _)| vars[var].is_none());
+            match first_unset {
+                Some((_, var, _)) => proptest::prop_assert_eq!(
+                    got,
+                    Err(format!("`${{{var}}}` is not set in dsh's environment"))
+                ),
+                None => {
+                    let want: String = parts
+                        .iter()
+                        .map(|(literal, var, _)| format!("{literal}{}", vars[var].clone().unwrap_or_default()))
+                        .collect::<String>()
+                        + &tail;
+                    proptest::prop_assert_eq!(got, Ok(want));
+                }
             }
         }
     }

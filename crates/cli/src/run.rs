@@ -696,7 +696,9 @@ async fn summary(world: &World, lead: &Arc<dyn Agent>, price: Option<Price>) -> 
             Some(world.store.load(&row.entry.child_id).await)
         };
         let (stop, tokens, tools) = match loaded {
-            None => ("external".to_owned(), Usage::default(), String::new()),
+            // Its tokens are what its agent reported, as its creator's
+            // log recorded them.
+            None => ("external".to_owned(), row.usage.own, String::new()),
             Some(Ok(log)) => {
                 let own = log
                     .events

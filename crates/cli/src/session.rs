@@ -137,10 +137,19 @@ impl Session {
         if let Some(prompter) = &prompter {
             prompter.attach(&world.runtime);
         }
-        let listening = reporter
+        let mut listening: Vec<Subscription> = reporter
             .map(|reporter| reporter.attach(&world.runtime))
             .into_iter()
             .collect();
+        // An external child's usage reaches the meter from its end event.
+        if let Some(meter) = &meter {
+            let reporter = reporter.cloned();
+            listening.push(meter.track(&world.runtime, move |line| {
+                if let Some(reporter) = &reporter {
+                    reporter.line(line);
+                }
+            }));
+        }
         Ok(Self {
             world,
             faults,

@@ -3,7 +3,7 @@
 //! OpenAI-compatible server whose lead starts the ACP suite's test-only
 //! agent in the background. The run waits for that child to settle (the
 //! runtime cannot join an external member, which has no local agent); its
-//! summary names the child `external`
+//! summary names the child `external` with the tokens its agent reported
 //! (its transcript is the agent program's, not an unreadable log);
 //! `dsh agents` lists it; `dsh show` prints what its creator heard; `dsh
 //! send` refuses it in one line that says why, in English a person reads
@@ -32,7 +32,7 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
             // The agent's pause only makes it outlive the lead's turn (as
             // any real agent would), so a run that does not wait for it
             // fails for certain; nothing here waits on time.
-            "prompt": "sleep 0.3; say hello from the helper",
+            "prompt": "sleep 0.3; usage 300 200; say hello from the helper",
             "run_in_background": true,
         }),
     }];
@@ -58,6 +58,8 @@ fn an_external_child_is_listed_summarised_and_refused_in_words_for_a_person() {
         .unwrap_or_else(|| panic!("no helper in the summary:\n{stdout}"));
     assert!(summary.contains(" external "), "{summary}");
     assert!(!summary.contains("unreadable"), "{summary}");
+    // Its tokens are what its agent reported.
+    assert!(summary.contains(" tokens 300/200"), "{summary}");
 
     let agents = scratch.dsh(&["agents"], &[]);
     assert!(agents.status.success(), "{}", text(&agents.stderr));
@@ -388,4 +390,95 @@ fn a_child_resumed_by_dsh_send_is_offered_the_acp_tools() {
             "{tool} missing:\n{request}"
         );
     }
+}
+
+/// An ACP child's usage is the tree's (B64 for an external child): the
+/// 60,000 tokens the agent reports for its turn spend a tree budget of
+/// 50,000, which stops the run naming it, and `--json` shows them as the
+/// child's `usage` line; an agent that reports no usage is said once
+/// (the budget cannot see it), however many of its children answer.
+#[test]
+fn an_acp_childs_reported_usage_spends_the_trees_budget_and_shows_in_json() {
+    let Some(agent) = support::rogue_agent() else {
+        skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let model = FakeModel::start(support::delegating(&["usage 40000 20000; say counted"]));
+    let mut args = support::acp_run(&agent);
+    args.extend(["--max-tokens", "50000", "--json", "delegate"]);
+    let run = scratch.dsh(&args, &support::fake_env(&model));
+    let stderr = text(&run.stderr);
+    assert_eq!(run.status.code(), Some(1), "{stderr}");
+    assert!(
+        stderr.contains("budget: the tree's token budget of 50000 was spent (60000 tokens used)"),
+        "{stderr}"
+    );
+    let lines = support::json_lines(&run.stdout);
+    let acp = lines
+        .iter()
+        .find(|line| line["type"] == "agent_started" && line["provider"] == "acp")
+        .unwrap_or_else(|| panic!("no ACP child started: {lines:#?}"));
+    let usage: Vec<_> = lines
+        .iter()
+        .filter(|line| line["type"] == "usage")
+        .collect();
+    assert_eq!(usage.len(), 1, "{lines:#?}");
+    assert_eq!(usage[0]["session"], acp["session"]);
+    assert_eq!(usage[0]["input_tokens"], 40_000);
+    assert_eq!(usage[0]["output_tokens"], 20_000);
+    assert!(
+        lines
+            .iter()
+            .any(|line| line["type"] == "budget" && line["tokens"] == 60_000),
+        "{lines:#?}"
+    );
+
+    let scratch = Scratch::new();
+    let model = FakeModel::start(support::delegating(&["say one", "say two"]));
+    let mut args = support::acp_run(&agent);
+    args.extend(["--max-tokens", "50000", "delegate"]);
+    let run = scratch.dsh(&args, &support::fake_env(&model));
+    let shown = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{shown}");
+    let said = "budget: the ACP agent `acp` reports no usage, so the tree's budget cannot see what it spends";
+    assert_eq!(shown.matches(said).count(), 1, "{shown}");
+}
+
+/// The TypeScript SDK's example agent (the real peer the peers' script
+/// installs) reports no usage: under a tree budget, dsh says so once
+/// rather than count its turn as zero tokens.
+#[test]
+fn a_real_agent_that_reports_no_usage_is_said_once_under_a_budget() {
+    let agent = std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../subagent-acp/peers/node_modules/@agentclientprotocol/sdk/dist/examples/agent.js");
+    let node = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .is_ok_and(|out| out.status.success());
+    if !node || !agent.is_file() {
+        skip_or_fail(
+            "no node or no @agentclientprotocol/sdk (crates/subagent-acp/peers/install.sh)",
+        );
+        return;
+    }
+    let scratch = Scratch::new();
+    let model = FakeModel::start(support::delegating(&["Change the database host."]));
+    let args = [
+        "run",
+        "--model",
+        "openai:fake",
+        "--acp-command",
+        "node",
+        "--acp-arg",
+        agent.to_str().unwrap(),
+        "--max-tokens",
+        "50000",
+        "delegate",
+    ];
+    let run = scratch.dsh(&args, &support::fake_env(&model));
+    let shown = format!("{}{}", text(&run.stdout), text(&run.stderr));
+    assert!(run.status.success(), "{shown}");
+    let said = "budget: the ACP agent `acp` reports no usage, so the tree's budget cannot see what it spends";
+    assert_eq!(shown.matches(said).count(), 1, "{shown}");
 }

@@ -514,35 +514,29 @@ fn the_clients_stdio_mcp_servers_serve_the_sessions_tree_and_stop_with_it() {
     };
     let marker = format!("dsh-acp-agent-mcp-{}", std::process::id());
     let scratch = Scratch::new();
-    let model = FakeModel::start(vec![
-        Reply::ToolCall {
-            name: "mcp__fake__echo".to_owned(),
-            arguments: serde_json::json!({ "text": "through the client's server" }),
-        },
-        Reply::Text("Echoed.".to_owned()),
-    ]);
-    let mut raw = Raw::start(&scratch, &model);
-    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
-    let init = raw.response(1.into());
+    let (model, mut raw, init) = calling_once(
+        &scratch,
+        "mcp__fake__echo",
+        serde_json::json!({ "text": "through the client's server" }),
+    );
     assert_eq!(
         init["result"]["agentCapabilities"]["mcpCapabilities"],
-        serde_json::json!({ "http": false, "sse": false }),
+        serde_json::json!({ "http": true, "sse": false }),
         "{init}"
     );
-    // An HTTP server is refused: dsh advertised stdio only.
+    // An SSE server is refused in one line: dsh advertised stdio and HTTP.
     raw.request(
         2,
         "session/new",
         serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [
-            { "type": "http", "name": "web", "url": "http://127.0.0.1:9/mcp", "headers": [] }
+            { "type": "sse", "name": "feed", "url": "http://127.0.0.1:9/sse", "headers": [] }
         ] }),
     );
     let refused = raw.response(2.into());
     assert_eq!(refused["error"]["code"], -32602, "{refused}");
-    assert!(
-        refused["error"]["data"]
-            .as_str()
-            .is_some_and(|why| why.contains("`web`") && why.contains("stdio")),
+    assert_eq!(
+        refused["error"]["data"],
+        "MCP server `feed`: dsh takes stdio and streamable-HTTP MCP servers, not SSE",
         "{refused}"
     );
     raw.request(
@@ -553,8 +547,97 @@ fn the_clients_stdio_mcp_servers_serve_the_sessions_tree_and_stop_with_it() {
         ] }),
     );
     let created = raw.response(3.into());
-    let session = created["result"]["sessionId"].as_str().unwrap().to_owned();
     assert!(!dsh_test_support::procs::marked(&marker).is_empty());
+    echo_and_close(
+        raw,
+        &model,
+        &created,
+        "mcp__fake__echo",
+        "echo: through the client's server",
+    );
+    wait_for("the client's MCP server is gone", || {
+        dsh_test_support::procs::marked(&marker).is_empty()
+    });
+}
+
+/// An HTTP MCP server the client passes is reached with the headers it
+/// gives: the registry's server-everything behind a gate that refuses any
+/// request without the client's token serves the session's tree (its
+/// `echo` answers the lead), and the same server without the header fails
+/// the session's start naming it.
+#[test]
+fn the_clients_http_mcp_server_is_reached_with_its_headers() {
+    let token = format!("dsh-acp-{}", std::process::id());
+    let Some(server) = support::gated_everything("X-Dsh-Token", &token) else {
+        return;
+    };
+    let scratch = Scratch::new();
+    let (model, mut raw, _) = calling_once(
+        &scratch,
+        "mcp__ev__echo",
+        serde_json::json!({ "message": "through the gate" }),
+    );
+    let http = |headers: serde_json::Value| {
+        serde_json::json!({ "cwd": scratch.dir.path(), "mcpServers": [
+            { "type": "http", "name": "ev", "url": server.url, "headers": headers }
+        ] })
+    };
+    raw.request(2, "session/new", http(serde_json::json!([])));
+    let refused = raw.response(2.into());
+    let said = refused["error"].to_string();
+    assert!(
+        said.contains("MCP server `ev` did not start") && said.contains("401"),
+        "{refused}"
+    );
+    raw.request(
+        3,
+        "session/new",
+        http(serde_json::json!([{ "name": "X-Dsh-Token", "value": token }])),
+    );
+    let created = raw.response(3.into());
+    echo_and_close(
+        raw,
+        &model,
+        &created,
+        "mcp__ev__echo",
+        "Echo: through the gate",
+    );
+}
+
+/// `dsh acp` over a model that calls `tool` with `arguments` once and
+/// then answers, initialized: the model, the connection and its
+/// `initialize` response.
+fn calling_once(
+    scratch: &Scratch,
+    tool: &str,
+    arguments: serde_json::Value,
+) -> (FakeModel, Raw, serde_json::Value) {
+    let model = FakeModel::start(vec![
+        Reply::ToolCall {
+            name: tool.to_owned(),
+            arguments,
+        },
+        Reply::Text("Echoed.".to_owned()),
+    ]);
+    let mut raw = Raw::start(scratch, &model);
+    raw.request(1, "initialize", serde_json::json!({ "protocolVersion": 1 }));
+    let init = raw.response(1.into());
+    (model, raw, init)
+}
+
+/// Prompt the session `created` opened: the model was offered `tool`, its
+/// call's result (holding `echoed`) reached the model, the turn ended,
+/// and `dsh acp` exits cleanly once its stdin closes.
+fn echo_and_close(
+    mut raw: Raw,
+    model: &FakeModel,
+    created: &serde_json::Value,
+    tool: &str,
+    echoed: &str,
+) {
+    let session = created["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"));
     raw.request(
         4,
         "session/prompt",
@@ -563,18 +646,12 @@ fn the_clients_stdio_mcp_servers_serve_the_sessions_tree_and_stop_with_it() {
     let ended = raw.response(4.into());
     assert_eq!(ended["result"]["stopReason"], "end_turn", "{ended}");
     let first = model.next_request(BOUND);
-    assert!(first.contains("\"mcp__fake__echo\""), "{first}");
+    assert!(first.contains(&format!("\"{tool}\"")), "{first}");
     let second = model.next_request(BOUND);
-    assert!(
-        second.contains("echo: through the client's server"),
-        "{second}"
-    );
+    assert!(second.contains(echoed), "{second}");
     drop(raw.stdin.take());
     let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
     assert!(output.status.success(), "{}", text(&output.stderr));
-    wait_for("the client's MCP server is gone", || {
-        dsh_test_support::procs::marked(&marker).is_empty()
-    });
 }
 
 #[test]
@@ -714,4 +791,45 @@ fn dsh_acp_with_team_gives_each_lead_the_team_tools_and_without_it_does_not() {
     assert!(asked.contains("\"team_task_create\""), "{asked}");
     let asked = first_request(&scratch, &[]);
     assert!(!asked.contains("\"spawn_teammate\""), "{asked}");
+}
+
+/// `dsh acp --max-tokens` holds as `dsh run`'s does: the 60,000 tokens an
+/// ACP child reports spend the tree's budget of 50,000, so the turn is
+/// stopped, children first, and ends `max_tokens` with the line naming
+/// the budget on stderr; a later turn of the spent tree ends so at once.
+#[test]
+fn a_spent_tree_budget_ends_the_turn_max_tokens() {
+    let Some(agent) = support::rogue_agent() else {
+        dsh_test_support::skip_or_fail("no Python for the test-only ACP agent");
+        return;
+    };
+    let scratch = Scratch::new();
+    let model = FakeModel::start(support::delegating(&["usage 40000 20000; say counted"]));
+    let mut extra = support::acp_flags(&agent);
+    extra.extend(["--max-tokens", "50000"]);
+    let mut raw = Raw::with(&scratch, &model, &extra);
+    let created = raw.open(scratch.dir.path());
+    let session = created["result"]["sessionId"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{created}"))
+        .to_owned();
+    for id in [3, 4] {
+        raw.request(
+            id,
+            "session/prompt",
+            serde_json::json!({ "sessionId": session, "prompt": [{ "type": "text", "text": "Delegate." }] }),
+        );
+        let ended = raw.response(id.into());
+        assert_eq!(ended["result"]["stopReason"], "max_tokens", "{ended}");
+    }
+    drop(raw.stdin.take());
+    let output = wait_bounded(raw.child, BOUND, "dsh acp after its stdin closed");
+    assert!(output.status.success(), "{}", text(&output.stderr));
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(
+            "dsh: budget: the tree's token budget of 50000 was spent (60000 tokens used)"
+        ),
+        "{stderr}"
+    );
 }

@@ -204,3 +204,44 @@ fn no_server_process_is_left_after_any_signal() {
         wait_for("the server to be gone", || servers().is_empty());
     }
 }
+
+/// `[mcp.servers.NAME] headers` reach a URL server with every request, a
+/// `${VAR}` in a value taken from dsh's environment (the secret is not in
+/// the file): the registry's server-everything behind a gate that wants
+/// the token is listed ready with its tools by `dsh mcp`; with the
+/// variable unset, the file is refused naming the key and the variable.
+#[test]
+fn a_url_servers_headers_take_their_secret_from_the_environment() {
+    let token = format!("dsh-cli-{}", std::process::id());
+    let Some(server) = support::gated_everything("Authorization", &format!("Bearer {token}"))
+    else {
+        return;
+    };
+    let scratch = Scratch::new();
+    std::fs::write(
+        scratch.dir.path().join("dsh.toml"),
+        format!(
+            "[mcp.servers.ev]\nurl = \"{}\"\nheaders = {{ Authorization = \"Bearer ${{DSH_TEST_MCP_TOKEN}}\" }}\n",
+            server.url
+        ),
+    )
+    .unwrap();
+    let listed = scratch
+        .bare(&["mcp"], &[("DSH_TEST_MCP_TOKEN", &token)])
+        .output()
+        .unwrap();
+    assert!(listed.status.success(), "{}", text(&listed.stderr));
+    let listing = text(&listed.stdout);
+    assert!(listing.starts_with("ev  ready  "), "{listing}");
+    assert!(listing.contains("\n  mcp__ev__echo  "), "{listing}");
+
+    let unset = scratch.bare(&["mcp"], &[]).output().unwrap();
+    assert_eq!(unset.status.code(), Some(2));
+    let stderr = text(&unset.stderr);
+    assert!(
+        stderr.contains(
+            "mcp.servers.ev.headers.Authorization: `${DSH_TEST_MCP_TOKEN}` is not set in dsh's environment"
+        ),
+        "{stderr}"
+    );
+}

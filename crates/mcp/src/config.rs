@@ -1,7 +1,8 @@
 //! What one MCP server is: its name (the middle of its tools' names), how
 //! it is reached (a command started with a scrubbed environment, or a
-//! streamable-HTTP URL), whether it is enabled, and its time bounds. Only
-//! data and the checks of a server name; nothing here starts anything.
+//! streamable-HTTP URL with the headers sent on every request), whether it
+//! is enabled, and its time bounds. Only data and the checks of a server
+//! name and of a header; nothing here starts anything.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -31,8 +32,14 @@ pub enum Endpoint {
         /// Variables set for it on top.
         env: BTreeMap<String, String>,
     },
-    /// A server already running, reached over streamable HTTP at this URL.
-    Url(String),
+    /// A server already running, reached over streamable HTTP.
+    Url {
+        /// Its URL.
+        url: String,
+        /// Headers sent with every request (an `Authorization`, say), by
+        /// name; their values are never shown in a diagnostic.
+        headers: BTreeMap<String, String>,
+    },
 }
 
 /// One MCP server of a tree.
@@ -99,13 +106,60 @@ impl McpServerConfig {
         self
     }
 
-    /// A server reached over streamable HTTP at `url`.
+    /// A server reached over streamable HTTP at `url`, with no headers.
     pub fn url(name: impl Into<String>, url: impl Into<String>) -> Self {
         Self {
-            endpoint: Endpoint::Url(url.into()),
+            endpoint: Endpoint::Url {
+                url: url.into(),
+                headers: BTreeMap::new(),
+            },
             ..Self::command(name, "")
         }
     }
+
+    /// Send the header `name: value` with every request (no effect on a
+    /// command server); a later value of the same name replaces it.
+    #[must_use]
+    pub fn header(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
+        if let Endpoint::Url { headers, .. } = &mut self.endpoint {
+            headers.insert(name.into(), value.into());
+        }
+        self
+    }
+}
+
+/// The headers the streamable-HTTP transport sets itself, which a server's
+/// configuration cannot.
+const RESERVED_HEADERS: [&str; 5] = [
+    "accept",
+    "content-type",
+    "mcp-session-id",
+    "mcp-protocol-version",
+    "last-event-id",
+];
+
+/// Why the header `name: value` cannot be sent, or `None` when it can: a
+/// name is an HTTP token the transport does not set itself; a value is
+/// visible ASCII, spaces and tabs, with no line break. The value is never
+/// quoted in the reason.
+pub fn check_header(name: &str, value: &str) -> Option<&'static str> {
+    if reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_err() {
+        return Some("a header name is a non-empty HTTP token (letters, digits and `-`)");
+    }
+    if RESERVED_HEADERS
+        .iter()
+        .any(|reserved| name.eq_ignore_ascii_case(reserved))
+    {
+        return Some("this header is set by the MCP transport itself");
+    }
+    if value.is_empty()
+        || !value
+            .bytes()
+            .all(|b| b == b'\t' || (b' '..=b'~').contains(&b))
+    {
+        return Some("a header value is non-empty visible ASCII (spaces and tabs allowed)");
+    }
+    None
 }
 
 /// Why a server name cannot be used, or `None` when it can: a name is one
@@ -139,5 +193,31 @@ mod tests {
         assert!(check_server_name("a.b").is_some());
         assert!(check_server_name("a__b").is_some());
         assert!(check_server_name(&"x".repeat(33)).is_some());
+    }
+
+    proptest::proptest! {
+        /// A header passes the check exactly when the HTTP client takes it
+        /// and the transport does not set it itself.
+        #[test]
+        fn a_header_passes_exactly_when_it_can_be_sent(
+            name in "[A-Za-z0-9_ :-]{0,12}",
+            value in "[ -~\t\r\n\u{80}-\u{ff}]{0,12}",
+        ) {
+            let sendable = reqwest::header::HeaderName::from_bytes(name.as_bytes()).is_ok()
+                && !value.is_empty()
+                && value.bytes().all(|b| b != b'\r' && b != b'\n' && b.is_ascii())
+                && reqwest::header::HeaderValue::from_str(&value).is_ok();
+            let reserved = RESERVED_HEADERS.iter().any(|r| name.eq_ignore_ascii_case(r));
+            proptest::prop_assert_eq!(check_header(&name, &value).is_none(), sendable && !reserved);
+        }
+    }
+
+    #[test]
+    fn the_transports_own_headers_are_refused() {
+        assert_eq!(check_header("Authorization", "Bearer abc"), None);
+        assert!(check_header("Mcp-Session-Id", "x").is_some());
+        assert!(check_header("accept", "x").is_some());
+        assert!(check_header("X-Token", "").is_some());
+        assert!(check_header("X-Token", "a\nb").is_some());
     }
 }

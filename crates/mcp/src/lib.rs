@@ -28,7 +28,9 @@
 //!
 //! A server with a `url` is reached over streamable HTTP (rmcp's client on
 //! the workspace's reqwest and rustls; [`McpServers::with_tls`] gives the
-//! roots): an unreachable URL, a certificate not trusted or an HTTP error
+//! roots), with its configured headers on every request (an
+//! `Authorization`, say; [`check_header`] says which can be sent): an
+//! unreachable URL, a header that cannot be sent, a certificate not trusted or an HTTP error
 //! fails its start at once with one line naming the URL; a connection lost
 //! mid-call is the same tool error as a crashed process.
 //!
@@ -41,7 +43,7 @@ mod tool;
 
 pub use config::{
     DEFAULT_CALL_TIMEOUT, DEFAULT_INHERITED_ENV, DEFAULT_STARTUP_TIMEOUT, Endpoint,
-    McpServerConfig, check_server_name,
+    McpServerConfig, check_header, check_server_name,
 };
 pub use server::ServerState;
 pub use servers::{McpServers, ServerStatus, ToolStatus};

@@ -163,8 +163,8 @@ impl Server {
                 };
                 (session, Some(group), Some(exit), Some(tail))
             }
-            Endpoint::Url(url) => {
-                let session = connect_url(&config, url, http, handler).await?;
+            Endpoint::Url { url, headers } => {
+                let session = connect_url(&config, url, headers, http, handler).await?;
                 (session, None, None, None)
             }
         };
@@ -411,13 +411,15 @@ impl Drop for Server {
 /// closed.
 const HTTP_RECONNECTS: usize = 3;
 
-/// Open the session with the streamable-HTTP server at `url`: `initialize`
-/// answered within the startup timeout, or one error naming the URL (a
+/// Open the session with the streamable-HTTP server at `url`, sending
+/// `headers` with every request: `initialize` answered within the startup
+/// timeout, or one error naming the URL (a header that cannot be sent, a
 /// refused connection, a certificate the client does not trust, an HTTP
 /// error status), without a retry.
 async fn connect_url(
     config: &McpServerConfig,
     url: &str,
+    headers: &BTreeMap<String, String>,
     http: &reqwest::Client,
     handler: Handler,
 ) -> Result<RunningService<RoleClient, Handler>, McpError> {
@@ -425,10 +427,38 @@ async fn connect_url(
     use rmcp::transport::common::client_side_sse::ExponentialBackoff;
     use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
+    // One line, whatever the server's error page holds.
+    let failed = |reason: String| McpError::Start {
+        server: config.name.clone(),
+        reason: format!(
+            "`{url}`: {}",
+            reason
+                .lines()
+                .map(str::trim)
+                .filter(|line| !line.is_empty())
+                .collect::<Vec<_>>()
+                .join(" ")
+        ),
+        stderr: String::new(),
+    };
     let mut retry = ExponentialBackoff::default();
     retry.max_times = Some(HTTP_RECONNECTS);
     let mut transport_config = StreamableHttpClientTransportConfig::with_uri(url);
     transport_config.retry_config = Arc::new(retry);
+    for (name, value) in headers {
+        let checked = match crate::config::check_header(name, value) {
+            Some(reason) => Err(reason),
+            None => reqwest::header::HeaderName::from_bytes(name.as_bytes())
+                .ok()
+                .zip(reqwest::header::HeaderValue::from_str(value).ok())
+                .ok_or("it cannot be sent"),
+        };
+        let (name, mut value) =
+            checked.map_err(|reason| failed(format!("header `{name}`: {reason}")))?;
+        // Kept out of the HTTP client's own debugging output.
+        value.set_sensitive(true);
+        transport_config.custom_headers.insert(name, value);
+    }
     let transport = StreamableHttpClientTransport::with_client(http.clone(), transport_config);
     let reason = match tokio::time::timeout(config.startup_timeout, handler.serve(transport)).await
     {
@@ -443,11 +473,7 @@ async fn connect_url(
             config.startup_timeout.as_secs()
         ),
     };
-    Err(McpError::Start {
-        server: config.name.clone(),
-        reason: format!("`{url}`: {reason}"),
-        stderr: String::new(),
-    })
+    Err(failed(reason))
 }
 
 /// Why a start over HTTP failed: the transport's own error (without the

@@ -312,6 +312,6 @@ fn endpoint_text(endpoint: &Endpoint) -> String {
             .chain(args.iter().cloned())
             .collect::<Vec<_>>()
             .join(" "),
-        Endpoint::Url(url) => url.clone(),
+        Endpoint::Url { url, .. } => url.clone(),
     }
 }

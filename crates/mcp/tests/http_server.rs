@@ -2,8 +2,9 @@
 //! `@modelcontextprotocol/server-everything` in its `streamableHttp` mode
 //! (installed by `crates/subagent-acp/peers/install.sh`) over loopback:
 //! its tools listed and called by URL, a server that goes away mid-call is
-//! a tool error, and a URL nobody answers fails the start with one line
-//! naming it.
+//! a tool error, a server behind a gate that wants a header is reached with
+//! the configured header and refused without it, and a URL nobody answers
+//! fails the start with one line naming it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -26,11 +27,26 @@ fn free_port() -> u16 {
 }
 
 /// server-everything over streamable HTTP on a free loopback port, once it
-/// listens: the process, its URL, and the count of POSTs it received.
-async fn everything_http(mark: &str) -> Option<(Child, String, watch::Receiver<usize>)> {
+/// listens: the process, its URL, and the count of POSTs it received. With
+/// a `gate` (a header's name and value), a request without that header is
+/// refused (401) before it reaches the server (`fixtures/header_gate.mjs`).
+async fn everything_http(
+    mark: &str,
+    gate: Option<(&str, &str)>,
+) -> Option<(Child, String, watch::Receiver<usize>)> {
     let dir = npm_servers()?;
     let port = free_port();
-    let mut child = Command::new("node")
+    let mut command = Command::new("node");
+    if let Some((name, value)) = gate {
+        let preload =
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/header_gate.mjs");
+        command
+            .arg("--import")
+            .arg(preload)
+            .env("DSH_GATE_HEADER", name)
+            .env("DSH_GATE_VALUE", value);
+    }
+    let mut child = command
         .arg(dir.join("server-everything/dist/index.js"))
         .arg("streamableHttp")
         .arg(format!("--dsh-mark={mark}"))
@@ -59,17 +75,29 @@ async fn everything_http(mark: &str) -> Option<(Child, String, watch::Receiver<u
     Some((child, format!("http://127.0.0.1:{port}/mcp"), seen))
 }
 
+/// The set of `config` alone, started, and a harness over its tools.
+async fn serving(
+    config: McpServerConfig,
+) -> (
+    McpServers,
+    dsh_harness::Harness,
+    std::sync::Arc<dsh_harness::ScriptedModel>,
+) {
+    let servers = McpServers::new(vec![config], std::env::temp_dir()).unwrap();
+    let tools = servers.tools().await.unwrap();
+    let (harness, model) = harness(&tools);
+    (servers, harness, model)
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_reached_by_url_lists_and_calls_tools_and_its_death_is_a_tool_error() {
     let mark = marker("http");
-    let Some((mut child, url, posts)) = everything_http(&mark).await else {
+    let Some((mut child, url, posts)) = everything_http(&mark, None).await else {
         return;
     };
     let mut config = McpServerConfig::url("ev", url);
     config.call_timeout = Duration::from_secs(60);
-    let servers = McpServers::new(vec![config], std::env::temp_dir()).unwrap();
-    let tools = servers.tools().await.unwrap();
-    let (harness, model) = harness(&tools);
+    let (servers, harness, model) = serving(config).await;
 
     let ran = run(
         &harness,
@@ -142,4 +170,43 @@ async fn a_url_nobody_answers_fails_the_start_with_one_line_naming_it() {
     );
     assert!(!err.contains('\n'), "{err}");
     assert!(err.contains("Connection refused"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_header_reaches_the_server_with_every_request() {
+    let mark = marker("gate");
+    let token = format!("t0ken-{mark}");
+    let Some((_child, url, posts)) = everything_http(&mark, Some(("X-Dsh-Token", &token))).await
+    else {
+        return;
+    };
+    // Without it (or with a wrong value) the gate refuses the start, and
+    // the server never sees a request; the value is not in the message.
+    for config in [
+        McpServerConfig::url("ev", url.clone()),
+        McpServerConfig::url("ev", url.clone()).header("X-Dsh-Token", "wrong-value"),
+    ] {
+        let servers = McpServers::new(vec![config], std::env::temp_dir()).unwrap();
+        let Err(err) = servers.tools().await else {
+            panic!("the gate let a request without its header through");
+        };
+        let err = err.to_string();
+        assert!(err.starts_with("MCP server `ev` did not start: "), "{err}");
+        assert!(err.contains(&url), "{err}");
+        assert!(!err.contains("wrong-value") && !err.contains('\n'), "{err}");
+    }
+    assert_eq!(*posts.borrow(), 0);
+
+    let config = McpServerConfig::url("ev", url).header("X-Dsh-Token", &token);
+    let (servers, harness, model) = serving(config).await;
+    let ran = run(
+        &harness,
+        &model,
+        None,
+        vec![("mcp__ev__echo", json!({"message": "through the gate"}))],
+    )
+    .await;
+    assert_eq!(ran.results, [("Echo: through the gate".to_owned(), false)]);
+    assert!(*posts.borrow() > 0);
+    servers.shutdown().await;
 }

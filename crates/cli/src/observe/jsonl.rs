@@ -134,13 +134,35 @@ impl Renderer for Json {
                     RunOutcome::Settled(result) => (Some(result.stop_reason.as_str()), None),
                     RunOutcome::Error(error) => (None, Some(error.as_str())),
                 };
-                out.lines(&[Line::Settled {
-                    agent: &name,
-                    session: info.child_id.as_str(),
-                    stop_reason,
-                    error,
+                let mut lines = Vec::new();
+                // An external child has no log: the usage its agent
+                // reported for the turn is its `usage` line.
+                if let RunOutcome::Settled(result) = &outcome
+                    && !info.local
+                    && result.usage != dsh_core::Usage::default()
+                {
+                    lines.push(
+                        Line::Usage {
+                            agent: &name,
+                            session: info.child_id.as_str(),
+                            input_tokens: result.usage.input_tokens,
+                            output_tokens: result.usage.output_tokens,
+                            cached_input_tokens: result.usage.cached_input_tokens,
+                            reasoning_tokens: result.usage.reasoning_tokens,
+                        }
+                        .to_json(),
+                    );
                 }
-                .to_json()]);
+                lines.push(
+                    Line::Settled {
+                        agent: &name,
+                        session: info.child_id.as_str(),
+                        stop_reason,
+                        error,
+                    }
+                    .to_json(),
+                );
+                out.lines(&lines);
             }
             Seen::Logged(session, events) => {
                 self.agent_lines(out, session, Held::Logged(events));

@@ -703,3 +703,86 @@ pub fn wait_for(what: &str, mut done: impl FnMut() -> bool) {
         std::thread::sleep(Duration::from_millis(20));
     }
 }
+
+/// The registry's `server-everything` in its streamable-HTTP mode on a free
+/// loopback port, behind dsh-mcp's test gate (`header_gate.mjs`), which
+/// refuses (401) every request that does not carry the header `name` with
+/// `value`; killed when dropped.
+pub struct GatedServer {
+    child: Child,
+    /// Its MCP endpoint.
+    pub url: String,
+}
+
+impl Drop for GatedServer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// [`GatedServer`] once it listens, or `None` (after `skip_or_fail`)
+/// without the peers' MCP servers (`crates/subagent-acp/peers/install.sh`).
+pub fn gated_everything(name: &str, value: &str) -> Option<GatedServer> {
+    let mcp = Path::new(env!("CARGO_MANIFEST_DIR")).join("../mcp");
+    let server = Path::new(env!("CARGO_MANIFEST_DIR")).join(
+        "../subagent-acp/peers/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
+    );
+    if !server.is_file() {
+        dsh_test_support::skip_or_fail(
+            "the MCP servers are not installed (run crates/subagent-acp/peers/install.sh)",
+        );
+        return None;
+    }
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut child = Command::new("node")
+        .arg("--import")
+        .arg(mcp.join("tests/fixtures/header_gate.mjs"))
+        .arg(server)
+        .arg("streamableHttp")
+        .env("PORT", port.to_string())
+        .env("DSH_GATE_HEADER", name)
+        .env("DSH_GATE_VALUE", value)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (listening, heard) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        use std::io::BufRead;
+        for line in std::io::BufReader::new(stderr).lines() {
+            let Ok(line) = line else { break };
+            if line.contains("listening on port") {
+                let _ = listening.send(());
+            }
+        }
+    });
+    heard.recv_timeout(BOUND).unwrap();
+    Some(GatedServer {
+        child,
+        url: format!("http://127.0.0.1:{port}/mcp"),
+    })
+}
+
+/// A lead's replies that start one foreground child of the `acp` tool for
+/// each of `prompts` in turn, then answer `Noted.` to whatever follows.
+pub fn delegating(prompts: &[&str]) -> Vec<model::Reply> {
+    let mut replies: Vec<model::Reply> = prompts
+        .iter()
+        .map(|prompt| model::Reply::ToolCall {
+            name: "acp".to_owned(),
+            arguments: serde_json::json!({
+                "description": "delegate",
+                "prompt": prompt,
+                "run_in_background": false,
+            }),
+        })
+        .collect();
+    replies.extend((0..4).map(|_| model::Reply::Text("Noted.".to_owned())));
+    replies
+}
