@@ -114,16 +114,13 @@ pub(crate) fn subtree_of(events: &[dsh_core::SessionEvent]) -> Usage {
 /// The payload of a usage record: `UsageRecord`'s serde form, written by
 /// the codec's hand writer (the record is written once per settled child).
 pub(crate) fn usage_payload(record: &UsageRecord) -> dsh_core::ExtensionPayload {
-    let mut object = dsh_core::codec::ObjectWriter::with_capacity(USAGE_PAYLOAD_ROOM);
+    let mut object = dsh_core::codec::ObjectWriter::new();
     object
         .string("child_id", record.child_id.as_str())
         .usage("usage", &record.usage)
         .usage("subtree", &record.subtree);
     object.finish()
 }
-
-/// Room for a usage record's text with a uuid-long id and small counts.
-const USAGE_PAYLOAD_ROOM: usize = 128;
 
 /// The host's defaults and ceilings for the budgets a delegation tool asks
 /// for: the model may ask for less than a ceiling, never more, and a call

@@ -393,13 +393,7 @@ pub fn fold_catalog(
 /// The payload of a catalog event for `entry`: its serde form, written by
 /// the codec's hand writer (no JSON value tree, no serializer in between).
 pub fn catalog_payload(entry: &CatalogEntry) -> ExtensionPayload {
-    let room = 64
-        + entry.child_id.as_str().len()
-        + entry.name.as_ref().map_or(0, |name| name.len() + 8)
-        + entry.label.len()
-        + entry.provider.len()
-        + entry.mode.as_str().len();
-    let mut object = dsh_core::codec::ObjectWriter::with_capacity(room);
+    let mut object = dsh_core::codec::ObjectWriter::new();
     object.string("child_id", entry.child_id.as_str());
     if let Some(name) = &entry.name {
         object.string("name", name);

@@ -37,7 +37,7 @@ pub(crate) fn activation_payload(delivery: Delivery) -> dsh_core::ExtensionPaylo
         Delivery::Parent => "parent",
         Delivery::Caller => "caller",
     };
-    let mut object = dsh_core::codec::ObjectWriter::with_capacity(21);
+    let mut object = dsh_core::codec::ObjectWriter::new();
     object.string("delivery", delivery);
     object.finish()
 }

@@ -5,9 +5,12 @@
 //! activation record) went through serde's serializer, which passes every
 //! key through its escaper and grows and then shrinks its buffer; here a
 //! text is checked once for a byte to escape and copied whole when it has
-//! none, the buffer is sized once, and the text becomes a payload without
+//! none, the object is written into a buffer kept between objects and
+//! copied out once at its size, and the text becomes a payload without
 //! being parsed again: what this writer writes is one JSON value whatever
 //! it is given (the property tests below hold it to `serde_json`'s bytes).
+
+use std::cell::Cell;
 
 use serde_json::value::RawValue;
 
@@ -22,10 +25,23 @@ pub struct ObjectWriter {
     text: String,
 }
 
+thread_local! {
+    /// The text of the object last written on this thread, kept for the
+    /// next one: writing an object then allocates only its payload, at its
+    /// final size (where a buffer of its own was allocated, grown and shrunk
+    /// for each).
+    static SCRATCH: Cell<String> = const { Cell::new(String::new()) };
+}
+
+/// The largest scratch text kept for the next object (a long label's is
+/// dropped with its object).
+const SCRATCH_KEPT: usize = 4096;
+
 impl ObjectWriter {
-    /// An empty object with room for `capacity` bytes of text.
-    pub fn with_capacity(capacity: usize) -> Self {
-        let mut text = String::with_capacity(capacity.max(2));
+    /// An empty object.
+    pub fn new() -> Self {
+        let mut text = SCRATCH.take();
+        text.clear();
         text.push('{');
         Self { text }
     }
@@ -77,6 +93,11 @@ impl ObjectWriter {
     /// The object as a payload.
     pub fn finish(mut self) -> ExtensionPayload {
         self.text.push('}');
+        // Allocated at its length, so the payload keeps it as it is.
+        let text = String::from(self.text.as_str());
+        if self.text.capacity() <= SCRATCH_KEPT {
+            SCRATCH.set(self.text);
+        }
         // SAFETY: the text is one JSON object without whitespace around
         // it: `{`, then fields each written whole (a key and a string
         // escaped by `escaped`, an integer in decimal, a usage as a nested
@@ -84,8 +105,14 @@ impl ObjectWriter {
         // tests below check it against `serde_json`'s own output, and
         // serde_json checks it again in debug builds.
         #[allow(unsafe_code)]
-        let raw = unsafe { RawValue::from_string_unchecked(self.text) };
+        let raw = unsafe { RawValue::from_string_unchecked(text) };
         ExtensionPayload::from_text(JsonText::from_raw(raw))
+    }
+}
+
+impl Default for ObjectWriter {
+    fn default() -> Self {
+        Self::new()
     }
 }
 
@@ -201,7 +228,7 @@ mod tests {
     }
 
     fn written(sample: &Sample) -> ExtensionPayload {
-        let mut object = ObjectWriter::with_capacity(8);
+        let mut object = ObjectWriter::new();
         object.string("id", &sample.id);
         if let Some(name) = &sample.name {
             object.string("name", name);
@@ -248,9 +275,9 @@ mod tests {
 
     #[test]
     fn an_empty_object_and_the_edges_of_a_number() {
-        assert_eq!(ObjectWriter::with_capacity(0).finish().get(), "{}");
+        assert_eq!(ObjectWriter::new().finish().get(), "{}");
         for value in [0, 9, 10, u64::MAX] {
-            let mut object = ObjectWriter::with_capacity(0);
+            let mut object = ObjectWriter::new();
             object.number("n", value);
             assert_eq!(object.finish().get(), format!(r#"{{"n":{value}}}"#));
         }
