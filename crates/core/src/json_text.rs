@@ -36,6 +36,11 @@ impl JsonText {
         serde_json::from_str::<&RawValue>(text).map(|raw| Self::on_one_line(raw.to_owned()))
     }
 
+    /// `raw` as it is: the codec's writer's text, one value on one line.
+    pub(crate) fn from_raw(raw: Box<RawValue>) -> Self {
+        Self(raw)
+    }
+
     /// The text.
     pub(crate) fn get(&self) -> &str {
         self.0.get()

@@ -233,6 +233,11 @@ impl ExtensionPayload {
         JsonText::new(value).map(Self)
     }
 
+    /// A payload of text already kept as JSON text (the codec's writer).
+    pub(crate) fn from_text(text: JsonText) -> Self {
+        Self(text)
+    }
+
     /// The payload's JSON text.
     pub fn get(&self) -> &str {
         self.0.get()

@@ -111,12 +111,15 @@ pub(crate) fn subtree_of(events: &[dsh_core::SessionEvent]) -> Usage {
     total
 }
 
-/// The payload of a usage record, serialised straight from the record.
+/// The payload of a usage record: `UsageRecord`'s serde form, written by
+/// the codec's hand writer (the record is written once per settled child).
 pub(crate) fn usage_payload(record: &UsageRecord) -> dsh_core::ExtensionPayload {
-    // Ids and integers only, so it always serialises; the `null` fallback
-    // (what a value tree's default was before) is never taken.
-    dsh_core::ExtensionPayload::new(record)
-        .unwrap_or_else(|_| dsh_core::ExtensionPayload::from(&serde_json::Value::Null))
+    let mut object = dsh_core::codec::ObjectWriter::new();
+    object
+        .string("child_id", record.child_id.as_str())
+        .usage("usage", &record.usage)
+        .usage("subtree", &record.subtree);
+    object.finish()
 }
 
 /// The host's defaults and ceilings for the budgets a delegation tool asks
@@ -456,7 +459,44 @@ pub(crate) async fn enforce(
 mod tests {
     #![allow(clippy::unwrap_used)]
 
+    use proptest::prelude::*;
+
     use super::*;
+
+    fn count() -> impl Strategy<Value = u64> {
+        prop_oneof![Just(0_u64), 0_u64..100_000, any::<u64>()]
+    }
+
+    fn any_usage() -> impl Strategy<Value = Usage> {
+        (count(), count(), count(), count()).prop_map(|(input, output, cached, reasoning)| Usage {
+            input_tokens: input,
+            output_tokens: output,
+            cached_input_tokens: cached,
+            reasoning_tokens: reasoning,
+        })
+    }
+
+    proptest! {
+        /// The hand-written usage record is serde's bytes for the record,
+        /// and reads back to it.
+        #[test]
+        fn a_usage_payload_is_the_records_serde_form(
+            id in "[a-zA-Z0-9_.:-]{1,40}",
+            usage in any_usage(),
+            subtree in any_usage(),
+        ) {
+            let child_id = SessionId::new(&id);
+            prop_assume!(child_id.is_ok());
+            let record = UsageRecord {
+                child_id: child_id.unwrap(),
+                usage,
+                subtree,
+            };
+            let payload = usage_payload(&record);
+            prop_assert_eq!(payload.get(), serde_json::to_string(&record).unwrap());
+            prop_assert_eq!(payload.parse::<UsageRecord>().unwrap(), record);
+        }
+    }
 
     fn used(input: u64, output: u64) -> Usage {
         Usage {

@@ -390,13 +390,19 @@ pub fn fold_catalog(
     Ok(fold.catalog)
 }
 
-/// The payload of a catalog event for `entry`, serialised once, straight
-/// from the entry (no JSON value tree in between).
+/// The payload of a catalog event for `entry`: its serde form, written by
+/// the codec's hand writer (no JSON value tree, no serializer in between).
 pub fn catalog_payload(entry: &CatalogEntry) -> ExtensionPayload {
-    // An entry is strings only, so it always serialises; the `null`
-    // fallback (what a value tree's default was before) is never taken.
-    ExtensionPayload::new(entry)
-        .unwrap_or_else(|_| ExtensionPayload::from(&serde_json::Value::Null))
+    let mut object = dsh_core::codec::ObjectWriter::new();
+    object.string("child_id", entry.child_id.as_str());
+    if let Some(name) = &entry.name {
+        object.string("name", name);
+    }
+    object
+        .string("label", &entry.label)
+        .string("provider", &entry.provider)
+        .string("mode", entry.mode.as_str());
+    object.finish()
 }
 
 /// Cached catalog folds beyond which folds of parents no longer live are

@@ -157,6 +157,8 @@ mod tests {
             flips in proptest::collection::vec((any::<usize>(), 0..8_u8), 4),
         ) {
             let written = catalog_payload(&entry).get().to_owned();
+            // The hand writer writes serde's bytes for the entry.
+            prop_assert_eq!(&written, &serde_json::to_string(&entry).unwrap());
             let plain = [&entry.label, &entry.provider]
                 .into_iter()
                 .chain(&entry.name)

@@ -110,21 +110,22 @@ impl NameReservations {
         taken: &HashSet<String>,
     ) -> Result<NameReservation, SubagentError> {
         let mut held = self.held();
-        self.reserve_locked(&mut held, parent, name, taken)
+        self.reserve_locked(&mut held, parent, name.to_owned(), taken)
     }
 
     fn reserve_locked(
         &self,
         held: &mut Held,
         parent: &SessionId,
-        name: &str,
+        name: String,
         taken: &HashSet<String>,
     ) -> Result<NameReservation, SubagentError> {
-        let key = (parent.clone(), name.to_owned());
-        if taken.contains(name) || held.names.contains_key(&key) {
-            return Err(SubagentError::Admission(AdmissionError::NameTaken(
-                name.to_owned(),
-            )));
+        if taken.contains(&name) {
+            return Err(SubagentError::Admission(AdmissionError::NameTaken(name)));
+        }
+        let key = (parent.clone(), name);
+        if held.names.contains_key(&key) {
+            return Err(SubagentError::Admission(AdmissionError::NameTaken(key.1)));
         }
         let token = self.inner.next.fetch_add(1, Ordering::Relaxed);
         held.names.insert(key.clone(), token);
@@ -142,7 +143,7 @@ impl NameReservations {
         let mut n = held.default_hint.get(parent).copied().unwrap_or(1);
         loop {
             if let Ok(reservation) =
-                self.reserve_locked(&mut held, parent, &format!("agent-{n}"), taken)
+                self.reserve_locked(&mut held, parent, format!("agent-{n}"), taken)
             {
                 held.default_hint.insert(parent.clone(), n + 1);
                 return reservation;

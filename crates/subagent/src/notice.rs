@@ -31,22 +31,15 @@ use crate::runtime::{SubagentRuntime, lock};
 pub(crate) const ACTIVATION_EVENT: &str = "subagent/activation";
 
 /// The payload of an activation record: `{"delivery":"parent"}` or
-/// `{"delivery":"caller"}`, serialised straight from the record.
+/// `{"delivery":"caller"}`, written by the codec's hand writer.
 pub(crate) fn activation_payload(delivery: Delivery) -> dsh_core::ExtensionPayload {
-    #[derive(serde::Serialize)]
-    struct Record {
-        delivery: &'static str,
-    }
-    let record = Record {
-        delivery: match delivery {
-            Delivery::Parent => "parent",
-            Delivery::Caller => "caller",
-        },
+    let delivery = match delivery {
+        Delivery::Parent => "parent",
+        Delivery::Caller => "caller",
     };
-    // A static string field always serialises; the `null` fallback (what a
-    // value tree's default was before) is never taken.
-    dsh_core::ExtensionPayload::new(&record)
-        .unwrap_or_else(|_| dsh_core::ExtensionPayload::from(&serde_json::Value::Null))
+    let mut object = dsh_core::codec::ObjectWriter::new();
+    object.string("delivery", delivery);
+    object.finish()
 }
 
 /// The id of the notice reporting `child`'s turn that ended at `seq`: the
@@ -425,6 +418,20 @@ pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<Conte
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The hand-written activation record is serde's bytes for the
+    /// record it stands for.
+    #[test]
+    fn an_activation_payload_is_the_records_serde_form() {
+        #[derive(serde::Serialize)]
+        struct Record {
+            delivery: &'static str,
+        }
+        for (delivery, text) in [(Delivery::Parent, "parent"), (Delivery::Caller, "caller")] {
+            let serde = serde_json::to_string(&Record { delivery: text }).ok();
+            assert_eq!(Some(activation_payload(delivery).get()), serde.as_deref());
+        }
+    }
 
     /// A notice carries at most the bound of a child's output, cut on a
     /// character boundary; an output within the bound is carried whole.

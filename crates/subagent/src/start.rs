@@ -164,10 +164,12 @@ impl SubagentRuntime {
                 self.discard(&child_id, &handle).await;
                 return Err(SubagentError::Cancelled);
             }
-            let name = reservation.name().to_owned();
+            // The child's full name, read before its own name moves into
+            // its entry.
+            let path = self.full_name(parent.id(), reservation.name());
             let entry = CatalogEntry {
                 child_id: child_id.clone(),
-                name: Some(name.clone()),
+                name: Some(reservation.name().to_owned()),
                 label,
                 provider: provider.name().to_owned(),
                 mode: ChildMode::CONTINUABLE,
@@ -194,7 +196,6 @@ impl SubagentRuntime {
             let child = handle.agent().clone();
             let start_seq = crate::activation::next_seq(child.as_ref());
             let limits = request.limits();
-            let path = self.full_name(parent.id(), &name);
             let activation = self.install_limited(
                 NewActivation {
                     info: run_info(entry, path.as_deref(), &parent, &root, true),
@@ -323,10 +324,12 @@ impl SubagentRuntime {
                     Err(err) => err,
                 });
             }
-            let name = reservation.name().to_owned();
+            // The child's full name, read before its own name moves into
+            // its entry.
+            let path = self.full_name(parent.id(), reservation.name());
             let entry = CatalogEntry {
                 child_id: child_id.clone(),
-                name: Some(name.clone()),
+                name: Some(reservation.name().to_owned()),
                 label: spec.label,
                 provider: provider.name().to_owned(),
                 mode: ChildMode::EXTERNAL,
@@ -362,7 +365,6 @@ impl SubagentRuntime {
                 return Err(err);
             }
             self.catalogs().commit_name(reservation, &parent, None);
-            let path = self.full_name(parent.id(), &name);
             let activation = self.install_limited(
                 NewActivation {
                     info: run_info(entry, path.as_deref(), &parent, &root, false),

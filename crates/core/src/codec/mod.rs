@@ -12,6 +12,10 @@
 //!   answers `None` for anything else, and the general path then reads or
 //!   refuses the line. It never decides that a line is bad.
 //!
+//! Small payloads a caller writes once per child (a usage record, an
+//! activation record) have a hand writer too (`object.rs`,
+//! [`ObjectWriter`]), which writes what serde writes for the same struct.
+//!
 //! The built-in event kinds are one table (`event_kinds!` below). It
 //! generates [`EventPayload::kind`]'s and [`EventPayload::is_builtin_kind`]'s
 //! answers, the
@@ -24,6 +28,7 @@
 mod fast;
 mod general;
 mod header;
+mod object;
 mod written;
 
 use serde::de::{DeserializeSeed, Error as _};
@@ -39,6 +44,7 @@ use crate::session::{
 };
 
 pub(crate) use general::BorrowedStr;
+pub use object::ObjectWriter;
 pub(crate) use written::compact;
 
 use general::{Build, LineVisitor, PayloadSeed};

@@ -128,15 +128,16 @@ impl SessionStore for MemoryStore {
         let id = header.id.clone();
         check_contiguous(&id, 0, seed)?;
         let mut logs = lock(&self.logs);
-        if logs.contains_key(&id) {
+        // One walk down the map to find the id's place and fill it.
+        let std::collections::btree_map::Entry::Vacant(place) = logs.entry(id.clone()) else {
             return Err(StoreError::Exists(id));
-        }
+        };
         let entry = Arc::new(Mutex::new(Entry {
             header: header.clone(),
             events: Chunked::from(seed.to_vec()),
             writer: true,
         }));
-        logs.insert(id.clone(), Arc::clone(&entry));
+        place.insert(Arc::clone(&entry));
         Ok(Arc::new(MemoryLog::new(id, entry)))
     }
 
