@@ -773,6 +773,9 @@ mod tests {
             .map_err(|err| format!("{} (exit {})", err, err.exit_code()))
     }
 
+    // The example and the flags name an ACP agent, refused without the
+    // feature.
+    #[cfg(feature = "acp")]
     #[test]
     fn the_documented_example_parses_and_every_key_is_used() {
         let text = include_str!("../../dsh.example.toml");
@@ -826,6 +829,9 @@ mod tests {
         assert!((cost - (0.27 + 0.55)).abs() < 1e-9, "{cost}");
     }
 
+    // The example and the flags name an ACP agent, refused without the
+    // feature.
+    #[cfg(feature = "acp")]
     #[test]
     fn flags_win_over_the_file() {
         let text = "model = \"openai:gpt-4o\"\ndurability = \"grouped\"\n[limits]\nmax_depth = 2\n[acp]\ncommand = \"a\"\nargs = [\"x\"]\npass_env = [\"CODEX_HOME\"]\n";
