@@ -15,8 +15,11 @@
 //! workspace fails at once, in one line.
 //!
 //! The [`Composer`] is the engine's `WorkerEnv`: `dsh_restate::worker`
-//! asks it afresh at each turn, on whichever worker runs the turn. Not
-//! composed yet: the ACP and team tools.
+//! asks it afresh at each turn, on whichever worker runs the turn. The
+//! delegation and control tools (`subagent`, `fork`, `list_agents`,
+//! `send_message`, `wait`, `interrupt_agent`) are the engine's own, offered
+//! beside these. Not composed yet: the ACP and team tools, `report` and
+//! `subagent_survey`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -52,9 +55,9 @@ impl Composer {
     /// Cancel safe: it only builds the model client.
     pub async fn new(settings: &Settings) -> Result<Self, CliError> {
         let model: Arc<dyn Model> = match &settings.model {
-            // A scripted demo has no tree order to keep on a worker: it
-            // answers any input at once.
-            ModelChoice::Demo => crate::demo::Demo::new(false).model(),
+            // The demo's script, without the gates a local runtime
+            // releases: the cluster orders what arrives.
+            ModelChoice::Demo => crate::demo::Demo::ungated_first_run().model(),
             ModelChoice::Api(api) => model::openai(api).await?,
         };
         let system = dsh_harness::SystemPrompt::new()

@@ -271,7 +271,7 @@ fn catalog_entries(events: &[SessionEvent]) -> usize {
 fn background_tree() -> Value {
     json!({
         "lead": [
-            {"calls": [{"tool": "subagent", "input": {"prompt": "work", "background": true}}]},
+            {"calls": [{"tool": "subagent", "input": {"description": "work", "prompt": "work"}}]},
             {"text": "waiting"},
             {"text": "heard"},
         ],
@@ -330,7 +330,7 @@ fn a_foreground_parent_resumes_when_its_child_settles_after_a_kill() {
     support::run(async {
         let sessions = json!({
             "lead": [
-                {"calls": [{"tool": "subagent", "input": {"prompt": "work"}}]},
+                {"calls": [{"tool": "subagent", "input": {"description": "work", "prompt": "work", "run_in_background": false}}]},
                 {"text": "got it"},
             ],
             "lead.1": [{"text": "child answer", "gate": "child"}],
@@ -391,7 +391,7 @@ fn a_subtree_drains_across_workers() {
         return;
     }
     support::run(async {
-        let background = |prompt: &str| json!({"calls": [{"tool": "subagent", "input": {"prompt": prompt, "background": true}}]});
+        let background = |prompt: &str| json!({"calls": [{"tool": "subagent", "input": {"description": prompt, "prompt": prompt}}]});
         let sessions = json!({
             "lead": [background("mid"), {"text": "waiting"}, {"text": "heard"}],
             "lead.1": [background("deep"), {"text": "mid waiting"}],
