@@ -490,6 +490,9 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
 impl Host<'_, '_> {
     /// Run a call of one of the engine's own tools ([`specs::is_engine_tool`]).
     async fn engine_tool(&mut self, call: &ToolCall) -> HandlerResult<ToolOutput> {
+        if let Err(refused) = control::checked(call) {
+            return Ok(refused);
+        }
         match call.name.as_str() {
             specs::LIST_TOOL => self.list_agents(call).await,
             specs::MESSAGE_TOOL => self.send_message(call).await,
