@@ -13,7 +13,8 @@
 //! each with an optional `"gate": "name"`. The count tool's input is
 //! `{"label": "x", "idempotent": bool, "gate": "name"?}`; it appends
 //! `label` to `<dir>/runs`. Each model call appends `<session> <step>` to
-//! `<dir>/asks`. A session without a script replies "done".
+//! `<dir>/asks`. A session without a script replies "done". Call ids are
+//! `s{step}-call-{n}`, unique in a session.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,11 +23,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use dsh_core::message::Message;
 use dsh_core::{
-    AgentOptions, CancellationToken, Model, ModelError, ModelErrorKind, ModelRequest, ModelStream,
-    SessionHeader, Tool, ToolContext, ToolError, ToolOutput,
+    AgentOptions, CallId, CancellationToken, Model, ModelError, ModelErrorKind, ModelEvent,
+    ModelRequest, ModelStream, SessionHeader, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Scripted, ScriptedModel};
 use dsh_restate::worker::{Composed, WorkerEnv};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -187,9 +189,18 @@ impl Model for StepModel {
                 }
             }
         };
-        ScriptedModel::with_responses([scripted])
+        // Call ids unique in the session, as a real model's are: the
+        // step's index names them.
+        let stream = ScriptedModel::with_responses([scripted])
             .stream(request, cancel)
-            .await
+            .await?;
+        Ok(Box::pin(stream.map(move |event| match event {
+            Ok(ModelEvent::ToolCall(mut call)) => {
+                call.call_id = CallId::new(format!("s{index}-{}", call.call_id));
+                Ok(ModelEvent::ToolCall(call))
+            }
+            other => other,
+        })))
     }
 }
 

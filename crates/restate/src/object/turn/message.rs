@@ -1,8 +1,8 @@
 //! `send_message` on the cluster: text to another member of the caller's
 //! tree, by name, path or session id, delivered into the member's inbox
 //! (`dsh.Inbox/{id}.deliver`, a call between objects, exactly once) with
-//! a request id made of the sender and the call id, so a replayed turn
-//! delivers it once. The inbox puts it where a local agent would: the
+//! a request id made of the sender, the step's place in its log and the
+//! call id, so a replayed turn delivers it once. The inbox puts it where a local agent would: the
 //! next step of a running turn, else a new turn. Texts are the local
 //! tool's.
 
@@ -41,12 +41,15 @@ impl Host<'_, '_> {
                 sender_session_id: sender.clone(),
             },
         );
-        text.id = MessageId::new(format!("{sender}.message.{}", call.call_id));
+        // The step's place in the log and the call id name the request:
+        // the same on a replay, distinct for every call of the sender.
+        let at = self.head.next_seq;
+        text.id = MessageId::new(format!("{sender}.message.{at}.{}", call.call_id));
         let delivered = self
             .ctx
             .object_client::<InboxClient>(target.to_string())
             .deliver(Json(AcceptRequest {
-                request_id: format!("message:{sender}:{}", call.call_id),
+                request_id: format!("message:{sender}:{at}:{}", call.call_id),
                 message: text,
                 target: InboxTarget::NextTurn,
                 wake: true,
