@@ -34,6 +34,24 @@ async fn child_settled(cluster: &Cluster, child: &str) {
     }
 }
 
+/// Wait until the log of `session` holds each of `needles`.
+async fn logged(cluster: &Cluster, session: &str, needles: &[&str]) {
+    let session = id(session);
+    loop {
+        let page = cluster.client().events_since(&session, 0).await.unwrap();
+        if needles.iter().all(|needle| page.lines.contains(needle)) {
+            return;
+        }
+        tokio::time::sleep(POLL).await;
+    }
+}
+
+/// Wait until the lead's log holds each of `notices` (a notice's first
+/// words): the notices sent are in, so nothing more is on its way.
+async fn heard(cluster: &Cluster, notices: &[&str]) {
+    logged(cluster, "lead", notices).await;
+}
+
 /// Wait until every session of `ids` exists and is idle and the server
 /// holds no invocation addressed to any of them (a turn, an accept, a
 /// notice on its way).
@@ -127,6 +145,7 @@ fn refusals_and_a_timeout_read_as_the_local_tools() {
         let cluster = Cluster::start(sessions, &[]).await;
         let lead = cluster.start_lead().await;
         child_settled(&cluster, "lead.1").await;
+        heard(&cluster, &["[kid completed"]).await;
         quiet(&cluster, &["lead", "lead.1"]).await;
         let logs = export_and_check(&cluster, &lead, &[]).await;
         insta::assert_snapshot!(result_texts(&logs[0].1).join("\n---\n"));
@@ -170,6 +189,7 @@ fn spawned_and_forked_children_settle_with_the_local_notices() {
         for child in ["lead.1", "lead.2"] {
             child_settled(&cluster, child).await;
         }
+        heard(&cluster, &["[scout completed", "[agent-1 completed"]).await;
         quiet(&cluster, &["lead", "lead.1", "lead.2"]).await;
         let logs = export_and_check(&cluster, &lead, &[]).await;
         let (lead_log, scout, fork) = (&logs[0].1, &logs[1].1, &logs[2].1);
@@ -228,6 +248,7 @@ fn a_child_waits_for_the_message_its_lead_sends_by_name() {
         let cluster = Cluster::start(sessions, &[]).await;
         let lead = cluster.start_lead().await;
         child_settled(&cluster, "lead.1").await;
+        heard(&cluster, &["[kid completed"]).await;
         quiet(&cluster, &["lead", "lead.1"]).await;
         let logs = export_and_check(&cluster, &lead, &[]).await;
         let (lead_log, kid) = (&logs[0].1, &logs[1].1);
@@ -254,6 +275,37 @@ fn a_child_waits_for_the_message_its_lead_sends_by_name() {
     });
 }
 
+/// A lead that starts `kid` and interrupts it in its second step (gated
+/// at `lead`), then says "stopped it" (gated at `after`); `kid_first` is
+/// the child's first step, whose reply is gated at `kid`.
+fn interrupting_lead(kid_first: serde_json::Value) -> serde_json::Value {
+    json!({
+        "lead": [
+            {"calls": [{"tool": "subagent", "input": {"description": "d", "prompt": "p", "name": "kid"}}]},
+            {"calls": [{"tool": "interrupt_agent", "input": {"to": "kid"}}], "gate": "lead"},
+            {"text": "stopped it", "gate": "after"},
+        ],
+        "lead.1": [kid_first, {"text": "never said"}],
+    })
+}
+
+/// Once the interrupted tree is quiet: the logs of the lead and the child,
+/// checked; the child never took its second step, and its notice says it
+/// was stopped.
+async fn interrupted_tree(cluster: &Cluster) -> (Vec<SessionEvent>, Vec<SessionEvent>) {
+    child_settled(cluster, "lead.1").await;
+    heard(cluster, &["[kid was stopped"]).await;
+    quiet(cluster, &["lead", "lead.1"]).await;
+    let mut logs = export_and_check(cluster, &id("lead"), &["lead.1"]).await;
+    let (kid, lead) = (logs.remove(1).1, logs.remove(0).1);
+    assert!(!assistant_texts(&kid).contains(&"never said".to_owned()));
+    assert_eq!(
+        users(&lead, false),
+        ["[kid was stopped before finishing; stop reason: aborted]"]
+    );
+    (lead, kid)
+}
+
 /// `interrupt_agent` stops a running child's turn (it ends `aborted` after
 /// its step in flight, its notice says so); the child stays in the tree.
 #[test]
@@ -262,19 +314,9 @@ fn a_lead_interrupts_its_running_child() {
         return;
     }
     support::run(async {
-        let sessions = json!({
-            "lead": [
-                {"calls": [{"tool": "subagent", "input": {"description": "d", "prompt": "p", "name": "kid"}}]},
-                {"calls": [{"tool": "interrupt_agent", "input": {"to": "kid"}}], "gate": "lead"},
-                {"text": "stopped it", "gate": "after"},
-            ],
-            "lead.1": [
-                {"calls": [{"tool": "count_idempotent", "input": {"label": "kid"}}], "gate": "kid"},
-                {"text": "never said"},
-            ],
-        });
-        let cluster = Cluster::start(sessions, &["lead", "kid", "after"]).await;
-        let lead = cluster.start_lead().await;
+        let kid_first = json!({"calls": [{"tool": "count_idempotent", "input": {"label": "kid"}}], "gate": "kid"});
+        let cluster = Cluster::start(interrupting_lead(kid_first), &["lead", "kid", "after"]).await;
+        cluster.start_lead().await;
         cluster.started("kid").await;
         cluster.started("lead").await;
         cluster.open("lead").await;
@@ -282,19 +324,38 @@ fn a_lead_interrupts_its_running_child() {
         cluster.started("after").await;
         cluster.open("kid").await;
         cluster.open("after").await;
-        child_settled(&cluster, "lead.1").await;
-        quiet(&cluster, &["lead", "lead.1"]).await;
-        let logs = export_and_check(&cluster, &lead, &["lead.1"]).await;
-        let (lead_log, kid) = (&logs[0].1, &logs[1].1);
+        let (lead, _) = interrupted_tree(&cluster).await;
         assert_eq!(
-            result_texts(lead_log)[1],
+            result_texts(&lead)[1],
             "Stop requested for `kid`: its current turn ends shortly. It keeps its queued \
              messages and the agents it started, and stays available for send_message."
         );
-        assert!(!assistant_texts(kid).contains(&"never said".to_owned()));
+    });
+}
+
+/// An interrupt ends a child's `wait` at once (as a cancelled local wait
+/// ends), and its turn ends `aborted`.
+#[test]
+fn an_interrupt_ends_a_childs_wait() {
+    if !support::isolated("an_interrupt_ends_a_childs_wait") {
+        return;
+    }
+    support::run(async {
+        let kid_first =
+            json!({"calls": [{"tool": "wait", "input": {"timeout_ms": 600_000}}], "gate": "kid"});
+        let cluster = Cluster::start(interrupting_lead(kid_first), &["lead", "kid", "after"]).await;
+        cluster.start_lead().await;
+        cluster.started("kid").await;
+        cluster.open("kid").await;
+        logged(&cluster, "lead.1", &["\"wait\""]).await;
+        cluster.started("lead").await;
+        cluster.open("lead").await;
+        cluster.started("after").await;
+        cluster.open("after").await;
+        let (_, kid) = interrupted_tree(&cluster).await;
         assert_eq!(
-            users(lead_log, false),
-            ["[kid was stopped before finishing; stop reason: aborted]"]
+            result_texts(&kid),
+            ["error: The wait was cancelled before anything arrived."]
         );
     });
 }
@@ -323,19 +384,14 @@ fn a_wait_cut_by_a_kill_resumes_on_the_other_worker_and_sees_the_notice_once() {
         let lead = cluster.start_lead().await;
         cluster.started("kid").await;
         // The lead has made its wait call once its log holds it.
-        loop {
-            let page = cluster.client().events_since(&lead, 0).await.unwrap();
-            if page.lines.contains("\"wait\"") {
-                break;
-            }
-            tokio::time::sleep(POLL).await;
-        }
+        logged(&cluster, "lead", &["\"wait\""]).await;
         cluster.kill_a();
         cluster.started("kid").await;
         cluster.open("kid").await;
         cluster.started("heard").await;
         cluster.open("heard").await;
         child_settled(&cluster, "lead.1").await;
+        heard(&cluster, &["[kid completed"]).await;
         quiet(&cluster, &["lead", "lead.1"]).await;
         let logs = export_and_check(&cluster, &lead, &[]).await;
         let lead_log = &logs[0].1;

@@ -3,7 +3,7 @@
 //! a running turn (which is the `dsh.Session` object's, another key space).
 //! The whole [`InboxState`] is one state entry, written once per handler;
 //! beside it, [`WATCHER_KEY`] holds the awakeable of a turn's `wait`, which
-//! the next admitted item resolves.
+//! the next admitted item (or an interrupt) resolves.
 
 use dsh_core::{InboxTarget, MessageId};
 use restate_sdk::prelude::*;
@@ -68,7 +68,7 @@ impl Inbox {
     /// Wait for input: what waits now (both lists, next-step items first),
     /// or, when nothing waits, nothing, with `awakeable` kept for the next
     /// admitted item to resolve (the turn's `wait` then suspends on it and
-    /// holds no worker).
+    /// holds no worker). A parked agent's awakeable is resolved at once.
     #[handler]
     async fn watch(
         &self,
@@ -77,7 +77,10 @@ impl Inbox {
     ) -> HandlerResult<Json<Vec<ClaimedItem>>> {
         let state = or_empty(ctx.get(INBOX_KEY).await?);
         let waiting = waiting(&state);
-        if waiting.is_empty() {
+        if state.parked() {
+            // Interrupted already: the wait ends at once.
+            ctx.resolve_awakeable(&awakeable, String::new());
+        } else if waiting.is_empty() {
             ctx.set(WATCHER_KEY, awakeable);
         }
         Ok(Json(waiting))
@@ -117,13 +120,14 @@ impl Inbox {
 
     /// Interrupt the agent: park it (input waits and wakes nothing until
     /// `unpark`); a running turn sees it at its next check and ends
-    /// `aborted`.
+    /// `aborted`, and its `wait`, if it waits, ends at once.
     #[handler]
     async fn interrupt(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
         let mut state = or_empty(ctx.get(INBOX_KEY).await?);
         state.park();
         ctx.set(INBOX_KEY, Json(state));
-        Ok(())
+        // A `wait` in the turn ends now, as a cancelled local one does.
+        wake_watcher(&ctx).await
     }
 
     /// Unpark the agent; waiting waking input starts a turn.
@@ -265,13 +269,19 @@ async fn admitted(
 ) -> HandlerResult<()> {
     if !acceptance.duplicate {
         ctx.set(INBOX_KEY, Json(state));
-        if let Some(watcher) = ctx.get::<String>(WATCHER_KEY).await? {
-            ctx.resolve_awakeable(&watcher, String::new());
-            ctx.clear(WATCHER_KEY);
-        }
+        wake_watcher(ctx).await?;
     }
     if acceptance.schedule_turn {
         schedule_turn(ctx);
+    }
+    Ok(())
+}
+
+/// Resolve and forget the awakeable of a waiting `wait`, if any.
+async fn wake_watcher(ctx: &ObjectContext<'_>) -> HandlerResult<()> {
+    if let Some(watcher) = ctx.get::<String>(WATCHER_KEY).await? {
+        ctx.resolve_awakeable(&watcher, String::new());
+        ctx.clear(WATCHER_KEY);
     }
     Ok(())
 }

@@ -7,7 +7,9 @@
 //! `ctx.sleep` for the timeout (both journaled: a retried turn on another
 //! worker resumes the same race and a message is seen once), and tells the
 //! inbox to forget the id (`unwatch`), which also answers what waits now.
-//! The result is worded by the local tool's own functions.
+//! An interrupt resolves the awakeable too: the wait then ends as a
+//! cancelled local one does. The result is worded by the local tool's own
+//! functions.
 
 use std::time::Duration;
 
@@ -49,8 +51,13 @@ impl Host<'_, '_> {
                 _ = self.ctx.sleep(Duration::from_millis(timeout)) => false,
             };
             waiting = inbox.unwatch(awakeable).call().await?.into_inner();
-            if !woke && waiting.is_empty() {
-                return Ok(ToolOutput::text(nothing_arrived(timeout)));
+            if waiting.is_empty() {
+                if !woke {
+                    return Ok(ToolOutput::text(nothing_arrived(timeout)));
+                }
+                if self.interrupted().await? {
+                    return Ok(refused(ControlError::WaitCancelled));
+                }
             }
         }
         let tree = self.tree().await?;
