@@ -117,8 +117,9 @@ fn catalog(events: &[SessionEvent]) -> Vec<serde_json::Value> {
 
 /// Refusals and a timeout read as the local tools': a wait that times out,
 /// one out of range, a message to nobody or to oneself, an interrupt of
-/// oneself, input that fails the tool's schema, a budget the cluster does
-/// not enforce, a bad name and a name taken twice.
+/// oneself, an unknown tool (told every tool, the engine's among them),
+/// input that fails the tool's schema, a budget the cluster does not
+/// enforce, a bad name and a name taken twice.
 #[test]
 fn refusals_and_a_timeout_read_as_the_local_tools() {
     if !support::isolated("refusals_and_a_timeout_read_as_the_local_tools") {
@@ -130,6 +131,7 @@ fn refusals_and_a_timeout_read_as_the_local_tools() {
             {"calls": [
                 {"tool": "wait", "input": {"timeout_ms": 1}},
                 {"tool": "wait", "input": {"timeout_ms": 0}},
+                {"tool": "nope", "input": {}},
                 {"tool": "send_message", "input": {"to": "nobody", "message": "hi"}},
                 {"tool": "send_message", "input": {"to": "lead", "message": "hi"}},
                 {"tool": "interrupt_agent", "input": {"to": "lead"}},

@@ -230,7 +230,9 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         for event in &events {
             TranscriptProjection.apply(&mut transcript, event);
         }
-        let tools = ScopedTools::compose(&ToolRegistry::new(), None, None, &composed.tools)
+        let mut offered = composed.tools.clone();
+        offered.extend(specs::engine_tools());
+        let tools = ScopedTools::compose(&ToolRegistry::new(), None, None, &offered)
             .map_err(|bad| terminal("COMPOSE_FAILED", format!("{}: {bad}", header.id)))?;
         let view = Arc::new(TurnView {
             header: header.clone(),
@@ -395,12 +397,7 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         let view = self.view.clone();
         let specs: Vec<ToolSpec> = self
             .ctx
-            .run(|| async move {
-                let mut specs = tools.specs(view.as_ref());
-                specs.extend(specs::engine_specs());
-                specs.sort_by(|a, b| a.name.cmp(&b.name));
-                Ok(Json(specs))
-            })
+            .run(|| async move { Ok(Json(tools.specs(view.as_ref()))) })
             .name(format!("tools:{turn}:{step}"))
             .await?
             .into_inner();

@@ -8,9 +8,13 @@
 //! in a local run; only the tools themselves run differently (calls between
 //! objects, `super`'s siblings).
 
-use dsh_core::ToolSpec;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use dsh_core::{Tool, ToolContext, ToolError, ToolOutput, ToolSpec};
 use dsh_tool_subagent::{SubagentToolConfig, tool_spec};
 use dsh_tool_subagent_control::ControlTools;
+use serde_json::Value;
 
 /// The spawn tool's name (the local default).
 pub(super) const SPAWN_TOOL: &str = "subagent";
@@ -53,6 +57,43 @@ pub(super) fn engine_specs() -> Vec<ToolSpec> {
             .filter(|spec| control.contains(&spec.name.as_str())),
     );
     specs
+}
+
+/// An engine tool as the turn's tool scope holds it, so that the specs
+/// offered and the names an unknown call is told about are a local run's;
+/// the engine runs its calls itself (`super::Host::engine_tool`), never
+/// through the scope.
+struct Offered(ToolSpec);
+
+#[async_trait]
+impl Tool for Offered {
+    fn name(&self) -> &str {
+        &self.0.name
+    }
+
+    fn description(&self) -> String {
+        self.0.description.clone()
+    }
+
+    fn input_schema(&self) -> Value {
+        self.0.input_schema.clone()
+    }
+
+    async fn execute(&self, _input: Value, _ctx: ToolContext) -> Result<ToolOutput, ToolError> {
+        Err(ToolError::new(format!(
+            "`{}` is run by the engine, not by the turn's tool scope",
+            self.0.name
+        )))
+    }
+}
+
+/// The engine tools, to compose into the turn's tool scope beside the
+/// worker's own.
+pub(super) fn engine_tools() -> Vec<Arc<dyn Tool>> {
+    engine_specs()
+        .into_iter()
+        .map(|spec| Arc::new(Offered(spec)) as Arc<dyn Tool>)
+        .collect()
 }
 
 /// Whether the engine runs the tool called `name` itself.
