@@ -33,7 +33,7 @@ use dsh_core::{
 use dsh_subagent::result::summary_line;
 use dsh_subagent::{
     AdmissionError, CATALOG_EVENT, CatalogEntry, ChildMode, SubagentError, SubagentResult,
-    catalog_payload, fold_catalog, validate_name,
+    catalog_payload, fold_catalog, render_notice, validate_name,
 };
 use dsh_tool_subagent::{refusal, render_result, started_in_background};
 use restate_sdk::prelude::*;
@@ -250,13 +250,8 @@ impl Host<'_, '_> {
             .map_or_else(|| child.to_string(), str::to_owned);
         let result = settled.result();
         let summary = summary_line(&name, &result);
-        let mut text = format!("[{summary}; stop reason: {}]", result.stop_reason);
-        if !settled.output.is_empty() {
-            text.push_str("\n\n");
-            text.push_str(&settled.output);
-        }
         let mut message = UserMessage::new(
-            vec![ContentBlock::text(text)],
+            render_notice(&summary, &result),
             MessageSource::SubagentSettled {
                 summary,
                 stop_reason: Some(result.stop_reason),
