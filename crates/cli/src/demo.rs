@@ -257,6 +257,7 @@ impl Demo {
     /// The first run's script without its gates: a worker's, where each
     /// agent's turns run on the cluster and no local runtime can release
     /// the gates (the order of what arrives is then the cluster's).
+    #[cfg(feature = "restate")]
     pub fn ungated_first_run() -> Self {
         Self {
             gates: None,
