@@ -9,8 +9,8 @@
 //! `dsh run` makes it: the model (the tree's recorded one must be the one
 //! this worker runs), the six workspace tools over the session's working
 //! directory under the `sandbox` level (nobody to ask on a worker: an
-//! action above it is refused), the shared system prompt and the step
-//! limit. A worker composes one agent for its own working directory before
+//! action above it is refused), the shared system prompt, the step limit
+//! and the delegation depth limit. A worker composes one agent for its own working directory before
 //! it listens (and says what it composed with `-vv`), so a bad dsh.toml or
 //! workspace fails at once, in one line.
 //!
@@ -43,6 +43,7 @@ pub struct Composer {
     sandbox: Level,
     options: AgentOptions,
     system: String,
+    max_depth: u32,
 }
 
 impl Composer {
@@ -73,6 +74,7 @@ impl Composer {
                 ..AgentOptions::default()
             },
             system,
+            max_depth: settings.limits.max_depth,
         })
     }
 }
@@ -101,6 +103,7 @@ impl WorkerEnv for Composer {
             tools,
             system: self.system.clone(),
             options: self.options.clone(),
+            max_depth: self.max_depth,
         })
     }
 }
@@ -163,6 +166,7 @@ mod tests {
         .unwrap();
         settings.sandbox = sandbox;
         settings.limits.max_turn_steps = Some(7);
+        settings.limits.max_depth = 2;
         Composer::new(&settings).await.unwrap()
     }
 
@@ -179,6 +183,7 @@ mod tests {
         assert_eq!(composed.system, crate::world::SYSTEM_PROMPT);
         assert_eq!(composed.model.name(), "demo");
         assert_eq!(composed.options.max_turn_steps, Some(7));
+        assert_eq!(composed.max_depth, 2);
     }
 
     #[tokio::test]

@@ -119,7 +119,8 @@ fn catalog(events: &[SessionEvent]) -> Vec<serde_json::Value> {
 /// one out of range, a message to nobody or to oneself, an interrupt of
 /// oneself, an unknown tool (told every tool, the engine's among them),
 /// input that fails the tool's schema, a budget the cluster does not
-/// enforce, a bad name and a name taken twice.
+/// enforce, a bad name, a name taken twice, and a child past the depth
+/// limit.
 #[test]
 fn refusals_and_a_timeout_read_as_the_local_tools() {
     if !support::isolated("refusals_and_a_timeout_read_as_the_local_tools") {
@@ -127,7 +128,8 @@ fn refusals_and_a_timeout_read_as_the_local_tools() {
     }
     support::run(async {
         let spawn = |name: &str| json!({"tool": "subagent", "input": {"description": "d", "prompt": "p", "name": name}});
-        let sessions = json!({"lead": [
+        let sessions = json!({
+            "lead": [
             {"calls": [
                 {"tool": "wait", "input": {"timeout_ms": 1}},
                 {"tool": "wait", "input": {"timeout_ms": 0}},
@@ -143,14 +145,27 @@ fn refusals_and_a_timeout_read_as_the_local_tools() {
                 spawn("kid"),
             ]},
             {"text": "done"},
-        ]});
-        let cluster = Cluster::start(sessions, &[]).await;
+            ],
+            // One level only: `kid` may not start a child of its own.
+            "lead.1": [
+                {"calls": [{"tool": "subagent", "input": {"description": "d", "prompt": "p"}}]},
+                {"text": "done"},
+            ],
+        });
+        let cluster = Cluster::start_with_max_depth(sessions, &[], 1).await;
         let lead = cluster.start_lead().await;
         child_settled(&cluster, "lead.1").await;
         heard(&cluster, &["[kid completed"]).await;
         quiet(&cluster, &["lead", "lead.1"]).await;
         let logs = export_and_check(&cluster, &lead, &[]).await;
         insta::assert_snapshot!(result_texts(&logs[0].1).join("\n---\n"));
+        assert_eq!(logs.len(), 2, "the kid started no child");
+        assert_eq!(
+            result_texts(&logs[1].1),
+            [
+                "error: No subagent was started: delegation depth limit reached: a child here would be at depth 2, and the limit is 1. Solve the task yourself."
+            ]
+        );
     });
 }
 

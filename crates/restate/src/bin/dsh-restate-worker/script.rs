@@ -8,7 +8,8 @@
 //! a FIFO blocks until the other side opens it: no polling, no sleeps.
 //!
 //! The script (`--script FILE`, JSON):
-//! `{"dir": "/tmp/x", "sessions": {"<id>": [STEP, ...]}}` where a STEP is
+//! `{"dir": "/tmp/x", "sessions": {"<id>": [STEP, ...]}, "max_depth": N?}`
+//! where a STEP is
 //! `{"text": "..."}` or `{"calls": [{"tool": "count", "input": {...}}]}`,
 //! each with an optional `"gate": "name"`. The count tool's input is
 //! `{"label": "x", "idempotent": bool, "gate": "name"?}`; it appends
@@ -39,6 +40,9 @@ struct Script {
     dir: PathBuf,
     #[serde(default)]
     sessions: BTreeMap<String, Vec<Step>>,
+    /// The delegation depth limit (the local default when absent).
+    #[serde(default)]
+    max_depth: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -109,6 +113,10 @@ impl WorkerEnv for ScriptEnv {
             ],
             system: format!("You are session {}.", header.id),
             options: AgentOptions::default(),
+            max_depth: self
+                .script
+                .max_depth
+                .unwrap_or(dsh_subagent::DEFAULT_MAX_DEPTH),
         })
     }
 }

@@ -19,6 +19,7 @@
 //!    awaits an awakeable (the turn suspends and holds no worker) that the
 //!    child resolves with its result when it first settles.
 //!
+//! A child deeper than the worker's depth limit is refused as locally.
 //! A child settles when its turn ends and its inbox holds no waking
 //! input. Child ids are `{parent}.{n}`, `n` counting the parent's own
 //! catalog entries from 1, so a replayed turn names the same child; names
@@ -106,6 +107,12 @@ impl Host<'_, '_> {
         if args.token_budget.is_some() || args.timeout_seconds.is_some() {
             return Ok(ToolOutput::error(UNMETERED));
         }
+        let depth = self.header.delegation_depth + 1;
+        let max = self.composed.max_depth;
+        if depth > max {
+            let bad = SubagentError::Admission(AdmissionError::DepthLimit { depth, max });
+            return Ok(ToolOutput::error(refusal(&bad)));
+        }
         let background = args.run_in_background.unwrap_or(true);
         let parent = self.header.id.clone();
         let catalog = fold_catalog(&self.header, &self.events)
@@ -151,7 +158,7 @@ impl Host<'_, '_> {
         let mut header = SessionHeader::new(child.clone(), self.header.cwd.clone());
         header.parent_session = Some(parent.clone());
         header.origin = self.header.origin.clone();
-        header.delegation_depth = self.header.delegation_depth + 1;
+        header.delegation_depth = depth;
         header.seed_len = seed.len() as u64;
         header.created_at = self.now().await?;
         header.extensions.insert(NAME_KEY.to_owned(), json!(name));
