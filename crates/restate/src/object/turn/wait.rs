@@ -60,10 +60,16 @@ impl Host<'_, '_> {
                 }
             }
         }
-        let tree = self.tree().await?;
         let arrivals: Vec<Arrival> = waiting.iter().map(arrival).collect();
+        // Senders are named as in the tree, read only when there are some.
+        let tree = if arrivals.iter().any(|arrival| arrival.sender.is_some()) {
+            Some(self.tree().await?)
+        } else {
+            None
+        };
         Ok(ToolOutput::text(arrivals_text(&arrivals, |id| {
-            tree.name_of(id)
+            tree.as_ref()
+                .map_or_else(|| id.to_string(), |tree| tree.name_of(id))
         })))
     }
 }
