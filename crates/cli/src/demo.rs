@@ -239,6 +239,9 @@ impl Gates {
 #[derive(Debug, Clone)]
 pub struct Demo {
     gates: Option<Arc<Gates>>,
+    /// Whether it plays the first run's script (else it answers any new
+    /// input at once, as later sessions over its logs do).
+    first_run: bool,
 }
 
 impl Demo {
@@ -247,6 +250,18 @@ impl Demo {
     pub fn new(gated: bool) -> Self {
         Self {
             gates: gated.then(Arc::default),
+            first_run: gated,
+        }
+    }
+
+    /// The first run's script without its gates: a worker's, where each
+    /// agent's turns run on the cluster and no local runtime can release
+    /// the gates (the order of what arrives is then the cluster's).
+    #[cfg(feature = "restate")]
+    pub fn ungated_first_run() -> Self {
+        Self {
+            gates: None,
+            first_run: true,
         }
     }
 
@@ -410,7 +425,7 @@ impl Demo {
     fn lead(&self, request: &ModelRequest) -> Scripted {
         // Later sessions answer any new input at once, also after a turn a
         // crash cut short: the first run's script is never replayed.
-        let resumed = self.gates.is_none()
+        let resumed = !self.first_run
             && matches!(request.messages.last(), Some(Message::User { .. }))
             && request
                 .messages

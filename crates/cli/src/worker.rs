@@ -9,14 +9,17 @@
 //! `dsh run` makes it: the model (the tree's recorded one must be the one
 //! this worker runs), the six workspace tools over the session's working
 //! directory under the `sandbox` level (nobody to ask on a worker: an
-//! action above it is refused), the shared system prompt and the step
-//! limit. A worker composes one agent for its own working directory before
+//! action above it is refused), the shared system prompt, the step limit
+//! and the delegation depth limit. A worker composes one agent for its own working directory before
 //! it listens (and says what it composed with `-vv`), so a bad dsh.toml or
 //! workspace fails at once, in one line.
 //!
 //! The [`Composer`] is the engine's `WorkerEnv`: `dsh_restate::worker`
-//! asks it afresh at each turn, on whichever worker runs the turn. Not
-//! composed yet: the ACP and team tools.
+//! asks it afresh at each turn, on whichever worker runs the turn. The
+//! delegation and control tools (`subagent`, `fork`, `list_agents`,
+//! `send_message`, `wait`, `interrupt_agent`) are the engine's own, offered
+//! beside these. Not composed yet: the ACP and team tools, `report` and
+//! `subagent_survey`.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -40,6 +43,7 @@ pub struct Composer {
     sandbox: Level,
     options: AgentOptions,
     system: String,
+    max_depth: u32,
 }
 
 impl Composer {
@@ -52,9 +56,9 @@ impl Composer {
     /// Cancel safe: it only builds the model client.
     pub async fn new(settings: &Settings) -> Result<Self, CliError> {
         let model: Arc<dyn Model> = match &settings.model {
-            // A scripted demo has no tree order to keep on a worker: it
-            // answers any input at once.
-            ModelChoice::Demo => crate::demo::Demo::new(false).model(),
+            // The demo's script, without the gates a local runtime
+            // releases: the cluster orders what arrives.
+            ModelChoice::Demo => crate::demo::Demo::ungated_first_run().model(),
             ModelChoice::Api(api) => model::openai(api).await?,
         };
         let system = dsh_harness::SystemPrompt::new()
@@ -70,6 +74,7 @@ impl Composer {
                 ..AgentOptions::default()
             },
             system,
+            max_depth: settings.limits.max_depth,
         })
     }
 }
@@ -98,6 +103,7 @@ impl WorkerEnv for Composer {
             tools,
             system: self.system.clone(),
             options: self.options.clone(),
+            max_depth: self.max_depth,
         })
     }
 }
@@ -160,6 +166,7 @@ mod tests {
         .unwrap();
         settings.sandbox = sandbox;
         settings.limits.max_turn_steps = Some(7);
+        settings.limits.max_depth = 2;
         Composer::new(&settings).await.unwrap()
     }
 
@@ -176,6 +183,7 @@ mod tests {
         assert_eq!(composed.system, crate::world::SYSTEM_PROMPT);
         assert_eq!(composed.model.name(), "demo");
         assert_eq!(composed.options.max_turn_steps, Some(7));
+        assert_eq!(composed.max_depth, 2);
     }
 
     #[tokio::test]

@@ -114,14 +114,9 @@ fn a_tree_in_the_cluster_reads_and_exports_as_its_session_directory() {
     });
 }
 
-/// A server and a worker whose agents stop at 3 steps, and the output of
-/// `dsh run --json --engine restate` (the demo's lead) run there.
+/// A server and a worker, and the output of `dsh run --json --engine
+/// restate` (the demo's lead) run there.
 async fn demo_on_cluster(scratch: &Scratch) -> (Server, restate::Worker, Output) {
-    std::fs::write(
-        scratch.dir.path().join("dsh.toml"),
-        "[limits]\nmax_turn_steps = 3\n",
-    )
-    .unwrap();
     let (server, worker) =
         Server::with_worker(scratch.bare(&["worker", "--listen", WORKER_ADDR], &[])).await;
     let run = scratch.dsh(&["run", "--json", "--engine", "restate"], &[]);
@@ -130,11 +125,7 @@ async fn demo_on_cluster(scratch: &Scratch) -> (Server, restate::Worker, Output)
 
 /// `dsh run --engine restate` runs the demo model's lead on the cluster,
 /// follows its tree into the `--json` view and exits as a local run does;
-/// the cluster's logs then read back (`show`) and export whole. The
-/// engine offers a worker's agents only `subagent` and the workspace tools
-/// (not the demo's `fork`, `wait`, `agents` or `message`), so the demo's
-/// script cannot finish as it does locally: each of its agents stops at
-/// the step limit set here, and the lead's stop is the command's error.
+/// the cluster's logs then read back (`show`) and export whole.
 #[test]
 fn the_demo_runs_on_the_cluster_and_reads_back_as_it_ran() {
     if !restate::isolated("the_demo_runs_on_the_cluster_and_reads_back_as_it_ran") {
@@ -282,7 +273,10 @@ fn a_turn_that_failed_before_its_start_does_not_block_the_next() {
         let users: Vec<String> = events
             .iter()
             .filter_map(|event| match &event.payload {
-                dsh_core::EventPayload::UserMessage(entry) => {
+                // The user's, not the demo's children's notices.
+                dsh_core::EventPayload::UserMessage(entry)
+                    if entry.message.source == dsh_core::MessageSource::User =>
+                {
                     Some(dsh_core::content::joined_text(&entry.message.content))
                 }
                 _ => None,
@@ -410,7 +404,10 @@ async fn user_texts(client: &dsh_restate::client::RestateClient, id: &str) -> (V
     let users = events
         .iter()
         .filter_map(|event| match &event.payload {
-            dsh_core::EventPayload::UserMessage(entry) => {
+            // The user's, not the children's notices.
+            dsh_core::EventPayload::UserMessage(entry)
+                if entry.message.source == dsh_core::MessageSource::User =>
+            {
                 Some(dsh_core::content::joined_text(&entry.message.content))
             }
             _ => None,
@@ -634,6 +631,41 @@ fn send_to_a_child_on_the_cluster_answers_with_the_turn_that_took_it() {
                 "{stderr}"
             );
         }
+        drop(server);
+    });
+}
+
+/// The offline demo finishes on a worker as it does locally: the lead
+/// starts `researcher` (`subagent`) and `reviewer` (`fork`) in the
+/// background, lists them, messages `researcher` by name and waits for
+/// both notices; its summary quotes both children, word for word what a
+/// local run in the same workspace says.
+#[test]
+fn the_demo_finishes_on_a_worker_with_the_summary_a_local_run_prints() {
+    if !restate::isolated("the_demo_finishes_on_a_worker_with_the_summary_a_local_run_prints") {
+        return;
+    }
+    restate::run(async {
+        let scratch = Scratch::new();
+        std::fs::write(
+            scratch.dir.path().join("README.md"),
+            "# A workspace for the demo\n\nOne heading, one file.\n",
+        )
+        .unwrap();
+        let summary = |output: &str| {
+            output.lines().find_map(|line| {
+                line.split_once("Summary: ")
+                    .map(|(_, said)| said.to_owned())
+            })
+        };
+        let local = summary(&scratch.demo()).expect("a local run's summary");
+        assert!(local.contains("README.md"), "{local}");
+        let (server, _worker) =
+            Server::with_worker(scratch.bare(&["worker", "--listen", WORKER_ADDR], &[])).await;
+        let run = scratch.dsh(&["run", "--engine", "restate"], &[]);
+        let stdout = text(&run.stdout);
+        assert!(run.status.success(), "{stdout}{}", text(&run.stderr));
+        assert_eq!(summary(&stdout), Some(local), "{stdout}");
         drop(server);
     });
 }

@@ -362,26 +362,7 @@ impl ScopedTools {
             ))
         })?;
         if let Err(err) = slot.entry.schema.validate(&input) {
-            // Sorted so the text does not depend on the validator's keyword order.
-            let mut violations = err.violations;
-            violations.sort_by(|a, b| {
-                (&a.instance_path, &a.message).cmp(&(&b.instance_path, &b.message))
-            });
-            let violations: Vec<String> = violations
-                .iter()
-                .map(|v| {
-                    let path = if v.instance_path.is_empty() {
-                        "(root)"
-                    } else {
-                        v.instance_path.as_str()
-                    };
-                    format!("{path}: {}", v.message)
-                })
-                .collect();
-            return Err(ToolOutput::error(format!(
-                "Invalid arguments for `{name}`: {}. Fix the arguments and call the tool again.",
-                violations.join("; ")
-            )));
+            return Err(ToolOutput::error(invalid_arguments(name, err)));
         }
         Ok((Arc::clone(&slot.entry), input))
     }
@@ -437,6 +418,30 @@ fn panic_message(payload: &(dyn Any + Send)) -> &str {
         .copied()
         .or_else(|| payload.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("(non-text panic payload)")
+}
+
+/// What a call whose input fails its tool's schema gets: every violation,
+/// sorted by path (so the text does not depend on the validator's keyword
+/// order). A host that runs a tool outside [`ScopedTools`] (a Restate
+/// worker's engine tools) answers its calls alike.
+pub fn invalid_arguments(name: &str, err: dsh_core::schema::ValueError) -> String {
+    let mut violations = err.violations;
+    violations.sort_by(|a, b| (&a.instance_path, &a.message).cmp(&(&b.instance_path, &b.message)));
+    let violations: Vec<String> = violations
+        .iter()
+        .map(|v| {
+            let path = if v.instance_path.is_empty() {
+                "(root)"
+            } else {
+                v.instance_path.as_str()
+            };
+            format!("{path}: {}", v.message)
+        })
+        .collect();
+    format!(
+        "Invalid arguments for `{name}`: {}. Fix the arguments and call the tool again.",
+        violations.join("; ")
+    )
 }
 
 #[cfg(test)]

@@ -98,7 +98,7 @@ fn journaled_turn(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime) 
 }
 
 fn children_started(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime) {
-    let call = json!({"tool": "subagent", "input": {"prompt": "work", "background": true}});
+    let call = json!({"tool": "subagent", "input": {"description": "work", "prompt": "work"}});
     let spawner = json!([{"calls": vec![call; CHILDREN]}, {"text": "started"}]);
     let sessions: serde_json::Map<String, serde_json::Value> = (0..SPAWNERS)
         .map(|n| (format!("spawner{n}"), spawner.clone()))

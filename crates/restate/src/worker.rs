@@ -24,6 +24,10 @@ pub struct Composed {
     pub system: String,
     /// Model id, output cap, step limit.
     pub options: AgentOptions,
+    /// The deepest delegation depth a child started by `subagent` or
+    /// `fork` may have (the root is 0, its children 1), as a local run's
+    /// `max-depth` setting.
+    pub max_depth: u32,
 }
 
 impl std::fmt::Debug for Composed {
@@ -33,6 +37,7 @@ impl std::fmt::Debug for Composed {
             .field("model", &self.model.name())
             .field("tools", &tools)
             .field("options", &self.options)
+            .field("max_depth", &self.max_depth)
             .finish_non_exhaustive()
     }
 }

@@ -11,128 +11,16 @@
 
 mod support;
 
-use std::path::PathBuf;
-
-use dsh_core::session::ToolResultEntry;
 use dsh_core::{
-    ContentBlock, EventPayload, InboxTarget, MessageSource, SessionEvent, SessionId, SessionStore,
-    StopReason, UserMessage,
+    EventPayload, InboxTarget, MessageSource, SessionEvent, SessionId, StopReason, UserMessage,
 };
-use dsh_harness::JsonlStore;
-use dsh_harness::replay::{Verdict, replay_session};
 use dsh_restate::client::ClientError;
 use dsh_restate::object::WORKER_STOPPED_TOOL_CALL;
 use dsh_restate::state::inbox::AcceptRequest;
 use dsh_restate::store::RestateSessionStore;
 use serde_json::{Value, json};
 use support::cluster::{Cluster, POLL, lead};
-
-/// Export `root`'s tree, load every session with dsh's JSONL store,
-/// replay each, and check what every tree must hold; returns the
-/// sessions' logs. The `interrupted` sessions may end turns `aborted`.
-async fn export_and_check(
-    cluster: &Cluster,
-    root: &SessionId,
-    interrupted: &[&str],
-) -> Vec<(SessionId, Vec<SessionEvent>)> {
-    // As `dsh export` copies a tree: each member loaded through the
-    // cluster's read-side store, created whole in a local JSONL store.
-    let out: PathBuf = cluster.dir.path().join("export");
-    let ids = dsh_restate::tree::members(cluster.client(), root)
-        .await
-        .unwrap();
-    let cluster_store = RestateSessionStore::new(cluster.client().clone());
-    let store = JsonlStore::new(&out, dsh_core::Durability::default()).unwrap();
-    for id in &ids {
-        let loaded = cluster_store.load(id).await.unwrap();
-        store
-            .create(&loaded.header, &loaded.events)
-            .await
-            .unwrap()
-            .close()
-            .await;
-    }
-    let mut logs = Vec::new();
-    for id in ids {
-        let loaded = store.load(&id).await.unwrap();
-        assert!(loaded.torn_tail.is_none());
-        let verdict = replay_session(&loaded.header, &loaded.events);
-        assert!(
-            matches!(verdict, Verdict::Identical { .. }),
-            "{id}: {verdict:?}"
-        );
-        check_log(&id, &loaded.events, interrupted.contains(&id.as_str()));
-        logs.push((id, loaded.events));
-    }
-    let rows = cluster
-        .client()
-        .query("select target_handler_name, status from sys_invocation")
-        .await
-        .unwrap();
-    for row in rows {
-        assert_eq!(row["status"], "completed", "{row}");
-    }
-    logs
-}
-
-/// Each user message once, every tool call answered once, every turn
-/// ended `completed` (or `aborted`, for a session that was `interrupted`).
-fn check_log(id: &SessionId, events: &[SessionEvent], interrupted: bool) {
-    let mut users = std::collections::BTreeSet::new();
-    let mut calls = std::collections::BTreeMap::new();
-    for event in events {
-        match &event.payload {
-            EventPayload::UserMessage(user) => {
-                assert!(
-                    users.insert(user.message.id.clone()),
-                    "{id}: {event:?} twice"
-                );
-            }
-            EventPayload::ToolCall(call) => {
-                assert!(calls.insert(call.call_id.clone(), 0).is_none());
-            }
-            EventPayload::ToolResult(result) => {
-                *calls.get_mut(&result.call_id).unwrap() += 1;
-            }
-            EventPayload::TurnEnd(end) => {
-                let aborted = interrupted && end.stop_reason == StopReason::ABORTED;
-                assert!(
-                    aborted || end.stop_reason == StopReason::COMPLETED,
-                    "{id}: {end:?}"
-                );
-            }
-            _ => {}
-        }
-    }
-    assert!(
-        calls.values().all(|answers| *answers == 1),
-        "{id}: {calls:?}"
-    );
-}
-
-fn results(events: &[SessionEvent]) -> Vec<&ToolResultEntry> {
-    events
-        .iter()
-        .filter_map(|event| match &event.payload {
-            EventPayload::ToolResult(result) => Some(result),
-            _ => None,
-        })
-        .collect()
-}
-
-fn assistant_texts(events: &[SessionEvent]) -> Vec<String> {
-    events
-        .iter()
-        .filter_map(|event| match &event.payload {
-            EventPayload::AssistantMessage(entry) => Some(text(&entry.content)),
-            _ => None,
-        })
-        .collect()
-}
-
-fn text(content: &[ContentBlock]) -> String {
-    dsh_core::content::joined_text(content)
-}
+use support::logs::{assistant_texts, export_and_check, results, text};
 
 /// Kill test 2: a worker dies during a tool call, after the model step
 /// that made the call was journaled. The model is not asked again; a tool
@@ -285,7 +173,7 @@ fn catalog_entries(events: &[SessionEvent]) -> usize {
 fn background_tree() -> Value {
     json!({
         "lead": [
-            {"calls": [{"tool": "subagent", "input": {"prompt": "work", "background": true}}]},
+            {"calls": [{"tool": "subagent", "input": {"description": "work", "prompt": "work"}}]},
             {"text": "waiting"},
             {"text": "heard"},
         ],
@@ -344,7 +232,7 @@ fn a_foreground_parent_resumes_when_its_child_settles_after_a_kill() {
     support::run(async {
         let sessions = json!({
             "lead": [
-                {"calls": [{"tool": "subagent", "input": {"prompt": "work"}}]},
+                {"calls": [{"tool": "subagent", "input": {"description": "work", "prompt": "work", "run_in_background": false}}]},
                 {"text": "got it"},
             ],
             "lead.1": [{"text": "child answer", "gate": "child"}],
@@ -405,7 +293,7 @@ fn a_subtree_drains_across_workers() {
         return;
     }
     support::run(async {
-        let background = |prompt: &str| json!({"calls": [{"tool": "subagent", "input": {"prompt": prompt, "background": true}}]});
+        let background = |prompt: &str| json!({"calls": [{"tool": "subagent", "input": {"description": prompt, "prompt": prompt}}]});
         let sessions = json!({
             "lead": [background("mid"), {"text": "waiting"}, {"text": "heard"}],
             "lead.1": [background("deep"), {"text": "mid waiting"}],

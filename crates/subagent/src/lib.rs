@@ -47,7 +47,7 @@ pub use messaging::{
     InterruptAuthority, PromptDelivery, SessionAuthoriser, TrustedHost, UserPrompt,
 };
 pub use names::{MemberNames, ROOT_NAME, validate_name};
-pub use notice::QuietTree;
+pub use notice::{QuietTree, render_notice};
 pub use progress::{
     CurrentActivity, PROGRESS_BUFFER, ProgressEvent, ProgressItem, ProgressKind, ProgressMember,
     ProgressSink, ProgressStream, TextFeed, ToolInProgress,

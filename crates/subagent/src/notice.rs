@@ -382,8 +382,9 @@ impl Drop for QuietTree {
 pub(crate) const MAX_NOTICE_OUTPUT_BYTES: usize = 64 * 1024;
 
 /// The text of a settlement notice: the summary, then what the child
-/// produced (at most [`MAX_NOTICE_OUTPUT_BYTES`] of its output).
-pub(crate) fn render_notice(summary: &str, result: &SubagentResult) -> Vec<ContentBlock> {
+/// produced (at most 64 KiB of its output). Public for a host that sends
+/// notices itself (a Restate worker) and must word them alike.
+pub fn render_notice(summary: &str, result: &SubagentResult) -> Vec<ContentBlock> {
     let mut text = format!("[{summary}; stop reason: {}]", result.stop_reason);
     if result.subtree_usage != dsh_core::Usage::default() {
         text.push_str("\nUsage: ");

@@ -95,13 +95,19 @@ impl Tool for InterruptAgentTool {
             }
             Err(err) => return Err(ControlError::from_runtime(&to, caller.id(), err).into()),
         }
-        Ok(ToolOutput::text(if was_running {
-            format!(
-                "Stop requested for `{to}`: its current turn ends shortly. It keeps its queued \
-                 messages and the agents it started, and stays available for send_message."
-            )
-        } else {
-            format!("`{to}` was not running, so there was nothing to interrupt.")
-        }))
+        Ok(ToolOutput::text(interrupted(&to, was_running)))
+    }
+}
+
+/// What `interrupt_agent` says once it interrupted `to` (named as the
+/// model wrote it), which was or was not running.
+pub fn interrupted(to: &str, was_running: bool) -> String {
+    if was_running {
+        format!(
+            "Stop requested for `{to}`: its current turn ends shortly. It keeps its queued \
+             messages and the agents it started, and stays available for send_message."
+        )
+    } else {
+        format!("`{to}` was not running, so there was nothing to interrupt.")
     }
 }

@@ -2,7 +2,7 @@
 
 use std::sync::{Arc, OnceLock};
 
-use dsh_core::Tool;
+use dsh_core::{Tool, ToolSpec};
 use dsh_subagent::SubagentRuntime;
 use serde::de::DeserializeOwned;
 use serde_json::Value;
@@ -16,11 +16,14 @@ mod tree;
 mod wait;
 
 pub use error::ControlError;
-pub use interrupt::{InterruptAgentInput, InterruptAgentTool};
-pub use list::{ListAgentsInput, ListAgentsTool};
+pub use interrupt::{InterruptAgentInput, InterruptAgentTool, interrupted};
+pub use list::{LISTING_HEADING, ListAgentsInput, ListAgentsTool};
 pub use report::{ReportInput, ReportTool, report_target};
 pub use send::{SendMessageInput, SendMessageTool};
-pub use wait::{DEFAULT_WAIT_MS, MAX_WAIT_MS, MIN_WAIT_MS, WaitInput, WaitTool};
+pub use wait::{
+    Arrival, DEFAULT_WAIT_MS, MAX_WAIT_MS, MIN_WAIT_MS, WaitInput, WaitTool, arrivals_text,
+    nothing_arrived,
+};
 
 /// The runtime the control tools act through, bound at most once and shared
 /// by every tool made from it. Unbound, every tool refuses with
@@ -90,6 +93,24 @@ impl ControlTools {
     /// [`ToolRestriction`](dsh_core::ToolRestriction) on the root's
     /// composition) and use [`report_target`] to decide for a child.
     pub fn with_binding(binding: &RuntimeBinding) -> Vec<Arc<dyn Tool>> {
+        Self::all(binding)
+    }
+
+    /// The five tools' specs as the model is shown them (name, description,
+    /// input schema), for a host that runs them elsewhere (a Restate
+    /// worker) and must offer them alike.
+    pub fn specs() -> Vec<ToolSpec> {
+        Self::all(&RuntimeBinding::new())
+            .iter()
+            .map(|tool| ToolSpec {
+                name: tool.name().to_owned(),
+                description: tool.description(),
+                input_schema: tool.input_schema(),
+            })
+            .collect()
+    }
+
+    fn all(binding: &RuntimeBinding) -> Vec<Arc<dyn Tool>> {
         vec![
             Arc::new(ListAgentsTool::new(binding.clone())),
             Arc::new(SendMessageTool::new(binding.clone())),

@@ -16,6 +16,11 @@ use serde_json::{Value, json};
 use crate::RuntimeBinding;
 use crate::tree::TreeView;
 
+/// The first line of a `list_agents` listing.
+pub const LISTING_HEADING: &str = "Agents in your tree (activity is whether an agent is working \
+     right now, not whether its task is done; every agent listed can be messaged unless its line \
+     says otherwise):";
+
 /// The arguments of `list_agents`: none.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -132,9 +137,7 @@ fn usage_column(usage: &dsh_subagent::ChildUsage) -> String {
 fn render(runtime: &SubagentRuntime, view: &TreeView, caller: &SessionId) -> String {
     let you = |id: &SessionId| if id == caller { " (you)" } else { "" };
     let mut lines = vec![
-        "Agents in your tree (activity is whether an agent is working right now, not whether its \
-         task is done; every agent listed can be messaged unless its line says otherwise):"
-            .to_owned(),
+        LISTING_HEADING.to_owned(),
         format!(
             "- lead{}: {}",
             you(&view.root),

@@ -68,11 +68,17 @@ impl WaitTool {
 }
 
 /// One inbox item as `wait` describes it.
-struct Item {
-    kind: String,
-    sender: Option<SessionId>,
-    target: InboxTarget,
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Arrival {
+    /// Its source's kind ([`MessageSource::kind`]).
+    pub kind: String,
+    /// Who sent it, when an agent did.
+    pub sender: Option<SessionId>,
+    /// The list it waits in.
+    pub target: InboxTarget,
 }
+
+type Item = Arrival;
 
 /// The items pending in `agent`'s inbox, in `pending`'s order (next-step
 /// items first, acceptance order within each list). Items announced while
@@ -206,11 +212,7 @@ impl Tool for WaitTool {
                 () = ctx.cancel.cancelled() => return Err(ControlError::WaitCancelled.into()),
                 arrival = arrivals.recv() => arrival,
                 () = &mut deadline => {
-                    return Ok(ToolOutput::text(format!(
-                        "Nothing arrived within {}. Your agents may still be working: call wait \
-                         again, or carry on with other work.",
-                        duration_text(timeout)
-                    )));
+                    return Ok(ToolOutput::text(nothing_arrived(timeout)));
                 }
             };
             match woke {
@@ -246,8 +248,17 @@ impl Tool for WaitTool {
             names.insert(sender.clone(), name);
         }
         let name = |id: &SessionId| names.get(id).cloned().unwrap_or_else(|| id.to_string());
-        Ok(ToolOutput::text(render(&items, name)))
+        Ok(ToolOutput::text(arrivals_text(&items, name)))
     }
+}
+
+/// What `wait` says when nothing arrived within `timeout_ms`.
+pub fn nothing_arrived(timeout_ms: u64) -> String {
+    format!(
+        "Nothing arrived within {}. Your agents may still be working: call wait again, or carry \
+         on with other work.",
+        duration_text(timeout_ms)
+    )
 }
 
 /// `30 s` for whole seconds, else `1500 ms`.
@@ -271,9 +282,10 @@ fn describe(item: &Item, name: &dyn Fn(&SessionId) -> String) -> String {
     }
 }
 
-/// What `wait` says about the items pending when it returns. Empty only
-/// when an arrival was discarded before it could be described.
-fn render(items: &[Item], name: impl Fn(&SessionId) -> String) -> String {
+/// What `wait` says about the items pending when it returns (`name` names
+/// a sender for the model). Says so when an arrival was discarded before
+/// it could be described.
+pub fn arrivals_text(items: &[Arrival], name: impl Fn(&SessionId) -> String) -> String {
     let list = |target: InboxTarget| -> Vec<String> {
         items
             .iter()

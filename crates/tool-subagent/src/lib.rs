@@ -12,7 +12,9 @@ pub use config::{InstallError, SubagentToolConfig};
 pub use model_selection::{
     ModelSelectionError, ModelSelectionSettings, SubagentModelSelectionConfig,
 };
+pub use render::{refusal, render_result, started_in_background};
 pub use role::{SubagentRole, SubagentRoles};
+pub use spec::tool_spec;
 pub use survey::{SURVEY_TOOL_NAME, SurveyTool};
 pub use tool::SubagentTool;
 

@@ -9,7 +9,7 @@ use dsh_subagent::budget::usage_line;
 use dsh_subagent::{AdmissionError, RegistryError, SubagentError, SubagentResult};
 
 /// What a background start tells the model.
-pub(crate) fn started_in_background(name: &str, continuable: bool) -> String {
+pub fn started_in_background(name: &str, continuable: bool) -> String {
     let follow_up = if continuable {
         format!(" It keeps its conversation afterwards, so you can address it later as `{name}`.")
     } else {
@@ -21,7 +21,7 @@ pub(crate) fn started_in_background(name: &str, continuable: bool) -> String {
 }
 
 /// A start the runtime refused, as a sentence the model can act on.
-pub(crate) fn refusal(err: &SubagentError) -> String {
+pub fn refusal(err: &SubagentError) -> String {
     match err {
         SubagentError::Admission(AdmissionError::DepthLimit { .. })
         | SubagentError::Admission(AdmissionError::Capacity(_))
@@ -50,7 +50,7 @@ fn sentence(err: &SubagentError) -> String {
 /// A settled foreground result as the model sees it: the child's output when
 /// it completed; otherwise an error result with a headline for the stop
 /// reason, the diagnostic and any partial output.
-pub(crate) fn render_result(name: &str, result: &SubagentResult) -> ToolOutput {
+pub fn render_result(name: &str, result: &SubagentResult) -> ToolOutput {
     if result.stop_reason == StopReason::COMPLETED {
         let mut content = result.output.clone();
         if let Some(structured) = &result.structured {

@@ -3,9 +3,35 @@
 //! sees the parent's conversation, whether it meters tokens) and the
 //! tool's configuration. Model-visible: snapshot-tested.
 
+use dsh_core::ToolSpec;
 use serde_json::{Value, json};
 
 use crate::config::SubagentToolConfig;
+use crate::role;
+
+/// The tool as the model is shown it for `config`, for a provider whose
+/// children do (`inherits`) or do not see the parent's conversation and
+/// that does (`meters_tokens`) or does not meter tokens: what
+/// [`SubagentTool`](crate::SubagentTool) offers, for a host that runs the
+/// tool elsewhere (a Restate worker) and must offer it alike.
+pub fn tool_spec(config: &SubagentToolConfig, inherits: bool, meters_tokens: bool) -> ToolSpec {
+    ToolSpec {
+        name: config.tool_name.clone(),
+        description: full_description(config, inherits),
+        input_schema: input_schema(config, inherits, meters_tokens),
+    }
+}
+
+/// The description for `config`: what the tool does, whether it runs in
+/// the background, model selection and the roles it offers.
+pub(crate) fn full_description(config: &SubagentToolConfig, inherits: bool) -> String {
+    let mut text = description(inherits, config.background);
+    if config.model_selection.is_some() {
+        text.push_str(" You may choose the subagent's model with `provider` and `model` (both or neither); only the routes this session was allowed are accepted, and a refused choice names them. Leave them out for the default.");
+    }
+    text.push_str(&role::listing(&config.roles));
+    text
+}
 
 /// The tool description for a provider whose children do (`inherits`) or do
 /// not see the parent's conversation.

@@ -22,7 +22,7 @@ use crate::ModelSelectionSettings;
 use crate::config::{InstallError, SubagentToolConfig, check_capabilities};
 use crate::render::{refusal, render_result, started_in_background};
 use crate::role;
-use crate::spec::{description, input_schema};
+use crate::spec::{full_description, input_schema};
 
 /// The `subagent` tool for one provider. See the crate documentation.
 pub struct SubagentTool {
@@ -422,12 +422,7 @@ impl Tool for SubagentTool {
     }
 
     fn description(&self) -> String {
-        let mut text = description(self.inherits(), self.config.background);
-        if self.config.model_selection.is_some() {
-            text.push_str(" You may choose the subagent's model with `provider` and `model` (both or neither); only the routes this session was allowed are accepted, and a refused choice names them. Leave them out for the default.");
-        }
-        text.push_str(&role::listing(&self.config.roles));
-        text
+        full_description(&self.config, self.inherits())
     }
 
     fn offered_to(&self, agent: &dyn Agent) -> bool {

@@ -1,7 +1,9 @@
 //! `dsh.Inbox/{session id}`: the input waiting for an agent's turns. Its
 //! handlers are all short, so input and steering are never blocked behind
 //! a running turn (which is the `dsh.Session` object's, another key space).
-//! The whole [`InboxState`] is one state entry, written once per handler.
+//! The whole [`InboxState`] is one state entry, written once per handler;
+//! beside it, [`WATCHER_KEY`] holds the awakeable of a turn's `wait`, which
+//! the next admitted item (or an interrupt) resolves.
 
 use dsh_core::{InboxTarget, MessageId};
 use restate_sdk::prelude::*;
@@ -11,6 +13,9 @@ pub use crate::state::inbox::ClaimedItem;
 use crate::state::inbox::{
     AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState, InboxStatus,
 };
+
+/// The state key of the awakeable a waiting turn registered (`watch`).
+const WATCHER_KEY: &str = "watcher";
 
 /// The `dsh.Inbox` virtual object.
 pub struct Inbox;
@@ -33,16 +38,72 @@ impl Inbox {
         ctx: ObjectContext<'_>,
         request: Json<AcceptRequest>,
     ) -> HandlerResult<Json<Acceptance>> {
+        let state = or_empty(ctx.get(INBOX_KEY).await?);
+        Ok(Json(accepted(&ctx, state, request.into_inner()).await?))
+    }
+
+    /// Accept another agent's message, once per request id, as a local
+    /// agent takes one: for its next step while a turn is scheduled or
+    /// running, else for its next turn (the request's target is not
+    /// read); it unparks an interrupted agent. Refused with `DRAINING`
+    /// while the tree drains.
+    #[handler]
+    async fn deliver(
+        &self,
+        ctx: ObjectContext<'_>,
+        request: Json<AcceptRequest>,
+    ) -> HandlerResult<Json<Acceptance>> {
         let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        let acceptance = state
-            .accept(request.into_inner())
-            .map_err(|refusal| super::refused(refusal.code(), refusal))?;
-        admitted(&ctx, state, &acceptance);
+        let mut request = request.into_inner();
+        // A message resumes an interrupted agent, as locally.
+        let unparked = state.parked() && state.unpark();
+        request.target = live_target(&state);
+        let acceptance = accepted(&ctx, state, request).await?;
+        if unparked {
+            schedule_turn(&ctx);
+        }
         Ok(Json(acceptance))
     }
 
+    /// Wait for input: what waits now (both lists, next-step items first),
+    /// or, when nothing waits, nothing, with `awakeable` kept for the next
+    /// admitted item to resolve (the turn's `wait` then suspends on it and
+    /// holds no worker). A parked agent's awakeable is resolved at once.
+    #[handler]
+    async fn watch(
+        &self,
+        ctx: ObjectContext<'_>,
+        awakeable: String,
+    ) -> HandlerResult<Json<Vec<ClaimedItem>>> {
+        let state = or_empty(ctx.get(INBOX_KEY).await?);
+        let waiting = waiting(&state);
+        if state.parked() {
+            // Interrupted already: the wait ends at once.
+            ctx.resolve_awakeable(&awakeable, String::new());
+        } else if waiting.is_empty() {
+            ctx.set(WATCHER_KEY, awakeable);
+        }
+        Ok(Json(waiting))
+    }
+
+    /// Stop waiting on `awakeable` (a `wait` woke or timed out) and return
+    /// what waits now, as `watch` does.
+    #[handler]
+    async fn unwatch(
+        &self,
+        ctx: ObjectContext<'_>,
+        awakeable: String,
+    ) -> HandlerResult<Json<Vec<ClaimedItem>>> {
+        if ctx.get::<String>(WATCHER_KEY).await?.as_ref() == Some(&awakeable) {
+            ctx.clear(WATCHER_KEY);
+        }
+        let state = or_empty(ctx.get(INBOX_KEY).await?);
+        Ok(Json(waiting(&state)))
+    }
+
     /// Accept a child's settlement notice, once per request id; admitted
-    /// while draining too (then without waking the agent).
+    /// while draining too (then without waking the agent). Like `deliver`,
+    /// it is for the next step while a turn runs, else for the next turn.
     #[handler]
     async fn accept_notice(
         &self,
@@ -50,20 +111,23 @@ impl Inbox {
         request: Json<AcceptRequest>,
     ) -> HandlerResult<Json<Acceptance>> {
         let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        let acceptance = state.accept_notice(request.into_inner());
-        admitted(&ctx, state, &acceptance);
+        let mut request = request.into_inner();
+        request.target = live_target(&state);
+        let acceptance = state.accept_notice(request);
+        admitted(&ctx, state, &acceptance).await?;
         Ok(Json(acceptance))
     }
 
     /// Interrupt the agent: park it (input waits and wakes nothing until
     /// `unpark`); a running turn sees it at its next check and ends
-    /// `aborted`.
+    /// `aborted`, and its `wait`, if it waits, ends at once.
     #[handler]
     async fn interrupt(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
         let mut state = or_empty(ctx.get(INBOX_KEY).await?);
         state.park();
         ctx.set(INBOX_KEY, Json(state));
-        Ok(())
+        // A `wait` in the turn ends now, as a cancelled local one does.
+        wake_watcher(&ctx).await
     }
 
     /// Unpark the agent; waiting waking input starts a turn.
@@ -182,12 +246,66 @@ fn schedule_turn(ctx: &ObjectContext<'_>) {
         .send();
 }
 
-/// Store what an accept changed and start the turn it scheduled.
-fn admitted(ctx: &ObjectContext<'_>, state: InboxState, acceptance: &Acceptance) {
+/// Accept `request` into `state` and store what changed, or refuse it
+/// (`DRAINING`).
+async fn accepted(
+    ctx: &ObjectContext<'_>,
+    mut state: InboxState,
+    request: AcceptRequest,
+) -> HandlerResult<Acceptance> {
+    let acceptance = state
+        .accept(request)
+        .map_err(|refusal| super::refused(refusal.code(), refusal))?;
+    admitted(ctx, state, &acceptance).await?;
+    Ok(acceptance)
+}
+
+/// Store what an accept changed, start the turn it scheduled and wake a
+/// waiting `wait`.
+async fn admitted(
+    ctx: &ObjectContext<'_>,
+    state: InboxState,
+    acceptance: &Acceptance,
+) -> HandlerResult<()> {
     if !acceptance.duplicate {
         ctx.set(INBOX_KEY, Json(state));
+        wake_watcher(ctx).await?;
     }
     if acceptance.schedule_turn {
         schedule_turn(ctx);
     }
+    Ok(())
+}
+
+/// Resolve and forget the awakeable of a waiting `wait`, if any.
+async fn wake_watcher(ctx: &ObjectContext<'_>) -> HandlerResult<()> {
+    if let Some(watcher) = ctx.get::<String>(WATCHER_KEY).await? {
+        ctx.resolve_awakeable(&watcher, String::new());
+        ctx.clear(WATCHER_KEY);
+    }
+    Ok(())
+}
+
+/// Where an agent's message or a notice goes: the next step of a turn
+/// that is scheduled or running, else the next turn (a local agent's steer
+/// and follow-up).
+fn live_target(state: &InboxState) -> InboxTarget {
+    if state.turn_scheduled() {
+        InboxTarget::NextStep
+    } else {
+        InboxTarget::NextTurn
+    }
+}
+
+/// Every waiting item, next-step items first, oldest first in each list.
+fn waiting(state: &InboxState) -> Vec<ClaimedItem> {
+    [InboxTarget::NextStep, InboxTarget::NextTurn]
+        .into_iter()
+        .flat_map(|target| {
+            state.pending(target).map(move |item| ClaimedItem {
+                target,
+                item: item.clone(),
+            })
+        })
+        .collect()
 }

@@ -15,7 +15,7 @@ pub use crate::state::inbox::InboxStatus;
 pub use about::{About, WORKER_VERSION};
 pub use inbox::{ClaimedItem, Inbox};
 pub use session::{EventPage, Session, SessionSeed};
-pub use turn::{MODEL_ATTEMPTS, WORKER_STOPPED_TOOL_CALL};
+pub use turn::{MODEL_ATTEMPTS, UNMETERED, WORKER_STOPPED_TOOL_CALL};
 
 use restate_sdk::prelude::TerminalError;
 

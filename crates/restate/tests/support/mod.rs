@@ -16,6 +16,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used, dead_code)]
 
 pub mod cluster;
+pub mod logs;
 
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};

@@ -8,12 +8,14 @@
 //! a FIFO blocks until the other side opens it: no polling, no sleeps.
 //!
 //! The script (`--script FILE`, JSON):
-//! `{"dir": "/tmp/x", "sessions": {"<id>": [STEP, ...]}}` where a STEP is
+//! `{"dir": "/tmp/x", "sessions": {"<id>": [STEP, ...]}, "max_depth": N?}`
+//! where a STEP is
 //! `{"text": "..."}` or `{"calls": [{"tool": "count", "input": {...}}]}`,
 //! each with an optional `"gate": "name"`. The count tool's input is
 //! `{"label": "x", "idempotent": bool, "gate": "name"?}`; it appends
 //! `label` to `<dir>/runs`. Each model call appends `<session> <step>` to
-//! `<dir>/asks`. A session without a script replies "done".
+//! `<dir>/asks`. A session without a script replies "done". Call ids are
+//! `s{step}-call-{n}`, unique in a session.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -22,11 +24,12 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use dsh_core::message::Message;
 use dsh_core::{
-    AgentOptions, CancellationToken, Model, ModelError, ModelErrorKind, ModelRequest, ModelStream,
-    SessionHeader, Tool, ToolContext, ToolError, ToolOutput,
+    AgentOptions, CallId, CancellationToken, Model, ModelError, ModelErrorKind, ModelEvent,
+    ModelRequest, ModelStream, SessionHeader, Tool, ToolContext, ToolError, ToolOutput,
 };
 use dsh_harness::{Scripted, ScriptedModel};
 use dsh_restate::worker::{Composed, WorkerEnv};
+use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 use tokio::io::AsyncWriteExt;
@@ -37,6 +40,9 @@ struct Script {
     dir: PathBuf,
     #[serde(default)]
     sessions: BTreeMap<String, Vec<Step>>,
+    /// The delegation depth limit (the local default when absent).
+    #[serde(default)]
+    max_depth: Option<u32>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -107,6 +113,10 @@ impl WorkerEnv for ScriptEnv {
             ],
             system: format!("You are session {}.", header.id),
             options: AgentOptions::default(),
+            max_depth: self
+                .script
+                .max_depth
+                .unwrap_or(dsh_subagent::DEFAULT_MAX_DEPTH),
         })
     }
 }
@@ -187,9 +197,18 @@ impl Model for StepModel {
                 }
             }
         };
-        ScriptedModel::with_responses([scripted])
+        // Call ids unique in the session, as a real model's are: the
+        // step's index names them.
+        let stream = ScriptedModel::with_responses([scripted])
             .stream(request, cancel)
-            .await
+            .await?;
+        Ok(Box::pin(stream.map(move |event| match event {
+            Ok(ModelEvent::ToolCall(mut call)) => {
+                call.call_id = CallId::new(format!("s{index}-{}", call.call_id));
+                Ok(ModelEvent::ToolCall(call))
+            }
+            other => other,
+        })))
     }
 }
 

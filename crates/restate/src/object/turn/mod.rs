@@ -19,8 +19,11 @@
 //! - appends: `ctx.set` of the log's chunks and head (state is journaled
 //!   with the steps).
 //!
-//! - the built-in `subagent` tool: calls between objects, not a `ctx.run`
-//!   (`delegate`), and a child's settlement when its turn ends idle.
+//! - the engine's own tools, offered as the local ones are (`specs`):
+//!   calls between objects, not a `ctx.run`: `subagent` and `fork`
+//!   (`delegate`, with a child's settlement when its turn ends idle),
+//!   `list_agents` (`agents`), `send_message` (`message`), `wait` and
+//!   `interrupt_agent` (`interrupt`), over the tree as `tree` reads it.
 //!
 //! An interrupt parks the inbox; the turn asks the inbox at each of the
 //! machine's checks (`IsCancelled`), so it ends `aborted` at the next one.
@@ -46,7 +49,14 @@ use futures::StreamExt;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
 
+mod agents;
+mod control;
 mod delegate;
+mod interrupt;
+mod message;
+mod specs;
+mod tree;
+mod wait;
 
 use super::inbox::{ClaimedItem, InboxClient};
 use super::view::TurnView;
@@ -60,6 +70,8 @@ pub const WORKER_STOPPED_TOOL_CALL: &str =
 
 /// How many times a failing model step is tried before the step fails.
 pub const MODEL_ATTEMPTS: u32 = 2;
+
+pub use delegate::UNMETERED;
 
 /// A model step as journaled.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -218,7 +230,9 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         for event in &events {
             TranscriptProjection.apply(&mut transcript, event);
         }
-        let tools = ScopedTools::compose(&ToolRegistry::new(), None, None, &composed.tools)
+        let mut offered = composed.tools.clone();
+        offered.extend(specs::engine_tools());
+        let tools = ScopedTools::compose(&ToolRegistry::new(), None, None, &offered)
             .map_err(|bad| terminal("COMPOSE_FAILED", format!("{}: {bad}", header.id)))?;
         let view = Arc::new(TurnView {
             header: header.clone(),
@@ -383,11 +397,7 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         let view = self.view.clone();
         let specs: Vec<ToolSpec> = self
             .ctx
-            .run(|| async move {
-                let mut specs = tools.specs(view.as_ref());
-                specs.push(delegate::spec());
-                Ok(Json(specs))
-            })
+            .run(|| async move { Ok(Json(tools.specs(view.as_ref()))) })
             .name(format!("tools:{turn}:{step}"))
             .await?
             .into_inner();
@@ -429,8 +439,8 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     async fn call_tools(&mut self, calls: &[ToolCall]) -> HandlerResult<Vec<ToolOutput>> {
         let mut outputs = Vec::with_capacity(calls.len());
         for call in calls {
-            if call.name == delegate::DELEGATE_TOOL {
-                outputs.push(self.delegate(call).await?);
+            if specs::is_engine_tool(&call.name) {
+                outputs.push(self.engine_tool(call).await?);
                 continue;
             }
             let idempotent = self
@@ -471,6 +481,22 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             outputs.push(output.into());
         }
         Ok(outputs)
+    }
+}
+
+impl Host<'_, '_> {
+    /// Run a call of one of the engine's own tools ([`specs::is_engine_tool`]).
+    async fn engine_tool(&mut self, call: &ToolCall) -> HandlerResult<ToolOutput> {
+        if let Err(refused) = control::checked(call) {
+            return Ok(refused);
+        }
+        match call.name.as_str() {
+            specs::LIST_TOOL => self.list_agents(call).await,
+            specs::MESSAGE_TOOL => self.send_message(call).await,
+            specs::WAIT_TOOL => self.wait(call).await,
+            specs::INTERRUPT_TOOL => self.interrupt_agent(call).await,
+            _ => self.delegate(call).await,
+        }
     }
 }
 
