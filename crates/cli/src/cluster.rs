@@ -475,9 +475,15 @@ fn catalog_entry(parent: &SessionId, root: &SessionId, event: &SessionEvent) -> 
     let entry = payload.to_value();
     let child_id = SessionId::new(entry["child_id"].as_str()?).ok()?;
     let label = entry["label"].as_str().unwrap_or_default().to_owned();
+    // A fork's seed repeats its parent's entries; each names a child
+    // already followed under the parent read before it, so `add` passes
+    // over it.
+    let name = entry["name"]
+        .as_str()
+        .map_or_else(|| child_id.to_string(), str::to_owned);
     Some(RunInfo {
         provider: entry["provider"].as_str().unwrap_or("restate").to_owned(),
-        name: child_id.to_string(),
+        name,
         label,
         child_id,
         parent_session_id: parent.clone(),
