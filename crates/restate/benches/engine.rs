@@ -61,6 +61,9 @@ const STEP_TURNS: u64 = 400;
 /// Children a lead starts in `children_started`.
 const CHILDREN: usize = 10;
 
+/// How long `children_started` waits for a child's first turn at most.
+const CHILD_BOUND: Duration = Duration::from_secs(60);
+
 /// Leads the `children_started` script has (one per iteration).
 const SPAWNERS: usize = 400;
 
@@ -319,7 +322,11 @@ fn children_started(criterion: &mut Criterion, runtime: &tokio::runtime::Runtime
                     let mut last = started;
                     for child in 1..=CHILDREN {
                         let child = SessionId::new(format!("{id}.{child}")).unwrap();
-                        cluster.wait_turns(&child, 1).await;
+                        // A refused `subagent` call creates no child:
+                        // bounded, not waited on for ever.
+                        tokio::time::timeout(CHILD_BOUND, cluster.wait_turns(&child, 1))
+                            .await
+                            .unwrap_or_else(|_| panic!("{child} ended no turn in {CHILD_BOUND:?}"));
                         let ended = events(client, &child)
                             .await
                             .iter()
