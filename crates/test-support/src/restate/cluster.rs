@@ -36,7 +36,17 @@ impl Cluster {
     /// As [`Server::start`]: dropped before it returns, processes already
     /// started run on (a built [`Cluster`] kills them on drop).
     pub async fn start(sessions: Value, gates: &[&str]) -> Self {
-        Self::start_workers(sessions, gates, true).await
+        Self::start_workers(json!({"sessions": sessions}), gates, true).await
+    }
+
+    /// As [`Cluster::start`], with the workers' delegation depth limit
+    /// (the script's `max_depth`).
+    ///
+    /// # Cancel safety
+    /// As [`Cluster::start`].
+    pub async fn start_with_max_depth(sessions: Value, gates: &[&str], max_depth: u32) -> Self {
+        let script = json!({"sessions": sessions, "max_depth": max_depth});
+        Self::start_workers(script, gates, true).await
     }
 
     /// As [`Cluster::start`], with worker A alone behind the front.
@@ -44,10 +54,11 @@ impl Cluster {
     /// # Cancel safety
     /// As [`Cluster::start`].
     pub async fn start_with_one_worker(sessions: Value, gates: &[&str]) -> Self {
-        Self::start_workers(sessions, gates, false).await
+        Self::start_workers(json!({"sessions": sessions}), gates, false).await
     }
 
-    async fn start_workers(sessions: Value, gates: &[&str], with_b: bool) -> Self {
+    /// Start with `script` (its `sessions` and settings; `dir` is added).
+    async fn start_workers(mut script: Value, gates: &[&str], with_b: bool) -> Self {
         let dir = tempfile::tempdir().unwrap();
         for gate in gates {
             for end in ["started", "open"] {
@@ -58,8 +69,9 @@ impl Cluster {
                 assert!(status.success());
             }
         }
+        script["dir"] = json!(dir.path());
+        let text = script.to_string();
         let script = dir.path().join("script.json");
-        let text = json!({"dir": dir.path(), "sessions": sessions}).to_string();
         std::fs::write(&script, text).unwrap();
         let server = Server::start().await;
         let a = Worker::start(test_worker("127.0.0.1:9081", Some(&script)));
