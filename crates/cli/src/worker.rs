@@ -147,8 +147,8 @@ pub async fn worker(listen: &str, config: Option<PathBuf>) -> Result<(), CliErro
     dsh_restate::worker::serve(listener, Arc::new(composer), async move {
         signals.recv().await;
     })
-    .await;
-    Ok(())
+    .await
+    .map_err(|err| CliError::Refused(format!("cannot serve on {addr}: {err}")))
 }
 
 #[cfg(test)]

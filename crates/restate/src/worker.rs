@@ -67,6 +67,12 @@ pub fn endpoint(env: Arc<dyn WorkerEnv>) -> Endpoint {
 /// one address in front of several workers) with the server once
 /// ([`RestateClient::register_deployment`](crate::client::RestateClient::register_deployment)).
 ///
+/// The listener gets `TCP_NODELAY` first: see `no_delay`.
+///
+/// # Errors
+/// The listener refused `TCP_NODELAY` (it is not a TCP socket); nothing
+/// was served.
+///
 /// # Cancel safety
 /// Dropped, the worker stops at once: the server retries the invocations
 /// it was running on another worker (a journaled step is not run again).
@@ -74,8 +80,42 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     env: Arc<dyn WorkerEnv>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) {
+) -> std::io::Result<()> {
+    no_delay(&listener)?;
     HttpServer::new(endpoint(env))
         .serve_with_cancel(listener, shutdown)
         .await;
+    Ok(())
+}
+
+/// Set `TCP_NODELAY` on `listener`; the connections it accepts inherit it
+/// (Linux, the BSDs, macOS). The server talks to a worker in small HTTP/2
+/// frames, one journal entry at a time; with Nagle's algorithm on, a
+/// frame written while the previous one waits for its delayed ACK waited
+/// ~40 ms, and every call between objects and most journaled steps paid
+/// that once or more (a one-step turn took ~380 ms on loopback, 40 ms
+/// without; `docs/performance.md`). The SDK accepts the connections
+/// itself, so the listener is the one place to set it.
+///
+/// # Errors
+/// The socket refused the option (it is not a TCP socket).
+fn no_delay(listener: &tokio::net::TcpListener) -> std::io::Result<()> {
+    socket2::SockRef::from(listener).set_tcp_nodelay(true)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use std::net::TcpStream;
+
+    #[tokio::test]
+    async fn connections_a_worker_accepts_have_no_delay() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        super::no_delay(&listener).unwrap();
+        let addr = listener.local_addr().unwrap();
+        let _client = TcpStream::connect(addr).unwrap();
+        let (accepted, _) = listener.accept().await.unwrap();
+        assert!(accepted.nodelay().unwrap());
+    }
 }

@@ -1,8 +1,10 @@
 //! Where `dsh-restate` sits in the workspace, read from Cargo itself
-//! (`cargo tree`): no other crate depends on it, not even for tests (the
+//! (`cargo tree`): no other crate's build has it, not even for tests (the
 //! SDK's ~55 extra crates stay out of every other build until a feature of
-//! `dsh` asks for them), and the SDK comes without its heavy defaults (no
-//! aws-lc-rs C build, no tracing-subscriber).
+//! `dsh` asks for them); only the test harness depends on it, behind its
+//! `restate` feature, which this crate's own tests and benches turn on;
+//! and the SDK comes without its heavy defaults (no aws-lc-rs C build, no
+//! tracing-subscriber).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::Path;
@@ -27,16 +29,42 @@ fn cargo_tree(args: &[&str]) -> String {
 
 #[test]
 fn no_other_crate_depends_on_dsh_restate() {
-    let dependents = cargo_tree(&["--workspace", "-i", "dsh-restate", "-e", "normal,build,dev"]);
+    let dependents = cargo_tree(&[
+        "--workspace",
+        "-i",
+        "dsh-restate",
+        "-e",
+        "normal,build,dev",
+        "--depth",
+        "1",
+    ]);
     let names: Vec<&str> = dependents
         .lines()
         .filter_map(|line| line.split_whitespace().next())
         .collect();
     assert!(!names.is_empty(), "cargo tree listed nothing");
     assert!(
-        names.iter().all(|name| *name == "dsh-restate"),
+        names
+            .iter()
+            .all(|name| ["dsh-restate", "dsh-test-support"].contains(name)),
         "{dependents}"
     );
+    // Every other crate, tests and all, builds without it or the SDK.
+    let others = cargo_tree(&[
+        "--workspace",
+        "--exclude",
+        "dsh-restate",
+        "-e",
+        "normal,build,dev",
+    ]);
+    for name in ["dsh-restate", "restate-sdk"] {
+        assert!(
+            !others
+                .lines()
+                .any(|line| line.starts_with(&format!("{name} "))),
+            "{name} in another crate's build:\n{others}"
+        );
+    }
 }
 
 #[test]

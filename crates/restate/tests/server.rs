@@ -18,7 +18,7 @@ use dsh_restate::object::SessionSeed;
 use dsh_restate::state::inbox::{AcceptRequest, Acceptance};
 use dsh_restate::store::RestateSessionStore;
 use serde_json::json;
-use support::{Server, WORKER_ADDR, Worker};
+use support::{Server, WORKER_ADDR, Worker, test_worker};
 
 fn request(n: u32, target: InboxTarget) -> AcceptRequest {
     AcceptRequest {
@@ -51,7 +51,7 @@ fn the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker() {
         return;
     }
     support::run(async {
-        let (server, worker) = Server::with_worker(WORKER_ADDR).await;
+        let (server, worker) = Server::with_worker(test_worker(WORKER_ADDR, None)).await;
         let lead = SessionId::new("lead").unwrap();
         let (client, queue, steer) = (&server.client, InboxTarget::NextTurn, InboxTarget::NextStep);
 
@@ -69,7 +69,7 @@ fn the_inbox_accepts_once_claims_in_order_and_outlives_a_killed_worker() {
         // The state is the server's: a worker killed and started again
         // finds it whole.
         worker.kill9();
-        let worker = Worker::start(WORKER_ADDR);
+        let worker = Worker::start(test_worker(WORKER_ADDR, None));
         let after = accept(client, &lead, 2, queue).await.unwrap();
         assert!(after.duplicate);
         assert_eq!(after.message_id, second.message_id);
@@ -125,7 +125,7 @@ fn the_session_store_lists_and_loads_what_the_session_objects_hold() {
         return;
     }
     support::run(async {
-        let (server, worker) = Server::with_worker(WORKER_ADDR).await;
+        let (server, worker) = Server::with_worker(test_worker(WORKER_ADDR, None)).await;
         let store = RestateSessionStore::new(server.client.clone());
 
         // Two sessions: one longer than a page of chunks, one empty.

@@ -16,10 +16,11 @@
 //! of those, the check that a suite's sessions replay identical (`replays`,
 //! B59); and what a test does when this machine lacks what it needs
 //! ([`skip_or_fail`]: fail under CI, say so on stderr elsewhere); with the
-//! `restate` feature, a real Restate server and workers in a private
-//! network namespace (`restate`). Used only
-//! as a dev-dependency; it must
-//! never become a dependency of a library crate.
+//! `restate` feature, a real Restate server, workers, a failover front and
+//! a cluster of them in a private network namespace (`restate`, the one
+//! harness of `dsh-restate`'s and `dsh`'s suites and of the engine bench).
+//! Used only as a dev-dependency; it must never become a dependency of a
+//! library crate.
 
 pub mod acknowledged;
 pub mod alloc;

@@ -62,8 +62,9 @@ fn run() -> Result<(), WorkerError> {
             .local_addr()
             .map_err(|source| WorkerError::Bind { addr, source })?;
         println!("listening on http://{bound}");
-        dsh_restate::worker::serve(listener, Arc::new(env), stopped()).await;
-        Ok(())
+        dsh_restate::worker::serve(listener, Arc::new(env), stopped())
+            .await
+            .map_err(|source| WorkerError::Bind { addr, source })
     })
 }
 
