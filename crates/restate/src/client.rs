@@ -97,9 +97,11 @@ pub enum ClientError {
         waited: Duration,
     },
     /// A turn of the session keeps failing: the server retries it (or
-    /// paused it) instead of finishing it. A journal mismatch (a turn that
-    /// did not replay the same), a worker of another build, or no worker
-    /// reachable; `step` names the journal entry it failed at, if any.
+    /// paused it) instead of finishing it. A journal mismatch (a turn
+    /// replayed by a worker of another build that did not take the same
+    /// path), a step failing on every worker, or no worker reachable;
+    /// `step` names the journal entry it failed at, if the server names
+    /// one.
     #[error("a turn of `{session}` is failing ({status}){}: {error}", step.as_ref().map(|step| format!(" at `{step}`")).unwrap_or_default())]
     TurnFailing {
         /// The session.
@@ -107,9 +109,12 @@ pub enum ClientError {
         /// The invocation's status (`backing-off`, `paused`, or `completed`
         /// for one that failed for good).
         status: String,
-        /// The journal entry it failed at (`model:0:1`, `tool:call-1`).
+        /// The journal entry it failed at (`model:0:1`, `tool:call-1`): for
+        /// a journal mismatch, the one the replay tried where the journal
+        /// holds another (the server's text, in `error`, names both).
         step: Option<String>,
-        /// The last failure, as the server reports it.
+        /// The last failure, as the server reports it (`[570 Journal
+        /// mismatch] ...`).
         error: String,
     },
     /// The answer is not the JSON expected.
@@ -491,8 +496,11 @@ impl RestateClient {
             "target_service_name = 'dsh.Session' and target_service_key = '{session}' \
              and target_handler_name = 'run_turn'"
         );
+        // The SDK's protocol journals commands: the failing step's name is
+        // `last_failure_related_command_name` (the `..._entry_name` columns
+        // stay empty, they are the older protocols').
         let sql = format!(
-            "select status, last_failure, last_failure_related_entry_name, completion_failure \
+            "select status, last_failure, last_failure_related_command_name, completion_failure \
              from sys_invocation where {turns} \
              and (status = 'paused' \
              or (status = 'backing-off' and retry_count >= {FAILING_AFTER_RETRIES}) \
@@ -513,7 +521,7 @@ impl RestateClient {
             Some(row) => Err(ClientError::TurnFailing {
                 session: session.clone(),
                 status: row["status"].as_str().unwrap_or_default().to_owned(),
-                step: row["last_failure_related_entry_name"]
+                step: row["last_failure_related_command_name"]
                     .as_str()
                     .filter(|name| !name.is_empty())
                     .map(str::to_owned),

@@ -6,7 +6,9 @@
 //! (through the cluster's read-side store, as `dsh export` copies it)
 //! with dsh's own store, replay each session with `harness::replay`, and
 //! count the model's asks and the tools' runs from the files the test
-//! worker appends to across processes.
+//! worker appends to across processes. A kill that leaves no worker, or
+//! leaves the turn to a worker of another build (a journal mismatch), ends
+//! the wait for the session with a named error.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod support;
@@ -381,5 +383,71 @@ fn a_turn_with_no_worker_left_is_a_named_error() {
             matches!(missing, ClientError::NoSuchSession(ref id) if *id == nobody),
             "{missing}"
         );
+    });
+}
+
+/// A turn replayed by a worker of another build takes another path than
+/// the one its journal holds (here B takes `count` as idempotent, so where
+/// A journaled the call's `started:` marker B runs the call itself): the
+/// SDK meets a journal mismatch. Waiting for the session ends with a named
+/// error (the session, the journal entry, the server's mismatch text)
+/// once the retries pile up, not a silent retry loop; nothing of the
+/// tool ran on B. With A's build back the turn finishes, losing nothing.
+#[test]
+fn a_journal_mismatch_is_a_named_error() {
+    if !support::isolated("a_journal_mismatch_is_a_named_error") {
+        return;
+    }
+    support::run(async {
+        let sessions = json!({"lead": [
+            {"calls": [{"tool": "count", "input": {"label": "a", "gate": "tool"}}]},
+            {"text": "finished"},
+        ]});
+        let script_b = json!({"sessions": sessions, "idempotent": ["count"]});
+        let mut cluster = Cluster::start_with_b_script(sessions, &["tool"], script_b).await;
+        let id = cluster.start_lead().await;
+        cluster.started("tool").await;
+        cluster.kill_a();
+        let failing = cluster.client().wait_idle(&id, POLL).await.unwrap_err();
+        match &failing {
+            ClientError::TurnFailing {
+                session,
+                step,
+                error,
+                ..
+            } => {
+                assert_eq!(session, &id);
+                // The step B tried where the journal holds A's marker.
+                assert_eq!(step.as_deref(), Some("tool:s0-call-1"), "{failing}");
+                assert!(error.contains("Journal mismatch"), "{failing}");
+                assert!(
+                    error.contains("started:s0-call-1 != tool:s0-call-1"),
+                    "{failing}"
+                );
+            }
+            other => panic!("expected TurnFailing, got {other}"),
+        }
+        let said = failing.to_string();
+        assert!(
+            said.starts_with("a turn of `lead` is failing (")
+                && said.contains(") at `tool:s0-call-1`: [570 Journal mismatch] "),
+            "{said}"
+        );
+        // The model was not asked again, the tool not run again.
+        assert_eq!(cluster.record("asks"), ["lead 0"]);
+        assert_eq!(cluster.record("runs"), ["a"]);
+        // A's build back: the server's next retry replays the turn to its
+        // end, and nothing was lost or run twice.
+        cluster.restart_a();
+        cluster.kill_b();
+        cluster.wait_turns(&id, 1).await;
+        let mut logs = export_and_check(&cluster, &id, &[]).await;
+        let (_, events) = logs.remove(0);
+        let results = results(&events);
+        assert_eq!(results.len(), 1);
+        assert_eq!(text(&results[0].content), WORKER_STOPPED_TOOL_CALL);
+        assert_eq!(assistant_texts(&events).last().unwrap(), "finished");
+        assert_eq!(cluster.record("asks"), ["lead 0", "lead 1"]);
+        assert_eq!(cluster.record("runs"), ["a"]);
     });
 }

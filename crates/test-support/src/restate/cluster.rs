@@ -1,7 +1,7 @@
 //! [`Cluster`]: a server and two scripted test workers (A, then B) behind
-//! one failover [`Front`], running one script, with the gates (FIFO pairs)
-//! the script's steps wait at. Shared by `dsh-restate`'s kill tests and
-//! its engine bench.
+//! one failover [`Front`], running one script (or B its own), with the
+//! gates (FIFO pairs) the script's steps wait at. Shared by
+//! `dsh-restate`'s kill tests and its engine bench.
 
 use std::path::Path;
 use std::time::Duration;
@@ -15,12 +15,18 @@ use super::{Front, Server, Worker, test_worker};
 /// How often a test asks whether a session is idle.
 pub const POLL: Duration = Duration::from_millis(20);
 
+/// Where A and B listen behind the front (which tries A first).
+const A_ADDR: &str = "127.0.0.1:9081";
+const B_ADDR: &str = "127.0.0.1:9082";
+/// A's script, in the script's folder.
+const A_SCRIPT: &str = "script.json";
+
 /// A server, workers A and B behind one front, and the script's folder.
 pub struct Cluster {
     /// The server.
     pub server: Server,
     a: Option<Worker>,
-    _b: Option<Worker>,
+    b: Option<Worker>,
     _front: Front,
     /// The script's folder (records, gates).
     pub dir: tempfile::TempDir,
@@ -36,7 +42,19 @@ impl Cluster {
     /// As [`Server::start`]: dropped before it returns, processes already
     /// started run on (a built [`Cluster`] kills them on drop).
     pub async fn start(sessions: Value, gates: &[&str]) -> Self {
-        Self::start_workers(json!({"sessions": sessions}), gates, true).await
+        let script = json!({"sessions": sessions});
+        Self::start_workers(script.clone(), gates, Some(script)).await
+    }
+
+    /// As [`Cluster::start`], with worker B running its own `script_b`
+    /// (a whole script: `sessions` and settings; `dir` is added): B stands
+    /// for another build, so a turn A journaled and B replays may take
+    /// another path (a journal mismatch).
+    ///
+    /// # Cancel safety
+    /// As [`Cluster::start`].
+    pub async fn start_with_b_script(sessions: Value, gates: &[&str], script_b: Value) -> Self {
+        Self::start_workers(json!({"sessions": sessions}), gates, Some(script_b)).await
     }
 
     /// As [`Cluster::start`], with the workers' delegation depth limit
@@ -46,7 +64,7 @@ impl Cluster {
     /// As [`Cluster::start`].
     pub async fn start_with_max_depth(sessions: Value, gates: &[&str], max_depth: u32) -> Self {
         let script = json!({"sessions": sessions, "max_depth": max_depth});
-        Self::start_workers(script, gates, true).await
+        Self::start_workers(script.clone(), gates, Some(script)).await
     }
 
     /// As [`Cluster::start`], with worker A alone behind the front.
@@ -54,11 +72,12 @@ impl Cluster {
     /// # Cancel safety
     /// As [`Cluster::start`].
     pub async fn start_with_one_worker(sessions: Value, gates: &[&str]) -> Self {
-        Self::start_workers(json!({"sessions": sessions}), gates, false).await
+        Self::start_workers(json!({"sessions": sessions}), gates, None).await
     }
 
-    /// Start with `script` (its `sessions` and settings; `dir` is added).
-    async fn start_workers(mut script: Value, gates: &[&str], with_b: bool) -> Self {
+    /// Start with A running `script_a` and B, if any, `script_b` (each its
+    /// `sessions` and settings; `dir` is added).
+    async fn start_workers(script_a: Value, gates: &[&str], script_b: Option<Value>) -> Self {
         let dir = tempfile::tempdir().unwrap();
         for gate in gates {
             for end in ["started", "open"] {
@@ -69,24 +88,24 @@ impl Cluster {
                 assert!(status.success());
             }
         }
-        script["dir"] = json!(dir.path());
-        let text = script.to_string();
-        let script = dir.path().join("script.json");
-        std::fs::write(&script, text).unwrap();
+        let write = |name: &str, mut script: Value| {
+            script["dir"] = json!(dir.path());
+            let path = dir.path().join(name);
+            std::fs::write(&path, script.to_string()).unwrap();
+            path
+        };
+        let script_a = write(A_SCRIPT, script_a);
+        let script_b = script_b.map(|script| write("script-b.json", script));
         let server = Server::start().await;
-        let a = Worker::start(test_worker("127.0.0.1:9081", Some(&script)));
-        let b = with_b.then(|| Worker::start(test_worker("127.0.0.1:9082", Some(&script))));
-        let front = Front::start(
-            "127.0.0.1:9080",
-            vec!["127.0.0.1:9081".into(), "127.0.0.1:9082".into()],
-        )
-        .await;
+        let a = Worker::start(test_worker(A_ADDR, Some(&script_a)));
+        let b = script_b.map(|script| Worker::start(test_worker(B_ADDR, Some(&script))));
+        let front = Front::start("127.0.0.1:9080", vec![A_ADDR.into(), B_ADDR.into()]).await;
         server.client.register_deployment(&front.uri).await.unwrap();
         server.client.check_worker().await.unwrap();
         Self {
             server,
             a: Some(a),
-            _b: b,
+            b,
             _front: front,
             dir,
             poll: POLL,
@@ -145,6 +164,20 @@ impl Cluster {
     /// `kill -9` worker A.
     pub fn kill_a(&mut self) {
         self.a.take().unwrap().kill9();
+    }
+
+    /// `kill -9` worker B.
+    pub fn kill_b(&mut self) {
+        self.b.take().unwrap().kill9();
+    }
+
+    /// Start A again on its address with its script (after
+    /// [`Cluster::kill_a`]): the front gives it the connections made from
+    /// then on (the server's open connections to B stay B's).
+    pub fn restart_a(&mut self) {
+        assert!(self.a.is_none(), "A is running");
+        let script = self.dir.path().join(A_SCRIPT);
+        self.a = Some(Worker::start(test_worker(A_ADDR, Some(&script))));
     }
 
     /// Kill A while gate `gate`'s step is in flight on it, then let the

@@ -8,14 +8,18 @@
 //! a FIFO blocks until the other side opens it: no polling, no sleeps.
 //!
 //! The script (`--script FILE`, JSON):
-//! `{"dir": "/tmp/x", "sessions": {"<id>": [STEP, ...]}, "max_depth": N?}`
-//! where a STEP is
+//! `{"dir": "/tmp/x", "sessions": {"<id>": [STEP, ...]}, "max_depth": N?,
+//! "idempotent": ["count"]?}` where a STEP is
 //! `{"text": "..."}` or `{"calls": [{"tool": "count", "input": {...}}]}`,
-//! each with an optional `"gate": "name"`. The count tool's input is
-//! `{"label": "x", "idempotent": bool, "gate": "name"?}`; it appends
-//! `label` to `<dir>/runs`. Each model call appends `<session> <step>` to
-//! `<dir>/asks`. A session without a script replies "done". Call ids are
-//! `s{step}-call-{n}`, unique in a session.
+//! each with an optional `"gate": "name"`. The tools `count` (not
+//! idempotent) and `count_idempotent` take `{"label": "x", "gate":
+//! "name"?}` and append `label` to `<dir>/runs`. `idempotent` names the
+//! tools this worker takes as idempotent besides `count_idempotent`: a
+//! worker whose script names `count` stands for a build that changed that
+//! tool's contract, so a turn it replays takes another path than the one
+//! journaled (a journal mismatch). Each model call appends `<session>
+//! <step>` to `<dir>/asks`. A session without a script replies "done".
+//! Call ids are `s{step}-call-{n}`, unique in a session.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -43,6 +47,9 @@ struct Script {
     /// The delegation depth limit (the local default when absent).
     #[serde(default)]
     max_depth: Option<u32>,
+    /// Tools taken as idempotent besides `count_idempotent` (`count`).
+    #[serde(default)]
+    idempotent: Vec<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -102,7 +109,7 @@ impl WorkerEnv for ScriptEnv {
             tools: vec![
                 Arc::new(CountTool {
                     dir: self.script.dir.clone(),
-                    idempotent: false,
+                    idempotent: self.script.idempotent.iter().any(|name| name == "count"),
                     name: "count",
                 }),
                 Arc::new(CountTool {
