@@ -545,4 +545,34 @@ mod tests {
             .to_string();
         assert!(said.contains("--engine restate"), "{said}");
     }
+
+    proptest::proptest! {
+        /// A turn that keeps failing is one line (the server's text, a
+        /// journal mismatch's say, spans lines) naming the session and the
+        /// step, exit 1.
+        #[cfg(feature = "restate")]
+        #[test]
+        fn a_failing_turn_is_one_line_naming_its_session_and_step(
+            lines in proptest::collection::vec("[ -~]{0,20}", 1..5),
+            mismatch in proptest::bool::ANY,
+        ) {
+            let text = lines.join("\n");
+            let error = if mismatch { format!("[570 Journal mismatch] {text}") } else { text };
+            let said = cluster_error(ClientError::TurnFailing {
+                session: dsh_core::SessionId::new("lead").unwrap(),
+                status: "backing-off".to_owned(),
+                step: Some("tool:s0-call-1".to_owned()),
+                error,
+            });
+            proptest::prop_assert_eq!(said.exit_code(), 1);
+            let line = said.to_string();
+            proptest::prop_assert!(!line.contains('\n'), "{}", line);
+            proptest::prop_assert!(
+                line.starts_with("a turn of `lead` is failing (backing-off) at `tool:s0-call-1`:"),
+                "{}",
+                line
+            );
+            proptest::prop_assert_eq!(line.contains("another path than its journal"), mismatch);
+        }
+    }
 }

@@ -10,6 +10,11 @@
 //! wait: the server's last failure for the call is reported once through
 //! a [`Stall`] as soon as the admin API shows one, and the call ends with
 //! [`ClientError::NoWorker`] at the bound.
+//!
+//! A turn the server keeps retrying is [`ClientError::TurnFailing`], named
+//! with its session, its step and the server's text. The file is long
+//! (over 800 lines) because it is one short documented method per call
+//! the server answers; splitting it would split one client.
 
 use std::fmt;
 use std::sync::Arc;
@@ -102,7 +107,7 @@ pub enum ClientError {
     /// path), a step failing on every worker, or no worker reachable;
     /// `step` names the journal entry it failed at, if the server names
     /// one.
-    #[error("a turn of `{session}` is failing ({status}){}: {error}", step.as_ref().map(|step| format!(" at `{step}`")).unwrap_or_default())]
+    #[error("a turn of `{session}` is failing ({status}){}: {}{error}", step.as_ref().map(|step| format!(" at `{step}`")).unwrap_or_default(), mismatch_hint(error))]
     TurnFailing {
         /// The session.
         session: SessionId,
@@ -126,6 +131,19 @@ pub enum ClientError {
         #[source]
         source: serde_json::Error,
     },
+}
+
+/// What a journal mismatch (the server's `[570 Journal mismatch] ...`)
+/// means for dsh, put before the server's text; nothing for another
+/// failure. A turn replays the same path from the same journal on the
+/// same build and dsh.toml, so a mismatch points at the workers.
+fn mismatch_hint(error: &str) -> &'static str {
+    if error.starts_with("[570 ") {
+        "its replay took another path than its journal (every worker must run the build and \
+         dsh.toml that started it; docs/distributed.md, Versions): "
+    } else {
+        ""
+    }
 }
 
 /// A client of one Restate server's ingress and admin APIs. Cloning is

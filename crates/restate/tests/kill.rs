@@ -430,7 +430,11 @@ fn a_journal_mismatch_is_a_named_error() {
         let said = failing.to_string();
         assert!(
             said.starts_with("a turn of `lead` is failing (")
-                && said.contains(") at `tool:s0-call-1`: [570 Journal mismatch] "),
+                && said.contains(
+                    ") at `tool:s0-call-1`: its replay took another path than its journal \
+                     (every worker must run the build and dsh.toml that started it; \
+                     docs/distributed.md, Versions): [570 Journal mismatch] "
+                ),
             "{said}"
         );
         // The model was not asked again, the tool not run again.
