@@ -17,7 +17,6 @@ use dsh_core::{
 use dsh_restate::client::ClientError;
 use dsh_restate::object::WORKER_STOPPED_TOOL_CALL;
 use dsh_restate::state::inbox::AcceptRequest;
-use dsh_restate::store::RestateSessionStore;
 use serde_json::{Value, json};
 use support::cluster::{Cluster, POLL, lead};
 use support::logs::{assistant_texts, export_and_check, results, text};

@@ -11,7 +11,7 @@ use restate_sdk::prelude::*;
 use super::session::SessionClient;
 pub use crate::state::inbox::ClaimedItem;
 use crate::state::inbox::{
-    AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState, InboxStatus,
+    AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState, InboxStatus, TurnClaim,
 };
 
 /// The state key of the awakeable a waiting turn registered (`watch`).
@@ -156,20 +156,23 @@ impl Inbox {
         Ok(Json(claimed))
     }
 
-    /// What a turn claims at once: every next-step item and, at a turn
-    /// boundary, the oldest next-turn item.
+    /// What a turn claims at once (every next-step item and, at a turn
+    /// boundary, the oldest next-turn item) with whether the agent is
+    /// parked, so the turn's cancellation checks around the claim need no
+    /// call of their own ([`InboxState::claim_checked`]: at a step
+    /// boundary a parked agent claims nothing).
     #[handler]
     async fn claim_turn(
         &self,
         ctx: ObjectContext<'_>,
         turn_boundary: bool,
-    ) -> HandlerResult<Json<Vec<ClaimedItem>>> {
+    ) -> HandlerResult<Json<TurnClaim>> {
         let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        let claimed = state.claim_batch(turn_boundary);
-        if !claimed.is_empty() {
+        let claim = state.claim_checked(turn_boundary);
+        if !claim.claimed.is_empty() {
             ctx.set(INBOX_KEY, Json(state));
         }
-        Ok(Json(claimed))
+        Ok(Json(claim))
     }
 
     /// A turn ended: schedule the next one (a one-way call of

@@ -2,11 +2,15 @@
 //! [`TurnMachine`]: one turn, every effect journaled so that a retry on
 //! another worker replays what was recorded and runs only what was not.
 //!
-//! - the clock: one `ctx.run("now")` per write;
+//! - the clock: each write's time is a journaled clock read, taken by the
+//!   journaled step the write directly follows when there is one (the
+//!   model's reply, the step's last tool call, the step's start below),
+//!   else its own `ctx.run("now")`;
 //! - input: `dsh.Inbox/{id}.claim_turn` and `.pending`, calls between
 //!   objects (exactly once); the claimed items are written to the log as
 //!   `inbox/accepted` right before the machine's claim names them;
-//! - the tool specs offered: `ctx.run("tools:{turn}:{step}")`;
+//! - the tool specs offered: read with the clock of the step's
+//!   `step/start` in `ctx.run("step:{turn}:{step}")`;
 //! - the model: `ctx.run("model:{turn}:{step}")`, at most
 //!   [`MODEL_ATTEMPTS`] attempts when it fails; a step whose reply is
 //!   journaled is never asked again, one cut by a worker's death is asked
@@ -25,10 +29,17 @@
 //!   `list_agents` (`agents`), `send_message` (`message`), `wait` and
 //!   `interrupt_agent` (`interrupt`), over the tree as `tree` reads it.
 //!
-//! An interrupt parks the inbox; the turn asks the inbox at each of the
+//! An interrupt parks the inbox; the turn learns of it at each of the
 //! machine's checks (`IsCancelled`), so it ends `aborted` at the next one.
-//! A model step or a tool call in flight is not cut (the SDK cannot
-//! cancel a running `ctx.run`): the turn stops after it.
+//! One call per step boundary serves the boundary's checks: the claim
+//! answers whether the agent is parked (`claim_turn`), and after a step's
+//! tools that claim is made at the check itself (a parked agent claims
+//! nothing and the turn ends there); a check with only log writes since
+//! the claim answers what the claim said (nothing outside the turn could
+//! have happened in between that a call would order before the check).
+//! Any other check asks the inbox (`status`). A model step or a tool call
+//! in flight is not cut (the SDK cannot cancel a running `ctx.run`): the
+//! turn stops after it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -44,7 +55,7 @@ use dsh_core::{
 };
 use dsh_harness::ScopedTools;
 use dsh_harness::ToolRegistry;
-use dsh_harness::turn::{Effect, Input, ModelOutcome, ModelReply, TurnMachine};
+use dsh_harness::turn::{Check, Effect, Input, ModelOutcome, ModelReply, TurnMachine};
 use futures::StreamExt;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -58,8 +69,9 @@ mod specs;
 mod tree;
 mod wait;
 
-use super::inbox::{ClaimedItem, InboxClient};
+use super::inbox::InboxClient;
 use super::view::TurnView;
+use crate::state::inbox::TurnClaim;
 use crate::state::log::{self, CHUNK_EVENTS, HEAD_KEY, HEADER_KEY, LogHead};
 use crate::worker::{Composed, WorkerEnv};
 
@@ -82,6 +94,22 @@ enum StepReply {
         usage: Usage,
         finish: FinishReason,
     },
+}
+
+/// A journaled step's value with the clock read at its end, which the
+/// log write that directly follows the step takes as its time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Timed<T> {
+    value: T,
+    time: u64,
+}
+
+/// The clock, in ms since the epoch (read only inside a journaled step).
+fn millis_now() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A tool's output as journaled.
@@ -130,6 +158,17 @@ struct Host<'a, 'ctx> {
     head: LogHead,
     /// The lines of the partial last chunk (empty at a chunk boundary).
     tail: Vec<u8>,
+    /// A journaled clock read by the step just run, for the write that
+    /// directly follows it (cleared by any other effect).
+    clock: Option<u64>,
+    /// The specs read with a step's start, for that step's model call.
+    specs: Option<(u64, u64, Vec<ToolSpec>)>,
+    /// What the last claim said of the park, while only log writes and
+    /// checks followed it: the next checks answer it without a call.
+    parked: Option<bool>,
+    /// What a tools check claimed for the step boundary's claim that
+    /// follows it.
+    claimed: Option<Vec<PendingItem>>,
 }
 
 /// Run one turn of the session `ctx.key()` names.
@@ -250,6 +289,10 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             transcript,
             head,
             tail,
+            clock: None,
+            specs: None,
+            parked: None,
+            claimed: None,
         })
     }
 
@@ -267,10 +310,41 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             .unwrap_or(DEFAULT_MAX_TURN_STEPS);
         let (mut machine, mut effect) = TurnMachine::start(turn, u64::from(limit));
         loop {
+            if !matches!(effect, Effect::Append(_)) {
+                self.clock = None;
+            }
+            if !matches!(
+                effect,
+                Effect::Append(_) | Effect::IsCancelled(_) | Effect::Claim { .. }
+            ) {
+                self.parked = None;
+            }
+            if self.claimed.is_some()
+                && !matches!(
+                    effect,
+                    Effect::Claim {
+                        turn_boundary: false
+                    }
+                )
+            {
+                // Items claimed early would be lost: the machine always
+                // claims after a tools check that found the turn running.
+                return Err(terminal(
+                    "TURN_MACHINE",
+                    format!(
+                        "{}: items claimed at a tools check were not taken by a claim",
+                        self.header.id
+                    ),
+                )
+                .into());
+            }
             let input = match effect {
                 Effect::Claim { turn_boundary } => Input::Claimed(self.claim(turn_boundary).await?),
                 Effect::SteeringWakes => Input::SteeringWakes(self.steering_wakes().await?),
-                Effect::IsCancelled(_) => Input::Cancelled(self.interrupted().await?),
+                Effect::IsCancelled(check) => {
+                    let boundary = check == Check::Tools && !machine.calls().is_empty();
+                    Input::Cancelled(self.cancelled(boundary).await?)
+                }
                 Effect::Append(payloads) => {
                     self.append(payloads).await?;
                     Input::Appended
@@ -289,37 +363,45 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     async fn now(&self) -> HandlerResult<u64> {
         let millis = self
             .ctx
-            .run(|| async {
-                let since = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default();
-                Ok(u64::try_from(since.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .to_string())
-            })
+            .run(|| async { Ok(millis_now().to_string()) })
             .name("now")
             .await?;
         Ok(millis.parse().unwrap_or_default())
     }
 
-    /// Claim from the inbox (exactly once), and write what was claimed as
-    /// accepted, so the log holds each message's arrival before its claim.
-    async fn claim(&mut self, turn_boundary: bool) -> HandlerResult<Vec<PendingItem>> {
-        let claimed: Vec<ClaimedItem> = self
+    /// The time and the tool specs offered, journaled together at the
+    /// start of step `step` (the specs wait for that step's model call).
+    async fn step_clock(&mut self, turn: u64, step: u64) -> HandlerResult<u64> {
+        let tools = self.tools.clone();
+        let view = self.view.clone();
+        let read: Timed<Vec<ToolSpec>> = self
             .ctx
-            .object_client::<InboxClient>(self.ctx.key().to_owned())
-            .claim_turn(turn_boundary)
-            .call()
+            .run(|| async move {
+                let value = tools.specs(view.as_ref());
+                Ok(Json(Timed {
+                    value,
+                    time: millis_now(),
+                }))
+            })
+            .name(format!("step:{turn}:{step}"))
             .await?
             .into_inner();
-        let items: Vec<PendingItem> = claimed
-            .into_iter()
-            .map(|claimed| PendingItem {
-                message: claimed.item.message,
-                target: claimed.target,
-                wake: claimed.item.wake,
-            })
-            .collect();
+        self.specs = Some((turn, step, read.value));
+        Ok(read.time)
+    }
+
+    /// Claim from the inbox (exactly once), and write what was claimed as
+    /// accepted, so the log holds each message's arrival before its claim.
+    /// After a tools check the claim was made already (`cancelled`).
+    async fn claim(&mut self, turn_boundary: bool) -> HandlerResult<Vec<PendingItem>> {
+        let items = match self.claimed.take() {
+            Some(items) => items,
+            None => {
+                let claim = self.claim_checked(turn_boundary).await?;
+                self.parked = Some(claim.parked);
+                pending_items(claim)
+            }
+        };
         if !items.is_empty() {
             let accepted = items
                 .iter()
@@ -334,6 +416,37 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             self.append(accepted).await?;
         }
         Ok(items)
+    }
+
+    /// The inbox's `claim_turn` (exactly once).
+    async fn claim_checked(&self, turn_boundary: bool) -> HandlerResult<TurnClaim> {
+        Ok(self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .claim_turn(turn_boundary)
+            .call()
+            .await?
+            .into_inner())
+    }
+
+    /// A cancellation check: what the last claim said when only log
+    /// writes followed it; at the tools check before a step boundary's
+    /// claim (`boundary`), that claim made now (a parked agent claims
+    /// nothing); else a look at the inbox.
+    async fn cancelled(&mut self, boundary: bool) -> HandlerResult<bool> {
+        if let Some(parked) = self.parked {
+            return Ok(parked);
+        }
+        if boundary {
+            let claim = self.claim_checked(false).await?;
+            let parked = claim.parked;
+            if !parked {
+                self.claimed = Some(pending_items(claim));
+            }
+            self.parked = Some(parked);
+            return Ok(parked);
+        }
+        self.interrupted().await
     }
 
     /// Whether the agent was interrupted (a journaled look at its inbox).
@@ -360,9 +473,19 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         Ok(waiting.iter().any(|item| item.wake))
     }
 
-    /// Append `payloads` at the journaled time.
+    /// Append `payloads` at the journaled time: the clock the step just
+    /// run read, or the one read with a step's start (and its specs), or
+    /// a read of its own.
     async fn append(&mut self, payloads: Vec<EventPayload>) -> HandlerResult<()> {
-        let time = self.now().await?;
+        let step_start = payloads.iter().find_map(|payload| match payload {
+            EventPayload::StepStart(start) => Some((start.turn, start.step)),
+            _ => None,
+        });
+        let time = match (self.clock.take(), step_start) {
+            (Some(time), _) => time,
+            (None, Some((turn, step))) => self.step_clock(turn, step).await?,
+            (None, None) => self.now().await?,
+        };
         let first = self.head.next_seq;
         let events = (first..)
             .zip(payloads)
@@ -393,14 +516,18 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
 
     /// Step `step`: the specs offered and the model's reply, journaled.
     async fn ask(&mut self, turn: u64, step: u64) -> HandlerResult<ModelOutcome> {
-        let tools = self.tools.clone();
-        let view = self.view.clone();
-        let specs: Vec<ToolSpec> = self
-            .ctx
-            .run(|| async move { Ok(Json(tools.specs(view.as_ref()))) })
-            .name(format!("tools:{turn}:{step}"))
-            .await?
-            .into_inner();
+        let specs = match self.specs.take() {
+            Some((at_turn, at_step, specs)) if (at_turn, at_step) == (turn, step) => specs,
+            _ => {
+                let tools = self.tools.clone();
+                let view = self.view.clone();
+                self.ctx
+                    .run(|| async move { Ok(Json(tools.specs(view.as_ref()))) })
+                    .name(format!("tools:{turn}:{step}"))
+                    .await?
+                    .into_inner()
+            }
+        };
         let request = ModelRequest {
             model: self.composed.options.model.clone(),
             system: self.composed.system.clone(),
@@ -412,22 +539,35 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         let model = self.composed.model.clone();
         let asked = self
             .ctx
-            .run(|| async move { ask_model(model.as_ref(), request).await.map(Json) })
+            .run(|| async move {
+                let value = ask_model(model.as_ref(), request).await?;
+                Ok(Json(Timed {
+                    value,
+                    time: millis_now(),
+                }))
+            })
             .name(format!("model:{turn}:{step}"))
             .retry_policy(RunRetryPolicy::new().max_attempts(MODEL_ATTEMPTS))
             .await;
         Ok(match asked {
-            Ok(Json(StepReply::Reply {
-                text,
-                calls,
-                usage,
-                finish,
-            })) => ModelOutcome::Reply(ModelReply {
-                text,
-                calls,
-                usage,
-                finish,
-            }),
+            Ok(Json(Timed {
+                value:
+                    StepReply::Reply {
+                        text,
+                        calls,
+                        usage,
+                        finish,
+                    },
+                time,
+            })) => {
+                self.clock = Some(time);
+                ModelOutcome::Reply(ModelReply {
+                    text,
+                    calls,
+                    usage,
+                    finish,
+                })
+            }
             Err(failed) => ModelOutcome::Failed {
                 text: String::new(),
                 diagnostic: failed.message().to_owned(),
@@ -439,6 +579,8 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     async fn call_tools(&mut self, calls: &[ToolCall]) -> HandlerResult<Vec<ToolOutput>> {
         let mut outputs = Vec::with_capacity(calls.len());
         for call in calls {
+            // Only the last call's clock is the results' time.
+            self.clock = None;
             if specs::is_engine_tool(&call.name) {
                 outputs.push(self.engine_tool(call).await?);
                 continue;
@@ -466,19 +608,24 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             let tools = self.tools.clone();
             let agent: Arc<dyn dsh_core::Agent> = self.view.clone();
             let this = call.clone();
-            let output: JournaledOutput = self
+            let output: Timed<JournaledOutput> = self
                 .ctx
                 .run(|| async move {
-                    if resumed {
-                        return Ok(Json(ToolOutput::error(WORKER_STOPPED_TOOL_CALL).into()));
-                    }
-                    let output = tools.call(&this, agent, CancellationToken::new()).await;
-                    Ok(Json(JournaledOutput::from(output)))
+                    let output = if resumed {
+                        ToolOutput::error(WORKER_STOPPED_TOOL_CALL)
+                    } else {
+                        tools.call(&this, agent, CancellationToken::new()).await
+                    };
+                    Ok(Json(Timed {
+                        value: JournaledOutput::from(output),
+                        time: millis_now(),
+                    }))
                 })
                 .name(format!("tool:{}", call.call_id))
                 .await?
                 .into_inner();
-            outputs.push(output.into());
+            self.clock = Some(output.time);
+            outputs.push(output.value.into());
         }
         Ok(outputs)
     }
@@ -498,6 +645,19 @@ impl Host<'_, '_> {
             _ => self.delegate(call).await,
         }
     }
+}
+
+/// The items of a claim as the machine takes them.
+fn pending_items(claim: TurnClaim) -> Vec<PendingItem> {
+    claim
+        .claimed
+        .into_iter()
+        .map(|claimed| PendingItem {
+            message: claimed.item.message,
+            target: claimed.target,
+            wake: claimed.item.wake,
+        })
+        .collect()
 }
 
 /// Stream one reply to its end. A failure is an error, so the journaled
