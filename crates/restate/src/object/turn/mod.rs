@@ -2,15 +2,16 @@
 //! [`TurnMachine`]: one turn, every effect journaled so that a retry on
 //! another worker replays what was recorded and runs only what was not.
 //!
-//! - the clock: each write's time is a journaled clock read, taken by the
-//!   journaled step the write directly follows when there is one (the
-//!   model's reply, the step's last tool call, the step's start below),
-//!   else its own `ctx.run("now")`;
+//! - the clock: each write's time is a journaled clock read: the one the
+//!   model's or the step's last tool's `ctx.run` took at its end for the
+//!   write right after it, or the inbox's at the claim or check the write
+//!   follows (in its journaled answer), else a `ctx.run("now")` of its own;
 //! - input: `dsh.Inbox/{id}.claim_turn` and `.pending`, calls between
 //!   objects (exactly once); the claimed items are written to the log as
 //!   `inbox/accepted` right before the machine's claim names them;
-//! - the tool specs offered: read with the clock of the step's
-//!   `step/start` in `ctx.run("step:{turn}:{step}")`;
+//! - the tool specs offered: read inside the model's step and journaled
+//!   with its reply whenever they differ from the last ones journaled (at
+//!   each turn's first step, and when they change);
 //! - the model: `ctx.run("model:{turn}:{step}")`, at most
 //!   [`MODEL_ATTEMPTS`] attempts when it fails; a step whose reply is
 //!   journaled is never asked again, one cut by a worker's death is asked
@@ -37,13 +38,14 @@
 //! nothing and the turn ends there); a check with only log writes since
 //! the claim answers what the claim said (nothing outside the turn could
 //! have happened in between that a call would order before the check).
-//! Any other check asks the inbox (`status`). A model step or a tool call
+//! Any other check asks the inbox once for the park and for waking
+//! steering (`look`), and the steering look right after it answers from
+//! that. A model step or a tool call
 //! in flight is not cut (the SDK cannot cancel a running `ctx.run`): the
 //! turn stops after it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use dsh_core::message::Transcript;
 use dsh_core::options::DEFAULT_MAX_TURN_STEPS;
@@ -69,9 +71,9 @@ mod specs;
 mod tree;
 mod wait;
 
-use super::inbox::InboxClient;
+use super::inbox::{InboxClient, millis_now};
 use super::view::TurnView;
-use crate::state::inbox::TurnClaim;
+use crate::state::inbox::{TurnClaim, TurnLook};
 use crate::state::log::{self, CHUNK_EVENTS, HEAD_KEY, HEADER_KEY, LogHead};
 use crate::worker::{Composed, WorkerEnv};
 
@@ -96,20 +98,20 @@ enum StepReply {
     },
 }
 
+/// A model step as journaled: its reply, and the specs offered when they
+/// differ from the last ones journaled in the turn.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Asked {
+    reply: StepReply,
+    offered: Option<Vec<ToolSpec>>,
+}
+
 /// A journaled step's value with the clock read at its end, which the
 /// log write that directly follows the step takes as its time.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 struct Timed<T> {
     value: T,
     time: u64,
-}
-
-/// The clock, in ms since the epoch (read only inside a journaled step).
-fn millis_now() -> u64 {
-    let since = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap_or_default();
-    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// A tool's output as journaled.
@@ -161,14 +163,27 @@ struct Host<'a, 'ctx> {
     /// A journaled clock read by the step just run, for the write that
     /// directly follows it (cleared by any other effect).
     clock: Option<u64>,
-    /// The specs read with a step's start, for that step's model call.
-    specs: Option<(u64, u64, Vec<ToolSpec>)>,
-    /// What the last claim said of the park, while only log writes and
-    /// checks followed it: the next checks answer it without a call.
-    parked: Option<bool>,
+    /// The specs last journaled in this turn (with a model step).
+    offered: Option<Vec<ToolSpec>>,
+    /// What the inbox last answered, while only log writes and the looks
+    /// it answers followed it (cleared by a model step or tool calls).
+    seen: Option<Seen>,
     /// What a tools check claimed for the step boundary's claim that
     /// follows it.
     claimed: Option<Vec<PendingItem>>,
+}
+
+/// What the turn's last call to its inbox answered.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// The agent is parked: a check answers it without a call.
+    parked: bool,
+    /// Whether waiting steering wakes the agent, for the one steering look
+    /// right after the check that saw it.
+    steering_wakes: Option<bool>,
+    /// The inbox's clock at the answer: the time of the writes that follow
+    /// it with no journaled step between.
+    time: u64,
 }
 
 /// Run one turn of the session `ctx.key()` names.
@@ -290,8 +305,8 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             head,
             tail,
             clock: None,
-            specs: None,
-            parked: None,
+            offered: None,
+            seen: None,
             claimed: None,
         })
     }
@@ -313,11 +328,11 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             if !matches!(effect, Effect::Append(_)) {
                 self.clock = None;
             }
-            if !matches!(
+            if matches!(
                 effect,
-                Effect::Append(_) | Effect::IsCancelled(_) | Effect::Claim { .. }
+                Effect::AskModel { .. } | Effect::CallTools | Effect::Done
             ) {
-                self.parked = None;
+                self.seen = None;
             }
             if self.claimed.is_some()
                 && !matches!(
@@ -369,27 +384,6 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         Ok(millis.parse().unwrap_or_default())
     }
 
-    /// The time and the tool specs offered, journaled together at the
-    /// start of step `step` (the specs wait for that step's model call).
-    async fn step_clock(&mut self, turn: u64, step: u64) -> HandlerResult<u64> {
-        let tools = self.tools.clone();
-        let view = self.view.clone();
-        let read: Timed<Vec<ToolSpec>> = self
-            .ctx
-            .run(|| async move {
-                let value = tools.specs(view.as_ref());
-                Ok(Json(Timed {
-                    value,
-                    time: millis_now(),
-                }))
-            })
-            .name(format!("step:{turn}:{step}"))
-            .await?
-            .into_inner();
-        self.specs = Some((turn, step, read.value));
-        Ok(read.time)
-    }
-
     /// Claim from the inbox (exactly once), and write what was claimed as
     /// accepted, so the log holds each message's arrival before its claim.
     /// After a tools check the claim was made already (`cancelled`).
@@ -398,7 +392,11 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             Some(items) => items,
             None => {
                 let claim = self.claim_checked(turn_boundary).await?;
-                self.parked = Some(claim.parked);
+                self.seen = Some(Seen {
+                    parked: claim.parked,
+                    steering_wakes: None,
+                    time: claim.time,
+                });
                 pending_items(claim)
             }
         };
@@ -434,19 +432,35 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     /// claim (`boundary`), that claim made now (a parked agent claims
     /// nothing); else a look at the inbox.
     async fn cancelled(&mut self, boundary: bool) -> HandlerResult<bool> {
-        if let Some(parked) = self.parked {
-            return Ok(parked);
+        if let Some(seen) = self.seen {
+            return Ok(seen.parked);
         }
         if boundary {
             let claim = self.claim_checked(false).await?;
             let parked = claim.parked;
+            self.seen = Some(Seen {
+                parked,
+                steering_wakes: None,
+                time: claim.time,
+            });
             if !parked {
                 self.claimed = Some(pending_items(claim));
             }
-            self.parked = Some(parked);
             return Ok(parked);
         }
-        self.interrupted().await
+        let look: TurnLook = self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .look()
+            .call()
+            .await?
+            .into_inner();
+        self.seen = Some(Seen {
+            parked: look.parked,
+            steering_wakes: Some(look.steering_wakes),
+            time: look.time,
+        });
+        Ok(look.parked)
     }
 
     /// Whether the agent was interrupted (a journaled look at its inbox).
@@ -461,8 +475,17 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         Ok(status.parked)
     }
 
-    /// Whether waiting next-step input wakes the agent (a journaled look).
-    async fn steering_wakes(&self) -> HandlerResult<bool> {
+    /// Whether waiting next-step input wakes the agent (a journaled look,
+    /// or what the check right before it saw).
+    async fn steering_wakes(&mut self) -> HandlerResult<bool> {
+        if let Some(wakes) = self
+            .seen
+            .as_mut()
+            .and_then(|seen| seen.steering_wakes.take())
+        {
+            return Ok(wakes);
+        }
+        self.seen = None;
         let waiting = self
             .ctx
             .object_client::<InboxClient>(self.ctx.key().to_owned())
@@ -474,16 +497,11 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     }
 
     /// Append `payloads` at the journaled time: the clock the step just
-    /// run read, or the one read with a step's start (and its specs), or
-    /// a read of its own.
+    /// run read, or the inbox's last answer's, or a read of its own.
     async fn append(&mut self, payloads: Vec<EventPayload>) -> HandlerResult<()> {
-        let step_start = payloads.iter().find_map(|payload| match payload {
-            EventPayload::StepStart(start) => Some((start.turn, start.step)),
-            _ => None,
-        });
-        let time = match (self.clock.take(), step_start) {
+        let time = match (self.clock.take(), self.seen) {
             (Some(time), _) => time,
-            (None, Some((turn, step))) => self.step_clock(turn, step).await?,
+            (None, Some(seen)) => seen.time,
             (None, None) => self.now().await?,
         };
         let first = self.head.next_seq;
@@ -516,23 +534,14 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
 
     /// Step `step`: the specs offered and the model's reply, journaled.
     async fn ask(&mut self, turn: u64, step: u64) -> HandlerResult<ModelOutcome> {
-        let specs = match self.specs.take() {
-            Some((at_turn, at_step, specs)) if (at_turn, at_step) == (turn, step) => specs,
-            _ => {
-                let tools = self.tools.clone();
-                let view = self.view.clone();
-                self.ctx
-                    .run(|| async move { Ok(Json(tools.specs(view.as_ref()))) })
-                    .name(format!("tools:{turn}:{step}"))
-                    .await?
-                    .into_inner()
-            }
-        };
-        let request = ModelRequest {
+        let tools = self.tools.clone();
+        let view = self.view.clone();
+        let last = self.offered.clone();
+        let mut request = ModelRequest {
             model: self.composed.options.model.clone(),
             system: self.composed.system.clone(),
             messages: self.transcript.clone(),
-            tools: specs,
+            tools: Vec::new(),
             max_output_tokens: self.composed.options.max_output_tokens,
             reasoning_effort: self.composed.options.reasoning_effort.clone(),
         };
@@ -540,9 +549,12 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         let asked = self
             .ctx
             .run(|| async move {
-                let value = ask_model(model.as_ref(), request).await?;
+                let specs = tools.specs(view.as_ref());
+                request.tools = specs.clone();
+                let reply = ask_model(model.as_ref(), request).await?;
+                let offered = (last.as_ref() != Some(&specs)).then_some(specs);
                 Ok(Json(Timed {
-                    value,
+                    value: Asked { reply, offered },
                     time: millis_now(),
                 }))
             })
@@ -552,15 +564,22 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         Ok(match asked {
             Ok(Json(Timed {
                 value:
-                    StepReply::Reply {
-                        text,
-                        calls,
-                        usage,
-                        finish,
+                    Asked {
+                        reply:
+                            StepReply::Reply {
+                                text,
+                                calls,
+                                usage,
+                                finish,
+                            },
+                        offered,
                     },
                 time,
             })) => {
                 self.clock = Some(time);
+                if offered.is_some() {
+                    self.offered = offered;
+                }
                 ModelOutcome::Reply(ModelReply {
                     text,
                     calls,
