@@ -36,13 +36,13 @@
 //! answers whether the agent is parked (`claim_turn`), and after a step's
 //! tools that claim is made at the check itself (a parked agent claims
 //! nothing and the turn ends there); a check with only log writes since
-//! the claim answers what the claim said (nothing outside the turn could
-//! have happened in between that a call would order before the check).
-//! Any other check asks the inbox once for the park and for waking
-//! steering (`look`), and the steering look right after it answers from
-//! that. A model step or a tool call
-//! in flight is not cut (the SDK cannot cancel a running `ctx.run`): the
-//! turn stops after it.
+//! the claim answers what the claim said (an interrupt that lands in
+//! between is one that lands right after the check, which it always could:
+//! the turn's next check sees it). Any other check asks the inbox once for
+//! the park and for waking steering (`look`), and the steering look right
+//! after it answers from that. A model step or a tool call in flight is
+//! not cut (the SDK cannot cancel a running `ctx.run`): the turn stops
+//! after it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
