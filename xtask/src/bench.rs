@@ -141,7 +141,8 @@ pub struct Aim {
 }
 
 /// The aims of the performance issues (18: the persisted path; 16 and 19:
-/// ACP teardown and progress), in the order the table prints them. Each
+/// ACP teardown and progress; 35: the Restate engine, whose bench needs
+/// its server installed and root), in the order the table prints them. Each
 /// names the criterion id or recorded workload it reads; a bench renamed
 /// without this table shows up as "not run".
 pub const AIMS: &[Aim] = &[
@@ -332,6 +333,27 @@ pub const AIMS: &[Aim] = &[
         n: "1",
         reading: Reading::Millis("dispose/after_reply_ignoring_eof"),
         bound: Bound::AtMost(200.0),
+        unit: "ms",
+    },
+    Aim {
+        workload: "journaled step on Restate over loopback (real server and workers), from the log",
+        n: "10 steps",
+        reading: Reading::Millis("restate/journaled_step"),
+        bound: Bound::AtMost(10.0),
+        unit: "ms",
+    },
+    Aim {
+        workload: "children started through the Restate cluster, one step of a lead",
+        n: "10",
+        reading: Reading::Rate("restate/children_started"),
+        bound: Bound::Report,
+        unit: "children/s",
+    },
+    Aim {
+        workload: "Restate worker killed mid-step until the step runs on another (50 ms retry)",
+        n: "1",
+        reading: Reading::Millis("restate/failover"),
+        bound: Bound::AtMost(2_000.0),
         unit: "ms",
     },
 ];

@@ -5,13 +5,15 @@
 //! beside it, [`WATCHER_KEY`] holds the awakeable of a turn's `wait`, which
 //! the next admitted item (or an interrupt) resolves.
 
+use std::time::{SystemTime, UNIX_EPOCH};
+
 use dsh_core::{InboxTarget, MessageId};
 use restate_sdk::prelude::*;
 
 use super::session::SessionClient;
 pub use crate::state::inbox::ClaimedItem;
 use crate::state::inbox::{
-    AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState, InboxStatus,
+    AcceptRequest, Acceptance, INBOX_KEY, InboxItem, InboxState, InboxStatus, TurnClaim, TurnLook,
 };
 
 /// The state key of the awakeable a waiting turn registered (`watch`).
@@ -156,20 +158,23 @@ impl Inbox {
         Ok(Json(claimed))
     }
 
-    /// What a turn claims at once: every next-step item and, at a turn
-    /// boundary, the oldest next-turn item.
+    /// What a turn claims at once (every next-step item and, at a turn
+    /// boundary, the oldest next-turn item) with whether the agent is
+    /// parked, so the turn's cancellation checks around the claim need no
+    /// call of their own ([`InboxState::claim_checked`]: at a step
+    /// boundary a parked agent claims nothing).
     #[handler]
     async fn claim_turn(
         &self,
         ctx: ObjectContext<'_>,
         turn_boundary: bool,
-    ) -> HandlerResult<Json<Vec<ClaimedItem>>> {
+    ) -> HandlerResult<Json<TurnClaim>> {
         let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        let claimed = state.claim_batch(turn_boundary);
-        if !claimed.is_empty() {
+        let claim = state.claim_checked(turn_boundary, millis_now());
+        if !claim.claimed.is_empty() {
             ctx.set(INBOX_KEY, Json(state));
         }
-        Ok(Json(claimed))
+        Ok(Json(claim))
     }
 
     /// A turn ended: schedule the next one (a one-way call of
@@ -200,6 +205,14 @@ impl Inbox {
     #[handler]
     async fn status(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<InboxStatus>> {
         Ok(Json(or_empty(ctx.get(INBOX_KEY).await?).status()))
+    }
+
+    /// What a running turn's check after a reply or a step's tools needs:
+    /// whether the agent is parked and whether waiting next-step input
+    /// wakes it (the steering look that follows the check).
+    #[handler]
+    async fn look(&self, ctx: SharedObjectContext<'_>) -> HandlerResult<Json<TurnLook>> {
+        Ok(Json(or_empty(ctx.get(INBOX_KEY).await?).look(millis_now())))
     }
 
     /// Drop the waiting items with these message ids; their request ids
@@ -236,6 +249,16 @@ impl Inbox {
         let state = or_empty(ctx.get(INBOX_KEY).await?);
         Ok(Json(state.pending(target.into_inner()).cloned().collect()))
     }
+}
+
+/// The clock, in ms since the epoch. A turn reads it only inside a
+/// journaled step; the inbox reads it into the answers of `claim_turn` and
+/// `look`, which the calling turn's journal records.
+pub(super) fn millis_now() -> u64 {
+    let since = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default();
+    u64::try_from(since.as_millis()).unwrap_or(u64::MAX)
 }
 
 /// Start a turn of this inbox's session: a one-way call, journaled with

@@ -56,6 +56,30 @@ pub struct ClaimedItem {
     pub item: InboxItem,
 }
 
+/// What a turn's claim answers ([`InboxState::claim_checked`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TurnClaim {
+    /// The agent is parked (interrupted): the turn is cancelled.
+    pub parked: bool,
+    /// The items claimed, next-step items first.
+    pub claimed: Vec<ClaimedItem>,
+    /// The inbox's clock at the claim (ms since the epoch): the time of
+    /// the turn's writes that follow it.
+    pub time: u64,
+}
+
+/// What a running turn's checks after a reply or a step's tools see
+/// ([`InboxState::look`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TurnLook {
+    /// The agent is parked (interrupted): the turn is cancelled.
+    pub parked: bool,
+    /// Waiting next-step input wakes the agent.
+    pub steering_wakes: bool,
+    /// The inbox's clock at the look (ms since the epoch).
+    pub time: u64,
+}
+
 /// Where an inbox stands, as its `status` handler and the client report it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct InboxStatus {
@@ -210,6 +234,35 @@ impl InboxState {
             });
         }
         batch
+    }
+
+    /// A turn's claim and the cancellation check beside it in one look:
+    /// whether the agent is parked and what the turn claims. At a turn
+    /// boundary the batch is claimed whatever (the turn writes it before
+    /// it ends aborted); at a step boundary a parked agent claims nothing
+    /// (its turn ends aborted before the step boundary's claim). `time` is
+    /// the clock the answer carries.
+    pub fn claim_checked(&mut self, turn_boundary: bool, time: u64) -> TurnClaim {
+        let claimed = if turn_boundary || !self.parked {
+            self.claim_batch(turn_boundary)
+        } else {
+            Vec::new()
+        };
+        TurnClaim {
+            parked: self.parked,
+            claimed,
+            time,
+        }
+    }
+
+    /// What a turn's cancellation check and the steering look after it
+    /// see at once, at the clock `time`.
+    pub fn look(&self, time: u64) -> TurnLook {
+        TurnLook {
+            parked: self.parked,
+            steering_wakes: self.steer.iter().any(|item| item.wake),
+            time,
+        }
     }
 
     /// Drop the waiting items with these message ids (from either list).
@@ -461,6 +514,58 @@ mod tests {
                 }
                 prop_assert_eq!(got, want);
             }
+        }
+    }
+
+    proptest! {
+        /// The checked claim answers whether the agent is parked, and
+        /// claims as `claim_batch` does except at a step boundary of a
+        /// parked agent, where it claims nothing and changes nothing.
+        #[test]
+        fn a_checked_claim_reports_the_park_and_skips_a_parked_step(
+            accepts in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..20),
+            parked in any::<bool>(),
+            boundary in any::<bool>(),
+        ) {
+            let mut inbox = InboxState::default();
+            for (n, (steer, wake)) in (0u8..).zip(accepts) {
+                inbox.accept(request(n, target(steer), wake)).unwrap();
+            }
+            if parked {
+                inbox.park();
+            }
+            let mut plain = inbox.clone();
+            let checked = inbox.claim_checked(boundary, 7);
+            prop_assert_eq!(checked.time, 7);
+            prop_assert_eq!(checked.parked, parked);
+            if parked && !boundary {
+                prop_assert!(checked.claimed.is_empty());
+                prop_assert_eq!(&inbox, &plain);
+            } else {
+                prop_assert_eq!(checked.claimed, plain.claim_batch(boundary));
+                prop_assert_eq!(&inbox, &plain);
+            }
+        }
+    }
+
+    proptest! {
+        /// A turn's look reports the park and whether any waiting
+        /// next-step item wakes the agent (next-turn items do not count).
+        #[test]
+        fn a_look_reports_the_park_and_waking_steering(
+            accepts in proptest::collection::vec((any::<bool>(), any::<bool>()), 0..20),
+            parked in any::<bool>(),
+        ) {
+            let mut inbox = InboxState::default();
+            let mut wakes = false;
+            for (n, (steer, wake)) in (0u8..).zip(accepts) {
+                inbox.accept(request(n, target(steer), wake)).unwrap();
+                wakes |= steer && wake;
+            }
+            if parked {
+                inbox.park();
+            }
+            prop_assert_eq!(inbox.look(7), TurnLook { parked, steering_wakes: wakes, time: 7 });
         }
     }
 

@@ -2,11 +2,16 @@
 //! [`TurnMachine`]: one turn, every effect journaled so that a retry on
 //! another worker replays what was recorded and runs only what was not.
 //!
-//! - the clock: one `ctx.run("now")` per write;
+//! - the clock: each write's time is a journaled clock read: the one the
+//!   model's or the step's last tool's `ctx.run` took at its end for the
+//!   write right after it, or the inbox's at the claim or check the write
+//!   follows (in its journaled answer), else a `ctx.run("now")` of its own;
 //! - input: `dsh.Inbox/{id}.claim_turn` and `.pending`, calls between
 //!   objects (exactly once); the claimed items are written to the log as
 //!   `inbox/accepted` right before the machine's claim names them;
-//! - the tool specs offered: `ctx.run("tools:{turn}:{step}")`;
+//! - the tool specs offered: read inside the model's step and journaled
+//!   with its reply whenever they differ from the last ones journaled (at
+//!   each turn's first step, and when they change);
 //! - the model: `ctx.run("model:{turn}:{step}")`, at most
 //!   [`MODEL_ATTEMPTS`] attempts when it fails; a step whose reply is
 //!   journaled is never asked again, one cut by a worker's death is asked
@@ -25,14 +30,22 @@
 //!   `list_agents` (`agents`), `send_message` (`message`), `wait` and
 //!   `interrupt_agent` (`interrupt`), over the tree as `tree` reads it.
 //!
-//! An interrupt parks the inbox; the turn asks the inbox at each of the
+//! An interrupt parks the inbox; the turn learns of it at each of the
 //! machine's checks (`IsCancelled`), so it ends `aborted` at the next one.
-//! A model step or a tool call in flight is not cut (the SDK cannot
-//! cancel a running `ctx.run`): the turn stops after it.
+//! One call per step boundary serves the boundary's checks: the claim
+//! answers whether the agent is parked (`claim_turn`), and after a step's
+//! tools that claim is made at the check itself (a parked agent claims
+//! nothing and the turn ends there); a check with only log writes since
+//! the claim answers what the claim said (an interrupt that lands in
+//! between is one that lands right after the check, which it always could:
+//! the turn's next check sees it). Any other check asks the inbox once for
+//! the park and for waking steering (`look`), and the steering look right
+//! after it answers from that. A model step or a tool call in flight is
+//! not cut (the SDK cannot cancel a running `ctx.run`): the turn stops
+//! after it.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use dsh_core::message::Transcript;
 use dsh_core::options::DEFAULT_MAX_TURN_STEPS;
@@ -44,7 +57,7 @@ use dsh_core::{
 };
 use dsh_harness::ScopedTools;
 use dsh_harness::ToolRegistry;
-use dsh_harness::turn::{Effect, Input, ModelOutcome, ModelReply, TurnMachine};
+use dsh_harness::turn::{Check, Effect, Input, ModelOutcome, ModelReply, TurnMachine};
 use futures::StreamExt;
 use restate_sdk::prelude::*;
 use serde::{Deserialize, Serialize};
@@ -58,8 +71,9 @@ mod specs;
 mod tree;
 mod wait;
 
-use super::inbox::{ClaimedItem, InboxClient};
+use super::inbox::{InboxClient, millis_now};
 use super::view::TurnView;
+use crate::state::inbox::{TurnClaim, TurnLook};
 use crate::state::log::{self, CHUNK_EVENTS, HEAD_KEY, HEADER_KEY, LogHead};
 use crate::worker::{Composed, WorkerEnv};
 
@@ -82,6 +96,22 @@ enum StepReply {
         usage: Usage,
         finish: FinishReason,
     },
+}
+
+/// A model step as journaled: its reply, and the specs offered when they
+/// differ from the last ones journaled in the turn.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Asked {
+    reply: StepReply,
+    offered: Option<Vec<ToolSpec>>,
+}
+
+/// A journaled step's value with the clock read at its end, which the
+/// log write that directly follows the step takes as its time.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Timed<T> {
+    value: T,
+    time: u64,
 }
 
 /// A tool's output as journaled.
@@ -130,6 +160,30 @@ struct Host<'a, 'ctx> {
     head: LogHead,
     /// The lines of the partial last chunk (empty at a chunk boundary).
     tail: Vec<u8>,
+    /// A journaled clock read by the step just run, for the write that
+    /// directly follows it (cleared by any other effect).
+    clock: Option<u64>,
+    /// The specs last journaled in this turn (with a model step).
+    offered: Option<Vec<ToolSpec>>,
+    /// What the inbox last answered, while only log writes and the looks
+    /// it answers followed it (cleared by a model step or tool calls).
+    seen: Option<Seen>,
+    /// What a tools check claimed for the step boundary's claim that
+    /// follows it.
+    claimed: Option<Vec<PendingItem>>,
+}
+
+/// What the turn's last call to its inbox answered.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    /// The agent is parked: a check answers it without a call.
+    parked: bool,
+    /// Whether waiting steering wakes the agent, for the one steering look
+    /// right after the check that saw it.
+    steering_wakes: Option<bool>,
+    /// The inbox's clock at the answer: the time of the writes that follow
+    /// it with no journaled step between.
+    time: u64,
 }
 
 /// Run one turn of the session `ctx.key()` names.
@@ -250,6 +304,10 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             transcript,
             head,
             tail,
+            clock: None,
+            offered: None,
+            seen: None,
+            claimed: None,
         })
     }
 
@@ -267,10 +325,41 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             .unwrap_or(DEFAULT_MAX_TURN_STEPS);
         let (mut machine, mut effect) = TurnMachine::start(turn, u64::from(limit));
         loop {
+            if !matches!(effect, Effect::Append(_)) {
+                self.clock = None;
+            }
+            if matches!(
+                effect,
+                Effect::AskModel { .. } | Effect::CallTools | Effect::Done
+            ) {
+                self.seen = None;
+            }
+            if self.claimed.is_some()
+                && !matches!(
+                    effect,
+                    Effect::Claim {
+                        turn_boundary: false
+                    }
+                )
+            {
+                // Items claimed early would be lost: the machine always
+                // claims after a tools check that found the turn running.
+                return Err(terminal(
+                    "TURN_MACHINE",
+                    format!(
+                        "{}: items claimed at a tools check were not taken by a claim",
+                        self.header.id
+                    ),
+                )
+                .into());
+            }
             let input = match effect {
                 Effect::Claim { turn_boundary } => Input::Claimed(self.claim(turn_boundary).await?),
                 Effect::SteeringWakes => Input::SteeringWakes(self.steering_wakes().await?),
-                Effect::IsCancelled(_) => Input::Cancelled(self.interrupted().await?),
+                Effect::IsCancelled(check) => {
+                    let boundary = check == Check::Tools && !machine.calls().is_empty();
+                    Input::Cancelled(self.cancelled(boundary).await?)
+                }
                 Effect::Append(payloads) => {
                     self.append(payloads).await?;
                     Input::Appended
@@ -289,14 +378,7 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     async fn now(&self) -> HandlerResult<u64> {
         let millis = self
             .ctx
-            .run(|| async {
-                let since = SystemTime::now()
-                    .duration_since(UNIX_EPOCH)
-                    .unwrap_or_default();
-                Ok(u64::try_from(since.as_millis())
-                    .unwrap_or(u64::MAX)
-                    .to_string())
-            })
+            .run(|| async { Ok(millis_now().to_string()) })
             .name("now")
             .await?;
         Ok(millis.parse().unwrap_or_default())
@@ -304,22 +386,20 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
 
     /// Claim from the inbox (exactly once), and write what was claimed as
     /// accepted, so the log holds each message's arrival before its claim.
+    /// After a tools check the claim was made already (`cancelled`).
     async fn claim(&mut self, turn_boundary: bool) -> HandlerResult<Vec<PendingItem>> {
-        let claimed: Vec<ClaimedItem> = self
-            .ctx
-            .object_client::<InboxClient>(self.ctx.key().to_owned())
-            .claim_turn(turn_boundary)
-            .call()
-            .await?
-            .into_inner();
-        let items: Vec<PendingItem> = claimed
-            .into_iter()
-            .map(|claimed| PendingItem {
-                message: claimed.item.message,
-                target: claimed.target,
-                wake: claimed.item.wake,
-            })
-            .collect();
+        let items = match self.claimed.take() {
+            Some(items) => items,
+            None => {
+                let claim = self.claim_checked(turn_boundary).await?;
+                self.seen = Some(Seen {
+                    parked: claim.parked,
+                    steering_wakes: None,
+                    time: claim.time,
+                });
+                pending_items(claim)
+            }
+        };
         if !items.is_empty() {
             let accepted = items
                 .iter()
@@ -336,6 +416,53 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         Ok(items)
     }
 
+    /// The inbox's `claim_turn` (exactly once).
+    async fn claim_checked(&self, turn_boundary: bool) -> HandlerResult<TurnClaim> {
+        Ok(self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .claim_turn(turn_boundary)
+            .call()
+            .await?
+            .into_inner())
+    }
+
+    /// A cancellation check: what the last claim said when only log
+    /// writes followed it; at the tools check before a step boundary's
+    /// claim (`boundary`), that claim made now (a parked agent claims
+    /// nothing); else a look at the inbox.
+    async fn cancelled(&mut self, boundary: bool) -> HandlerResult<bool> {
+        if let Some(seen) = self.seen {
+            return Ok(seen.parked);
+        }
+        if boundary {
+            let claim = self.claim_checked(false).await?;
+            let parked = claim.parked;
+            self.seen = Some(Seen {
+                parked,
+                steering_wakes: None,
+                time: claim.time,
+            });
+            if !parked {
+                self.claimed = Some(pending_items(claim));
+            }
+            return Ok(parked);
+        }
+        let look: TurnLook = self
+            .ctx
+            .object_client::<InboxClient>(self.ctx.key().to_owned())
+            .look()
+            .call()
+            .await?
+            .into_inner();
+        self.seen = Some(Seen {
+            parked: look.parked,
+            steering_wakes: Some(look.steering_wakes),
+            time: look.time,
+        });
+        Ok(look.parked)
+    }
+
     /// Whether the agent was interrupted (a journaled look at its inbox).
     async fn interrupted(&self) -> HandlerResult<bool> {
         let status = self
@@ -348,8 +475,17 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         Ok(status.parked)
     }
 
-    /// Whether waiting next-step input wakes the agent (a journaled look).
-    async fn steering_wakes(&self) -> HandlerResult<bool> {
+    /// Whether waiting next-step input wakes the agent (a journaled look,
+    /// or what the check right before it saw).
+    async fn steering_wakes(&mut self) -> HandlerResult<bool> {
+        if let Some(wakes) = self
+            .seen
+            .as_mut()
+            .and_then(|seen| seen.steering_wakes.take())
+        {
+            return Ok(wakes);
+        }
+        self.seen = None;
         let waiting = self
             .ctx
             .object_client::<InboxClient>(self.ctx.key().to_owned())
@@ -360,9 +496,14 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
         Ok(waiting.iter().any(|item| item.wake))
     }
 
-    /// Append `payloads` at the journaled time.
+    /// Append `payloads` at the journaled time: the clock the step just
+    /// run read, or the inbox's last answer's, or a read of its own.
     async fn append(&mut self, payloads: Vec<EventPayload>) -> HandlerResult<()> {
-        let time = self.now().await?;
+        let time = match (self.clock.take(), self.seen) {
+            (Some(time), _) => time,
+            (None, Some(seen)) => seen.time,
+            (None, None) => self.now().await?,
+        };
         let first = self.head.next_seq;
         let events = (first..)
             .zip(payloads)
@@ -395,39 +536,57 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     async fn ask(&mut self, turn: u64, step: u64) -> HandlerResult<ModelOutcome> {
         let tools = self.tools.clone();
         let view = self.view.clone();
-        let specs: Vec<ToolSpec> = self
-            .ctx
-            .run(|| async move { Ok(Json(tools.specs(view.as_ref()))) })
-            .name(format!("tools:{turn}:{step}"))
-            .await?
-            .into_inner();
-        let request = ModelRequest {
+        let last = self.offered.clone();
+        let mut request = ModelRequest {
             model: self.composed.options.model.clone(),
             system: self.composed.system.clone(),
             messages: self.transcript.clone(),
-            tools: specs,
+            tools: Vec::new(),
             max_output_tokens: self.composed.options.max_output_tokens,
             reasoning_effort: self.composed.options.reasoning_effort.clone(),
         };
         let model = self.composed.model.clone();
         let asked = self
             .ctx
-            .run(|| async move { ask_model(model.as_ref(), request).await.map(Json) })
+            .run(|| async move {
+                let specs = tools.specs(view.as_ref());
+                request.tools = specs.clone();
+                let reply = ask_model(model.as_ref(), request).await?;
+                let offered = (last.as_ref() != Some(&specs)).then_some(specs);
+                Ok(Json(Timed {
+                    value: Asked { reply, offered },
+                    time: millis_now(),
+                }))
+            })
             .name(format!("model:{turn}:{step}"))
             .retry_policy(RunRetryPolicy::new().max_attempts(MODEL_ATTEMPTS))
             .await;
         Ok(match asked {
-            Ok(Json(StepReply::Reply {
-                text,
-                calls,
-                usage,
-                finish,
-            })) => ModelOutcome::Reply(ModelReply {
-                text,
-                calls,
-                usage,
-                finish,
-            }),
+            Ok(Json(Timed {
+                value:
+                    Asked {
+                        reply:
+                            StepReply::Reply {
+                                text,
+                                calls,
+                                usage,
+                                finish,
+                            },
+                        offered,
+                    },
+                time,
+            })) => {
+                self.clock = Some(time);
+                if offered.is_some() {
+                    self.offered = offered;
+                }
+                ModelOutcome::Reply(ModelReply {
+                    text,
+                    calls,
+                    usage,
+                    finish,
+                })
+            }
             Err(failed) => ModelOutcome::Failed {
                 text: String::new(),
                 diagnostic: failed.message().to_owned(),
@@ -439,6 +598,8 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
     async fn call_tools(&mut self, calls: &[ToolCall]) -> HandlerResult<Vec<ToolOutput>> {
         let mut outputs = Vec::with_capacity(calls.len());
         for call in calls {
+            // Only the last call's clock is the results' time.
+            self.clock = None;
             if specs::is_engine_tool(&call.name) {
                 outputs.push(self.engine_tool(call).await?);
                 continue;
@@ -466,19 +627,24 @@ impl<'a, 'ctx> Host<'a, 'ctx> {
             let tools = self.tools.clone();
             let agent: Arc<dyn dsh_core::Agent> = self.view.clone();
             let this = call.clone();
-            let output: JournaledOutput = self
+            let output: Timed<JournaledOutput> = self
                 .ctx
                 .run(|| async move {
-                    if resumed {
-                        return Ok(Json(ToolOutput::error(WORKER_STOPPED_TOOL_CALL).into()));
-                    }
-                    let output = tools.call(&this, agent, CancellationToken::new()).await;
-                    Ok(Json(JournaledOutput::from(output)))
+                    let output = if resumed {
+                        ToolOutput::error(WORKER_STOPPED_TOOL_CALL)
+                    } else {
+                        tools.call(&this, agent, CancellationToken::new()).await
+                    };
+                    Ok(Json(Timed {
+                        value: JournaledOutput::from(output),
+                        time: millis_now(),
+                    }))
                 })
                 .name(format!("tool:{}", call.call_id))
                 .await?
                 .into_inner();
-            outputs.push(output.into());
+            self.clock = Some(output.time);
+            outputs.push(output.value.into());
         }
         Ok(outputs)
     }
@@ -498,6 +664,19 @@ impl Host<'_, '_> {
             _ => self.delegate(call).await,
         }
     }
+}
+
+/// The items of a claim as the machine takes them.
+fn pending_items(claim: TurnClaim) -> Vec<PendingItem> {
+    claim
+        .claimed
+        .into_iter()
+        .map(|claimed| PendingItem {
+            message: claimed.item.message,
+            target: claimed.target,
+            wake: claimed.item.wake,
+        })
+        .collect()
 }
 
 /// Stream one reply to its end. A failure is an error, so the journaled
