@@ -29,6 +29,18 @@ fn or_empty(found: Option<Json<InboxState>>) -> InboxState {
     found.map(Json::into_inner).unwrap_or_default()
 }
 
+/// Read the inbox's state, `change` it and write it back; `change`'s
+/// answer.
+async fn update<R>(
+    ctx: &ObjectContext<'_>,
+    change: impl FnOnce(&mut InboxState) -> R,
+) -> HandlerResult<R> {
+    let mut state = or_empty(ctx.get(INBOX_KEY).await?);
+    let answer = change(&mut state);
+    ctx.set(INBOX_KEY, Json(state));
+    Ok(answer)
+}
+
 #[restate_sdk::object(name = "dsh.Inbox", client_visibility = "pub(crate)")]
 impl Inbox {
     /// Accept a message, once per request id: a repeated request is
@@ -125,9 +137,7 @@ impl Inbox {
     /// `aborted`, and its `wait`, if it waits, ends at once.
     #[handler]
     async fn interrupt(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
-        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        state.park();
-        ctx.set(INBOX_KEY, Json(state));
+        update(&ctx, InboxState::park).await?;
         // A `wait` in the turn ends now, as a cancelled local one does.
         wake_watcher(&ctx).await
     }
@@ -182,9 +192,7 @@ impl Inbox {
     /// it did (when not, the agent has settled).
     #[handler]
     async fn turn_ended(&self, ctx: ObjectContext<'_>) -> HandlerResult<bool> {
-        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        let again = state.turn_ended();
-        ctx.set(INBOX_KEY, Json(state));
+        let again = update(&ctx, InboxState::turn_ended).await?;
         if again {
             schedule_turn(&ctx);
         }
@@ -195,10 +203,7 @@ impl Inbox {
     /// scheduled now, so the next waking input schedules a turn again.
     #[handler]
     async fn turn_failed(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
-        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        state.turn_failed();
-        ctx.set(INBOX_KEY, Json(state));
-        Ok(())
+        update(&ctx, InboxState::turn_failed).await
     }
 
     /// Where the inbox stands.
@@ -223,20 +228,14 @@ impl Inbox {
         ctx: ObjectContext<'_>,
         ids: Json<Vec<MessageId>>,
     ) -> HandlerResult<()> {
-        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        state.discard(&ids.into_inner());
-        ctx.set(INBOX_KEY, Json(state));
-        Ok(())
+        update(&ctx, |state| state.discard(&ids.into_inner())).await
     }
 
     /// Refuse new input from now on (`DRAINING`); a repeated request is
     /// still acknowledged, and what waits can still be claimed.
     #[handler]
     async fn drain(&self, ctx: ObjectContext<'_>) -> HandlerResult<()> {
-        let mut state = or_empty(ctx.get(INBOX_KEY).await?);
-        state.drain();
-        ctx.set(INBOX_KEY, Json(state));
-        Ok(())
+        update(&ctx, InboxState::drain).await
     }
 
     /// The waiting items of one list, oldest first, without claiming them.
