@@ -12,7 +12,7 @@
 //! hands every event a log accepted to the reporter
 //! ([`Watched::streaming`]), so the stream holds exactly what the logs do.
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use dsh_core::{
@@ -26,34 +26,31 @@ use crate::observe::Reporter;
 /// The first write that failed, shared by every log of one command.
 #[derive(Debug)]
 pub struct WriteFaults {
-    first: Mutex<Option<StoreError>>,
-    signal: watch::Sender<bool>,
+    first: watch::Sender<Option<StoreError>>,
 }
 
 impl WriteFaults {
     /// No failure yet.
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
-            first: Mutex::new(None),
-            signal: watch::Sender::new(false),
+            first: watch::Sender::new(None),
         })
     }
 
     /// Record `err` unless an earlier failure is already recorded.
     fn record(&self, err: &StoreError) {
-        let mut first = self.first.lock().unwrap_or_else(PoisonError::into_inner);
-        if first.is_none() {
-            *first = Some(err.clone());
-            self.signal.send_replace(true);
-        }
+        self.first.send_if_modified(|first| {
+            let unset = first.is_none();
+            if unset {
+                *first = Some(err.clone());
+            }
+            unset
+        });
     }
 
     /// The first failure, if any.
     pub fn first(&self) -> Option<StoreError> {
-        self.first
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+        self.first.borrow().clone()
     }
 
     /// Wait for the first failure.
@@ -62,15 +59,14 @@ impl WriteFaults {
     /// Cancel-safe: it only watches; dropping it loses nothing (the failure
     /// stays recorded for [`WriteFaults::first`]).
     pub async fn failed(&self) -> StoreError {
-        let mut seen = self.signal.subscribe();
+        let mut seen = self.first.subscribe();
         loop {
-            if let Some(err) = self.first() {
-                return err;
-            }
-            // The sender lives in `self`, so `changed` cannot fail while
+            // The sender lives in `self`, so the wait cannot fail while
             // this borrow lasts; a failure would only mean "look again".
-            if seen.changed().await.is_err() {
-                continue;
+            if let Ok(first) = seen.wait_for(Option::is_some).await
+                && let Some(err) = first.clone()
+            {
+                return err;
             }
         }
     }
