@@ -295,12 +295,13 @@ impl TreeMeter {
         // Subscribed before the look: a limit reached after it is a change.
         let mut seen = self.spent.subscribe();
         loop {
-            // The sender lives in `self`: the wait cannot fail while this
-            // borrow lasts; a failure would only mean "look again".
-            if let Ok(spent) = seen.wait_for(Option::is_some).await
-                && let Some(spent) = spent.clone()
-            {
+            if let Some(spent) = self.spent() {
                 return spent;
+            }
+            // The sender lives in `self`: `changed` cannot fail while this
+            // borrow lasts; a failure would only mean "look again".
+            if seen.changed().await.is_err() {
+                continue;
             }
         }
     }
